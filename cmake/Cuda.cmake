@@ -1,0 +1,18 @@
+# The CUDA backend (issue: CUDA backend) compiles whenever nvcc is present. Until its sources exist
+# this only records whether the toolkit was found, so the build reports it.
+set(DP_HAVE_CUDA OFF)
+if(DP_WITH_CUDA)
+  include(CheckLanguage)
+  if(NOT DEFINED CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    file(GLOB_RECURSE DP_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/cuda/*.cpp)
+    if(DP_CUDA_SOURCES)
+      enable_language(CUDA)
+      set(DP_HAVE_CUDA ON)
+    endif()
+  endif()
+endif()
+message(STATUS "dparallel: CUDA backend ${DP_HAVE_CUDA}")

@@ -1,0 +1,10 @@
+# DP_SANITIZE=address -> ASan + UBSan; DP_SANITIZE=thread -> TSan. Applied to every target.
+if(DP_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -O1 -g)
+  add_link_options(-fsanitize=address,undefined)
+elseif(DP_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer -O1 -g)
+  add_link_options(-fsanitize=thread)
+elseif(NOT DP_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "DP_SANITIZE must be empty, 'address' or 'thread' (got '${DP_SANITIZE}')")
+endif()

@@ -1,0 +1,40 @@
+#pragma once
+// One exception hierarchy. Every message names the op and the shapes, dtypes or devices involved.
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace dp {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& msg) : std::runtime_error(msg) {}
+};
+class ShapeError : public Error { using Error::Error; };         // incompatible sizes
+class DTypeError : public Error { using Error::Error; };         // unsupported or mismatched dtype
+class DeviceError : public Error { using Error::Error; };        // wrong or missing device
+class IndexError : public Error { using Error::Error; };         // index / dim out of range
+class ValueError : public Error { using Error::Error; };         // a bad argument value
+class AutogradError : public Error { using Error::Error; };      // misuse of the autograd graph
+class NotImplementedError : public Error { using Error::Error; };
+class OutOfMemory : public Error { using Error::Error; };
+class IOError : public Error { using Error::Error; };            // files: missing, truncated, corrupt
+
+namespace detail {
+template <typename... Args>
+std::string str(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+}  // namespace detail
+
+}  // namespace dp
+
+// DP_CHECK(cond, ShapeError, "add: sizes ", a, " and ", b, " do not broadcast")
+#define DP_CHECK(cond, ErrorType, ...)                              \
+  do {                                                               \
+    if (__builtin_expect(!(cond), 0)) {                              \
+      throw ::dp::ErrorType(::dp::detail::str(__VA_ARGS__));         \
+    }                                                                \
+  } while (0)

@@ -1,0 +1,10 @@
+#pragma once
+// Marks functions that the CPU and (later) the CUDA backend both compile, so one definition of the
+// element math serves both.
+#if defined(__CUDACC__)
+#define DP_HOST_DEVICE __host__ __device__
+#define DP_INLINE __forceinline__
+#else
+#define DP_HOST_DEVICE
+#define DP_INLINE inline __attribute__((always_inline))
+#endif

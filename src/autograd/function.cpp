@@ -1,0 +1,50 @@
+#include "dp/autograd/function.h"
+
+namespace dp::autograd {
+
+bool any_needs_grad(const std::vector<Tensor>& ts) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& t : ts)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void set_history(const std::vector<Tensor>& outputs, const std::shared_ptr<Node>& node) {
+  if (!outputs.empty() && outputs[0].defined()) node->set_device(outputs[0].device());
+  for (const Tensor& out : outputs) {
+    uint32_t nr = node->add_output_meta(out);
+    AutogradMeta& meta = out.unsafe_impl()->autograd_meta();
+    meta.grad_fn = node;
+    meta.output_nr = nr;
+    meta.requires_grad = false;  // non-leaf: requires_grad() comes from grad_fn
+  }
+}
+
+std::shared_ptr<Node> record(std::string name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                             FunctionNode::BackwardFn backward) {
+  auto node = std::make_shared<FunctionNode>(std::move(name), std::move(backward));
+  for (const Tensor& in : inputs) node->add_next_edge(gradient_edge(in));
+  set_history(outputs, node);
+  return node;
+}
+
+void mark_view(const Tensor& view) { view.unsafe_impl()->autograd_meta().is_view = true; }
+
+void rebase_history(Tensor& self, const std::shared_ptr<Node>& node) {
+  AutogradMeta& meta = self.unsafe_impl()->autograd_meta();
+  node->set_device(self.device());
+  meta.output_nr = node->add_output_meta(self);
+  meta.grad_fn = node;
+  meta.requires_grad = false;
+}
+
+void check_inplace(const Tensor& self, const char* op) {
+  if (!GradMode::is_enabled() || !self.requires_grad()) return;
+  DP_CHECK(!self.is_leaf(), AutogradError, op, ": a leaf Variable that requires grad is being used in an in-place operation.");
+  const TensorImpl* impl = self.unsafe_impl();
+  DP_CHECK(!(impl->autograd && impl->autograd->is_view), NotImplementedError, op,
+           ": in-place operation on a view of a tensor that requires grad is not supported (the base's gradient would miss it); "
+           "use the out-of-place form, e.g. y = y.", op, "(...) -> y = op(y, ...)");
+}
+
+}  // namespace dp::autograd

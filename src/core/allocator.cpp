@@ -1,0 +1,89 @@
+#include "dp/core/allocator.h"
+#include <cstdlib>
+#include <mutex>
+#include <array>
+#include "dp/core/device_registry.h"
+#include "dp/core/errors.h"
+#include "dp/core/storage.h"
+
+namespace dp {
+namespace {
+
+// Host memory for every CPU device: 64-byte aligned (a cache line, and full AVX-512 vectors).
+class HostAllocator final : public Allocator {
+ public:
+  explicit HostAllocator(Device d) : device_(d) {}
+  void* allocate(size_t nbytes) override {
+    if (nbytes == 0) return nullptr;
+    size_t rounded = (nbytes + 63) & ~size_t(63);
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) {
+      throw OutOfMemory(detail::str("out of memory on ", device_.str(), ": tried to allocate ", nbytes, " bytes; ",
+                                    allocated_.load(), " bytes are allocated by dparallel on this device"));
+    }
+    int64_t now = allocated_.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
+    int64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
+    num_allocs_.fetch_add(1, std::memory_order_relaxed);
+    return p;
+  }
+  void deallocate(void* p, size_t nbytes) override {
+    if (!p) return;
+    std::free(p);
+    allocated_.fetch_sub(static_cast<int64_t>(nbytes));
+  }
+  MemoryStats stats() const override {
+    MemoryStats s;
+    s.allocated = allocated_.load();
+    s.peak_allocated = peak_.load();
+    s.reserved = s.allocated;
+    s.num_allocs = num_allocs_.load();
+    return s;
+  }
+  void reset_peak() override { peak_.store(allocated_.load()); }
+  Device device() const override { return device_; }
+
+ private:
+  Device device_;
+  std::atomic<int64_t> allocated_{0}, peak_{0}, num_allocs_{0};
+};
+
+}  // namespace
+
+Allocator& allocator_for(Device d) {
+  if (d.is_cpu()) {
+    static HostAllocator host(Device::cpu());
+    if (d.index < 0) return host;
+    // Lock-free lookup on the hot path; creation (once per device) under a mutex.
+    static std::array<std::atomic<HostAllocator*>, 4096> per_device{};
+    static std::mutex mu;
+    DP_CHECK(d.index < static_cast<int>(per_device.size()), DeviceError, "device index too large: ", d.str());
+    if (HostAllocator* a = per_device[d.index].load(std::memory_order_acquire)) return *a;
+    std::lock_guard<std::mutex> lock(mu);
+    if (HostAllocator* a = per_device[d.index].load(std::memory_order_acquire)) return *a;
+    check_device(d);
+    auto* a = new HostAllocator(d);  // lives for the process: tensors may outlive static destruction order
+    per_device[d.index].store(a, std::memory_order_release);
+    return *a;
+  }
+  check_device(d);  // throws: no CUDA backend allocator registered
+  throw DeviceError(detail::str("no allocator for device ", d.str()));
+}
+
+MemoryStats memory_stats(Device d) { return allocator_for(d).stats(); }
+void reset_peak_memory_stats(Device d) { allocator_for(d).reset_peak(); }
+
+StorageImpl::StorageImpl(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+  allocator_ = &allocator_for(device);
+  data_ = allocator_->allocate(nbytes);
+}
+
+StorageImpl::StorageImpl(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
+    : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
+
+StorageImpl::~StorageImpl() {
+  if (deleter_) deleter_(data_);
+  else if (data_) allocator_->deallocate(data_, nbytes_);
+}
+
+}  // namespace dp

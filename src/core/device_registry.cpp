@@ -1,0 +1,109 @@
+#include "dp/core/device_registry.h"
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include "dp/core/errors.h"
+
+namespace dp {
+namespace {
+
+constexpr int kMaxCpuDevices = 4096;
+
+int default_cpu_count() {
+  if (const char* env = std::getenv("DP_CPU_DEVICES")) {
+    char* end = nullptr;
+    long n = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && n >= 1 && n <= kMaxCpuDevices) return static_cast<int>(n);
+    throw ValueError(detail::str("DP_CPU_DEVICES must be an integer in [1, ", kMaxCpuDevices, "], got '", env, "'"));
+  }
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw ? static_cast<int>(hw) : 1;
+}
+
+struct Registry {
+  std::mutex mu;
+  std::atomic<int> cpu_count{-1};
+  std::atomic<bool> workers_started{false};
+  std::array<std::atomic<Worker*>, kMaxCpuDevices> cpu_workers{};
+  // Workers are owned here and joined at exit; queue draining makes shutdown clean.
+  std::vector<std::unique_ptr<Worker>> owned;
+  ~Registry() {
+    for (auto& w : owned) w.reset();
+  }
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+int cpu_device_count() {
+  Registry& r = registry();
+  int n = r.cpu_count.load(std::memory_order_acquire);
+  if (n >= 0) return n;
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.cpu_count.load() < 0) r.cpu_count.store(default_cpu_count());
+  return r.cpu_count.load();
+}
+
+void set_cpu_device_count(int n) {
+  Registry& r = registry();
+  DP_CHECK(n >= 1 && n <= kMaxCpuDevices, ValueError, "set_cpu_device_count: expected 1 to ", kMaxCpuDevices, " devices, got ", n);
+  std::lock_guard<std::mutex> lock(r.mu);
+  int current = r.cpu_count.load();
+  // Growing is always safe; shrinking below a started worker would strand its tensors.
+  if (r.workers_started.load() && current >= 0 && n < current) {
+    for (int i = n; i < current; ++i)
+      DP_CHECK(r.cpu_workers[i].load() == nullptr, DeviceError, "set_cpu_device_count(", n, "): cpu:", i,
+               " is already in use; the CPU device count can only grow after devices were used");
+  }
+  r.cpu_count.store(n);
+}
+
+int cuda_device_count() { return 0; }  // replaced when the CUDA backend lands
+
+int device_count(DeviceType type) { return type == DeviceType::CPU ? cpu_device_count() : cuda_device_count(); }
+
+std::vector<Device> devices(DeviceType type) {
+  std::vector<Device> out;
+  int n = device_count(type);
+  for (int i = 0; i < n; ++i) out.emplace_back(type, i);
+  return out;
+}
+
+void check_device(Device d) {
+  if (d.is_cpu()) {
+    if (d.index < 0) return;
+    int n = cpu_device_count();
+    DP_CHECK(d.index < n, DeviceError, d.str(), " does not exist: there are ", n,
+             " CPU devices (cpu:0 … cpu:", n - 1, "; set DP_CPU_DEVICES or call dp::set_cpu_device_count for more)");
+    return;
+  }
+  int n = cuda_device_count();
+  DP_CHECK(d.index >= 0 && d.index < n, DeviceError, d.str(), " does not exist: ",
+           n == 0 ? std::string("no CUDA devices are available (dparallel was built without the CUDA backend or no GPU is visible)")
+                  : detail::str("there are ", n, " CUDA devices"));
+}
+
+Worker* worker_for(Device d) {
+  if (d.index < 0) return nullptr;
+  DP_CHECK(d.is_cpu(), DeviceError, "no worker for ", d.str(), ": the CUDA backend is not available");
+  Registry& r = registry();
+  if (Worker* w = r.cpu_workers[d.index].load(std::memory_order_acquire)) return w;
+  check_device(d);
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (Worker* w = r.cpu_workers[d.index].load()) return w;
+  r.owned.push_back(std::make_unique<Worker>(d));
+  Worker* w = r.owned.back().get();
+  r.cpu_workers[d.index].store(w, std::memory_order_release);
+  r.workers_started.store(true);
+  return w;
+}
+
+}  // namespace dp

@@ -1,0 +1,36 @@
+#include "dp/core/tensor_impl.h"
+#include "dp/core/tensor.h"
+
+namespace dp {
+
+TensorImpl::TensorImpl(Storage s, Shape sz, Shape st, int64_t off, DType dt)
+    : storage(std::move(s)), sizes(std::move(sz)), strides(std::move(st)), offset(off), dtype(dt) {
+  refresh_metadata();
+}
+
+void TensorImpl::refresh_metadata() {
+  numel = numel_of(sizes);
+  // Contiguous = row-major dense; size-1 dims may have any stride (as in PyTorch).
+  is_contiguous = true;
+  int64_t expected = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) { is_contiguous = false; break; }
+    expected *= sizes[i];
+  }
+  if (numel == 0) is_contiguous = true;
+}
+
+AutogradMeta& TensorImpl::autograd_meta() {
+  if (!autograd) autograd = std::make_unique<AutogradMeta>();
+  return *autograd;
+}
+
+Tensor make_empty(IntArrayRef sizes, DType dtype, Device device) {
+  for (int64_t s : sizes) DP_CHECK(s >= 0, ShapeError, "empty: negative dimension in size ", shape_str(sizes));
+  int64_t n = numel_of(sizes);
+  auto storage = std::make_shared<StorageImpl>(static_cast<size_t>(n) * element_size(dtype), device);
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes.vec(), contiguous_strides(sizes), 0, dtype));
+}
+
+}  // namespace dp
