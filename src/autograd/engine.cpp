@@ -1,219 +1,517 @@
-// The backward engine. A GraphTask holds the bookkeeping of one backward()/grad() call: how many
-// edges still have to deliver into each node, and the gradients delivered so far. A node becomes
-// ready when all its incoming edges have delivered; it then runs on its device's worker thread
-// (host "cpu" nodes run in the calling thread), so the parts of the graph that belong to different
-// devices (DataParallel replicas) run in parallel. The traversal is iterative throughout.
+// The backward engine. A GraphTask holds the bookkeeping of one backward()/grad() call: the nodes
+// reachable from the roots (each with a per-task index), how many edges still have to deliver into
+// each, and the gradients delivered so far. A node becomes ready when all its incoming edges have
+// delivered; it then runs on its device's worker thread (host "cpu" nodes, and nodes of the
+// caller's own device when backward is called from a worker, run in the calling thread), so the
+// parts of the graph that belong to different devices (DataParallel replicas) run in parallel.
+// Every traversal is iterative, so graphs of any depth work.
+//
+// Cost of a small graph: the bookkeeping lives in flat vectors indexed by the per-task node index
+// (no per-node allocation, no hashing after the first pass), the task object is reused from a
+// per-thread pool (no allocation in steady state), and a graph whose nodes all run in the calling
+// thread takes no lock at all.
 #include "dp/autograd/engine.h"
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <exception>
+#include <limits>
 #include <mutex>
-#include <unordered_map>
-#include <unordered_set>
 #include "dp/autograd/grad_mode.h"
 #include "dp/autograd/node.h"
 #include "dp/core/device_registry.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
+#include "dp/ops/shape.h"
 
 namespace dp::autograd {
 namespace {
 
-struct GraphTask {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::unordered_map<Node*, int> dependencies;
-  std::unordered_map<Node*, variable_list> buffers;
-  std::deque<std::shared_ptr<Node>> caller_queue;  // host nodes, run by the calling thread
-  Worker* caller_worker = nullptr;                 // set when backward() is called from a worker
-  int outstanding = 0;                             // scheduled, not yet finished
-  std::exception_ptr error;
-  bool keep_graph = false;
-  bool create_graph = false;
-  // grad(): where to capture gradients instead of accumulating, and which nodes must run.
-  bool accumulate = true;
-  std::unordered_map<Node*, std::vector<std::pair<uint32_t, size_t>>> captures;  // node -> (input_nr, slot)
-  std::unordered_set<Node*> needed;
-  std::vector<Tensor> captured;
+constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+
+// Node* -> per-task index: open addressing, linear probing. Entries carry the generation of the
+// task that wrote them, so clearing between tasks is O(1) and the table is reused.
+class NodeIndex {
+ public:
+  uint32_t find(const Node* n) const {
+    if (slots_.empty()) return kNone;
+    for (size_t i = hash(n) & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.gen != gen_) return kNone;
+      if (s.key == n) return s.value;
+    }
+  }
+  // The index of n; if absent, n is added with index `fresh` and `added` is set.
+  uint32_t find_or_add(const Node* n, uint32_t fresh, bool& added) {
+    if ((size_ + 1) * 2 > slots_.size()) grow();
+    for (size_t i = hash(n) & mask_;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.gen != gen_) {
+        s = Slot{n, fresh, gen_};
+        ++size_;
+        added = true;
+        return fresh;
+      }
+      if (s.key == n) {
+        added = false;
+        return s.value;
+      }
+    }
+  }
+  void clear() {
+    size_ = 0;
+    if (slots_.size() > kKeepSlots) {
+      std::vector<Slot>().swap(slots_);  // a huge graph's table is not kept for later tasks
+      mask_ = 0;
+    } else if (++gen_ == 0) {  // wrapped: old entries could look current again
+      std::fill(slots_.begin(), slots_.end(), Slot{});
+      gen_ = 1;
+    }
+  }
+
+ private:
+  struct Slot {
+    const Node* key = nullptr;
+    uint32_t value = 0;
+    uint32_t gen = 0;  // 0 = never used; live entries have gen_
+  };
+  static constexpr size_t kKeepSlots = 1 << 14;
+  static size_t hash(const Node* n) {
+    uint64_t x = reinterpret_cast<uintptr_t>(n) >> 4;
+    return static_cast<size_t>((x * 0x9E3779B97F4A7C15ull) >> 20);
+  }
+  void grow() {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.assign(std::max<size_t>(64, old.size() * 2), Slot{});
+    mask_ = slots_.size() - 1;
+    const uint32_t old_gen = gen_;
+    gen_ = 1;
+    size_ = 0;
+    bool added;
+    for (const Slot& s : old)
+      if (s.gen == old_gen && s.key) find_or_add(s.key, s.value, added);
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+  uint32_t gen_ = 1;
 };
 
-void schedule(const std::shared_ptr<GraphTask>& task, std::shared_ptr<Node> node);
+struct TaskNode {
+  Node* fn;
+  Worker* worker;          // where it runs; nullptr: in the calling thread
+  uint32_t first_edge;     // its next edges' targets start here in GraphTask::edge_to
+  uint32_t first_input;    // its input buffer (one slot per forward output) starts here in GraphTask::inputs
+  uint32_t num_inputs;
+  int dependencies = 0;    // edges that still have to deliver
+  bool needed = true;      // apply() runs (grad(): only nodes that lead to a requested input)
+  bool active = true;      // scheduled at all (needed, or where a gradient is captured)
+  bool captures = false;   // grad(): some requested input's gradient is read here
+  bool is_accumulate;      // an AccumulateGrad: the engine calls accumulate() directly
+};
 
-Tensor zeros_for(const TensorMeta& m) { return dp::zeros(m.sizes, TensorOptions().dtype(m.dtype).device(m.device)); }
+struct Capture {
+  uint32_t node;
+  uint32_t input_nr;
+  uint32_t slot;  // index into the result
+};
 
-// Runs one ready node and delivers its outputs. Never throws: errors are stored in the task.
-void evaluate(const std::shared_ptr<GraphTask>& task, const std::shared_ptr<Node>& node) {
-  std::vector<std::shared_ptr<Node>> ready;
-  try {
-    bool skip;
-    variable_list inputs;
+struct GraphTask {
+  // ---- the graph of this task ----
+  std::vector<TaskNode> nodes;
+  std::vector<uint32_t> edge_to;  // per next edge of every node: target's index, or kNone
+  std::vector<Tensor> inputs;     // input buffers, flat
+  NodeIndex index;
+  std::vector<std::pair<uint32_t, uint32_t>> dfs_stack;
+  std::vector<uint32_t> post_order;  // children before parents
+  std::vector<Capture> captures;
+  std::vector<Tensor> captured;
+  std::vector<Edge> root_edges;
+  std::vector<Tensor> root_grads;
+  std::vector<uint32_t> starts;
+  bool keep_graph = false;
+  bool create_graph = false;
+  bool accumulate = true;
+
+  // ---- execution ----
+  // Single-threaded (every node runs in the calling thread): no locks; `ready` is a plain stack.
+  // Threaded: `ready` (the caller's nodes) and `outstanding` are guarded by `mu`; the input buffer
+  // and dependency count of node i by stripes[i % kStripes].
+  bool threaded = false;
+  Worker* caller_worker = nullptr;
+  std::vector<uint32_t> ready;
+  int outstanding = 0;  // posted to workers, not yet finished
+  std::mutex mu;
+  std::condition_variable cv;
+  static constexpr size_t kStripes = 16;
+  std::array<std::mutex, kStripes> stripes;
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+
+  void reset() {
+    constexpr size_t kKeep = 4096;  // capacity kept for the next task; more is given back
+    auto wipe = [](auto& v) {
+      if (v.capacity() > kKeep) std::remove_reference_t<decltype(v)>().swap(v);
+      else v.clear();
+    };
+    wipe(nodes);
+    wipe(edge_to);
+    wipe(inputs);
+    wipe(dfs_stack);
+    wipe(post_order);
+    wipe(ready);
+    captures.clear();
+    captured.clear();
+    root_edges.clear();
+    root_grads.clear();
+    starts.clear();
+    index.clear();
+    outstanding = 0;
+    threaded = false;
+    caller_worker = nullptr;
+    failed.store(false, std::memory_order_relaxed);
+    error = nullptr;
+  }
+
+  void set_error(std::exception_ptr e) {
+    if (threaded) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!error) error = std::move(e);
+    } else if (!error) {
+      error = std::move(e);
+    }
+    failed.store(true, std::memory_order_release);
+  }
+};
+
+// Tasks are reused per thread (nested backward calls take another one).
+struct TaskPool {
+  std::vector<std::unique_ptr<GraphTask>> free;
+};
+thread_local TaskPool tls_task_pool;
+
+class TaskLease {
+ public:
+  TaskLease() {
+    auto& pool = tls_task_pool.free;
+    if (pool.empty()) {
+      task_ = std::make_unique<GraphTask>();
+    } else {
+      task_ = std::move(pool.back());
+      pool.pop_back();
+    }
+  }
+  ~TaskLease() {
+    task_->reset();
+    auto& pool = tls_task_pool.free;
+    if (pool.size() < 4) pool.push_back(std::move(task_));
+  }
+  TaskLease(const TaskLease&) = delete;
+  TaskLease& operator=(const TaskLease&) = delete;
+  GraphTask& operator*() const { return *task_; }
+  GraphTask* operator->() const { return task_.get(); }
+
+ private:
+  std::unique_ptr<GraphTask> task_;
+};
+
+const char* const kSecondBackwardMessage =
+    "Trying to backward through the graph a second time (or directly access saved tensors after they have already been "
+    "freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify "
+    "retain_graph=True if you need to backward through the graph a second time or if you need to access saved tensors "
+    "after calling backward.";
+
+void evaluate(GraphTask& task, uint32_t idx);
+
+// Makes node `idx` run: in the calling thread (pushed on `ready`) or posted to its worker.
+void schedule(GraphTask& task, uint32_t idx) {
+  Worker* w = task.nodes[idx].worker;
+  if (!task.threaded) {
+    task.ready.push_back(idx);
+    return;
+  }
+  if (!w) {
+    Worker* wake;
     {
-      std::lock_guard<std::mutex> lock(task->mu);
-      skip = task->error != nullptr;
-      auto it = task->buffers.find(node.get());
-      if (it != task->buffers.end()) {
-        inputs = std::move(it->second);
-        task->buffers.erase(it);
-      }
+      std::lock_guard<std::mutex> lock(task.mu);
+      task.ready.push_back(idx);
+      task.cv.notify_all();
+      wake = task.caller_worker;
     }
-    if (!skip) {
-      inputs.resize(node->num_outputs());
-      AutoGradMode grad_mode(task->create_graph);
-      // Hooks on non-leaf tensors (and retain_grad) see the gradient of their output.
-      std::vector<Node::OutputHook> hooks;
-      {
-        std::lock_guard<std::mutex> lock(node->hooks_mu);
-        hooks = node->output_hooks;
-      }
-      for (auto& h : hooks) {
-        Tensor& g = inputs[h.output_nr];
-        if (!g.defined()) continue;
-        Tensor r = h.fn(g);
-        if (r.defined()) g = std::move(r);
-      }
-      auto cap = task->captures.find(node.get());
-      if (cap != task->captures.end()) {
-        std::lock_guard<std::mutex> lock(task->mu);
-        for (auto [input_nr, slot] : cap->second) task->captured[slot] = inputs[input_nr];
-      }
-      const bool run = task->accumulate ? true : task->needed.count(node.get()) > 0;
-      if (run) {
-        DP_CHECK(!node->released.load(), AutogradError,
-                 "Trying to backward through the graph a second time (or directly access saved tensors after they have already been freed). "
-                 "Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify retain_graph=True "
-                 "if you need to backward through the graph a second time or if you need to access saved tensors after calling backward. (node ",
-                 node->name(), ")");
-        if (node->materialize_grads) {
-          for (uint32_t i = 0; i < inputs.size(); ++i)
-            if (!inputs[i].defined()) inputs[i] = zeros_for(node->output_meta()[i]);
-        }
-        variable_list outputs = node->apply(std::move(inputs));
-        if (!task->keep_graph && !node->accumulated_tensor()) {
-          node->release_variables();
-          node->released.store(true);
-        }
-        const auto& edges = node->next_edges();
-        DP_CHECK(outputs.size() == edges.size() || edges.empty(), AutogradError, "function ", node->name(), " returned ", outputs.size(),
-                 " gradients, but expected ", edges.size());
-        std::lock_guard<std::mutex> lock(task->mu);
-        for (size_t i = 0; i < edges.size(); ++i) {
-          const Edge& e = edges[i];
-          if (!e.valid()) continue;
-          auto dep = task->dependencies.find(e.function.get());
-          if (dep == task->dependencies.end()) continue;  // not part of this task (filtered out)
-          if (outputs[i].defined()) {
-            variable_list& buf = task->buffers[e.function.get()];
-            if (buf.size() < e.function->num_outputs()) buf.resize(e.function->num_outputs());
-            Tensor& slot = buf[e.input_nr];
-            slot = slot.defined() ? dp::add(slot, outputs[i]) : std::move(outputs[i]);
-          }
-          if (--dep->second == 0) ready.push_back(e.function);
-        }
-      }
-    }
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(task->mu);
-    if (!task->error) task->error = std::current_exception();
-    ready.clear();
-  }
-  for (auto& r : ready) schedule(task, std::move(r));
-  bool finished;
-  {
-    std::lock_guard<std::mutex> lock(task->mu);
-    finished = --task->outstanding == 0;
-  }
-  if (finished) {
-    task->cv.notify_all();
-    if (task->caller_worker) task->caller_worker->notify();
-  }
-}
-
-void schedule(const std::shared_ptr<GraphTask>& task, std::shared_ptr<Node> node) {
-  {
-    std::lock_guard<std::mutex> lock(task->mu);
-    ++task->outstanding;
-  }
-  Worker* w = worker_for(node->device());
-  if (w) {
-    w->post([task, node = std::move(node)] { evaluate(task, node); });
+    if (wake) wake->notify();
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(task->mu);
-    task->caller_queue.push_back(std::move(node));
+    std::lock_guard<std::mutex> lock(task.mu);
+    ++task.outstanding;
   }
-  task->cv.notify_all();
-  if (task->caller_worker) task->caller_worker->notify();
-}
-
-// The calling thread runs host nodes until every scheduled node has finished.
-void wait_for(const std::shared_ptr<GraphTask>& task) {
-  auto take = [&](std::shared_ptr<Node>& out) -> bool {  // under lock
-    if (task->caller_queue.empty()) return false;
-    out = std::move(task->caller_queue.front());
-    task->caller_queue.pop_front();
-    return true;
-  };
-  for (;;) {
-    std::shared_ptr<Node> node;
-    if (task->caller_worker) {
-      // Called from a device worker: keep serving that worker's queue while waiting, or a node
-      // scheduled on this very device would never run.
-      task->caller_worker->run_until([&] {
-        std::lock_guard<std::mutex> lock(task->mu);
-        return task->outstanding == 0 || !task->caller_queue.empty();
-      });
-      std::lock_guard<std::mutex> lock(task->mu);
-      if (!take(node) && task->outstanding == 0) return;
-    } else {
-      std::unique_lock<std::mutex> lock(task->mu);
-      task->cv.wait(lock, [&] { return task->outstanding == 0 || !task->caller_queue.empty(); });
-      if (!take(node) && task->outstanding == 0) return;
+  GraphTask* t = &task;
+  try {
+    // Two words: stored inside std::function without an allocation. The task outlives the call:
+    // its owner waits until `outstanding` is back to 0, which is the closure's last touch.
+    w->post([t, idx] {
+      evaluate(*t, idx);
+      Worker* wake = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(t->mu);
+        if (--t->outstanding == 0) {
+          t->cv.notify_all();  // under the lock: the owner cannot wake and reuse the task before
+          wake = t->caller_worker;
+        }
+      }
+      if (wake) wake->notify();
+    });
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(task.mu);
+      --task.outstanding;
     }
-    if (node) evaluate(task, node);
+    task.set_error(std::current_exception());
   }
 }
 
-// Counts, for every node reachable from the roots, how many edges point at it (iterative DFS),
-// and returns the nodes in an order where each appears after everything reachable from it.
-std::vector<Node*> compute_dependencies(GraphTask& task, const std::vector<Edge>& roots) {
-  std::vector<Node*> post_order;
-  std::unordered_set<Node*> seen;
-  std::vector<std::pair<Node*, size_t>> stack;
+// Adds `g` (gradient for input `input_nr` of node `to`) to its buffer; true when `to` is ready.
+bool deliver(GraphTask& task, uint32_t to, uint32_t input_nr, Tensor&& g) {
+  TaskNode& n = task.nodes[to];
+  std::unique_lock<std::mutex> lock;
+  if (task.threaded) lock = std::unique_lock<std::mutex>(task.stripes[to % GraphTask::kStripes]);
+  if (g.defined()) {
+    Tensor& slot = task.inputs[n.first_input + input_nr];
+    if (!slot.defined()) slot = std::move(g);
+    else slot = dp::add(slot, g);
+  }
+  return --n.dependencies == 0;
+}
+
+// Checks a gradient a node returned against the tensor it is for (PyTorch's validate_outputs).
+void validate_gradient(const Node& fn, size_t index, Tensor& g, const TensorMeta& meta) {
+  DP_CHECK(g.sizes() == meta.sizes, AutogradError, "Function ", fn.name(), " returned an invalid gradient at index ", index, " - got ",
+           g.size_str(), " but expected shape compatible with ", shape_str(meta.sizes));
+  DP_CHECK(g.device() == meta.device, AutogradError, "Function ", fn.name(), " returned an invalid gradient at index ", index,
+           " - expected device ", meta.device.str(), " but got ", g.device().str());
+  if (g.dtype() != meta.dtype) g = dp::to(g, meta.device, meta.dtype);
+}
+
+// Runs one ready node and delivers its outputs. Never throws: errors are stored in the task.
+void evaluate(GraphTask& task, uint32_t idx) {
+  if (task.failed.load(std::memory_order_acquire)) return;
+  try {
+    const TaskNode& tn = task.nodes[idx];
+    Node* fn = tn.fn;
+    if (tn.is_accumulate && tn.needed && !fn->has_output_hooks()) {  // a leaf, the common case: no vectors
+      AutoGradMode grad_mode(task.create_graph);
+      static_cast<AccumulateGrad*>(fn)->accumulate(std::move(task.inputs[tn.first_input]));
+      return;
+    }
+    variable_list inputs(tn.num_inputs);
+    for (uint32_t i = 0; i < tn.num_inputs; ++i) inputs[i] = std::move(task.inputs[tn.first_input + i]);
+    AutoGradMode grad_mode(task.create_graph);  // this thread's mode, whatever its previous one
+    if (fn->has_output_hooks()) fn->run_output_hooks(inputs);
+    if (tn.captures) {
+      for (const Capture& c : task.captures) {
+        if (c.node != idx) continue;
+        Tensor g = inputs[c.input_nr];
+        if (tn.is_accumulate) g = static_cast<AccumulateGrad*>(fn)->run_tensor_hooks(std::move(g));
+        task.captured[c.slot] = std::move(g);
+      }
+    }
+    if (!tn.needed) return;
+    if (tn.is_accumulate) {
+      static_cast<AccumulateGrad*>(fn)->accumulate(std::move(inputs[0]));
+      return;
+    }
+
+    DP_CHECK(!fn->released.load(std::memory_order_acquire), AutogradError, kSecondBackwardMessage, " (node ", fn->name(), ")");
+    if (fn->materialize_grads) {
+      const auto& meta = fn->output_meta();
+      for (uint32_t i = 0; i < tn.num_inputs; ++i)
+        if (!inputs[i].defined()) inputs[i] = dp::zeros(meta[i].sizes, TensorOptions().dtype(meta[i].dtype).device(meta[i].device));
+    }
+    variable_list outputs;
+    {
+      CurrentNodeGuard current(fn);
+      outputs = fn->apply(std::move(inputs));
+    }
+    if (!task.keep_graph) {
+      fn->released.store(true, std::memory_order_release);
+      fn->release_variables();
+    }
+    const auto& edges = fn->next_edges();
+    if (edges.empty()) return;
+    DP_CHECK(outputs.size() == edges.size(), AutogradError, "function ", fn->name(), " returned an incorrect number of gradients (expected ",
+             edges.size(), ", got ", outputs.size(), ")");
+    const uint32_t first_edge = tn.first_edge;
+    for (size_t i = 0; i < edges.size(); ++i) {
+      const uint32_t to = task.edge_to[first_edge + i];
+      if (to == kNone) continue;
+      Tensor& g = outputs[i];
+      const uint32_t input_nr = edges[i].input_nr;
+      if (g.defined()) validate_gradient(*fn, i, g, edges[i].function->output_meta()[input_nr]);
+      if (deliver(task, to, input_nr, std::move(g))) schedule(task, to);
+    }
+  } catch (...) {
+    task.set_error(std::current_exception());
+  }
+}
+
+// Finds every node reachable from the roots (iterative DFS), gives each a task index and its
+// buffers, records where each edge leads, and the post order (each node after its children).
+void build_graph(GraphTask& task, const std::vector<Edge>& roots) {
+  auto add = [&](Node* n, bool& added) {
+    uint32_t idx = task.index.find_or_add(n, static_cast<uint32_t>(task.nodes.size()), added);
+    if (added) {
+      const uint32_t num_inputs = n->num_outputs();
+      task.nodes.push_back(TaskNode{n, nullptr, static_cast<uint32_t>(task.edge_to.size()), static_cast<uint32_t>(task.inputs.size()),
+                                    num_inputs, 0, true, true, false, n->is_accumulate_grad()});
+      task.edge_to.resize(task.edge_to.size() + n->next_edges().size(), kNone);
+      task.inputs.resize(task.inputs.size() + num_inputs);
+    }
+    return idx;
+  };
   for (const Edge& r : roots) {
-    Node* n = r.function.get();
-    if (!seen.insert(n).second) continue;
-    task.dependencies.emplace(n, 0);
-    stack.emplace_back(n, 0);
-    while (!stack.empty()) {
-      auto& [cur, next] = stack.back();
-      const auto& edges = cur->next_edges();
-      if (next < edges.size()) {
-        Node* child = edges[next++].function.get();
-        if (!child) continue;
-        ++task.dependencies[child];
-        if (seen.insert(child).second) stack.emplace_back(child, 0);
-      } else {
-        post_order.push_back(cur);
-        stack.pop_back();
+    bool added;
+    uint32_t root = add(r.function.get(), added);
+    if (!added) continue;
+    task.dfs_stack.emplace_back(root, 0);
+    while (!task.dfs_stack.empty()) {
+      auto [cur, next] = task.dfs_stack.back();
+      const auto& edges = task.nodes[cur].fn->next_edges();
+      if (next == edges.size()) {
+        task.post_order.push_back(cur);
+        task.dfs_stack.pop_back();
+        continue;
+      }
+      task.dfs_stack.back().second = next + 1;
+      Node* child = edges[next].function.get();
+      if (!child) continue;
+      uint32_t c = add(child, added);
+      task.edge_to[task.nodes[cur].first_edge + next] = c;
+      if (added) task.dfs_stack.emplace_back(c, 0);
+    }
+  }
+}
+
+// grad(): marks the nodes where requested inputs' gradients are read, the nodes that must run to
+// get there (`needed`), and cuts every edge into a node that is not scheduled.
+void mark_needed(GraphTask& task, const std::vector<Tensor>& in) {
+  task.captured.resize(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Tensor& t = in[i];
+    DP_CHECK(t.defined() && t.requires_grad(), AutogradError, "One of the differentiated Tensors does not require grad (input ", i, ")");
+    Node* target;
+    uint32_t input_nr = 0;
+    if (t.grad_fn()) {
+      target = t.grad_fn().get();
+      input_nr = t.output_nr();
+    } else {
+      // A leaf takes part only through its existing AccumulateGrad (not one made now).
+      AutogradMeta& meta = t.unsafe_impl()->autograd_meta();
+      std::lock_guard<std::mutex> lock(meta.mu);
+      target = meta.grad_accumulator.lock().get();  // kept alive by the graph if it is in it
+    }
+    uint32_t idx = target ? task.index.find(target) : kNone;
+    if (idx == kNone) continue;  // not reachable from the outputs: unused
+    task.nodes[idx].captures = true;
+    task.captures.push_back(Capture{idx, input_nr, static_cast<uint32_t>(i)});
+  }
+  for (uint32_t idx : task.post_order) {
+    TaskNode& n = task.nodes[idx];
+    n.needed = false;
+    if (n.is_accumulate) continue;  // grad() never writes .grad
+    const uint32_t num_edges = static_cast<uint32_t>(n.fn->next_edges().size());
+    for (uint32_t k = 0; k < num_edges; ++k) {
+      uint32_t c = task.edge_to[n.first_edge + k];
+      if (c != kNone && (task.nodes[c].needed || task.nodes[c].captures)) {
+        n.needed = true;
+        break;
       }
     }
   }
-  return post_order;
+  for (TaskNode& n : task.nodes) n.active = n.needed || n.captures;
+  for (TaskNode& n : task.nodes) {
+    const uint32_t num_edges = static_cast<uint32_t>(n.fn->next_edges().size());
+    for (uint32_t k = 0; k < num_edges; ++k) {
+      uint32_t& c = task.edge_to[n.first_edge + k];
+      if (c != kNone && !(n.needed && task.nodes[c].active)) c = kNone;
+    }
+  }
+}
+
+// Counts each node's incoming edges (from nodes that run) and decides where each node runs.
+void prepare_execution(GraphTask& task) {
+  for (const TaskNode& n : task.nodes) {
+    if (!n.needed) continue;
+    const uint32_t num_edges = static_cast<uint32_t>(n.fn->next_edges().size());
+    for (uint32_t k = 0; k < num_edges; ++k) {
+      uint32_t c = task.edge_to[n.first_edge + k];
+      if (c != kNone) ++task.nodes[c].dependencies;
+    }
+  }
+  for (TaskNode& n : task.nodes) {
+    if (!n.active) continue;
+    Device d = n.fn->device();
+    if (d.is_cpu() && d.index < 0) continue;  // the host: the calling thread
+    Worker* w = worker_for(d);
+    if (w == task.caller_worker) continue;  // backward called on this device's worker: run here
+    n.worker = w;
+    task.threaded = true;
+  }
+}
+
+// The calling thread runs its nodes until every scheduled node has finished.
+void run(GraphTask& task) {
+  if (!task.threaded) {
+    while (!task.ready.empty() && !task.failed.load(std::memory_order_relaxed)) {
+      uint32_t idx = task.ready.back();
+      task.ready.pop_back();
+      evaluate(task, idx);
+    }
+    return;
+  }
+  auto take = [&](uint32_t& idx) {  // under task.mu
+    if (task.ready.empty()) return false;
+    idx = task.ready.back();
+    task.ready.pop_back();
+    return true;
+  };
+  for (;;) {
+    uint32_t idx;
+    if (Worker* w = task.caller_worker) {
+      // Called from a device worker: keep serving that worker's queue while waiting, or work
+      // queued on this very worker (by this task or another) would never run.
+      w->run_until([&] {
+        std::lock_guard<std::mutex> lock(task.mu);
+        return task.outstanding == 0 || !task.ready.empty();
+      });
+      std::lock_guard<std::mutex> lock(task.mu);
+      if (!take(idx)) {
+        if (task.outstanding == 0) return;
+        continue;
+      }
+    } else {
+      std::unique_lock<std::mutex> lock(task.mu);
+      task.cv.wait(lock, [&] { return task.outstanding == 0 || !task.ready.empty(); });
+      if (!take(idx)) return;  // outstanding == 0 and nothing left
+    }
+    evaluate(task, idx);
+  }
 }
 
 std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool keep_graph,
                                  bool create_graph, const std::vector<Tensor>* inputs, bool allow_unused) {
   DP_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), ValueError, "backward: got ", roots.size(), " tensors but ",
            grad_roots.size(), " gradients");
-  auto task = std::make_shared<GraphTask>();
-  task->keep_graph = keep_graph;
-  task->create_graph = create_graph;
-  task->accumulate = inputs == nullptr;
-  task->caller_worker = Worker::current();
+  TaskLease lease;
+  GraphTask& task = *lease;
+  task.keep_graph = keep_graph;
+  task.create_graph = create_graph;
+  task.accumulate = inputs == nullptr;
+  task.caller_worker = Worker::current();
 
-  std::vector<Edge> root_edges;
-  variable_list root_grads;
+  std::vector<Edge>& root_edges = task.root_edges;
+  variable_list& root_grads = task.root_grads;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
     DP_CHECK(r.defined() && r.requires_grad(), AutogradError, "element ", i, " of tensors does not require grad and does not have a grad_fn");
@@ -228,51 +526,44 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::ve
     root_edges.push_back(gradient_edge(r));
     root_grads.push_back(std::move(g));
   }
-  std::vector<Node*> post_order = compute_dependencies(*task, root_edges);
 
-  if (inputs) {
-    task->captured.resize(inputs->size());
-    std::unordered_set<Node*> targets;
-    for (size_t i = 0; i < inputs->size(); ++i) {
-      const Tensor& in = (*inputs)[i];
-      DP_CHECK(in.defined() && in.requires_grad(), AutogradError, "grad: input ", i, " does not require grad");
-      Edge e = in.grad_fn() ? Edge{in.grad_fn(), in.output_nr()} : Edge{grad_accumulator(in), 0};
-      task->captures[e.function.get()].emplace_back(e.input_nr, i);
-      targets.insert(e.function.get());
-    }
-    // A node must run if some capture target is reachable below it (post order: children first).
-    for (Node* n : post_order) {
-      if (n->accumulated_tensor()) continue;  // grad() never writes .grad
-      for (const Edge& e : n->next_edges()) {
-        Node* c = e.function.get();
-        if (c && (targets.count(c) || task->needed.count(c))) {
-          task->needed.insert(n);
-          break;
-        }
-      }
+  build_graph(task, root_edges);
+  if (inputs) mark_needed(task, *inputs);
+  prepare_execution(task);
+
+  // Seed the roots' gradients (a root given twice gets the sum), then start every root that has
+  // nothing left to wait for; the others start when their last incoming edge delivers.
+  {
+    AutoGradMode grad_mode(create_graph);
+    for (size_t i = 0; i < root_edges.size(); ++i) {
+      uint32_t idx = task.index.find(root_edges[i].function.get());
+      const TaskNode& n = task.nodes[idx];
+      if (!n.active) continue;
+      Tensor& slot = task.inputs[n.first_input + root_edges[i].input_nr];
+      slot = slot.defined() ? dp::add(slot, root_grads[i]) : std::move(root_grads[i]);
     }
   }
-
-  // Seed the roots' gradients, then start every node with nothing left to wait for.
-  for (size_t i = 0; i < root_edges.size(); ++i) {
-    variable_list& buf = task->buffers[root_edges[i].function.get()];
-    buf.resize(root_edges[i].function->num_outputs());
-    Tensor& slot = buf[root_edges[i].input_nr];
-    slot = slot.defined() ? dp::add(slot, root_grads[i]) : root_grads[i];
-  }
-  std::unordered_set<Node*> started;
+  root_grads.clear();
+  // All start nodes are chosen before the first is scheduled: once one runs on a worker, the
+  // dependency counts of the others may change under us.
   for (const Edge& e : root_edges) {
-    if (task->dependencies[e.function.get()] == 0 && started.insert(e.function.get()).second) schedule(task, e.function);
+    uint32_t idx = task.index.find(e.function.get());
+    TaskNode& n = task.nodes[idx];
+    if (n.active && n.dependencies == 0) {
+      n.dependencies = -1;  // started (a root listed twice starts once)
+      task.starts.push_back(idx);
+    }
   }
-  wait_for(task);
-  if (task->error) std::rethrow_exception(task->error);
+  for (uint32_t idx : task.starts) schedule(task, idx);
+  run(task);
+  if (task.error) std::rethrow_exception(task.error);
 
   if (!inputs) return {};
   for (size_t i = 0; i < inputs->size(); ++i) {
-    DP_CHECK(allow_unused || task->captured[i].defined(), AutogradError, "One of the differentiated Tensors (input ", i,
+    DP_CHECK(allow_unused || task.captured[i].defined(), AutogradError, "One of the differentiated Tensors (input ", i,
              ") appears to not have been used in the graph. Set allow_unused=True if this is the desired behavior.");
   }
-  return task->captured;
+  return std::move(task.captured);
 }
 
 }  // namespace

@@ -33,7 +33,16 @@ void mark_view(const Tensor& view) { view.unsafe_impl()->autograd_meta().is_view
 void rebase_history(Tensor& self, const std::shared_ptr<Node>& node) {
   AutogradMeta& meta = self.unsafe_impl()->autograd_meta();
   node->set_device(self.device());
-  meta.output_nr = node->add_output_meta(self);
+  const uint32_t output_nr = node->add_output_meta(self);
+  if (meta.retains_grad && meta.grad_fn) {
+    // retain_grad follows the tensor: .grad must see the gradient of its new value (PyTorch moves
+    // retains_grad hooks to the new grad_fn).
+    for (Node::OutputHook& h : meta.grad_fn->remove_output_hooks(Node::kRetainGradHook, meta.output_nr)) {
+      h.output_nr = output_nr;
+      node->add_output_hook(std::move(h));
+    }
+  }
+  meta.output_nr = output_nr;
   meta.grad_fn = node;
   meta.requires_grad = false;
 }

@@ -1,64 +1,218 @@
 #include "dp/autograd/node.h"
 #include "dp/autograd/grad_mode.h"
 #include "dp/ops/elementwise.h"
+#include "dp/ops/shape.h"
 
 namespace dp::autograd {
 namespace {
-std::atomic<uint64_t> next_sequence_nr{0};
+
+thread_local uint64_t tls_next_sequence_nr = 0;
+thread_local Node* tls_current_node = nullptr;
+
+// Deferred destruction (PyTorch's deleteNode, done from the destructor so that nodes made with
+// plain make_shared get it too). Dropping a node releases its edges; if that was the last reference
+// to the next node, its destructor would run nested inside this one, and so on down the chain:
+// 100,000 nodes overflow the stack. Instead, a destructor that runs while another one on this
+// thread is already draining only queues what it owns (its edges, a FunctionNode's callable, whose
+// saved tensors may own further nodes) and returns; the outermost destructor drains the queue in a
+// loop, so the depth stays constant.
+struct DeferredRelease {
+  std::vector<std::shared_ptr<Node>> nodes;
+  std::vector<FunctionNode::BackwardFn> fns;
+  bool draining = false;
+  ~DeferredRelease();
+};
+thread_local bool tls_release_queue_gone = false;  // trivially destructible: readable at thread exit
+thread_local DeferredRelease tls_release;
+DeferredRelease::~DeferredRelease() { tls_release_queue_gone = true; }
+
+void drain_deferred() {
+  DeferredRelease& q = tls_release;
+  q.draining = true;
+  while (!q.nodes.empty() || !q.fns.empty()) {
+    if (!q.fns.empty()) {
+      FunctionNode::BackwardFn fn = std::move(q.fns.back());
+      q.fns.pop_back();
+      fn = nullptr;  // may destroy saved tensors, whose history lands in the queue
+    } else {
+      std::shared_ptr<Node> n = std::move(q.nodes.back());
+      q.nodes.pop_back();
+      n.reset();  // if this was the last reference, ~Node runs here, one level deep
+    }
+  }
+  q.draining = false;
+  if (q.nodes.capacity() > 4096) q.nodes.shrink_to_fit();
 }
 
-Node::Node() : sequence_nr_(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+}  // namespace
+
+Node::Node() : sequence_nr_(tls_next_sequence_nr++) {}
+
+Node::~Node() {
+  if (tls_release_queue_gone) return;  // thread exit: plain (recursive) release by the members
+  DeferredRelease& q = tls_release;
+  for (Edge& e : next_edges_) {
+    if (!e.function) continue;
+    // Only a last reference needs deferring; dropping a shared one just decrements.
+    if (e.function.use_count() == 1) q.nodes.push_back(std::move(e.function));
+    else e.function.reset();
+  }
+  if (!q.draining && (!q.nodes.empty() || !q.fns.empty())) drain_deferred();
+}
 
 uint32_t Node::add_output_meta(const Tensor& t) {
   output_meta_.push_back(TensorMeta{t.sizes(), t.dtype(), t.device()});
   return static_cast<uint32_t>(output_meta_.size() - 1);
 }
 
+void Node::add_output_hook(OutputHook hook) {
+  std::lock_guard<std::mutex> lock(hooks_mu_);
+  output_hooks_.push_back(std::move(hook));
+  num_output_hooks_.store(static_cast<uint32_t>(output_hooks_.size()), std::memory_order_release);
+}
+
+std::vector<Node::OutputHook> Node::remove_output_hooks(int id, uint32_t output_nr) {
+  std::vector<OutputHook> removed;
+  std::lock_guard<std::mutex> lock(hooks_mu_);
+  for (auto it = output_hooks_.begin(); it != output_hooks_.end();) {
+    if (it->id == id && it->output_nr == output_nr) {
+      removed.push_back(std::move(*it));
+      it = output_hooks_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  num_output_hooks_.store(static_cast<uint32_t>(output_hooks_.size()), std::memory_order_release);
+  return removed;
+}
+
+void Node::run_output_hooks(variable_list& grads) {
+  std::vector<OutputHook> hooks;
+  {
+    std::lock_guard<std::mutex> lock(hooks_mu_);
+    hooks = output_hooks_;  // run outside the lock: a hook may register or remove hooks
+  }
+  auto run = [&](bool retain_pass) {
+    for (auto& h : hooks) {
+      if ((h.id == kRetainGradHook) != retain_pass || h.output_nr >= grads.size()) continue;
+      Tensor& g = grads[h.output_nr];
+      if (!g.defined()) continue;
+      Tensor r = h.fn(g);
+      if (r.defined()) g = std::move(r);
+    }
+  };
+  run(false);
+  run(true);
+}
+
 variable_list FunctionNode::apply(variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mu_);
   DP_CHECK(fn_ != nullptr, AutogradError, "Trying to backward through the graph a second time (or directly access saved tensors after they have already been freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if you need to access saved tensors after calling backward. (node ", name_, ")");
   return fn_(std::move(grads));
+}
+
+void FunctionNode::release_variables() {
+  BackwardFn dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dropped = std::move(fn_);
+    fn_ = nullptr;
+  }
+  // `dropped` (and the saved tensors it holds) is destroyed here, outside the lock.
+}
+
+FunctionNode::~FunctionNode() {
+  // The callable's saved tensors may own the next nodes of a long chain: release it through the
+  // deferred queue (see DeferredRelease) rather than as a member, which would recurse.
+  if (fn_ && !tls_release_queue_gone) tls_release.fns.push_back(std::move(fn_));
 }
 
 AccumulateGrad::AccumulateGrad(Tensor variable) : variable_(std::move(variable)) {
   set_device(variable_.device());
   add_output_meta(variable_);
+  materialize_grads = false;  // no gradient arrived: .grad stays as it is (PyTorch: None)
+  is_accumulate_grad_ = true;
 }
 
-variable_list AccumulateGrad::apply(variable_list&& grads) {
-  Tensor g = std::move(grads[0]);
-  if (!g.defined()) return {};
-  AutogradMeta& meta = variable_.unsafe_impl()->autograd_meta();
+namespace {
+std::vector<TensorHook> copy_hooks(const AutogradMeta& meta) {  // under meta.mu
   std::vector<TensorHook> hooks;
-  std::vector<PostAccumulateGradHook> post;
-  {
-    std::lock_guard<std::mutex> lock(meta.mu);
-    for (auto& h : meta.hooks) hooks.push_back(h.second);
-    for (auto& h : meta.post_accumulate_hooks) post.push_back(h.second);
-  }
+  hooks.reserve(meta.hooks.size());
+  for (auto& h : meta.hooks) hooks.push_back(h.second);
+  return hooks;
+}
+Tensor run_hooks(const std::vector<TensorHook>& hooks, Tensor g) {
   for (auto& h : hooks) {
     Tensor r = h(g);
     if (r.defined()) g = std::move(r);
   }
-  const bool create_graph = GradMode::is_enabled();
+  return g;
+}
+}  // namespace
+
+Tensor AccumulateGrad::run_tensor_hooks(Tensor g) const {
+  AutogradMeta* meta = variable_.unsafe_impl()->autograd.get();
+  if (!meta || !g.defined()) return g;
+  std::vector<TensorHook> hooks;
   {
-    std::lock_guard<std::mutex> lock(meta.mu);
-    if (!meta.grad || !meta.grad->defined()) {
-      // Steal the incoming buffer when nothing else can see it (one reference to the tensor and
-      // to its storage); otherwise copy, so .grad never aliases another tensor's memory.
-      bool stealable = !create_graph && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
-                       g.is_contiguous() && g.requires_grad() == false;
-      Tensor stored = stealable ? g : (create_graph ? g : g.detach().clone());
-      meta.grad = std::make_shared<Tensor>(stored);
+    std::lock_guard<std::mutex> lock(meta->mu);
+    if (meta->hooks.empty()) return g;
+    hooks = copy_hooks(*meta);
+  }
+  return run_hooks(hooks, std::move(g));
+}
+
+variable_list AccumulateGrad::apply(variable_list&& grads) {
+  Tensor g = std::move(grads[0]);
+  grads.clear();  // drop our reference to the buffer: the steal test counts references
+  accumulate(std::move(g));
+  return {};
+}
+
+void AccumulateGrad::accumulate(Tensor g) {
+  if (!g.defined()) return;
+  AutogradMeta& meta = variable_.unsafe_impl()->autograd_meta();
+  const bool create_graph = GradMode::is_enabled();
+  std::vector<PostAccumulateGradHook> post;
+  std::unique_lock<std::mutex> lock(meta.mu);
+  if (!meta.hooks.empty()) {
+    // Tensor hooks run outside the lock (user code; it may touch this tensor).
+    std::vector<TensorHook> hooks = copy_hooks(meta);
+    lock.unlock();
+    g = run_hooks(hooks, std::move(g));
+    if (!g.defined()) return;
+    lock.lock();
+  }
+  if (!meta.grad || !meta.grad->defined()) {
+    // Steal the incoming gradient when nothing else can see it: this is the only handle to it
+    // and to its memory, it has the leaf's layout and no history. Otherwise copy, so .grad never
+    // aliases another tensor (a user's gradient, a hook's tensor, another leaf's .grad).
+    // Under create_graph the copy is a differentiable clone, so .grad keeps its history.
+    const bool stealable = !create_graph && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
+                           g.is_contiguous() && g.storage_offset() == 0 && !g.requires_grad() &&
+                           g.sizes() == variable_.sizes() && g.dtype() == variable_.dtype();
+    Tensor stored;
+    if (stealable) {
+      stored = std::move(g);
     } else if (create_graph) {
-      meta.grad = std::make_shared<Tensor>(dp::add(*meta.grad, g));
+      stored = dp::clone(g);
     } else {
       NoGradGuard no_grad;
-      Tensor& acc = *meta.grad;
-      dp::add_(acc, g);
+      stored = dp::clone(g.detach());
     }
+    meta.grad = std::make_shared<Tensor>(std::move(stored));
+  } else if (create_graph) {
+    meta.grad = std::make_shared<Tensor>(dp::add(*meta.grad, g));
+  } else {
+    NoGradGuard no_grad;
+    dp::add_(*meta.grad, g);  // in place, as PyTorch (optimizers may hold this tensor)
   }
+  if (!meta.post_accumulate_hooks.empty()) {
+    post.reserve(meta.post_accumulate_hooks.size());
+    for (auto& h : meta.post_accumulate_hooks) post.push_back(h.second);
+  }
+  lock.unlock();
   for (auto& h : post) h(variable_);
-  return {};
 }
 
 Edge gradient_edge(const Tensor& t) {
@@ -75,5 +229,9 @@ std::shared_ptr<Node> grad_accumulator(const Tensor& t) {
   meta.grad_accumulator = acc;
   return acc;
 }
+
+Node* current_node() { return tls_current_node; }
+CurrentNodeGuard::CurrentNodeGuard(Node* n) : prev_(tls_current_node) { tls_current_node = n; }
+CurrentNodeGuard::~CurrentNodeGuard() { tls_current_node = prev_; }
 
 }  // namespace dp::autograd

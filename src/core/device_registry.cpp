@@ -92,13 +92,20 @@ void check_device(Device d) {
 }
 
 Worker* worker_for(Device d) {
-  if (d.index < 0) return nullptr;
+  if (d.is_cpu() && d.index < 0) return nullptr;
   DP_CHECK(d.is_cpu(), DeviceError, "no worker for ", d.str(), ": the CUDA backend is not available");
   Registry& r = registry();
-  if (Worker* w = r.cpu_workers[d.index].load(std::memory_order_acquire)) return w;
+  // The index is checked against the array before it is used (a Device can hold up to 32767).
+  if (d.index < kMaxCpuDevices) {
+    if (Worker* w = r.cpu_workers[d.index].load(std::memory_order_acquire)) return w;
+  }
   check_device(d);
   std::lock_guard<std::mutex> lock(r.mu);
   if (Worker* w = r.cpu_workers[d.index].load()) return w;
+  // Checked again under the lock: set_cpu_device_count may have shrunk the count meanwhile.
+  const int n = r.cpu_count.load();
+  DP_CHECK(d.index < n, DeviceError, d.str(), " does not exist: there are ", n, " CPU devices (cpu:0 … cpu:", n - 1,
+           "; set DP_CPU_DEVICES or call dp::set_cpu_device_count for more)");
   r.owned.push_back(std::make_unique<Worker>(d));
   Worker* w = r.owned.back().get();
   r.cpu_workers[d.index].store(w, std::memory_order_release);

@@ -121,14 +121,14 @@ void Tensor::retain_grad() {
   m.retains_grad = true;
   // A weak reference: the hook lives in the graph, which must not keep the tensor alive.
   std::weak_ptr<TensorImpl> weak = impl_;
-  auto& node = m.grad_fn;
-  std::lock_guard<std::mutex> lock(node->hooks_mu);
-  node->output_hooks.push_back({-1, m.output_nr, [weak](const Tensor& g) {
+  m.grad_fn->add_output_hook({autograd::Node::kRetainGradHook, m.output_nr, [weak](const Tensor& g) {
     if (auto impl = weak.lock()) {
+      // Computed outside the lock (the ops may be slow); the retained .grad never aliases g.
+      Tensor copy = g.detach().clone();
       AutogradMeta& meta = impl->autograd_meta();
       std::lock_guard<std::mutex> l(meta.mu);
-      if (!meta.grad || !meta.grad->defined()) meta.grad = std::make_shared<Tensor>(g.detach().clone());
-      else meta.grad = std::make_shared<Tensor>(meta.grad->add(g.detach()));
+      if (!meta.grad || !meta.grad->defined()) meta.grad = std::make_shared<Tensor>(std::move(copy));
+      else meta.grad = std::make_shared<Tensor>(meta.grad->add(copy));
     }
     return Tensor();
   }});
@@ -146,8 +146,7 @@ int Tensor::register_hook(TensorHook hook) {
     std::lock_guard<std::mutex> lock(m.mu);
     m.hooks.emplace_back(id, std::move(hook));
   } else {
-    std::lock_guard<std::mutex> lock(m.grad_fn->hooks_mu);
-    m.grad_fn->output_hooks.push_back({id, m.output_nr, std::move(hook)});
+    m.grad_fn->add_output_hook({id, m.output_nr, std::move(hook)});
   }
   return id;
 }
@@ -159,10 +158,8 @@ void Tensor::remove_hook(int handle) {
     std::erase_if(m.hooks, [&](auto& h) { return h.first == handle; });
     std::erase_if(m.post_accumulate_hooks, [&](auto& h) { return h.first == handle; });
   }
-  if (m.grad_fn) {
-    std::lock_guard<std::mutex> lock(m.grad_fn->hooks_mu);
-    std::erase_if(m.grad_fn->output_hooks, [&](auto& h) { return h.id == handle; });
-  }
+  // Handles are per tensor: another output of the same node may use the same number.
+  if (m.grad_fn && handle != autograd::Node::kRetainGradHook) m.grad_fn->remove_output_hooks(handle, m.output_nr);
 }
 
 int Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) {

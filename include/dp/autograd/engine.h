@@ -5,14 +5,27 @@
 namespace dp::autograd {
 
 // Computes gradients of `roots` (with incoming `grad_roots`; undefined = ones for scalars) and
-// accumulates them into the leaves. Each node runs on its device's worker (host nodes in the
-// calling thread), so the backward passes of replicas on different devices run in parallel.
-// The order is iterative (no recursion), so graphs of any depth work.
+// accumulates them into the leaves' .grad.
+//
+// Where nodes run: each node on its device's worker (cpu:i), so the backward passes of replicas on
+// different devices run in parallel; host ("cpu") nodes run in the calling thread. Called from a
+// worker (a node's backward, or a task submitted to a worker), the nodes of that worker's own
+// device run in the calling thread too, and the caller keeps serving its worker's queue while it
+// waits, so re-entrant backward does not deadlock.
+//
+// Every node runs with grad mode = create_graph on whatever thread runs it. Without retain_graph
+// (create_graph implies it) the nodes' saved state is freed as they run, and running them again
+// throws PyTorch's "Trying to backward through the graph a second time..." AutogradError.
+// An exception thrown in any node is re-thrown here once the nodes already started have finished;
+// no node runs after it. Backward calls from several threads may run at once, on disjoint graphs
+// or on one shared graph (with retain_graph): leaf accumulation is locked.
+// The traversal is iterative (no recursion), so graphs of any depth work.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots = {},
               bool retain_graph = false, bool create_graph = false);
 
-// Returns d(outputs)/d(inputs) without touching .grad (torch.autograd.grad). With allow_unused,
-// inputs the outputs do not depend on give undefined tensors; otherwise that is an error.
+// Returns d(outputs)/d(inputs) without touching .grad (torch.autograd.grad): only the nodes on a
+// path from the outputs to an input run. With allow_unused, inputs the outputs do not depend on
+// give undefined tensors; otherwise that is an AutogradError naming the input.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool create_graph = false, bool allow_unused = false);

@@ -13,8 +13,11 @@
 //   }
 //
 // The backward callable receives one gradient per output and returns one per input (undefined
-// for inputs that need none). It is run with grad mode = create_graph, so backward formulas
-// written with dp ops are themselves differentiable.
+// for inputs that need none), each with that input's shape and device (the engine checks and
+// reports a mismatch with the node's name; a different dtype is converted). It is run with grad
+// mode = create_graph, so backward formulas written with dp ops are themselves differentiable;
+// under create_graph, saved.unpack() of a saved output returns it with its history (this node), so
+// formulas that use the op's own output differentiate correctly a second time.
 #include <initializer_list>
 #include <memory>
 #include <string>

@@ -32,18 +32,24 @@ struct TensorMeta {
 class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
-  virtual ~Node() = default;
+  // Destroying the last reference to a long chain of nodes releases it iteratively (a per-thread
+  // queue of nodes whose last owner was an edge), so a graph of any depth can be dropped.
+  virtual ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
   // Receives one gradient per forward output (undefined = none arrived, unless the node asks for
-  // zeros via materialize_grads) and returns one gradient per next edge (undefined = none).
+  // zeros via materialize_grads) and returns one gradient per next edge (undefined = none). Each
+  // returned gradient must have the shape and device of the tensor its edge leads to (the engine
+  // checks, and converts a differing dtype).
   virtual variable_list apply(variable_list&& grads) = 0;
   virtual std::string name() const = 0;
   // Frees saved tensors once the graph has been run without retain_graph.
   virtual void release_variables() {}
   // Leaves' AccumulateGrad returns its tensor; nullptr otherwise.
   virtual TensorImpl* accumulated_tensor() const { return nullptr; }
+  // True for AccumulateGrad (a flag, so the engine needs no RTTI or virtual call to tell).
+  bool is_accumulate_grad() const { return is_accumulate_grad_; }
 
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   std::vector<Edge>& mutable_next_edges() { return next_edges_; }
@@ -54,26 +60,41 @@ class Node : public std::enable_shared_from_this<Node> {
   // Device whose worker runs this node in backward.
   Device device() const { return device_; }
   void set_device(Device d) { device_ = d; }
+  // Creation order on the creating thread (as PyTorch's sequence numbers: per thread).
   uint64_t sequence_nr() const { return sequence_nr_; }
   // True: outputs that received no gradient are passed to apply() as zeros.
   bool materialize_grads = true;
   // Set once the graph has been run without retain_graph; running it again is an error.
   std::atomic<bool> released{false};
 
-  // Hooks on the gradient of one forward output (non-leaf tensor hooks and retain_grad).
+  // Hooks on the gradient of one forward output (non-leaf tensor hooks and retain_grad). A hook
+  // may return a replacement gradient (undefined = keep). In backward, a node's ordinary hooks run
+  // in registration order, then its retain_grad hooks, so .grad of a retained tensor sees the
+  // gradient after every hook (as in PyTorch).
   struct OutputHook {
-    int id;
+    int id;               // the tensor's handle; retain_grad hooks use kRetainGradHook
     uint32_t output_nr;
     std::function<Tensor(const Tensor&)> fn;
   };
-  std::vector<OutputHook> output_hooks;
-  std::mutex hooks_mu;
+  static constexpr int kRetainGradHook = -1;
+  void add_output_hook(OutputHook hook);
+  // Removes the hooks with this id on this output; returns them (rebase_history moves them).
+  std::vector<OutputHook> remove_output_hooks(int id, uint32_t output_nr);
+  bool has_output_hooks() const { return num_output_hooks_.load(std::memory_order_acquire) != 0; }
+  // Runs the hooks on `grads` (one per output) in the order above. Used by the engine.
+  void run_output_hooks(variable_list& grads);
+
+ protected:
+  bool is_accumulate_grad_ = false;
 
  private:
   std::vector<Edge> next_edges_;
   std::vector<TensorMeta> output_meta_;
   Device device_;
   uint64_t sequence_nr_;
+  std::mutex hooks_mu_;
+  std::vector<OutputHook> output_hooks_;
+  std::atomic<uint32_t> num_output_hooks_{0};
 };
 
 // A node whose backward is a callable (most ops): the callable captures what the op saved.
@@ -81,23 +102,34 @@ class FunctionNode : public Node {
  public:
   using BackwardFn = std::function<variable_list(variable_list&&)>;
   FunctionNode(std::string name, BackwardFn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  ~FunctionNode() override;
+  // Runs the callable; AutogradError (PyTorch's "backward through the graph a second time") once
+  // the saved state was released. Concurrent calls on one node (backward from several threads over
+  // a shared graph) are serialised against release_variables().
   variable_list apply(variable_list&& grads) override;
   std::string name() const override { return name_; }
-  void release_variables() override { fn_ = nullptr; }
+  void release_variables() override;
 
  private:
   std::string name_;
+  std::mutex mu_;
   BackwardFn fn_;
 };
 
 // Accumulates into a leaf's .grad, running its hooks before and its post-accumulate hooks after.
-class AccumulateGrad : public Node {
+// The first gradient is stolen when nothing else can see it and copied otherwise, so .grad never
+// aliases another tensor; later ones are added in place (out of place under create_graph).
+class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(Tensor variable);
   variable_list apply(variable_list&& grads) override;
+  // apply() for one gradient, without the vectors (the engine calls this directly).
+  void accumulate(Tensor g);
   std::string name() const override { return "AccumulateGrad"; }
   TensorImpl* accumulated_tensor() const override { return variable_.unsafe_impl(); }
   const Tensor& variable() const { return variable_; }
+  // Runs the leaf's tensor hooks on g (autograd::grad() runs them on a captured leaf gradient).
+  Tensor run_tensor_hooks(Tensor g) const;
 
  private:
   Tensor variable_;
@@ -108,5 +140,19 @@ class AccumulateGrad : public Node {
 Edge gradient_edge(const Tensor& t);
 // The leaf's AccumulateGrad node (created on first use, shared afterwards).
 std::shared_ptr<Node> grad_accumulator(const Tensor& t);
+
+// The node whose apply() the calling thread is running in backward (nullptr outside backward).
+// SavedVariable::unpack uses it to give a saved output its history back under create_graph.
+Node* current_node();
+class CurrentNodeGuard {
+ public:
+  explicit CurrentNodeGuard(Node* n);
+  ~CurrentNodeGuard();
+  CurrentNodeGuard(const CurrentNodeGuard&) = delete;
+  CurrentNodeGuard& operator=(const CurrentNodeGuard&) = delete;
+
+ private:
+  Node* prev_;
+};
 
 }  // namespace dp::autograd

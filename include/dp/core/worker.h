@@ -1,8 +1,11 @@
 #pragma once
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include "dp/core/device.h"
@@ -16,12 +19,19 @@ namespace dp {
 class Worker {
  public:
   explicit Worker(Device device);
-  ~Worker();  // drains the queue, then joins
+  // Drains the queue (every task queued before or while it drains, tasks may post more, still
+  // runs), then joins the thread. Must not run on the worker's own thread.
+  ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
   Device device() const { return device_; }
+  // Queues a task. A task should not throw (use submit() to get a result or an exception back);
+  // if one does, the worker survives, the exception is kept and unhandled_error() returns the first.
+  // Throws DeviceError once the worker's thread has finished (after destruction started and the
+  // queue drained).
   void post(std::function<void()> task);
+  // Queues f and returns a future for its result or exception.
   template <typename F>
   auto submit(F&& f) -> std::future<decltype(f())> {
     using R = decltype(f());
@@ -31,26 +41,35 @@ class Worker {
     return fut;
   }
   // True when called from this worker's own thread.
-  bool is_current() const { return std::this_thread::get_id() == thread_id_; }
+  bool is_current() const;
   // From the worker's own thread: run queued tasks until done() is true. done() is re-checked
-  // after every task and whenever notify() is called.
+  // after every task and whenever notify() is called, so a done() that becomes true in another
+  // thread must be followed by notify(). Throws DeviceError from any other thread.
   void run_until(const std::function<bool()>& done);
   // Wakes a run_until() waiting on this worker so it re-checks its condition.
   void notify();
+
+  // The first exception that escaped a post()ed task, or null.
+  std::exception_ptr unhandled_error() const;
 
   // The worker the calling thread belongs to, or nullptr for ordinary threads.
   static Worker* current();
 
  private:
   void loop();
+  // Pops the front task into `out` (under mu_). False if the queue is empty.
+  bool pop(std::function<void()>& out);
+  void run_task(std::function<void()>& task);
+
   Device device_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
-  bool stop_ = false;
+  bool stop_ = false;      // destruction started: drain, then exit
+  bool finished_ = false;  // the thread has left its loop: nothing posted now would run
   uint64_t wake_epoch_ = 0;
+  std::exception_ptr unhandled_;
   std::thread thread_;
-  std::thread::id thread_id_;
 };
 
 }  // namespace dp

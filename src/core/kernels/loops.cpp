@@ -4,13 +4,13 @@
 
 namespace dp::kernels {
 
-ElementwiseIter::ElementwiseIter(const std::vector<const Tensor*>& operands, IntArrayRef shape) {
-  nt_ = static_cast<int>(operands.size());
+void ElementwiseIter::init(const Tensor* const* operands, int n, IntArrayRef shape) {
+  nt_ = n;
   DP_CHECK(nt_ >= 1 && nt_ <= kMaxOperands, ValueError, "ElementwiseIter: 1 to ", kMaxOperands, " operands supported, got ", nt_);
   const int nd = static_cast<int>(shape.size());
   numel_ = numel_of(shape);
   // Byte strides of each operand in the iteration shape (0 where broadcast).
-  std::array<std::vector<int64_t>, kMaxOperands> st;
+  std::array<SmallVector<int64_t, 6>, kMaxOperands> st;
   for (int k = 0; k < nt_; ++k) {
     const Tensor& t = *operands[k];
     const int td = static_cast<int>(t.dim());
@@ -27,8 +27,8 @@ ElementwiseIter::ElementwiseIter(const std::vector<const Tensor*>& operands, Int
   }
   // Drop size-1 dims, then merge neighbours d, d+1 when stride[d] == stride[d+1] * size[d+1] for
   // every operand (they then walk memory as one dimension).
-  std::vector<int64_t> sh;
-  std::array<std::vector<int64_t>, kMaxOperands> cs;
+  SmallVector<int64_t, 6> sh;
+  std::array<SmallVector<int64_t, 6>, kMaxOperands> cs;
   for (int d = 0; d < nd; ++d) {
     if (shape[d] == 1) continue;
     if (!sh.empty()) {
@@ -43,8 +43,8 @@ ElementwiseIter::ElementwiseIter(const std::vector<const Tensor*>& operands, Int
     sh.push_back(shape[d]);
     for (int k = 0; k < nt_; ++k) cs[k].push_back(st[k][d]);
   }
-  shape_ = std::move(sh);
-  for (int k = 0; k < nt_; ++k) strides_[k] = std::move(cs[k]);
+  shape_ = sh;
+  for (int k = 0; k < nt_; ++k) strides_[k] = cs[k];
 }
 
 void copy_kernel(const Tensor& dst, const Tensor& src) {

@@ -6,9 +6,11 @@
 // by the CUDA backend.
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <tuple>
 #include <utility>
 #include <vector>
+#include "dp/core/small_vector.h"
 #include "dp/core/tensor.h"
 #include "core/kernels/dispatch.h"
 
@@ -19,7 +21,8 @@ constexpr int kMaxOperands = 5;
 class ElementwiseIter {
  public:
   // operands[0] is the output; inputs are broadcast to `shape` (output's sizes).
-  ElementwiseIter(const std::vector<const Tensor*>& operands, IntArrayRef shape);
+  ElementwiseIter(std::initializer_list<const Tensor*> operands, IntArrayRef shape) { init(operands.begin(), static_cast<int>(operands.size()), shape); }
+  ElementwiseIter(const std::vector<const Tensor*>& operands, IntArrayRef shape) { init(operands.data(), static_cast<int>(operands.size()), shape); }
   // Calls f(char** ptrs, const int64_t* inner_strides_bytes, int64_t n) for each run of the
   // innermost dimension, or for several disjoint ranges in parallel when `grain` allows.
   template <typename F>
@@ -28,10 +31,11 @@ class ElementwiseIter {
   int ntensors() const { return nt_; }
 
  private:
+  void init(const Tensor* const* operands, int n, IntArrayRef shape);
   int nt_;
   int64_t numel_;
-  std::vector<int64_t> shape_;                         // coalesced, innermost last
-  std::array<std::vector<int64_t>, kMaxOperands> strides_;  // bytes, per operand per dim
+  SmallVector<int64_t, 6> shape_;                              // coalesced, innermost last
+  std::array<SmallVector<int64_t, 6>, kMaxOperands> strides_;  // bytes, per operand per dim
   std::array<char*, kMaxOperands> base_{};
 };
 
@@ -47,7 +51,7 @@ void ElementwiseIter::for_each(F&& f) const {
     f(ptrs.data(), inner.data(), n);
     return;
   }
-  std::vector<int64_t> idx(nd - 1, 0);
+  SmallVector<int64_t, 6> idx(nd - 1, 0);
   for (;;) {
     f(ptrs.data(), inner.data(), n);
     int d = nd - 2;

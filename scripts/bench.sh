@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds the benchmarks (Release, -march=native) and runs the kernel benchmark against PyTorch:
+# prints the table, writes bench/results/kernels.json and the table in docs/benchmarks.md.
+#
+#   bash scripts/bench.sh                 # 1 thread, then nproc threads; dparallel and PyTorch alike
+#   bash scripts/bench.sh --threads 2     # arguments go to bench_kernels (see --help)
+#
+# Run it on a quiet machine: other work running at the same time shows up in the max column first.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$DP_ROOT"
+BUILD_DIR=${DP_BUILD_DIR:-build}
+
+dp_install_deps
+dp_build "$BUILD_DIR" -DDP_BUILD_BENCH=ON -- bench_kernels
+threads=1
+[[ $(nproc) -gt 1 ]] && threads="1,$(nproc)"
+"$BUILD_DIR/bench/bench_kernels" --threads "$threads" --root "$DP_ROOT" "$@"

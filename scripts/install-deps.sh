@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that dparallel's build, tests and tools need. Idempotent: when every
+# package is already installed (checked with dpkg-query) it makes no apt call at all.
+#
+#   bash scripts/install-deps.sh          # install what is missing
+#   bash scripts/install-deps.sh --check  # only report what is missing (exit 1 if anything is)
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache   # compiler, build system, compiler cache
+  libopenblas-dev                            # GEMM
+  libgtest-dev googletest                    # tests
+  libbenchmark-dev                           # micro-benchmarks
+  nlohmann-json3-dev                         # golden files, benchmark results
+  zlib1g-dev libfmt-dev libcli11-dev         # checkpoints, formatting, command lines
+  python3-torch                              # PyTorch oracle: benchmarks and golden regeneration (tests need no Python)
+  dataset-fashion-mnist                      # training data for the examples
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
+  [[ "$status" == ii* ]] || missing+=("$p")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages are installed"
+  exit 0
+fi
+echo "install-deps: missing: ${missing[*]}"
+[[ "${1:-}" == "--check" ]] && exit 1
+
+if [[ $(id -u) -eq 0 ]]; then
+  SUDO=()
+elif command -v sudo >/dev/null 2>&1; then
+  SUDO=(sudo)
+else
+  echo "install-deps: not root and sudo is not available; install as root: apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "install-deps: installed ${missing[*]}"

@@ -1,0 +1,45 @@
+#pragma once
+// The only door to OpenBLAS (the one file that includes cblas.h is blas.cpp). Every call goes
+// through a process-wide thread policy; see blas.cpp for the reasoning.
+//
+//   - A call from a device worker thread (Worker::current() != nullptr) always runs with one
+//     OpenBLAS thread, so replicas on cpu:0 … cpu:N-1 each keep to their own core and never share
+//     OpenBLAS's thread pool. Such calls run concurrently with each other.
+//   - A call from any other thread (the host) runs with host_threads() OpenBLAS threads (default:
+//     OpenBLAS's own default, i.e. OPENBLAS_NUM_THREADS or all cores; dp::set_num_threads changes
+//     it). A multi-threaded call runs alone: it waits until no other BLAS call is in flight and
+//     holds the others off until it returns.
+//
+// Matrices are row-major. trans = the operand is stored transposed (its memory holds op(X)^T
+// row-major, leading dimension ld), which is how a transposed view (x.t()) is passed without a copy.
+#include <cstdint>
+
+namespace dp::kernels::blas {
+
+// C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C. With beta == 0, C need not be initialised.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+          const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
+// `count` GEMMs of one shape under one policy decision: C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i].
+void gemm_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* const* a, int64_t lda,
+                  const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc, int64_t count);
+void gemm_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* const* a, int64_t lda,
+                  const double* const* b, int64_t ldb, double beta, double* const* c, int64_t ldc, int64_t count);
+
+// sum_i x[i*incx] * y[i*incy] (incx, incy >= 1).
+float dot(int64_t n, const float* x, int64_t incx, const float* y, int64_t incy);
+double dot(int64_t n, const double* x, int64_t incx, const double* y, int64_t incy);
+
+// OpenBLAS threads used by a call from a host (non-worker) thread. n >= 1.
+void set_host_threads(int n);
+int host_threads();
+// Threads a large BLAS call made by the calling thread would use now (1 on a device worker).
+int threads_for_current_thread();
+// The thread count OpenBLAS is currently set to (what its last setter chose).
+int openblas_threads();
+// How many times this process changed OpenBLAS's thread count through the policy (for tests).
+int64_t thread_switches();
+
+}  // namespace dp::kernels::blas

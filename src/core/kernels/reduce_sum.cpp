@@ -1,0 +1,86 @@
+// sum and mean kernels. Floating inputs accumulate in double (float32 sums of millions of elements
+// stay exact to float rounding); integer and bool inputs accumulate in int64.
+#include "core/kernels/reduce.h"
+
+namespace dp::kernels {
+namespace {
+
+template <typename T> using sum_acc_t = std::conditional_t<is_float_v<T>, double, int64_t>;
+
+// Sum of n contiguous elements with 16 independent accumulators (vectorised), combined pairwise.
+template <typename A, typename T>
+inline A sum_row(const T* p, int64_t n) {
+  A s[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) s[k] += convert<A>(p[i + k]);
+  A tail = 0;
+  for (; i < n; ++i) tail += convert<A>(p[i]);
+  for (int w = 8; w > 0; w >>= 1)
+    for (int k = 0; k < w; ++k) s[k] += s[k + w];
+  return s[0] + tail;
+}
+
+template <typename T, typename O>
+struct SumOp : ReduceOpBase<SumOp<T, O>, T, sum_acc_t<T>> {
+  using A = sum_acc_t<T>;
+  O* out;
+  double divisor;  // 1 for sum, N for mean
+  A identity() const { return A(0); }
+  A step(A a, T v, int64_t) const { return a + convert<A>(v); }
+  A combine(A a, A b) const { return a + b; }
+  A row(const T* p, int64_t n, int64_t) const { return sum_row<A>(p, n); }
+  // Four rows per pass over the accumulators (a quarter of their loads and stores).
+  void accumulate(A* a, const T* q, int64_t rs, int64_t rows, int64_t n, int64_t) const {
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+      const T* q0 = q + r * rs;
+      const T* q1 = q0 + rs;
+      const T* q2 = q1 + rs;
+      const T* q3 = q2 + rs;
+      for (int64_t j = 0; j < n; ++j)
+        a[j] += (convert<A>(q0[j]) + convert<A>(q1[j])) + (convert<A>(q2[j]) + convert<A>(q3[j]));
+    }
+    for (; r < rows; ++r) {
+      const T* qr = q + r * rs;
+      for (int64_t j = 0; j < n; ++j) a[j] += convert<A>(qr[j]);
+    }
+  }
+  void store(A a, int64_t o) const {
+    if constexpr (std::is_same_v<A, double>) out[o] = convert<O>(a / divisor);
+    else out[o] = convert<O>(a);
+  }
+};
+
+template <typename T, typename O>
+void run_sum(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, double divisor) {
+  ReducePlan plan = make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
+  SumOp<T, O> op;
+  op.out = out.data_ptr<O>();
+  op.divisor = divisor;
+  run_reduce<T>(plan, in.numel() ? static_cast<const T*>(in.data_ptr()) : nullptr, op);
+}
+
+}  // namespace
+
+void sum_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
+  dispatch_all(in.dtype(), "sum", [&]<typename T>() {
+    if constexpr (is_float_v<T>) {
+      DP_CHECK(out.dtype() == in.dtype(), DTypeError, "sum: internal dtype mismatch");
+      run_sum<T, T>(out, in, reduced, keepdim, 1.0);
+    } else {
+      DP_CHECK(out.dtype() == kInt64, DTypeError, "sum: internal dtype mismatch");
+      run_sum<T, int64_t>(out, in, reduced, keepdim, 1.0);
+    }
+  });
+}
+
+void mean_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
+  int64_t n = 1;
+  for (int64_t d = 0; d < in.dim(); ++d)
+    if (reduced[d]) n *= in.sizes()[d];
+  // 0 / 0 = nan for an empty reduction, as in PyTorch.
+  dispatch_floating(in.dtype(), "mean", [&]<typename T>() { run_sum<T, T>(out, in, reduced, keepdim, static_cast<double>(n)); });
+}
+
+}  // namespace dp::kernels

@@ -1,0 +1,157 @@
+#pragma once
+// Vectorised building blocks of the softmax family and logsumexp: exp for float32 (AVX2 + FMA when
+// the build targets them, a scalar twin otherwise), row max / sum / dot with several accumulators.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+namespace dp::kernels {
+
+// exp(x) = 2^n * 2^f with n = round(x log2 e) and f in [-1/2, 1/2], 2^f by Cephes' exp2f polynomial:
+// under 1 ulp for x in [-87.33, 88]. Softmax only needs x <= 0. x < -87.33 (including -inf) gives 0
+// (denormal results are flushed); NaN gives NaN.
+constexpr float kExpLo = -87.3365478515625f;
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLog2eLo = 1.925963033500011e-08f;  // log2(e) - kLog2e
+constexpr float kRound = 12582912.0f + 127.0f;     // 1.5 * 2^23 (rounds to an integer) + the exponent bias
+constexpr float kP0 = 1.535336188319500e-4f, kP1 = 1.339887440266574e-3f, kP2 = 9.618437357674640e-3f,
+                kP3 = 5.550332471162809e-2f, kP4 = 2.402264791363012e-1f, kP5 = 6.931472028550421e-1f;
+
+inline float exp_f32(float x) {
+  if (x != x) return x;
+  if (x < kExpLo) return 0.0f;
+  const float t = std::fma(x, kLog2e, kRound);  // its low mantissa bits hold n + 127
+  const float n = t - kRound;
+  const float f = std::fma(x, kLog2eLo, std::fma(x, kLog2e, -n));
+  float p = std::fma(kP0, f, kP1);
+  p = std::fma(p, f, kP2);
+  p = std::fma(p, f, kP3);
+  p = std::fma(p, f, kP4);
+  p = std::fma(p, f, kP5);
+  p = std::fma(p, f, 1.0f);
+  return p * std::bit_cast<float>(std::bit_cast<int32_t>(t) << 23);
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+// Eight lanes of exp_f32 (the compiler does not vectorise it by itself: its tests are branches
+// under the default -ftrapping-math).
+inline __m256 exp_f32x8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(kExpLo);
+  const __m256 round = _mm256_set1_ps(kRound);
+  const __m256 xc = _mm256_max_ps(lo, x);  // NaN stays NaN (max returns its second operand)
+  const __m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(kLog2e), round);
+  const __m256 n = _mm256_sub_ps(t, round);
+  __m256 f = _mm256_fmsub_ps(xc, _mm256_set1_ps(kLog2e), n);
+  f = _mm256_fmadd_ps(xc, _mm256_set1_ps(kLog2eLo), f);
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(kP0), f, _mm256_set1_ps(kP1));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kP2));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kP3));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kP4));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kP5));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23));  // 2^n
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_mul_ps(p, scale));
+}
+#endif
+
+// Largest element (NaN elements may be skipped: callers get NaN through the arithmetic anyway).
+template <typename T>
+inline T row_max(const T* p, int64_t n) {
+  int64_t i = 0;
+  T m = -std::numeric_limits<T>::infinity();
+  if constexpr (std::is_same_v<T, float>) {
+#if defined(__AVX2__)
+    __m256 s0 = _mm256_set1_ps(m), s1 = s0, s2 = s0, s3 = s0;
+    for (; i + 32 <= n; i += 32) {
+      s0 = _mm256_max_ps(s0, _mm256_loadu_ps(p + i));
+      s1 = _mm256_max_ps(s1, _mm256_loadu_ps(p + i + 8));
+      s2 = _mm256_max_ps(s2, _mm256_loadu_ps(p + i + 16));
+      s3 = _mm256_max_ps(s3, _mm256_loadu_ps(p + i + 24));
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, _mm256_max_ps(_mm256_max_ps(s0, s1), _mm256_max_ps(s2, s3)));
+    for (int k = 0; k < 8; ++k) m = std::max(m, lanes[k]);
+#endif
+  } else {
+    T s[16];
+    for (int k = 0; k < 16; ++k) s[k] = m;
+    for (; i + 16 <= n; i += 16)
+      for (int k = 0; k < 16; ++k) s[k] = std::max(s[k], p[i + k]);
+    for (int k = 0; k < 16; ++k) m = std::max(m, s[k]);
+  }
+  for (; i < n; ++i) m = std::max(m, p[i]);
+  return m;
+}
+
+template <typename T>
+inline T row_sum(const T* p, int64_t n) {
+  T s[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) s[k] += p[i + k];
+  T t = 0;
+  for (; i < n; ++i) t += p[i];
+  for (int w = 8; w > 0; w >>= 1)
+    for (int k = 0; k < w; ++k) s[k] += s[k + w];
+  return s[0] + t;
+}
+
+template <typename T>
+inline T row_dot(const T* a, const T* b, int64_t n) {
+  T s[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) s[k] += a[i + k] * b[i + k];
+  T t = 0;
+  for (; i < n; ++i) t += a[i] * b[i];
+  for (int w = 8; w > 0; w >>= 1)
+    for (int k = 0; k < w; ++k) s[k] += s[k + w];
+  return s[0] + t;
+}
+
+// out[j] = exp(a[j] - b[j]) (b per element) or exp(a[j] - bs) (b null); returns the sum of the
+// out[j] when Sum (accumulated in T over 16 lanes). out may alias a.
+template <typename T, bool Sum>
+inline T exp_diff(const T* a, const T* b, T bs, T* out, int64_t n) {
+  int64_t j = 0;
+  T total = 0;
+  if constexpr (std::is_same_v<T, float>) {
+#if defined(__AVX2__) && defined(__FMA__)
+    const __m256 vs = _mm256_set1_ps(bs);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; j + 16 <= n; j += 16) {
+      const __m256 b0 = b ? _mm256_loadu_ps(b + j) : vs;
+      const __m256 b1 = b ? _mm256_loadu_ps(b + j + 8) : vs;
+      const __m256 e0 = exp_f32x8(_mm256_sub_ps(_mm256_loadu_ps(a + j), b0));
+      const __m256 e1 = exp_f32x8(_mm256_sub_ps(_mm256_loadu_ps(a + j + 8), b1));
+      _mm256_storeu_ps(out + j, e0);
+      _mm256_storeu_ps(out + j + 8, e1);
+      if constexpr (Sum) {
+        acc0 = _mm256_add_ps(acc0, e0);
+        acc1 = _mm256_add_ps(acc1, e1);
+      }
+    }
+    if constexpr (Sum) {
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, _mm256_add_ps(acc0, acc1));
+      total = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    }
+#endif
+    for (; j < n; ++j) {
+      out[j] = exp_f32(a[j] - (b ? b[j] : bs));
+      if constexpr (Sum) total += out[j];
+    }
+  } else {
+    for (; j < n; ++j) out[j] = std::exp(a[j] - (b ? b[j] : bs));
+    if constexpr (Sum) total = row_sum(out, n);
+  }
+  return total;
+}
+
+}  // namespace dp::kernels

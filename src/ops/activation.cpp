@@ -1,0 +1,190 @@
+// Activations: relu, sigmoid, tanh, gelu (erf and tanh forms), silu, softplus.
+//
+// Backward: a plain backward (grad mode off, the usual case) runs one fused kernel
+// g * f'(x); a differentiable backward (create_graph) writes the same formula with dp ops so it
+// can be differentiated again.
+#include <cmath>
+#include <string>
+#include "core/kernels/elementwise_common.h"
+#include "core/kernels/elementwise_kernels.h"
+
+namespace dp {
+namespace kernels {
+
+void activation_backward_kernel(ActGrad op, const Tensor& out, const Tensor& g, const Tensor& xy) {
+  dispatch_floating(out.dtype(), "activation_backward", [&]<typename T>() {
+    using M = opmath_t<T>;
+    switch (op) {
+      case ActGrad::ReluFromOut:
+        launch<T, T, T>(out, [](T d, T y) { return om(y) > M(0) ? d : st<T>(M(0)); }, g, xy);
+        return;
+      case ActGrad::SigmoidFromOut:
+        launch<T, T, T>(out, [](T d, T y) { return st<T>(om(d) * om(y) * (M(1) - om(y))); }, g, xy);
+        return;
+      case ActGrad::TanhFromOut:
+        launch<T, T, T>(out, [](T d, T y) { return st<T>(om(d) * (M(1) - om(y) * om(y))); }, g, xy);
+        return;
+      case ActGrad::Gelu:
+        launch<T, T, T>(out, [](T d, T x) { return st<T>(om(d) * gelu_grad_f(om(x))); }, g, xy);
+        return;
+      case ActGrad::GeluTanh:
+        launch<T, T, T>(out, [](T d, T x) { return st<T>(om(d) * gelu_tanh_grad_f(om(x))); }, g, xy);
+        return;
+      case ActGrad::Silu:
+        launch<T, T, T>(out, [](T d, T x) { return st<T>(om(d) * silu_grad_f(om(x))); }, g, xy);
+        return;
+      case ActGrad::Softplus:
+        launch<T, T, T>(out, [](T d, T x) { return st<T>(om(d) * softplus_grad_f(om(x))); }, g, xy);
+        return;
+    }
+  });
+}
+
+}  // namespace kernels
+
+using autograd::Node;
+using autograd::variable_list;
+using autograd::SavedVariable;
+using kernels::ActGrad;
+using kernels::UnaryOp;
+using ops::record;
+using ops::unpack_output;
+
+namespace {
+
+// The fused first-order backward applies when nothing needs differentiating again and the
+// gradient has the dtype the kernel expects.
+bool use_fused(const Tensor& g, const Tensor& xy) {
+  return !GradMode::is_enabled() && g.dtype() == xy.dtype() && is_floating_point(g.dtype());
+}
+
+Tensor fused_backward(ActGrad op, const Tensor& g, const Tensor& xy) {
+  Tensor out = ops::new_output(xy.sizes(), xy.dtype(), xy.device());
+  kernels::activation_backward_kernel(op, out, g, xy);
+  return out;
+}
+
+Tensor activation(const char* op, UnaryOp k, const Tensor& a, bool floating_only) {
+  ops::check_input(op, a);
+  DType ct = a.dtype();
+  if (floating_only) {
+    DP_CHECK(is_floating_point(ct), DTypeError, op, ": not implemented for ", dtype_name(ct), " tensors (floating point only)");
+  } else {
+    ct = ops::to_float_dtype(ct);
+  }
+  Tensor out = ops::new_output(a.sizes(), ct, a.device());
+  kernels::unary_kernel(k, out, ops::to_dtype(a, ct));
+  return out;
+}
+
+// Phi(x), the standard normal CDF, differentiable (d/dx = phi(x), written with dp ops) so that
+// gelu's derivative Phi(x) + x phi(x) can be differentiated again.
+Tensor phi(const Tensor& x) { return dp::mul(dp::exp(dp::mul(dp::square(x), -0.5)), kernels::kInvSqrt2Pi<double>); }
+
+Tensor normal_cdf(const Tensor& x) {
+  Tensor out = ops::new_output(x.sizes(), x.dtype(), x.device());
+  kernels::dispatch_floating(x.dtype(), "gelu_backward", [&]<typename T>() {
+    using M = kernels::opmath_t<T>;
+    kernels::launch<T, T>(out, [](T v) { return kernels::st<T>(M(0.5) * (M(1) + kernels::m_erf(kernels::om(v) * kernels::kSqrt1_2<M>))); }, x);
+  });
+  if (autograd::needs_grad(x)) {
+    record("NormalCdfBackward0", {&x}, out, [sx = SavedVariable(x, false)](Node& n, const Tensor& g) {
+      return variable_list{dp::mul(g, phi(sx.unpack(&n)))};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor relu(const Tensor& a) {
+  ops::check_input("relu", a);
+  DP_CHECK(a.dtype() != kBool, DTypeError, "relu: Boolean inputs not supported for relu");
+  Tensor out = ops::new_output(a.sizes(), a.dtype(), a.device());
+  kernels::unary_kernel(UnaryOp::Relu, out, a);
+  if (autograd::needs_grad(a)) {
+    record("ReluBackward0", {&a}, out, [so = SavedVariable(out, true)](Node& n, const Tensor& g) {
+      Tensor y = so.unpack(&n);
+      if (use_fused(g, y)) return variable_list{fused_backward(ActGrad::ReluFromOut, g, y)};
+      return variable_list{dp::where(dp::gt(y, 0), g, 0)};  // gradient 0 at 0, as PyTorch
+    });
+  }
+  return out;
+}
+
+Tensor sigmoid(const Tensor& a) {
+  Tensor out = activation("sigmoid", UnaryOp::Sigmoid, a, false);
+  if (autograd::needs_grad(a)) {
+    record("SigmoidBackward0", {&a}, out, [so = SavedVariable(out, true)](Node& n, const Tensor& g) {
+      Tensor y = unpack_output(so, n);
+      if (use_fused(g, y)) return variable_list{fused_backward(ActGrad::SigmoidFromOut, g, y)};
+      return variable_list{dp::mul(g, dp::mul(y, dp::rsub(y, 1)))};
+    });
+  }
+  return out;
+}
+
+Tensor tanh(const Tensor& a) {
+  Tensor out = activation("tanh", UnaryOp::Tanh, a, false);
+  if (autograd::needs_grad(a)) {
+    record("TanhBackward0", {&a}, out, [so = SavedVariable(out, true)](Node& n, const Tensor& g) {
+      Tensor y = unpack_output(so, n);
+      if (use_fused(g, y)) return variable_list{fused_backward(ActGrad::TanhFromOut, g, y)};
+      return variable_list{dp::mul(g, dp::rsub(dp::mul(y, y), 1))};
+    });
+  }
+  return out;
+}
+
+Tensor gelu(const Tensor& a, const std::string& approximate) {
+  DP_CHECK(approximate == "none" || approximate == "tanh", ValueError, "gelu: approximate argument must be either none or tanh, got '",
+           approximate, "'");
+  const bool tanh_form = approximate == "tanh";
+  Tensor out = activation("gelu", tanh_form ? UnaryOp::GeluTanh : UnaryOp::Gelu, a, true);
+  if (autograd::needs_grad(a)) {
+    record("GeluBackward0", {&a}, out, [sa = SavedVariable(a, false), tanh_form](Node& n, const Tensor& g) {
+      Tensor x = sa.unpack(&n);
+      if (use_fused(g, x)) return variable_list{fused_backward(tanh_form ? ActGrad::GeluTanh : ActGrad::Gelu, g, x)};
+      Tensor d;
+      if (!tanh_form) {
+        d = dp::add(normal_cdf(x), dp::mul(x, phi(x)));  // Phi(x) + x phi(x)
+      } else {
+        const double k = kernels::kSqrt2OverPi<double>, c = kernels::kGeluC<double>;
+        Tensor x2 = dp::square(x);
+        Tensor t = dp::tanh(dp::mul(dp::add(x, dp::mul(dp::mul(x2, x), c)), k));
+        Tensor dinner = dp::mul(dp::add(dp::mul(x2, 3.0 * c), 1), k);
+        // 0.5 (1 + t) + 0.5 x (1 - t^2) dinner
+        d = dp::add(dp::mul(dp::add(t, 1), 0.5), dp::mul(dp::mul(x, dp::rsub(dp::square(t), 1)), dp::mul(dinner, 0.5)));
+      }
+      return variable_list{dp::mul(g, d)};
+    });
+  }
+  return out;
+}
+
+Tensor silu(const Tensor& a) {
+  Tensor out = activation("silu", UnaryOp::Silu, a, true);
+  if (autograd::needs_grad(a)) {
+    record("SiluBackward0", {&a}, out, [sa = SavedVariable(a, false)](Node& n, const Tensor& g) {
+      Tensor x = sa.unpack(&n);
+      if (use_fused(g, x)) return variable_list{fused_backward(ActGrad::Silu, g, x)};
+      Tensor s = dp::sigmoid(x);
+      return variable_list{dp::mul(g, dp::mul(s, dp::add(dp::mul(x, dp::rsub(s, 1)), 1)))};
+    });
+  }
+  return out;
+}
+
+Tensor softplus(const Tensor& a) {
+  Tensor out = activation("softplus", UnaryOp::Softplus, a, true);
+  if (autograd::needs_grad(a)) {
+    record("SoftplusBackward0", {&a}, out, [sa = SavedVariable(a, false)](Node& n, const Tensor& g) {
+      Tensor x = sa.unpack(&n);
+      if (use_fused(g, x)) return variable_list{fused_backward(ActGrad::Softplus, g, x)};
+      return variable_list{dp::where(dp::gt(x, 20), g, dp::mul(g, dp::sigmoid(x)))};
+    });
+  }
+  return out;
+}
+
+}  // namespace dp

@@ -1,0 +1,108 @@
+// Shared helpers of the element-wise ops: checks, conversion, output allocation, autograd glue.
+#include <sys/mman.h>
+#include <cstdint>
+#include "core/kernels/elementwise_common.h"
+
+namespace dp::ops {
+
+void check_input(const char* op, const Tensor& t) {
+  DP_CHECK(t.defined(), ValueError, op, ": input is an undefined tensor");
+  DP_CHECK(t.device().is_cpu(), NotImplementedError, op, ": no kernel for ", t.device().str(),
+           " tensors in this build (the element-wise kernels run on CPU devices)");
+}
+
+void check_binary(const char* op, const Tensor& a, const Tensor& b) {
+  check_input(op, a);
+  check_input(op, b);
+  if (a.device() != b.device()) check_same_device(op, {&a, &b});
+}
+
+Tensor new_output(IntArrayRef sizes, DType dtype, Device device) {
+  Tensor out = make_empty(sizes, dtype, device);
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  const size_t nbytes = out.nbytes();
+  if (nbytes >= 2 * kHuge) {
+    // Not yet touched: advising now lets the first write fault in 2 MiB pages instead of 4 KiB.
+    const uintptr_t p = reinterpret_cast<uintptr_t>(out.data_ptr());
+    const uintptr_t begin = (p + kHuge - 1) & ~(kHuge - 1);
+    const uintptr_t end = (p + nbytes) & ~(kHuge - 1);
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  }
+  return out;
+}
+
+Tensor zeros_of(IntArrayRef sizes, DType dtype, Device device) {
+  Tensor z = new_output(sizes, dtype, device);
+  kernels::fill_kernel(z, Scalar(0));
+  return z;
+}
+
+Tensor to_dtype(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor r = new_output(t.sizes(), dtype, t.device());
+  kernels::copy_kernel(r, t);
+  return r;
+}
+
+void check_inplace_shape(const char* op, const Tensor& self, const Tensor& other) {
+  if (other.sizes() == self.sizes()) return;
+  Shape b = broadcast_shapes(self.sizes(), other.sizes(), op);
+  DP_CHECK(IntArrayRef(b).equals(self.sizes()), ShapeError, op, ": output with shape ", self.size_str(),
+           " doesn't match the broadcast shape ", shape_str(b));
+}
+
+void check_no_internal_overlap(const char* op, const Tensor& self) {
+  for (int64_t d = 0; d < self.dim(); ++d)
+    DP_CHECK(!(self.strides()[d] == 0 && self.sizes()[d] > 1), ValueError, op,
+             ": unsupported operation: more than one element of the written-to tensor refers to a single memory location "
+             "(shape ", self.size_str(), ", an expanded tensor). Please clone() the tensor before performing the operation.");
+}
+
+namespace {
+// [first byte, one past the last byte] that t's elements span.
+std::pair<uintptr_t, uintptr_t> byte_range(const Tensor& t) {
+  uintptr_t lo = reinterpret_cast<uintptr_t>(t.data_ptr()), hi = lo;
+  const int64_t es = static_cast<int64_t>(t.element_size());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    int64_t span = (t.sizes()[d] - 1) * t.strides()[d] * es;
+    if (span >= 0) hi += span;
+    else lo += span;
+  }
+  return {lo, hi + es};
+}
+}  // namespace
+
+bool same_memory(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.numel() == 0 || b.numel() == 0) return false;
+  if (a.storage() != b.storage()) return false;
+  auto [alo, ahi] = byte_range(a);
+  auto [blo, bhi] = byte_range(b);
+  return alo < bhi && blo < ahi;
+}
+
+Tensor unaliased(const Tensor& self, const Tensor& t) {
+  if (!same_memory(self, t)) return t;
+  if (t.data_ptr() == self.data_ptr() && t.dtype() == self.dtype() && t.sizes() == self.sizes() && t.strides() == self.strides()) return t;
+  Tensor c = make_empty(t.sizes(), t.dtype(), t.device());
+  kernels::copy_kernel(c, t);
+  return c;
+}
+
+Tensor GradInfo::reduce(const Tensor& g) const {
+  if (!g.defined()) return g;
+  Tensor r = g.sizes() == sizes ? g : dp::sum_to(g, sizes);
+  if (r.dtype() != dtype) r = dp::to(r, r.device(), dtype);
+  return r;
+}
+
+Tensor unpack_output(const autograd::SavedVariable& saved, autograd::Node& node) {
+  // SavedVariable gives a saved output its node back as grad_fn under create_graph.
+  return saved.unpack(&node);
+}
+
+autograd::SavedVariable save_input(const Tensor& t, const Tensor* self) {
+  if (self && same_memory(*self, t)) return autograd::SavedVariable(dp::clone(t), false);
+  return autograd::SavedVariable(t, false);
+}
+
+}  // namespace dp::ops

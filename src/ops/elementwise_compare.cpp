@@ -1,0 +1,137 @@
+// Comparisons (bool results, computed in the promoted dtype), logical_not, equal, allclose.
+#include <cmath>
+#include "core/kernels/elementwise_common.h"
+#include "core/kernels/elementwise_kernels.h"
+
+namespace dp {
+namespace kernels {
+namespace {
+
+template <typename T, typename Fn>
+void compare_loop(CmpOp op, const Fn& run) {
+  switch (op) {
+    case CmpOp::Eq: run([](auto x, auto y) { return x == y; }); return;
+    case CmpOp::Ne: run([](auto x, auto y) { return x != y; }); return;
+    case CmpOp::Lt: run([](auto x, auto y) { return x < y; }); return;
+    case CmpOp::Le: run([](auto x, auto y) { return x <= y; }); return;
+    case CmpOp::Gt: run([](auto x, auto y) { return x > y; }); return;
+    case CmpOp::Ge: run([](auto x, auto y) { return x >= y; }); return;
+  }
+}
+
+const char* cmp_name(CmpOp op) {
+  switch (op) {
+    case CmpOp::Eq: return "eq";
+    case CmpOp::Ne: return "ne";
+    case CmpOp::Lt: return "lt";
+    case CmpOp::Le: return "le";
+    case CmpOp::Gt: return "gt";
+    case CmpOp::Ge: return "ge";
+  }
+  return "compare";
+}
+
+}  // namespace
+
+void compare_kernel(CmpOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  dispatch_all(a.dtype(), cmp_name(op), [&]<typename T>() {
+    compare_loop<T>(op, [&](auto cmp) {
+      launch<bool, T, T>(out, [cmp](T x, T y) { return cmp(om(x), om(y)); }, a, b);
+    });
+  });
+}
+
+void compare_scalar_kernel(CmpOp op, const Tensor& out, const Tensor& a, const Scalar& s) {
+  dispatch_all(a.dtype(), cmp_name(op), [&]<typename T>() {
+    const auto c = om(scalar_to<T>(s));
+    compare_loop<T>(op, [&](auto cmp) {
+      launch<bool, T>(out, [cmp, c](T x) { return cmp(om(x), c); }, a);
+    });
+  });
+}
+
+void logical_not_kernel(const Tensor& out, const Tensor& a) {
+  dispatch_all(a.dtype(), "logical_not", [&]<typename T>() {
+    launch<bool, T>(out, [](T x) { return !convert<bool>(x); }, a);
+  });
+}
+
+}  // namespace kernels
+
+namespace {
+
+Tensor compare(const char* op, kernels::CmpOp k, const Tensor& a, const Tensor& b) {
+  ops::check_binary(op, a, b);
+  const DType ct = result_type(a, b);
+  Tensor out = ops::new_output(ops::out_shape(a, b, op), kBool, a.device());
+  kernels::compare_kernel(k, out, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
+  return out;
+}
+
+Tensor compare(const char* op, kernels::CmpOp k, const Tensor& a, const Scalar& b) {
+  ops::check_input(op, a);
+  const DType ct = result_type(a, b);
+  Tensor out = ops::new_output(a.sizes(), kBool, a.device());
+  kernels::compare_scalar_kernel(k, out, ops::to_dtype(a, ct), b);
+  return out;
+}
+
+// True when every element of a fresh contiguous bool tensor is true.
+bool all_true(const Tensor& t) {
+  const bool* p = static_cast<const bool*>(t.data_ptr());
+  const int64_t n = t.numel();
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) ok &= p[i];
+  return ok;
+}
+
+}  // namespace
+
+Tensor eq(const Tensor& a, const Tensor& b) { return compare("eq", kernels::CmpOp::Eq, a, b); }
+Tensor eq(const Tensor& a, const Scalar& b) { return compare("eq", kernels::CmpOp::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare("ne", kernels::CmpOp::Ne, a, b); }
+Tensor ne(const Tensor& a, const Scalar& b) { return compare("ne", kernels::CmpOp::Ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare("lt", kernels::CmpOp::Lt, a, b); }
+Tensor lt(const Tensor& a, const Scalar& b) { return compare("lt", kernels::CmpOp::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare("le", kernels::CmpOp::Le, a, b); }
+Tensor le(const Tensor& a, const Scalar& b) { return compare("le", kernels::CmpOp::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare("gt", kernels::CmpOp::Gt, a, b); }
+Tensor gt(const Tensor& a, const Scalar& b) { return compare("gt", kernels::CmpOp::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare("ge", kernels::CmpOp::Ge, a, b); }
+Tensor ge(const Tensor& a, const Scalar& b) { return compare("ge", kernels::CmpOp::Ge, a, b); }
+
+Tensor logical_not(const Tensor& a) {
+  ops::check_input("logical_not", a);
+  Tensor out = ops::new_output(a.sizes(), kBool, a.device());
+  kernels::logical_not_kernel(out, a);
+  return out;
+}
+
+bool equal(const Tensor& a, const Tensor& b) {
+  ops::check_binary("equal", a, b);
+  if (a.sizes() != b.sizes()) return false;
+  const DType ct = result_type(a, b);
+  Tensor out = ops::new_output(a.sizes(), kBool, a.device());
+  kernels::compare_kernel(kernels::CmpOp::Eq, out, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
+  return all_true(out);
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  ops::check_binary("allclose", a, b);
+  DP_CHECK(a.dtype() == b.dtype(), DTypeError, "allclose: ", ops::torch_type_name(a.dtype()), " did not match ",
+           ops::torch_type_name(b.dtype()));
+  DP_CHECK(rtol >= 0, ValueError, "allclose: rtol must be greater than or equal to zero, but got ", rtol);
+  DP_CHECK(atol >= 0, ValueError, "allclose: atol must be greater than or equal to zero, but got ", atol);
+  Tensor out = ops::new_output(ops::out_shape(a, b, "allclose"), kBool, a.device());
+  kernels::dispatch_all(a.dtype(), "allclose", [&]<typename T>() {
+    kernels::launch<bool, T, T>(out, [rtol, atol](T x, T y) {
+      const double u = kernels::convert<double>(x), v = kernels::convert<double>(y);
+      if (u == v) return true;  // also equal infinities
+      const double err = std::fabs(u - v);
+      return std::isfinite(err) && err <= atol + std::fabs(rtol * v);
+    }, a, b);
+  });
+  return all_true(out);
+}
+
+}  // namespace dp

@@ -1,0 +1,502 @@
+// Indexing ops: index_select, gather, scatter_add(_), index_add(_), embedding, one_hot, masked_fill.
+//
+// Every index is read and bounds-checked before anything is written, so an out-of-range index is
+// an IndexError naming the op, the value and the valid range, and never a partial write or a
+// crash. Accumulating ops (scatter_add, index_add, embedding's backward) run serially, so repeated
+// indices add up exactly. Rows that are contiguous are moved with memcpy / a plain loop.
+#include "dp/ops/index.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "core/kernels/dispatch.h"
+#include "core/kernels/loops.h"
+#include "dp/autograd/function.h"
+#include "dp/ops/elementwise.h"
+#include "dp/ops/reduction.h"
+#include "dp/ops/shape.h"
+#include "ops/common.h"
+
+namespace dp {
+namespace {
+
+using autograd::SavedVariable;
+using autograd::variable_list;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers (no autograd).
+
+Tensor raw_view(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
+  return Tensor(std::make_shared<TensorImpl>(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype()));
+}
+
+Tensor raw_copy(const Tensor& t) {
+  Tensor c = make_empty(t.sizes(), t.dtype(), t.device());
+  kernels::copy_kernel(c, t);
+  return c;
+}
+
+Tensor raw_zeros(IntArrayRef sizes, DType dt, Device dev) {
+  Tensor z = make_empty(sizes, dt, dev);
+  kernels::fill_kernel(z, 0);
+  return z;
+}
+
+// A 0-dim tensor seen as [1] (kernels index a dimension).
+Tensor as_1d(const Tensor& t) { return t.dim() == 0 ? raw_view(t, {1}, {1}, t.storage_offset()) : t; }
+
+// t with dimension `dim` fixed at `i` (a view).
+Tensor raw_select(const Tensor& t, int64_t dim, int64_t i) {
+  Shape sz = t.sizes(), st = t.strides();
+  const int64_t off = t.storage_offset() + i * st[dim];
+  sz.erase(sz.begin() + dim);
+  st.erase(st.begin() + dim);
+  return raw_view(t, std::move(sz), std::move(st), off);
+}
+
+int64_t size_at(const Tensor& t, int64_t d) { return t.dim() == 0 ? 1 : t.sizes()[d]; }
+
+void check_inputs(const char* op, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) ops::check_defined(op, *t);
+  ops::check_same_device(op, ts);
+  for (const Tensor* t : ts) DP_CHECK(t->is_cpu(), NotImplementedError, op, ": not implemented for ", t->device().str(), " tensors");
+}
+
+void check_index_dtype(const char* op, const Tensor& index) {
+  DP_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, DTypeError, op, ": expected an int64 or int32 index tensor, got ",
+           dtype_name(index.dtype()), " ", index.size_str());
+}
+
+// Walks the positions of `sizes` in row-major order keeping one element offset per operand;
+// f(i, offsets) gets the linear position i.
+template <size_t N, typename F>
+void strided_walk(IntArrayRef sizes, const std::array<Shape, N>& strides, F&& f) {
+  const int64_t total = numel_of(sizes);
+  if (total == 0) return;
+  const int nd = static_cast<int>(sizes.size());
+  std::vector<int64_t> idx(nd, 0);
+  std::array<int64_t, N> off{};
+  for (int64_t i = 0; i < total; ++i) {
+    f(i, off);
+    for (int d = nd - 1; d >= 0; --d) {
+      if (++idx[d] < sizes[d]) {
+        for (size_t k = 0; k < N; ++k) off[k] += strides[k][d];
+        break;
+      }
+      for (size_t k = 0; k < N; ++k) off[k] -= strides[k][d] * (sizes[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+// The index values in row-major order of `index` (any layout), unchecked.
+std::vector<int64_t> read_index_values(const char* op, const Tensor& index) {
+  std::vector<int64_t> out(index.numel());
+  kernels::dispatch_index(index.dtype(), op, [&]<typename I>() {
+    const I* p = static_cast<const I*>(index.data_ptr());
+    strided_walk<1>(index.sizes(), {index.strides()}, [&](int64_t i, const std::array<int64_t, 1>& off) { out[i] = static_cast<int64_t>(p[off[0]]); });
+  });
+  return out;
+}
+
+[[noreturn]] void index_out_of_range(const char* op, int64_t v, int64_t dim, int64_t size) {
+  throw IndexError(detail::str(op, ": index ", v, " is out of bounds for dimension ", dim, " with size ", size,
+                               size > 0 ? detail::str(" (valid range [0, ", size - 1, "])") : std::string(" (the dimension is empty: no index is valid)")));
+}
+
+// Index values, each checked to lie in [0, size).
+std::vector<int64_t> read_indices(const char* op, const Tensor& index, int64_t dim, int64_t size) {
+  std::vector<int64_t> v = read_index_values(op, index);
+  for (int64_t x : v)
+    if (x < 0 || x >= size) index_out_of_range(op, x, dim, size);
+  return v;
+}
+
+template <typename T>
+inline T add_values(T x, T y) {
+  if constexpr (std::is_same_v<T, bool>) return x || y;
+  else if constexpr (kernels::is_reduced_float_v<T>) return T(static_cast<float>(x) + static_cast<float>(y));
+  else if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(x)) + static_cast<uint64_t>(static_cast<int64_t>(y)));
+  else return x + y;
+}
+
+template <typename T>
+T scalar_to(const Scalar& s) {
+  if (s.is_floating_point()) return kernels::convert<T>(s.to_double());
+  if (s.is_bool()) return kernels::convert<T>(s.to<bool>());
+  return kernels::convert<T>(s.to_int());
+}
+
+// Copies by element width (the ops that only move elements work for every dtype).
+template <typename F>
+void dispatch_width(size_t width, F&& f) {
+  switch (width) {
+    case 1: f.template operator()<uint8_t>(); return;
+    case 2: f.template operator()<uint16_t>(); return;
+    case 4: f.template operator()<uint32_t>(); return;
+    default: f.template operator()<uint64_t>(); return;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels.
+
+// out (contiguous, out.size(dim) == idx.size()) = a with dimension `dim` picked by idx.
+void index_select_kernel(const Tensor& out, const Tensor& a, int64_t dim, const std::vector<int64_t>& idx) {
+  if (out.numel() == 0) return;
+  const int64_t n = static_cast<int64_t>(idx.size()), S = a.size(dim);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= a.size(d);
+  for (int64_t d = dim + 1; d < a.dim(); ++d) inner *= a.size(d);
+  if (a.is_contiguous()) {
+    const size_t es = a.element_size(), row = static_cast<size_t>(inner) * es;
+    const char* src = static_cast<const char*>(a.data_ptr());
+    char* dst = static_cast<char*>(out.data_ptr());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < n; ++j) std::memcpy(dst + (o * n + j) * row, src + (o * S + idx[j]) * row, row);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) kernels::copy_kernel(raw_select(out, dim, j), raw_select(a, dim, idx[j]));
+}
+
+// self[..., idx[j], ...] += src[..., j, ...] along dim, serially.
+void index_add_kernel(const Tensor& self, int64_t dim, const std::vector<int64_t>& idx, const Tensor& src) {
+  if (src.numel() == 0) return;
+  const int64_t n = static_cast<int64_t>(idx.size()), S = self.size(dim);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= self.size(d);
+  for (int64_t d = dim + 1; d < self.dim(); ++d) inner *= self.size(d);
+  kernels::dispatch_all(self.dtype(), "index_add", [&]<typename T>() {
+    if (self.is_contiguous() && src.is_contiguous()) {
+      T* ps = static_cast<T*>(self.data_ptr());
+      const T* pr = static_cast<const T*>(src.data_ptr());
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t j = 0; j < n; ++j) {
+          T* d = ps + (o * S + idx[j]) * inner;
+          const T* s = pr + (o * n + j) * inner;
+          for (int64_t t = 0; t < inner; ++t) d[t] = add_values(d[t], s[t]);
+        }
+      return;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      Tensor d = raw_select(self, dim, idx[j]), s = raw_select(src, dim, j);
+      kernels::ElementwiseIter it({&d, &d, &s}, d.sizes());
+      kernels::cpu_kernel<T, T, T>(it, [](T x, T y) { return add_values(x, y); });
+    }
+  });
+}
+
+// Checks done by the callers: index.dim() == a.dim(), index.size(d) <= a.size(d) for d != dim,
+// index.size(d) <= out_shape[d]. out[p] = a[p with dim := index[p]] for p in index's extent;
+// zeros elsewhere in out_shape.
+Tensor gather_kernel(const char* op, const Tensor& a_in, int64_t dim, const Tensor& index_in, IntArrayRef out_shape) {
+  const Tensor a = as_1d(a_in), index = as_1d(index_in);
+  std::vector<int64_t> idx = read_indices(op, index, dim, a.size(dim));
+  Tensor out = make_empty(out_shape, a.dtype(), a.device());
+  if (!IntArrayRef(index_in.sizes()).equals(out_shape)) kernels::fill_kernel(out, 0);
+  const Tensor o1 = as_1d(out);
+  Shape a_st = a.strides();
+  const int64_t step = a_st[dim];
+  a_st[dim] = 0;
+  dispatch_width(a.element_size(), [&]<typename W>() {
+    const W* pa = static_cast<const W*>(a.data_ptr());
+    W* po = static_cast<W*>(o1.data_ptr());
+    strided_walk<2>(index.sizes(), {o1.strides(), a_st}, [&](int64_t i, const std::array<int64_t, 2>& off) { po[off[0]] = pa[off[1] + idx[i] * step]; });
+  });
+  return out;
+}
+
+// self[p with dim := index[p]] += src[p] for p in index's extent, serially.
+void scatter_add_kernel(const char* op, const Tensor& self_in, int64_t dim, const Tensor& index_in, const Tensor& src_in) {
+  const Tensor self = as_1d(self_in), index = as_1d(index_in), src = as_1d(src_in);
+  std::vector<int64_t> idx = read_indices(op, index, dim, self.size(dim));
+  Shape s_st = self.strides();
+  const int64_t step = s_st[dim];
+  s_st[dim] = 0;
+  kernels::dispatch_all(self.dtype(), op, [&]<typename T>() {
+    T* ps = static_cast<T*>(self.data_ptr());
+    const T* pr = static_cast<const T*>(src.data_ptr());
+    strided_walk<2>(index.sizes(), {s_st, src.strides()}, [&](int64_t i, const std::array<int64_t, 2>& off) {
+      T& d = ps[off[0] + idx[i] * step];
+      d = add_values(d, pr[off[1]]);
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Argument checks.
+
+int64_t check_scatter(const char* op, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_inputs(op, {&self, &index, &src});
+  check_index_dtype(op, index);
+  DP_CHECK(self.dtype() == src.dtype(), DTypeError, op, ": Expected self.dtype to be equal to src.dtype (got ", dtype_name(self.dtype()), " and ",
+           dtype_name(src.dtype()), ")");
+  DP_CHECK(index.dim() == self.dim() && src.dim() == self.dim(), ShapeError, op,
+           ": Index tensor must have the same number of dimensions as self and src tensors (got index ", index.size_str(), ", self ", self.size_str(),
+           ", src ", src.size_str(), ")");
+  dim = wrap_dim(dim, std::max<int64_t>(self.dim(), 1), op);
+  for (int64_t d = 0; d < std::max<int64_t>(self.dim(), 1); ++d) {
+    const bool ok = size_at(index, d) <= size_at(src, d) && (d == dim || size_at(index, d) <= size_at(self, d));
+    DP_CHECK(ok, ShapeError, op, ": Expected index ", index.size_str(), " to be smaller than self ", self.size_str(), " apart from dimension ", dim,
+             " and to be smaller size than src ", src.size_str());
+  }
+  return dim;
+}
+
+int64_t check_index_add(const char* op, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_inputs(op, {&self, &index, &src});
+  check_index_dtype(op, index);
+  DP_CHECK(index.dim() <= 1, IndexError, op, ": Index is supposed to be a vector, got a ", index.dim(), "-D tensor of shape ", index.size_str());
+  dim = wrap_dim(dim, std::max<int64_t>(self.dim(), 1), op);
+  DP_CHECK(self.dtype() == src.dtype(), DTypeError, op, ": self (", dtype_name(self.dtype()), ") and source (", dtype_name(src.dtype()),
+           ") must have the same scalar type");
+  bool same_slices = src.dim() == self.dim();
+  for (int64_t d = 0; same_slices && d < self.dim(); ++d) same_slices = d == dim || src.size(d) == self.size(d);
+  DP_CHECK(same_slices, ShapeError, op, ": source ", src.size_str(), " and self ", self.size_str(), " must have the same shape apart from dimension ",
+           dim);
+  DP_CHECK(index.numel() == size_at(src, dim), ShapeError, op, ": Number of indices (", index.numel(), ") should be equal to source.size(dim): (",
+           size_at(src, dim), "), for dim: ", dim);
+  return dim;
+}
+
+// The gradient of scatter_add w.r.t. src, src-shaped: g gathered over index's extent, zeros
+// beyond it (src may be larger than index). Differentiable: its backward scatters back.
+Tensor gather_padded(const char* op, const Tensor& g, int64_t dim, const Tensor& index, IntArrayRef out_shape);
+
+void record_gather(const Tensor& out, const Tensor& a, int64_t dim, const Tensor& index) {
+  if (!autograd::needs_grad(a)) return;
+  SavedVariable si(index, false);
+  Shape a_shape = a.sizes();
+  autograd::record("GatherBackward0", {a}, {out}, [si, dim, a_shape](variable_list&& g) {
+    Tensor z = raw_zeros(a_shape, g[0].dtype(), g[0].device());
+    return variable_list{dp::scatter_add(z, dim, si.unpack(), g[0])};
+  });
+}
+
+Tensor gather_padded(const char* op, const Tensor& g, int64_t dim, const Tensor& index, IntArrayRef out_shape) {
+  Tensor out = gather_kernel(op, g, dim, index, out_shape);
+  record_gather(out, g, dim, index);
+  return out;
+}
+
+// Both nodes of scatter_add / scatter_add_: self gets g, src gets g gathered.
+autograd::FunctionNode::BackwardFn scatter_add_backward(int64_t dim, const Tensor& index, const Shape& src_shape, bool g_self, bool g_src) {
+  SavedVariable si(index, false);
+  return [si, dim, src_shape, g_self, g_src](variable_list&& g) {
+    Tensor ds = g_self ? g[0] : Tensor();
+    Tensor dsrc = g_src ? gather_padded("scatter_add backward", g[0], dim, si.unpack(), src_shape) : Tensor();
+    return variable_list{ds, dsrc};
+  };
+}
+
+autograd::FunctionNode::BackwardFn index_add_backward(int64_t dim, const Tensor& index, bool g_self, bool g_src) {
+  SavedVariable si(index, false);
+  return [si, dim, g_self, g_src](variable_list&& g) {
+    Tensor ds = g_self ? g[0] : Tensor();
+    Tensor dsrc = g_src ? dp::index_select(g[0], dim, si.unpack()) : Tensor();
+    return variable_list{ds, dsrc};
+  };
+}
+
+// For in-place ops: self's new grad_fn takes (self's old history, src).
+void rebase_inplace(Tensor& self, const Tensor& src, const char* name, autograd::FunctionNode::BackwardFn fn) {
+  auto node = std::make_shared<autograd::FunctionNode>(name, std::move(fn));
+  node->add_next_edge(autograd::gradient_edge(self));
+  node->add_next_edge(autograd::gradient_edge(src));
+  autograd::rebase_history(self, node);
+}
+
+// Flattened int64 copy of an index tensor.
+Tensor flat_index(const Tensor& indices) {
+  std::vector<int64_t> v = read_index_values("embedding", indices);
+  Tensor t = make_empty({static_cast<int64_t>(v.size())}, kInt64, indices.device());
+  if (!v.empty()) std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(int64_t));
+  return t;
+}
+
+// Dense gradient of embedding w.r.t. weight [num_weights, D]: rows of g added at their indices,
+// serially (repeated indices add up); the padding row gets nothing. Written with dp ops, so it
+// is differentiable w.r.t. g.
+Tensor embedding_dense_backward(const Tensor& g, const Tensor& indices, int64_t num_weights, int64_t padding_idx) {
+  const int64_t D = g.size(-1), N = indices.numel();
+  Tensor g2 = dp::reshape(g, {N, D});
+  Tensor idx = flat_index(indices);
+  if (padding_idx >= 0) {
+    Tensor mask = make_empty({N, 1}, kBool, g.device());
+    bool* pm = static_cast<bool*>(mask.data_ptr());
+    const int64_t* pi = static_cast<const int64_t*>(idx.data_ptr());
+    for (int64_t i = 0; i < N; ++i) pm[i] = pi[i] == padding_idx;
+    g2 = dp::masked_fill(g2, mask, 0);
+  }
+  return dp::index_add(raw_zeros({num_weights, D}, g.dtype(), g.device()), 0, idx, g2);
+}
+
+}  // namespace
+
+// -----------------------------------------------------------------------------------------------
+
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
+  check_inputs("index_select", {&a, &index});
+  check_index_dtype("index_select", index);
+  DP_CHECK(index.dim() <= 1, IndexError, "index_select: Index is supposed to be a vector, got a ", index.dim(), "-D tensor of shape ",
+           index.size_str());
+  dim = wrap_dim(dim, std::max<int64_t>(a.dim(), 1), "index_select");
+  std::vector<int64_t> idx = read_indices("index_select", index, dim, size_at(a, dim));
+  Tensor out;
+  if (a.dim() == 0) {
+    DP_CHECK(idx.size() == 1, IndexError, "index_select: Index to scalar can have only 1 value, got ", idx.size(), " value(s)");
+    out = raw_copy(a);
+  } else {
+    Shape out_shape = a.sizes();
+    out_shape[dim] = static_cast<int64_t>(idx.size());
+    out = make_empty(out_shape, a.dtype(), a.device());
+    index_select_kernel(out, a, dim, idx);
+  }
+  if (autograd::needs_grad(a)) {
+    SavedVariable si(index, false);
+    Shape a_shape = a.sizes();
+    autograd::record("IndexSelectBackward0", {a}, {out}, [si, dim, a_shape](variable_list&& g) {
+      Tensor z = raw_zeros(a_shape, g[0].dtype(), g[0].device());
+      return variable_list{dp::index_add(z, dim, si.unpack(), g[0])};
+    });
+  }
+  return out;
+}
+
+Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
+  check_inputs("gather", {&a, &index});
+  check_index_dtype("gather", index);
+  DP_CHECK(index.dim() == a.dim(), ShapeError, "gather: Index tensor must have the same number of dimensions as input tensor (got index ",
+           index.size_str(), " and input ", a.size_str(), ")");
+  dim = wrap_dim(dim, std::max<int64_t>(a.dim(), 1), "gather");
+  for (int64_t d = 0; d < a.dim(); ++d)
+    DP_CHECK(d == dim || index.size(d) <= a.size(d), ShapeError, "gather: Size does not match at dimension ", d, " expected index ",
+             index.size_str(), " to be smaller than self ", a.size_str(), " apart from dimension ", dim);
+  Tensor out = gather_kernel("gather", a, dim, index, index.sizes());
+  record_gather(out, a, dim, index);
+  return out;
+}
+
+Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
+  dim = check_scatter("scatter_add", a, dim, index, src);
+  Tensor out = raw_copy(a);
+  scatter_add_kernel("scatter_add", out, dim, index, src);
+  const bool ga = autograd::needs_grad(a), gs = autograd::needs_grad(src);
+  if (ga || gs) autograd::record("ScatterAddBackward0", {a, src}, {out}, scatter_add_backward(dim, index, src.sizes(), ga, gs));
+  return out;
+}
+
+Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  dim = check_scatter("scatter_add_", self, dim, index, src);
+  autograd::check_inplace(self, "scatter_add_");
+  const bool ga = autograd::needs_grad(self), gs = autograd::needs_grad(src);
+  scatter_add_kernel("scatter_add_", self, dim, index, src);
+  self.bump_version();
+  if (ga || gs) rebase_inplace(self, src, "ScatterAddBackward0", scatter_add_backward(dim, index, src.sizes(), ga, gs));
+  return self;
+}
+
+Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
+  dim = check_index_add("index_add", a, dim, index, src);
+  std::vector<int64_t> idx = read_indices("index_add", index, dim, size_at(a, dim));
+  Tensor out = raw_copy(a);
+  index_add_kernel(as_1d(out), dim, idx, as_1d(src));
+  const bool ga = autograd::needs_grad(a), gs = autograd::needs_grad(src);
+  if (ga || gs) autograd::record("IndexAddBackward0", {a, src}, {out}, index_add_backward(dim, index, ga, gs));
+  return out;
+}
+
+Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  dim = check_index_add("index_add_", self, dim, index, src);
+  autograd::check_inplace(self, "index_add_");
+  std::vector<int64_t> idx = read_indices("index_add_", index, dim, size_at(self, dim));
+  const bool ga = autograd::needs_grad(self), gs = autograd::needs_grad(src);
+  index_add_kernel(as_1d(self), dim, idx, as_1d(src));
+  self.bump_version();
+  if (ga || gs) rebase_inplace(self, src, "IndexAddBackward0", index_add_backward(dim, index, ga, gs));
+  return self;
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {
+  check_inputs("embedding", {&weight, &indices});
+  DP_CHECK(weight.dim() == 2, ShapeError, "embedding: 'weight' must be 2-D [num_embeddings, embedding_dim], got shape ", weight.size_str());
+  DP_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, DTypeError,
+           "embedding: Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got ",
+           legacy_type_name(indices.dtype()), " instead");
+  const int64_t V = weight.size(0), D = weight.size(1);
+  DP_CHECK(padding_idx == -1 || (padding_idx >= 0 && padding_idx < V), ValueError, "embedding: padding_idx must be within num_embeddings (got ",
+           padding_idx, " for ", V, " embeddings; -1 means none)");
+  std::vector<int64_t> idx = read_indices("embedding", indices, 0, V);
+  Shape out_shape = indices.sizes();
+  out_shape.push_back(D);
+  Tensor out = make_empty(out_shape, weight.dtype(), weight.device());
+  const int64_t N = static_cast<int64_t>(idx.size());
+  if (out.numel() > 0) {
+    if (D <= 1 || weight.stride(1) == 1) {  // contiguous rows: one memcpy each
+      const size_t es = weight.element_size(), row = static_cast<size_t>(D) * es;
+      const int64_t rs = weight.stride(0);
+      const char* src = static_cast<const char*>(weight.data_ptr());
+      char* dst = static_cast<char*>(out.data_ptr());
+      for (int64_t i = 0; i < N; ++i) std::memcpy(dst + i * row, src + idx[i] * rs * static_cast<int64_t>(es), row);
+    } else {
+      Tensor out2 = raw_view(out, {N, D}, {D, 1}, 0);
+      for (int64_t i = 0; i < N; ++i) kernels::copy_kernel(raw_select(out2, 0, i), raw_select(weight, 0, idx[i]));
+    }
+  }
+  if (autograd::needs_grad(weight)) {
+    SavedVariable si(indices, false);
+    autograd::record("EmbeddingBackward0", {weight}, {out}, [si, V, padding_idx](variable_list&& g) {
+      return variable_list{embedding_dense_backward(g[0], si.unpack(), V, padding_idx)};
+    });
+  }
+  return out;
+}
+
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  check_inputs("one_hot", {&indices});
+  DP_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, DTypeError, "one_hot: one_hot is only applicable to index tensors (int64 or int32), got ",
+           dtype_name(indices.dtype()));
+  DP_CHECK(num_classes >= -1, ValueError, "one_hot: num_classes must be -1 (infer) or non-negative, got ", num_classes);
+  std::vector<int64_t> v = read_index_values("one_hot", indices);
+  for (int64_t x : v)
+    DP_CHECK(x >= 0, IndexError, "one_hot: class value ", x, " is negative; class values must be in [0, num_classes",
+             num_classes >= 0 ? detail::str(" = ", num_classes) : std::string(), ")");
+  if (num_classes == -1) {
+    DP_CHECK(!v.empty(), ValueError, "one_hot: Can not infer total number of classes from empty tensor.");
+    num_classes = *std::max_element(v.begin(), v.end()) + 1;
+  }
+  for (int64_t x : v)
+    DP_CHECK(x < num_classes, IndexError, "one_hot: class value ", x, " is out of range for num_classes ", num_classes,
+             num_classes > 0 ? detail::str(" (valid range [0, ", num_classes - 1, "])") : std::string(" (no class is valid)"));
+  Shape out_shape = indices.sizes();
+  out_shape.push_back(num_classes);
+  Tensor out = raw_zeros(out_shape, kInt64, indices.device());
+  int64_t* p = static_cast<int64_t*>(out.data_ptr());
+  for (size_t i = 0; i < v.size(); ++i) p[static_cast<int64_t>(i) * num_classes + v[i]] = 1;
+  return out;
+}
+
+Tensor masked_fill(const Tensor& a, const Tensor& mask, const Scalar& value) {
+  check_inputs("masked_fill", {&a, &mask});
+  DP_CHECK(mask.dtype() == kBool, DTypeError, "masked_fill: only supports boolean masks, but got mask with dtype ", dtype_name(mask.dtype()));
+  Shape out_shape = broadcast_shapes(a.sizes(), mask.sizes(), "masked_fill");
+  Tensor out = make_empty(out_shape, a.dtype(), a.device());
+  kernels::copy_kernel(out, a);
+  kernels::ElementwiseIter it({&out, &out, &mask}, out_shape);
+  kernels::dispatch_all(a.dtype(), "masked_fill", [&]<typename T>() {
+    const T v = scalar_to<T>(value);
+    kernels::cpu_kernel<T, T, bool>(it, [v](T x, bool m) { return m ? v : x; });
+  });
+  if (autograd::needs_grad(a)) {
+    SavedVariable sm(mask, false);
+    Shape a_shape = a.sizes();
+    autograd::record("MaskedFillBackward0", {a}, {out}, [sm, a_shape](variable_list&& g) {
+      return variable_list{dp::sum_to(dp::masked_fill(g[0], sm.unpack(), 0), a_shape)};
+    });
+  }
+  return out;
+}
+
+}  // namespace dp

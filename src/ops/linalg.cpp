@@ -1,0 +1,607 @@
+// Matrix products: mm, bmm, addmm, matmul, linear, dot, outer.
+//
+// Every product ends in one kernel, matmul_kernel(C, A, B, alpha, beta): C [*batch, m, n] (fresh,
+// contiguous) = alpha * A @ B + beta * C, where A [*ba, m, k] and B [*bb, k, n] have batch dims
+// that broadcast to `batch` (a broadcast batch dim is read with stride 0, never materialised).
+//  - float32/float64: OpenBLAS. A matrix whose last two strides are (ld, 1) or (1, ld) is passed as
+//    it is (x.t() and w.t() need no copy: the trans flag and leading dimension say how to read it);
+//    anything else is copied to a contiguous buffer first. When B has no batch dims and A's batch
+//    and row dims fold into one row dim ([B, n, k] @ [k, m], and linear on any rank), it is one GEMM.
+//  - float16/bfloat16: converted to float32, computed there, rounded back once.
+//  - uint8/int32/int64: a reference loop (wrapping arithmetic, as PyTorch's CPU integer GEMM).
+// Backward formulas are written with dp ops, so they are differentiable again.
+#include "dp/ops/linalg.h"
+
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "core/kernels/blas.h"
+#include "core/kernels/dispatch.h"
+#include "core/kernels/loops.h"
+#include "dp/autograd/function.h"
+#include "dp/ops/elementwise.h"
+#include "dp/ops/factory.h"
+#include "dp/ops/reduction.h"
+#include "dp/ops/shape.h"
+#include "ops/common.h"
+
+namespace dp {
+namespace {
+
+using autograd::SavedVariable;
+using autograd::variable_list;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers (no autograd: they only feed kernels).
+
+Tensor raw_view(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
+  return Tensor(std::make_shared<TensorImpl>(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype()));
+}
+
+Tensor raw_copy(const Tensor& t, DType dt) {
+  Tensor c = make_empty(t.sizes(), dt, t.device());
+  kernels::copy_kernel(c, t);
+  return c;
+}
+
+// PyTorch's C++ spelling of a dtype, as in "expected m1 and m2 to have the same dtype, but got: float != double".
+const char* cpp_type_name(DType t) {
+  switch (t) {
+    case kBool: return "bool";
+    case kUInt8: return "unsigned char";
+    case kInt32: return "int";
+    case kInt64: return "long int";
+    case kFloat16: return "c10::Half";
+    case kBFloat16: return "c10::BFloat16";
+    case kFloat32: return "float";
+    case kFloat64: return "double";
+  }
+  return "?";
+}
+
+// PyTorch's ScalarType name: "Float", "Double", ...
+const char* scalar_type_name(DType t) {
+  switch (t) {
+    case kBool: return "Bool";
+    case kUInt8: return "Byte";
+    case kInt32: return "Int";
+    case kInt64: return "Long";
+    case kFloat16: return "Half";
+    case kBFloat16: return "BFloat16";
+    case kFloat32: return "Float";
+    case kFloat64: return "Double";
+  }
+  return "?";
+}
+
+std::string mat_str(const Tensor& t) {
+  std::ostringstream s;
+  for (int64_t d = 0; d < t.dim(); ++d) s << (d ? "x" : "") << t.size(d);
+  return s.str();
+}
+
+void check_inputs(const char* op, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) ops::check_defined(op, *t);
+  ops::check_same_device(op, ts);
+  for (const Tensor* t : ts)
+    if (t->defined()) DP_CHECK(t->is_cpu(), NotImplementedError, op, ": not implemented for ", t->device().str(), " tensors");
+}
+
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b, const char* an = "m1", const char* bn = "m2") {
+  DP_CHECK(a.dtype() == b.dtype(), DTypeError, op, ": expected ", an, " and ", bn, " to have the same dtype, but got: ",
+           cpp_type_name(a.dtype()), " != ", cpp_type_name(b.dtype()));
+}
+
+void check_product_dtype(const char* op, DType t) {
+  DP_CHECK(t != kBool, DTypeError, op, ": not implemented for 'Bool' tensors (supported: uint8, int32, int64, float16, bfloat16, float32, float64)");
+}
+
+bool is_zero(const Scalar& s) { return s.to_double() == 0.0 && (s.is_floating_point() || s.to_int() == 0); }
+bool is_one(const Scalar& s) { return s.is_floating_point() ? s.to_double() == 1.0 : s.to_int() == 1; }
+
+// How BLAS reads a rows x cols matrix with strides (rs, cs), or nullopt when it cannot.
+struct Layout {
+  bool trans;
+  int64_t ld;
+};
+std::optional<Layout> blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  const int64_t one_c = std::max<int64_t>(1, cols), one_r = std::max<int64_t>(1, rows);
+  if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= one_c)) return Layout{false, rows <= 1 ? one_c : rs};
+  if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= one_r)) return Layout{true, cols <= 1 ? one_r : cs};
+  return std::nullopt;
+}
+
+// Element offsets of X's matrices for every index of `batch` (row-major), X's batch dims
+// broadcast to it (stride 0 where X has size 1 or lacks the dim).
+std::vector<int64_t> batch_offsets(const Tensor& X, IntArrayRef batch) {
+  const int nb = static_cast<int>(batch.size());
+  const int xb = static_cast<int>(X.dim()) - 2;
+  std::vector<int64_t> st(nb, 0);
+  for (int j = 0; j < nb; ++j) {
+    int d = j - (nb - xb);
+    if (d >= 0 && X.sizes()[d] != 1) st[j] = X.strides()[d];
+  }
+  const int64_t count = numel_of(batch);
+  std::vector<int64_t> offs(count);
+  std::vector<int64_t> idx(nb, 0);
+  int64_t off = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    offs[i] = off;
+    for (int d = nb - 1; d >= 0; --d) {
+      if (++idx[d] < batch[d]) {
+        off += st[d];
+        break;
+      }
+      off -= st[d] * (batch[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  return offs;
+}
+
+// If A's batch dims and row dim merge into one row dim (a [B*m, k] matrix with a fixed row
+// stride), that row stride.
+std::optional<int64_t> fold_rows(const Tensor& A, int64_t k) {
+  int64_t ld = -1, expected = 0;
+  for (int64_t d = A.dim() - 2; d >= 0; --d) {
+    const int64_t sz = A.sizes()[d], st = A.strides()[d];
+    if (sz == 1) continue;
+    if (ld < 0) {
+      if (st < std::max<int64_t>(1, k)) return std::nullopt;
+      ld = st;
+    } else if (st != expected) {
+      return std::nullopt;
+    }
+    expected = st * sz;
+  }
+  return ld < 0 ? std::max<int64_t>(1, k) : ld;
+}
+
+template <typename T>
+void gemm_blas(const Tensor& C, Tensor A, Tensor B, T alpha, T beta) {
+  const int64_t m = C.size(-2), n = C.size(-1), k = A.size(-1);
+  const Shape batch(C.sizes().begin(), C.sizes().end() - 2);
+  auto la = blas_layout(m, k, A.stride(-2), A.stride(-1));
+  if (!la) {
+    A = raw_copy(A, A.dtype());
+    la = blas_layout(m, k, A.stride(-2), A.stride(-1));
+  }
+  auto lb = blas_layout(k, n, B.stride(-2), B.stride(-1));
+  if (!lb) {
+    B = raw_copy(B, B.dtype());
+    lb = blas_layout(k, n, B.stride(-2), B.stride(-1));
+  }
+  const T* a = static_cast<const T*>(A.data_ptr());
+  const T* b = static_cast<const T*>(B.data_ptr());
+  T* c = static_cast<T*>(C.data_ptr());
+  if (batch.empty()) {
+    kernels::blas::gemm(la->trans, lb->trans, m, n, k, alpha, a, la->ld, b, lb->ld, beta, c, n);
+    return;
+  }
+  const int64_t count = numel_of(batch);
+  if (B.dim() == 2 && !la->trans) {
+    if (auto lda = fold_rows(A, k)) {  // [*, m, k] @ [k, n]: one GEMM with count*m rows
+      kernels::blas::gemm(false, lb->trans, count * m, n, k, alpha, a, *lda, b, lb->ld, beta, c, n);
+      return;
+    }
+  }
+  std::vector<int64_t> oa = batch_offsets(A, batch), ob = batch_offsets(B, batch);
+  std::vector<const T*> pa(count), pb(count);
+  std::vector<T*> pc(count);
+  for (int64_t i = 0; i < count; ++i) {
+    pa[i] = a + oa[i];
+    pb[i] = b + ob[i];
+    pc[i] = c + i * m * n;
+  }
+  kernels::blas::gemm_batched(la->trans, lb->trans, m, n, k, alpha, pa.data(), la->ld, pb.data(), lb->ld, beta, pc.data(), n, count);
+}
+
+// Integer GEMM: accumulates in 64 bits with wrap-around, as PyTorch's CPU kernel does in T.
+template <typename T>
+void gemm_reference(const Tensor& C, const Tensor& A, const Tensor& B, int64_t alpha, int64_t beta) {
+  const int64_t m = C.size(-2), n = C.size(-1), k = A.size(-1);
+  const Shape batch(C.sizes().begin(), C.sizes().end() - 2);
+  const int64_t count = numel_of(batch);
+  std::vector<int64_t> oa = batch_offsets(A, batch), ob = batch_offsets(B, batch);
+  const int64_t as0 = A.stride(-2), as1 = A.stride(-1), bs0 = B.stride(-2), bs1 = B.stride(-1);
+  const T* a = static_cast<const T*>(A.data_ptr());
+  const T* b = static_cast<const T*>(B.data_ptr());
+  T* c = static_cast<T*>(C.data_ptr());
+  std::vector<uint64_t> acc(n);
+  const uint64_t ua = static_cast<uint64_t>(alpha), ub = static_cast<uint64_t>(beta);
+  for (int64_t bi = 0; bi < count; ++bi) {
+    const T* ab = a + oa[bi];
+    const T* bb = b + ob[bi];
+    T* cb = c + bi * m * n;
+    for (int64_t i = 0; i < m; ++i) {
+      std::fill(acc.begin(), acc.end(), 0);
+      for (int64_t p = 0; p < k; ++p) {
+        const uint64_t av = static_cast<uint64_t>(static_cast<int64_t>(ab[i * as0 + p * as1]));
+        const T* brow = bb + p * bs0;
+        for (int64_t j = 0; j < n; ++j) acc[j] += av * static_cast<uint64_t>(static_cast<int64_t>(brow[j * bs1]));
+      }
+      T* crow = cb + i * n;
+      for (int64_t j = 0; j < n; ++j) {
+        uint64_t r = ua * acc[j];
+        if (beta != 0) r += ub * static_cast<uint64_t>(static_cast<int64_t>(crow[j]));
+        crow[j] = static_cast<T>(r);
+      }
+    }
+  }
+}
+
+void scale_inplace(const Tensor& C, const Scalar& s) {
+  kernels::ElementwiseIter it({&C, &C}, C.sizes());
+  kernels::dispatch_numeric(C.dtype(), "scale", [&]<typename T>() {
+    if constexpr (kernels::is_float_v<T>) {
+      const double v = s.to_double();
+      kernels::cpu_kernel<T, T>(it, [v](T x) { return kernels::convert<T>(static_cast<double>(kernels::convert<double>(x)) * v); });
+    } else {
+      const uint64_t v = static_cast<uint64_t>(s.to_int());
+      kernels::cpu_kernel<T, T>(it, [v](T x) { return static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(x)) * v); });
+    }
+  });
+}
+
+// C [*batch, m, n] (contiguous) = alpha * A @ B + beta * C (beta == 0: C's contents are ignored).
+void matmul_kernel(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar& alpha, const Scalar& beta, const char* op) {
+  check_product_dtype(op, C.dtype());
+  if (C.numel() == 0) return;
+  if (A.size(-1) == 0) {  // empty sum: beta * C
+    if (is_zero(beta)) kernels::fill_kernel(C, 0);
+    else if (!is_one(beta)) scale_inplace(C, beta);
+    return;
+  }
+  switch (C.dtype()) {
+    case kFloat32:
+      gemm_blas<float>(C, A, B, static_cast<float>(alpha.to_double()), static_cast<float>(beta.to_double()));
+      return;
+    case kFloat64:
+      gemm_blas<double>(C, A, B, alpha.to_double(), beta.to_double());
+      return;
+    case kFloat16:
+    case kBFloat16: {
+      Tensor Cf = make_empty(C.sizes(), kFloat32, C.device());
+      if (!is_zero(beta)) kernels::copy_kernel(Cf, C);
+      gemm_blas<float>(Cf, raw_copy(A, kFloat32), raw_copy(B, kFloat32), static_cast<float>(alpha.to_double()),
+                       static_cast<float>(beta.to_double()));
+      kernels::copy_kernel(C, Cf);
+      return;
+    }
+    case kUInt8:
+      gemm_reference<uint8_t>(C, A, B, alpha.to_int(), beta.to_int());
+      return;
+    case kInt32:
+      gemm_reference<int32_t>(C, A, B, alpha.to_int(), beta.to_int());
+      return;
+    case kInt64:
+      gemm_reference<int64_t>(C, A, B, alpha.to_int(), beta.to_int());
+      return;
+    default:
+      kernels::unsupported_dtype(op, C.dtype(), "uint8, int32, int64, float16, bfloat16, float32, float64");
+  }
+}
+
+void check_integral_scalars(const char* op, DType t, const Scalar& beta, const Scalar& alpha) {
+  if (is_floating_point(t)) return;
+  DP_CHECK(!beta.is_floating_point(), ValueError, op, ": for integral input tensors, argument beta must not be a floating point number.");
+  DP_CHECK(!alpha.is_floating_point(), ValueError, op, ": for integral input tensors, argument alpha must not be a floating point number.");
+}
+
+// Result of matmul on matrices/batches: [*batch, n, m] for A [*, n, k] and B [*, k, m].
+Tensor matmul_out(const Tensor& A, const Tensor& B, const char* op) {
+  Shape ba(A.sizes().begin(), A.sizes().end() - 2), bb(B.sizes().begin(), B.sizes().end() - 2);
+  Shape batch = broadcast_shapes(ba, bb, op);
+  Shape out_shape = batch;
+  out_shape.push_back(A.size(-2));
+  out_shape.push_back(B.size(-1));
+  Tensor C = make_empty(out_shape, A.dtype(), A.device());
+  matmul_kernel(C, A, B, 1, 0, op);
+  return C;
+}
+
+// Whether `sizes` broadcasts to `target` (without growing it).
+bool broadcasts_to(IntArrayRef sizes, IntArrayRef target) {
+  if (sizes.size() > target.size()) return false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t s = sizes[sizes.size() - 1 - i], t = target[target.size() - 1 - i];
+    if (s != t && s != 1) return false;
+  }
+  return true;
+}
+
+Tensor mT(const Tensor& t) { return dp::transpose(t, -2, -1); }
+
+Tensor scaled(const Tensor& t, const Scalar& s) { return is_one(s) ? t : dp::mul(t, s); }
+
+}  // namespace
+
+// -----------------------------------------------------------------------------------------------
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  check_inputs("mm", {&a, &b});
+  DP_CHECK(a.dim() == 2, ShapeError, "mm: self must be a matrix, got a ", a.dim(), "-D tensor of shape ", a.size_str());
+  DP_CHECK(b.dim() == 2, ShapeError, "mm: mat2 must be a matrix, got a ", b.dim(), "-D tensor of shape ", b.size_str());
+  DP_CHECK(a.size(1) == b.size(0), ShapeError, "mm: mat1 and mat2 shapes cannot be multiplied (", mat_str(a), " and ", mat_str(b), ")");
+  check_same_dtype("mm", a, b);
+  check_product_dtype("mm", a.dtype());
+  Tensor out = matmul_out(a, b, "mm");
+  const bool ga = autograd::needs_grad(a), gb = autograd::needs_grad(b);
+  if (ga || gb) {
+    SavedVariable sa = gb ? SavedVariable(a, false) : SavedVariable();
+    SavedVariable sb = ga ? SavedVariable(b, false) : SavedVariable();
+    autograd::record("MmBackward0", {a, b}, {out}, [sa, sb, ga, gb](variable_list&& g) {
+      Tensor da = ga ? dp::mm(g[0], sb.unpack().t()) : Tensor();
+      Tensor db = gb ? dp::mm(sa.unpack().t(), g[0]) : Tensor();
+      return variable_list{da, db};
+    });
+  }
+  return out;
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_inputs("bmm", {&a, &b});
+  DP_CHECK(a.dim() == 3, ShapeError, "bmm: batch1 must be a 3D tensor, got a ", a.dim(), "-D tensor of shape ", a.size_str());
+  DP_CHECK(b.dim() == 3, ShapeError, "bmm: batch2 must be a 3D tensor, got a ", b.dim(), "-D tensor of shape ", b.size_str());
+  DP_CHECK(b.size(0) == a.size(0) && b.size(1) == a.size(2), ShapeError, "bmm: Expected size for first two dimensions of batch2 tensor to be: [",
+           a.size(0), ", ", a.size(2), "] but got: [", b.size(0), ", ", b.size(1), "].");
+  check_same_dtype("bmm", a, b);
+  check_product_dtype("bmm", a.dtype());
+  Tensor out = matmul_out(a, b, "bmm");
+  const bool ga = autograd::needs_grad(a), gb = autograd::needs_grad(b);
+  if (ga || gb) {
+    SavedVariable sa = gb ? SavedVariable(a, false) : SavedVariable();
+    SavedVariable sb = ga ? SavedVariable(b, false) : SavedVariable();
+    autograd::record("BmmBackward0", {a, b}, {out}, [sa, sb, ga, gb](variable_list&& g) {
+      Tensor da = ga ? dp::bmm(g[0], sb.unpack().transpose(1, 2)) : Tensor();
+      Tensor db = gb ? dp::bmm(sa.unpack().transpose(1, 2), g[0]) : Tensor();
+      return variable_list{da, db};
+    });
+  }
+  return out;
+}
+
+Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
+  check_inputs("addmm", {&self, &a, &b});
+  DP_CHECK(a.dim() == 2, ShapeError, "addmm: mat1 must be a matrix, got a ", a.dim(), "-D tensor of shape ", a.size_str());
+  DP_CHECK(b.dim() == 2, ShapeError, "addmm: mat2 must be a matrix, got a ", b.dim(), "-D tensor of shape ", b.size_str());
+  DP_CHECK(a.size(1) == b.size(0), ShapeError, "addmm: mat1 and mat2 shapes cannot be multiplied (", mat_str(a), " and ", mat_str(b), ")");
+  check_same_dtype("addmm", a, b);
+  check_same_dtype("addmm", self, b, "self", "mat2");
+  check_product_dtype("addmm", a.dtype());
+  check_integral_scalars("addmm", a.dtype(), beta, alpha);
+  const Shape out_shape{a.size(0), b.size(1)};
+  DP_CHECK(broadcasts_to(self.sizes(), out_shape), ShapeError, "addmm: self of shape ",
+           self.size_str(), " cannot be broadcast to the result shape ", shape_str(out_shape));
+  Tensor out = make_empty(out_shape, a.dtype(), a.device());
+  if (!is_zero(beta)) kernels::copy_kernel(out, self);  // the bias row, broadcast: the GEMM adds onto it
+  matmul_kernel(out, a, b, alpha, beta, "addmm");
+  const bool gs = autograd::needs_grad(self), ga = autograd::needs_grad(a), gb = autograd::needs_grad(b);
+  if (gs || ga || gb) {
+    SavedVariable sa = gb ? SavedVariable(a, false) : SavedVariable();
+    SavedVariable sb = ga ? SavedVariable(b, false) : SavedVariable();
+    Shape self_shape = self.sizes();
+    autograd::record("AddmmBackward0", {self, a, b}, {out}, [sa, sb, gs, ga, gb, beta, alpha, self_shape](variable_list&& g) {
+      Tensor ds = gs ? scaled(dp::sum_to(g[0], self_shape), beta) : Tensor();
+      Tensor da = ga ? scaled(dp::mm(g[0], sb.unpack().t()), alpha) : Tensor();
+      Tensor db = gb ? scaled(dp::mm(sa.unpack().t(), g[0]), alpha) : Tensor();
+      return variable_list{ds, da, db};
+    });
+  }
+  return out;
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_inputs("matmul", {&a, &b});
+  const int64_t da = a.dim(), db = b.dim();
+  DP_CHECK(da >= 1 && db >= 1, ShapeError, "matmul: both arguments to matmul need to be at least 1D, but they are ", da, "D and ", db, "D");
+  check_same_dtype("matmul", a, b);
+  if (da == 1 && db == 1) return dp::dot(a, b);
+  if (da == 2 && db == 2) return dp::mm(a, b);
+  check_product_dtype("matmul", a.dtype());
+  // 1-D operands become a [1, k] row or a [k, 1] column (views, no copy).
+  const Tensor A = da == 1 ? raw_view(a, {1, a.size(0)}, {a.size(0) * a.stride(0), a.stride(0)}, a.storage_offset()) : a;
+  const Tensor B = db == 1 ? raw_view(b, {b.size(0), 1}, {b.stride(0), 1}, b.storage_offset()) : b;
+  DP_CHECK(A.size(-1) == B.size(-2), ShapeError, "matmul: shapes ", a.size_str(), " and ", b.size_str(),
+           " cannot be multiplied (", A.size(-1), " != ", B.size(-2), ")");
+  Tensor C = matmul_out(A, B, "matmul");
+  Shape out_shape(C.sizes().begin(), C.sizes().end() - 2);
+  if (da > 1) out_shape.push_back(C.size(-2));
+  if (db > 1) out_shape.push_back(C.size(-1));
+  Tensor out = raw_view(C, out_shape, contiguous_strides(out_shape), 0);
+  const bool ga = autograd::needs_grad(a), gb = autograd::needs_grad(b);
+  if (ga || gb) {
+    SavedVariable sa = gb ? SavedVariable(a, false) : SavedVariable();
+    SavedVariable sb = ga ? SavedVariable(b, false) : SavedVariable();
+    Shape a_shape = a.sizes(), b_shape = b.sizes();
+    // torch names: 2-D @ 1-D is MvBackward0; the others go through mm/bmm in PyTorch.
+    const char* name = (da == 2 && db == 1) ? "MvBackward0" : (da <= 2 && db <= 2) ? "MmBackward0" : "BmmBackward0";
+    autograd::record(name, {a, b}, {out}, [sa, sb, ga, gb, da, db, a_shape, b_shape](variable_list&& g) {
+      // Back to the matrix form: g2 [*batch, n, m], A2 [*, n, k], B2 [*, k, m].
+      Tensor g2 = g[0];
+      if (db == 1) g2 = dp::unsqueeze(g2, -1);
+      if (da == 1) g2 = dp::unsqueeze(g2, -2);
+      Tensor grad_a, grad_b;
+      if (ga) {
+        Tensor b_ = sb.unpack();
+        Tensor B2 = db == 1 ? dp::unsqueeze(b_, -1) : b_;
+        Shape a2_shape = da == 1 ? Shape{1, a_shape[0]} : a_shape;
+        grad_a = dp::sum_to(dp::matmul(g2, mT(B2)), a2_shape);
+        if (da == 1) grad_a = dp::reshape(grad_a, a_shape);
+      }
+      if (gb) {
+        Tensor a_ = sa.unpack();
+        Tensor A2 = da == 1 ? dp::unsqueeze(a_, 0) : a_;
+        Shape b2_shape = db == 1 ? Shape{b_shape[0], 1} : b_shape;
+        if (b2_shape.size() == 2 && A2.dim() > 2) {  // weight-like B: one GEMM over all batch rows
+          const int64_t k = A2.size(-1), m = g2.size(-1), rows = numel_of(IntArrayRef(A2.sizes().data(), A2.sizes().size() - 1));
+          grad_b = dp::mm(dp::reshape(A2, {rows, k}).t(), dp::reshape(g2, {rows, m}));
+        } else {
+          grad_b = dp::sum_to(dp::matmul(mT(A2), g2), b2_shape);
+        }
+        if (db == 1) grad_b = dp::reshape(grad_b, b_shape);
+      }
+      return variable_list{grad_a, grad_b};
+    });
+  }
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_inputs("linear", {&x, &w});  // the bias is optional
+  if (b.defined()) check_inputs("linear", {&x, &b});
+  DP_CHECK(x.dim() >= 1, ShapeError, "linear: input must have at least 1 dimension, got a 0-D tensor");
+  DP_CHECK(w.dim() == 2, ShapeError, "linear: weight must be 2-D [out_features, in_features], got shape ", w.size_str());
+  const int64_t in = x.size(-1), out_f = w.size(0);
+  const int64_t rows = in == 0 ? numel_of(IntArrayRef(x.sizes().data(), x.sizes().size() - 1)) : x.numel() / in;
+  DP_CHECK(in == w.size(1), ShapeError, "linear: mat1 and mat2 shapes cannot be multiplied (", rows, "x", in, " and ", w.size(1), "x", out_f, ")");
+  check_same_dtype("linear", x, w, "input", "weight");
+  if (b.defined()) check_same_dtype("linear", x, b, "input", "bias");
+  check_product_dtype("linear", x.dtype());
+  const Shape out2{rows, out_f};
+  if (b.defined())
+    DP_CHECK(b.dim() <= 1 && broadcasts_to(b.sizes(), out2), ShapeError, "linear: bias of shape ", b.size_str(),
+             " does not match out_features ", out_f);
+  // x as a [rows, in] matrix (a view when the leading dims fold, else a copy), w.t() as a view.
+  Tensor X2;
+  if (x.numel() == 0) {
+    X2 = make_empty({rows, in}, x.dtype(), x.device());  // nothing to read
+  } else if (x.dim() == 1) {
+    X2 = raw_view(x, {1, in}, {in * x.stride(0), x.stride(0)}, x.storage_offset());
+  } else {
+    Tensor xc = x;
+    auto l = blas_layout(x.size(-2), in, x.stride(-2), x.stride(-1));
+    if (!(l && !l->trans && fold_rows(x, in))) xc = raw_copy(x, x.dtype());
+    const int64_t ld = *fold_rows(xc, in);
+    X2 = raw_view(xc, {rows, in}, {ld, in > 1 ? xc.stride(-1) : 1}, xc.storage_offset());
+  }
+  Tensor WT = raw_view(w, {in, out_f}, {w.stride(1), w.stride(0)}, w.storage_offset());
+  Tensor C = make_empty(out2, x.dtype(), x.device());
+  if (b.defined()) kernels::copy_kernel(C, b);  // bias rows first; the GEMM accumulates onto them (beta = 1)
+  matmul_kernel(C, X2, WT, 1, b.defined() ? 1 : 0, "linear");
+  Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
+  out_shape.push_back(out_f);
+  Tensor out = raw_view(C, out_shape, contiguous_strides(out_shape), 0);
+  const bool gx = autograd::needs_grad(x), gw = autograd::needs_grad(w), gbias = autograd::needs_grad(b);
+  if (gx || gw || gbias) {
+    SavedVariable sx = gw ? SavedVariable(x, false) : SavedVariable();
+    SavedVariable sw = gx ? SavedVariable(w, false) : SavedVariable();
+    Shape b_shape = b.defined() ? b.sizes() : Shape{};
+    autograd::record(b.defined() ? "AddmmBackward0" : "MmBackward0", {x, w, b}, {out},
+                     [sx, sw, gx, gw, gbias, rows, in, out_f, b_shape](variable_list&& g) {
+                       Tensor dx = gx ? dp::matmul(g[0], sw.unpack()) : Tensor();
+                       Tensor dw = gw ? dp::mm(dp::reshape(g[0], {rows, out_f}).t(), dp::reshape(sx.unpack(), {rows, in})) : Tensor();
+                       Tensor db = gbias ? dp::sum_to(g[0], b_shape) : Tensor();
+                       return variable_list{dx, dw, db};
+                     });
+  }
+  return out;
+}
+
+Tensor dot(const Tensor& a, const Tensor& b) {
+  check_inputs("dot", {&a, &b});
+  DP_CHECK(a.dim() == 1 && b.dim() == 1, ShapeError, "dot: 1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
+  DP_CHECK(a.size(0) == b.size(0), ShapeError, "dot: inconsistent tensor size, expected tensor [", a.size(0), "] and src [", b.size(0),
+           "] to have the same number of elements, but got ", a.size(0), " and ", b.size(0), " elements respectively");
+  DP_CHECK(a.dtype() == b.dtype(), DTypeError, "dot: expected both vectors to have same dtype, but found ", scalar_type_name(a.dtype()),
+           " and ", scalar_type_name(b.dtype()));
+  check_product_dtype("dot", a.dtype());
+  const int64_t n = a.size(0);
+  Tensor out = make_empty({}, a.dtype(), a.device());
+  kernels::dispatch_numeric(a.dtype(), "dot", [&]<typename T>() {
+    T* o = static_cast<T*>(out.data_ptr());
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      Tensor ac = (n <= 1 || a.stride(0) >= 1) ? a : raw_copy(a, a.dtype());
+      Tensor bc = (n <= 1 || b.stride(0) >= 1) ? b : raw_copy(b, b.dtype());
+      const int64_t ia = n <= 1 ? 1 : ac.stride(0), ib = n <= 1 ? 1 : bc.stride(0);
+      *o = kernels::blas::dot(n, static_cast<const T*>(ac.data_ptr()), ia, static_cast<const T*>(bc.data_ptr()), ib);
+    } else {
+      const T* pa = static_cast<const T*>(a.data_ptr());
+      const T* pb = static_cast<const T*>(b.data_ptr());
+      const int64_t sa = a.stride(0), sb = b.stride(0);
+      if constexpr (kernels::is_reduced_float_v<T>) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < n; ++i) acc += static_cast<float>(pa[i * sa]) * static_cast<float>(pb[i * sb]);
+        *o = T(acc);
+      } else {
+        uint64_t acc = 0;
+        for (int64_t i = 0; i < n; ++i)
+          acc += static_cast<uint64_t>(static_cast<int64_t>(pa[i * sa])) * static_cast<uint64_t>(static_cast<int64_t>(pb[i * sb]));
+        *o = static_cast<T>(acc);
+      }
+    }
+  });
+  const bool ga = autograd::needs_grad(a), gb = autograd::needs_grad(b);
+  if (ga || gb) {
+    SavedVariable sa = gb ? SavedVariable(a, false) : SavedVariable();
+    SavedVariable sb = ga ? SavedVariable(b, false) : SavedVariable();
+    autograd::record("DotBackward0", {a, b}, {out}, [sa, sb, ga, gb](variable_list&& g) {
+      Tensor da = ga ? dp::mul(g[0], sb.unpack()) : Tensor();
+      Tensor db = gb ? dp::mul(g[0], sa.unpack()) : Tensor();
+      return variable_list{da, db};
+    });
+  }
+  return out;
+}
+
+Tensor outer(const Tensor& a, const Tensor& b) {
+  check_inputs("outer", {&a, &b});
+  DP_CHECK(a.dim() == 1, ShapeError, "outer: Expected 1-D argument self, but got ", a.dim(), "-D");
+  DP_CHECK(b.dim() == 1, ShapeError, "outer: Expected 1-D argument vec2, but got ", b.dim(), "-D");
+  const DType rt = promote_types(a.dtype(), b.dtype());
+  const int64_t n = a.size(0), m = b.size(0);
+  Tensor out = make_empty({n, m}, rt, a.device());
+  kernels::dispatch_all(rt, "outer", [&]<typename R>() {
+    kernels::dispatch_all(a.dtype(), "outer", [&]<typename TA>() {
+      kernels::dispatch_all(b.dtype(), "outer", [&]<typename TB>() {
+        const TA* pa = static_cast<const TA*>(a.data_ptr());
+        const TB* pb = static_cast<const TB*>(b.data_ptr());
+        const int64_t sa = n > 1 ? a.stride(0) : 0, sb = m > 1 ? b.stride(0) : 0;
+        R* o = static_cast<R*>(out.data_ptr());
+        std::vector<R> brow(m);
+        for (int64_t j = 0; j < m; ++j) brow[j] = kernels::convert<R>(pb[j * sb]);
+        for (int64_t i = 0; i < n; ++i) {
+          const R x = kernels::convert<R>(pa[i * sa]);
+          R* orow = o + i * m;
+          if constexpr (std::is_same_v<R, bool>) {
+            for (int64_t j = 0; j < m; ++j) orow[j] = x && brow[j];
+          } else if constexpr (kernels::is_reduced_float_v<R>) {
+            const float xf = static_cast<float>(x);
+            for (int64_t j = 0; j < m; ++j) orow[j] = R(xf * static_cast<float>(brow[j]));
+          } else if constexpr (std::is_floating_point_v<R>) {
+            for (int64_t j = 0; j < m; ++j) orow[j] = x * brow[j];
+          } else {  // integers wrap, as in PyTorch
+            const uint64_t xu = static_cast<uint64_t>(static_cast<int64_t>(x));
+            for (int64_t j = 0; j < m; ++j) orow[j] = static_cast<R>(xu * static_cast<uint64_t>(static_cast<int64_t>(brow[j])));
+          }
+        }
+      });
+    });
+  });
+  const bool ga = autograd::needs_grad(a), gb = autograd::needs_grad(b);
+  if (ga || gb) {
+    SavedVariable sa = gb ? SavedVariable(a, false) : SavedVariable();
+    SavedVariable sb = ga ? SavedVariable(b, false) : SavedVariable();
+    const DType ta = a.dtype(), tb = b.dtype();
+    autograd::record("OuterBackward0", {a, b}, {out}, [sa, sb, ga, gb, ta, tb, rt](variable_list&& g) {
+      Tensor da, db;
+      if (ga) {  // sum_j g[i, j] * b[j]
+        Tensor bv = sb.unpack();
+        if (bv.dtype() != rt) bv = bv.to(rt);
+        da = dp::matmul(g[0], bv);
+        if (da.dtype() != ta) da = da.to(ta);
+      }
+      if (gb) {  // sum_i a[i] * g[i, j]
+        Tensor av = sa.unpack();
+        if (av.dtype() != rt) av = av.to(rt);
+        db = dp::matmul(av, g[0]);
+        if (db.dtype() != tb) db = db.to(tb);
+      }
+      return variable_list{da, db};
+    });
+  }
+  return out;
+}
+
+}  // namespace dp

@@ -1,0 +1,266 @@
+// Random tensors from the counter-based Philox generator (see src/core/generator.cpp).
+//
+// Every op reserves the blocks it needs from the generator up front and element i (in row-major
+// order of the logical shape, whatever the memory layout) reads fixed words of a fixed block, so
+// the output depends only on the generator state, the shape and the dtype:
+//   - 32-bit draws (rand/uniform_ for float32, float16, bfloat16): element i uses word i % 4 of
+//     block i / 4;
+//   - 64-bit draws (float64 uniforms, bernoulli_, randint, each Fisher-Yates swap of randperm):
+//     element i uses words 2(i%2), 2(i%2)+1 of block i / 2;
+//   - normals (randn, normal_): elements 2k and 2k+1 are the Box-Muller pair of block k (two
+//     53-bit uniforms).
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <thread>
+#include "core/kernels/loops.h"
+#include "dp/autograd/function.h"
+#include "dp/core/device_registry.h"
+#include "dp/ops/factory.h"
+#include "ops/common.h"
+
+namespace dp {
+
+namespace {
+
+constexpr double k2pow53inv = 1.0 / 9007199254740992.0;  // 2^-53
+
+inline uint64_t word64(const uint32_t* w, int half) {
+  return (static_cast<uint64_t>(w[2 * half]) << 32) | w[2 * half + 1];
+}
+// Uniform in [0, 1) with 53 random bits.
+inline double u53(uint64_t x) { return static_cast<double>(x >> 11) * k2pow53inv; }
+
+Generator& pick(Generator* gen, Device d) { return gen ? *gen : default_generator(d); }
+
+// Calls f(i, block_words, k) for every element index i in [0, n) (k = i's place in its block),
+// `per_block` consecutive elements sharing one Philox block, starting at the reserved block
+// `first`. Since the stream is counter based, large fills are split over threads by block range
+// (each thread gets its own copy of f, so f may keep per-thread state); not from a device worker,
+// where DataParallel replicas already use the cores. The result does not depend on the split.
+constexpr int64_t kParallelMinBlocks = int64_t{1} << 15;
+
+template <typename F>
+void for_blocks(uint64_t seed, uint64_t first, int64_t n, int per_block, F f, bool parallel = true) {
+  const int64_t nblocks = (n + per_block - 1) / per_block;
+  auto run = [seed, first, n, per_block](int64_t b0, int64_t b1, F fn) {
+    uint32_t w[4];
+    for (int64_t b = b0; b < b1; ++b) {
+      philox4x32(seed, first + static_cast<uint64_t>(b), w);
+      const int64_t i0 = b * per_block;
+      const int64_t lim = std::min<int64_t>(per_block, n - i0);
+      for (int64_t k = 0; k < lim; ++k) fn(i0 + k, w, static_cast<int>(k));
+    }
+  };
+  int64_t threads = 1;
+  if (parallel && nblocks >= 2 * kParallelMinBlocks && Worker::current() == nullptr) {
+    const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
+    threads = std::min<int64_t>({hw, 8, nblocks / kParallelMinBlocks});
+  }
+  if (threads <= 1) {
+    run(0, nblocks, f);
+    return;
+  }
+  const int64_t chunk = (nblocks + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) {
+    const int64_t b0 = t * chunk, b1 = std::min(nblocks, b0 + chunk);
+    if (b0 < b1) pool.emplace_back([&run, b0, b1, f] { run(b0, b1, f); });
+  }
+  run(0, std::min(nblocks, chunk), f);
+  for (std::thread& th : pool) th.join();
+}
+
+uint64_t blocks_for(int64_t n, int per_block) { return static_cast<uint64_t>((n + per_block - 1) / per_block); }
+
+// Runs `fill(T* contiguous_out, n)` into t, going through a contiguous buffer when t is not
+// contiguous, and bumps the version counter.
+template <typename F>
+void fill_elements(Tensor& t, const char* op, F&& fill) {
+  Tensor dst = t.is_contiguous() ? t : make_empty(t.sizes(), t.dtype(), t.device());
+  kernels::dispatch_all(t.dtype(), op, [&]<typename T>() { fill.template operator()<T>(dst.numel() ? dst.data_ptr<T>() : nullptr, dst.numel()); });
+  if (!dst.is_same(t)) kernels::copy_kernel(t, dst);
+  t.bump_version();
+}
+
+// In-place random ops: not allowed on leaves that require grad (with grad mode on). On a tensor
+// with history the new values do not depend on the old ones, so its history is replaced by a node
+// that passes no gradient on.
+void inplace_prologue(const Tensor& t, const char* op) {
+  ops::check_defined(op, t);
+  autograd::check_inplace(t, op);
+}
+void inplace_epilogue(Tensor& t, const char* node_name) {
+  if (GradMode::is_enabled() && t.requires_grad() && !t.is_leaf()) {
+    auto node = std::make_shared<autograd::FunctionNode>(node_name, [](autograd::variable_list&&) { return autograd::variable_list{}; });
+    autograd::rebase_history(t, node);
+  }
+}
+
+// U[from, to) for floating types: 24-bit (float32), 11-bit (float16), 8-bit (bfloat16) or 53-bit
+// (float64) uniforms, so the unit draw is exactly representable and never rounds up to 1.
+void uniform_fill(Tensor& t, double from, double to, Generator& g) {
+  const DType dt = t.dtype();
+  DP_CHECK(is_floating_point(dt), DTypeError, "uniform_: expected a floating point tensor, got ", dtype_name(dt),
+           " (use randint for integers)");
+  const int64_t n = t.numel();
+  const bool wide = dt == kFloat64;
+  const int per_block = wide ? 2 : 4;
+  const uint64_t first = g.reserve(blocks_for(n, per_block));
+  const uint64_t seed = g.seed();
+  const double range = to - from;
+  fill_elements(t, "uniform_", [&]<typename T>(T* p, int64_t count) {
+    if constexpr (kernels::is_float_v<T>) {
+      for_blocks(seed, first, count, per_block, [&](int64_t i, const uint32_t* w, int k) {
+        double u;
+        if constexpr (std::is_same_v<T, double>) u = u53(word64(w, k));
+        else if constexpr (std::is_same_v<T, float>) u = static_cast<double>(w[k] >> 8) * (1.0 / 16777216.0);
+        else if constexpr (std::is_same_v<T, Half>) u = static_cast<double>(w[k] >> 21) * (1.0 / 2048.0);
+        else u = static_cast<double>(w[k] >> 24) * (1.0 / 256.0);
+        p[i] = kernels::convert<T>(from + range * u);
+      });
+    }
+  });
+}
+
+// N(mean, std) by Box-Muller on two 53-bit uniforms per block (u1 in (0, 1] so log is finite).
+void normal_fill(Tensor& t, double mean, double std, Generator& g) {
+  const DType dt = t.dtype();
+  DP_CHECK(is_floating_point(dt), DTypeError, "normal_: expected a floating point tensor, got ", dtype_name(dt));
+  const int64_t n = t.numel();
+  const uint64_t first = g.reserve(blocks_for(n, 2));
+  const uint64_t seed = g.seed();
+  fill_elements(t, "normal_", [&]<typename T>(T* p, int64_t count) {
+    if constexpr (kernels::is_float_v<T>) {
+      for_blocks(seed, first, count, 2, [p, mean, std, r = 0.0, theta = 0.0](int64_t i, const uint32_t* w, int k) mutable {
+        if (k == 0) {
+          const double u1 = static_cast<double>((word64(w, 0) >> 11) + 1) * k2pow53inv;  // (0, 1]
+          const double u2 = u53(word64(w, 1));
+          r = std::sqrt(-2.0 * std::log(u1));
+          theta = 2.0 * std::numbers::pi * u2;
+        }
+        const double z = k == 0 ? r * std::cos(theta) : r * std::sin(theta);
+        p[i] = kernels::convert<T>(mean + std * z);
+      });
+    }
+  });
+}
+
+void check_factory(const char* op, IntArrayRef sizes, const TensorOptions& opts) {
+  for (int64_t s : sizes)
+    DP_CHECK(s >= 0, ShapeError, op, ": Trying to create tensor with negative dimension ", s, ": ", shape_str(sizes));
+  check_device(opts.device_);
+}
+
+Tensor finish(Tensor t, const TensorOptions& opts) {
+  if (opts.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+
+}  // namespace
+
+Tensor rand(IntArrayRef sizes, TensorOptions opts, Generator* gen) {
+  check_factory("rand", sizes, opts);
+  DP_CHECK(is_floating_point(opts.dtype_), DTypeError, "rand: expected a floating point dtype, got ", dtype_name(opts.dtype_));
+  Tensor t = make_empty(sizes, opts.dtype_, opts.device_);
+  uniform_fill(t, 0.0, 1.0, pick(gen, opts.device_));
+  return finish(t, opts);
+}
+
+Tensor randn(IntArrayRef sizes, TensorOptions opts, Generator* gen) {
+  check_factory("randn", sizes, opts);
+  DP_CHECK(is_floating_point(opts.dtype_), DTypeError, "randn: expected a floating point dtype, got ", dtype_name(opts.dtype_));
+  Tensor t = make_empty(sizes, opts.dtype_, opts.device_);
+  normal_fill(t, 0.0, 1.0, pick(gen, opts.device_));
+  return finish(t, opts);
+}
+
+Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts, Generator* gen) {
+  check_factory("randint", sizes, opts);
+  DP_CHECK(low < high, ValueError, "randint: random_ expects 'from' to be less than 'to', but got from=", low, " >= to=", high);
+  // The range must fit the dtype (floating types take any range; large values round).
+  kernels::dispatch_all(opts.dtype_, "randint", [&]<typename T>() {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, int64_t>) {
+      const int64_t lo = std::is_same_v<T, bool> ? 0 : static_cast<int64_t>(std::numeric_limits<T>::min());
+      const int64_t hi = std::is_same_v<T, bool> ? 1 : static_cast<int64_t>(std::numeric_limits<T>::max());
+      DP_CHECK(low >= lo && high - 1 <= hi, ValueError, "randint: the range [", low, ", ", high, ") does not fit dtype ", dtype_name(opts.dtype_),
+               " ([", lo, ", ", hi, "])");
+    }
+  });
+  Tensor t = make_empty(sizes, opts.dtype_, opts.device_);
+  Generator& g = pick(gen, opts.device_);
+  const int64_t n = t.numel();
+  const uint64_t first = g.reserve(blocks_for(n, 2));
+  const uint64_t seed = g.seed();
+  const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
+  fill_elements(t, "randint", [&]<typename T>(T* p, int64_t count) {
+    for_blocks(seed, first, count, 2, [&](int64_t i, const uint32_t* w, int k) {
+      const int64_t v = static_cast<int64_t>(static_cast<uint64_t>(low) + word64(w, k) % range);
+      p[i] = kernels::convert<T>(v);
+    });
+  });
+  return finish(t, opts);
+}
+
+Tensor randperm(int64_t n, TensorOptions opts, Generator* gen) {
+  DP_CHECK(n >= 0, ValueError, "randperm: n must be non-negative, got ", n);
+  check_factory("randperm", {n}, opts);
+  Generator& g = pick(gen, opts.device_);
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) perm[i] = i;
+  // Fisher-Yates: swap i (from n-1 down to 1) with a uniform j in [0, i]; swap number s = n-1-i
+  // uses draw s.
+  const int64_t draws = n > 1 ? n - 1 : 0;
+  const uint64_t first = g.reserve(blocks_for(draws, 2));
+  const uint64_t seed = g.seed();
+  for_blocks(seed, first, draws, 2, [&](int64_t s, const uint32_t* w, int k) {
+    const int64_t i = n - 1 - s;
+    const int64_t j = static_cast<int64_t>(word64(w, k) % static_cast<uint64_t>(i + 1));
+    std::swap(perm[i], perm[j]);
+  }, /*parallel=*/false);
+  Tensor idx = from_blob_copy(perm.data(), {n}, kInt64, opts.device_);
+  Tensor out = idx;
+  if (opts.dtype_ != kInt64) {
+    out = make_empty({n}, opts.dtype_, opts.device_);
+    kernels::copy_kernel(out, idx);
+  }
+  return finish(out, opts);
+}
+
+Tensor rand_like(const Tensor& t, Generator* gen) { return rand(t.sizes(), options_of(t), gen); }
+Tensor randn_like(const Tensor& t, Generator* gen) { return randn(t.sizes(), options_of(t), gen); }
+
+Tensor& uniform_(Tensor& t, double from, double to, Generator* gen) {
+  inplace_prologue(t, "uniform_");
+  DP_CHECK(from <= to, ValueError, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
+  DP_CHECK(std::isfinite(from) && std::isfinite(to), ValueError, "uniform_: from and to must be finite, got from=", from, ", to=", to);
+  uniform_fill(t, from, to, pick(gen, t.device()));
+  inplace_epilogue(t, "UniformBackward0");
+  return t;
+}
+
+Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
+  inplace_prologue(t, "normal_");
+  DP_CHECK(std >= 0.0, ValueError, "normal_ expects std >= 0.0, but found std ", std);
+  normal_fill(t, mean, std, pick(gen, t.device()));
+  inplace_epilogue(t, "NormalBackward0");
+  return t;
+}
+
+Tensor& bernoulli_(Tensor& t, double p, Generator* gen) {
+  inplace_prologue(t, "bernoulli_");
+  DP_CHECK(p >= 0.0 && p <= 1.0, ValueError, "bernoulli_ expects p to be in [0, 1], but got p=", p);
+  Generator& g = pick(gen, t.device());
+  const int64_t n = t.numel();
+  const uint64_t first = g.reserve(blocks_for(n, 2));
+  const uint64_t seed = g.seed();
+  fill_elements(t, "bernoulli_", [&]<typename T>(T* out, int64_t count) {
+    for_blocks(seed, first, count, 2, [&](int64_t i, const uint32_t* w, int k) {
+      out[i] = kernels::convert<T>(u53(word64(w, k)) < p);
+    });
+  });
+  inplace_epilogue(t, "BernoulliBackward1");
+  return t;
+}
+
+}  // namespace dp

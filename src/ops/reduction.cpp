@@ -1,0 +1,105 @@
+// sum, mean and sum_to, with autograd.
+#include "core/kernels/reduce.h"
+#include "dp/autograd/function.h"
+#include "dp/ops/elementwise.h"
+#include "dp/ops/reduction.h"
+#include "dp/ops/shape.h"
+#include "ops/common.h"
+
+namespace dp {
+
+namespace kernels {
+
+Tensor grad_to_keepdim(const Tensor& g, IntArrayRef in_shape, const std::vector<bool>& mask, bool keepdim) {
+  if (keepdim || in_shape.empty()) return g;
+  Shape keep = reduced_shape(in_shape, mask, true);
+  if (g.sizes() == keep) return g;
+  return dp::reshape(g, keep);
+}
+
+void check_cpu_tensor(const char* op, const Tensor& t) {
+  DP_CHECK(t.is_cpu(), NotImplementedError, op, ": tensors on ", t.device().str(), " are not supported yet (got ", t.describe(), ")");
+}
+
+}  // namespace kernels
+
+namespace {
+
+// Sums x over the dims in mask. The result has shape `out_shape` (the reduction's shape, with or
+// without kept dims, or for sum_to the target shape, which has the same elements in the same order).
+Tensor sum_impl(const Tensor& x, const std::vector<bool>& mask, bool keepdim, const Shape& out_shape, const char* node) {
+  kernels::check_cpu_tensor("sum", x);
+  const DType out_dt = is_floating_point(x.dtype()) ? x.dtype() : kInt64;
+  Tensor out = make_empty(out_shape, out_dt, x.device());
+  Shape kernel_shape = kernels::reduced_shape(x.sizes(), mask, keepdim);
+  Tensor kernel_out = kernel_shape == out_shape ? out : kernels::restride_nograd(out, kernel_shape, contiguous_strides(kernel_shape));
+  kernels::sum_kernel(kernel_out, x, mask, keepdim);
+  if (autograd::needs_grad(x)) {
+    Shape in_shape = x.sizes();
+    autograd::record(node, {x}, {out}, [in_shape, mask, keepdim, out_shape, kernel_shape](autograd::variable_list&& g) {
+      Tensor gk = out_shape == kernel_shape ? kernels::grad_to_keepdim(g[0], in_shape, mask, keepdim) : g[0];
+      return autograd::variable_list{dp::expand(gk, in_shape)};
+    });
+  }
+  return out;
+}
+
+Tensor sum_dims(const Tensor& a, IntArrayRef dims, bool keepdim, std::optional<DType> dtype, const char* node) {
+  ops::check_defined("sum", a);
+  Tensor x = (dtype && *dtype != a.dtype()) ? dp::to(a, a.device(), *dtype) : a;
+  std::vector<bool> mask = kernels::make_dim_mask(dims, x.dim(), "sum");
+  return sum_impl(x, mask, keepdim, kernels::reduced_shape(x.sizes(), mask, keepdim), node);
+}
+
+Tensor mean_dims(const Tensor& a, IntArrayRef dims, bool keepdim, const char* node) {
+  ops::check_defined("mean", a);
+  kernels::check_cpu_tensor("mean", a);
+  DP_CHECK(is_floating_point(a.dtype()), DTypeError,
+           "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: ",
+           kernels::torch_type_name(a.dtype()));
+  std::vector<bool> mask = kernels::make_dim_mask(dims, a.dim(), "mean");
+  Tensor out = make_empty(kernels::reduced_shape(a.sizes(), mask, keepdim), a.dtype(), a.device());
+  kernels::mean_kernel(out, a, mask, keepdim);
+  if (autograd::needs_grad(a)) {
+    Shape in_shape = a.sizes();
+    const int64_t n = kernels::reduced_numel(in_shape, mask);
+    autograd::record(node, {a}, {out}, [in_shape, mask, keepdim, n](autograd::variable_list&& g) {
+      Tensor gk = kernels::grad_to_keepdim(g[0], in_shape, mask, keepdim);
+      return autograd::variable_list{dp::expand(dp::div(gk, Scalar(static_cast<double>(n))), in_shape)};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& a, std::optional<DType> dtype) { return sum_dims(a, {}, false, dtype, "SumBackward0"); }
+
+Tensor sum(const Tensor& a, IntArrayRef dims, bool keepdim, std::optional<DType> dtype) {
+  return sum_dims(a, dims, keepdim, dtype, "SumBackward1");
+}
+
+Tensor mean(const Tensor& a) { return mean_dims(a, {}, false, "MeanBackward0"); }
+
+Tensor mean(const Tensor& a, IntArrayRef dims, bool keepdim) { return mean_dims(a, dims, keepdim, "MeanBackward1"); }
+
+Tensor sum_to(const Tensor& a, IntArrayRef shape) {
+  ops::check_defined("sum_to", a);
+  if (a.sizes() == shape.vec()) return a;
+  const int64_t nd = a.dim();
+  const int64_t lead = nd - static_cast<int64_t>(shape.size());
+  DP_CHECK(lead >= 0, ShapeError, "sum_to: a tensor of size ", a.size_str(), " cannot be summed to size ", shape_str(shape),
+           " (the target has more dims)");
+  std::vector<bool> mask(static_cast<size_t>(nd), false);
+  for (int64_t d = 0; d < lead; ++d) mask[d] = true;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const int64_t have = a.sizes()[lead + i], want = shape[i];
+    if (want == have) continue;
+    DP_CHECK(want == 1, ShapeError, "sum_to: a tensor of size ", a.size_str(), " cannot be summed to size ", shape_str(shape),
+             " (size ", have, " at dim ", lead + i, " is neither ", want, " nor reduced to 1)");
+    mask[lead + i] = true;
+  }
+  return sum_impl(a, mask, /*keepdim=*/true, shape.vec(), "SumBackward1");
+}
+
+}  // namespace dp

@@ -1,0 +1,73 @@
+// The device registry: CPU device count, device checks with their messages, worker_for's bounds
+// (a Device can name cpu:32767; that must be an error, not a read past the worker table), and
+// concurrent first use of a device starting exactly one worker.
+#include <gtest/gtest.h>
+#include <future>
+#include <set>
+#include <string>
+#include <vector>
+#include "dp/core/device_registry.h"
+#include "dp/core/errors.h"
+
+namespace dp {
+namespace {
+
+TEST(DeviceRegistry, CountAndDevices) {
+  set_cpu_device_count(std::max(cpu_device_count(), 3));
+  int n = cpu_device_count();
+  EXPECT_GE(n, 3);
+  EXPECT_EQ(device_count(DeviceType::CPU), n);
+  std::vector<Device> ds = devices(DeviceType::CPU);
+  ASSERT_EQ(static_cast<int>(ds.size()), n);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(ds[i], Device::cpu(i));
+  EXPECT_EQ(cuda_device_count(), 0);
+  EXPECT_TRUE(devices(DeviceType::CUDA).empty());
+}
+
+TEST(DeviceRegistry, CheckDeviceMessages) {
+  set_cpu_device_count(std::max(cpu_device_count(), 2));
+  int n = cpu_device_count();
+  EXPECT_NO_THROW(check_device(Device::cpu()));
+  EXPECT_NO_THROW(check_device(Device::cpu(n - 1)));
+  try {
+    check_device(Device::cpu(n));
+    FAIL();
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu:" + std::to_string(n) + " does not exist: there are " + std::to_string(n) + " CPU devices"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(check_device(Device::cuda(0)), DeviceError);
+}
+
+TEST(DeviceRegistry, WorkerForOutOfRange) {
+  EXPECT_THROW(worker_for(Device::cpu(cpu_device_count())), DeviceError);
+  EXPECT_THROW(worker_for(Device::cpu(5000)), DeviceError);    // beyond the registry's table
+  EXPECT_THROW(worker_for(Device::cpu(32767)), DeviceError);
+  EXPECT_THROW(worker_for(Device::cuda(0)), DeviceError);
+  EXPECT_THROW(set_cpu_device_count(0), ValueError);
+}
+
+// Once a device's worker exists, the count cannot shrink below it; growing is fine.
+TEST(DeviceRegistry, CannotShrinkBelowAStartedWorker) {
+  set_cpu_device_count(std::max(cpu_device_count(), 3));
+  ASSERT_NE(worker_for(Device::cpu(2)), nullptr);
+  EXPECT_THROW(set_cpu_device_count(2), DeviceError);
+  int n = cpu_device_count();
+  EXPECT_NO_THROW(set_cpu_device_count(n + 1));
+  EXPECT_EQ(cpu_device_count(), n + 1);
+}
+
+// Many threads asking for the same device's worker at once get the same one.
+TEST(DeviceRegistry, ConcurrentFirstUse) {
+  set_cpu_device_count(std::max(cpu_device_count(), 6));
+  std::vector<std::future<Worker*>> fs;
+  for (int t = 0; t < 8; ++t) fs.push_back(std::async(std::launch::async, [] { return worker_for(Device::cpu(5)); }));
+  std::set<Worker*> seen;
+  for (auto& f : fs) seen.insert(f.get());
+  EXPECT_EQ(seen.size(), 1u);
+  EXPECT_NE(*seen.begin(), nullptr);
+}
+
+}  // namespace
+}  // namespace dp

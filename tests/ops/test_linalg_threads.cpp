@@ -1,0 +1,172 @@
+// GEMMs from several threads at once: plain threads, device workers (cpu:0, cpu:1) and the host
+// mixed with workers all get correct results; the BLAS thread policy (1 thread on a worker, the
+// dp::set_num_threads setting on the host) and its API.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "core/kernels/blas.h"
+#include "dp/core/threads.h"
+#include "support/golden.h"
+
+namespace dp {
+namespace {
+
+using test::all_close;
+
+struct Problem {
+  Tensor a, b, expected;
+};
+
+// A product big enough for OpenBLAS to split over threads, with a float64 reference.
+Problem make_problem(int64_t n, uint64_t seed) {
+  Generator g(seed);
+  Problem p;
+  p.a = randn({n, n + 3}, kFloat32, &g);
+  p.b = randn({n + 3, n - 5}, kFloat32, &g);
+  p.expected = mm(p.a.to(kFloat64), p.b.to(kFloat64));
+  return p;
+}
+
+::testing::AssertionResult matches(const Tensor& got, const Problem& p) { return all_close(got, p.expected, 1e-4, 1e-3); }
+
+TEST(BlasThreads, ApiSetAndGet) {
+  const int before = get_num_threads();
+  EXPECT_GE(before, 1);
+  set_num_threads(1);
+  EXPECT_EQ(get_num_threads(), 1);
+  set_num_threads(3);
+  EXPECT_EQ(get_num_threads(), 3);
+  EXPECT_THROW(set_num_threads(0), ValueError);
+  EXPECT_THROW(set_num_threads(-2), ValueError);
+  set_num_threads(before);
+  EXPECT_EQ(get_num_threads(), before);
+}
+
+TEST(BlasThreads, HostUsesSettingWorkerUsesOne) {
+  const int before = get_num_threads();
+  set_num_threads(2);
+  EXPECT_EQ(kernels::blas::threads_for_current_thread(), 2);
+  Problem p = make_problem(96, 1);
+  EXPECT_TRUE(matches(mm(p.a, p.b), p));
+  EXPECT_EQ(kernels::blas::openblas_threads(), 2);  // a large host GEMM ran with the setting
+  Worker* w = worker_for(Device("cpu:0"));
+  auto fut = w->submit([&] {
+    int policy = kernels::blas::threads_for_current_thread();
+    Tensor out = mm(p.a, p.b);
+    return std::make_pair(policy, kernels::blas::openblas_threads());
+  });
+  auto [policy, during] = fut.get();
+  EXPECT_EQ(policy, 1);
+  EXPECT_EQ(during, 1);
+  set_num_threads(before);
+}
+
+TEST(BlasThreads, TwoPlainThreadsConcurrently) {
+  Problem p1 = make_problem(160, 2), p2 = make_problem(128, 3);
+  std::atomic<int> failures{0};
+  auto body = [&](const Problem& p) {
+    for (int i = 0; i < 60; ++i) {
+      Tensor out = (i % 2) ? mm(p.a, p.b) : matmul(p.a.unsqueeze(0), p.b).squeeze(0);
+      if (!matches(out, p)) failures.fetch_add(1);
+    }
+  };
+  std::thread t1(body, std::cref(p1)), t2(body, std::cref(p2));
+  t1.join();
+  t2.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(BlasThreads, TwoDeviceWorkersConcurrently) {
+  if (cpu_device_count() < 2) set_cpu_device_count(2);
+  Problem p0 = make_problem(160, 4), p1 = make_problem(144, 5);
+  // Inputs live on the device that computes with them.
+  auto on = [](const Problem& p, Device d) {
+    Problem q;
+    q.a = p.a.to(d);
+    q.b = p.b.to(d);
+    q.expected = p.expected;
+    return q;
+  };
+  Problem q0 = on(p0, Device("cpu:0")), q1 = on(p1, Device("cpu:1"));
+  auto job = [](const Problem& q) {
+    int bad = 0;
+    for (int i = 0; i < 60; ++i) {
+      Tensor out = linear(q.a, q.b.t());  // w = b^T: out = a @ b
+      if (!matches(out, q)) ++bad;
+      if (out.device() != q.a.device()) ++bad;
+      if (kernels::blas::threads_for_current_thread() != 1) ++bad;
+    }
+    return bad;
+  };
+  auto f0 = worker_for(Device("cpu:0"))->submit([&] { return job(q0); });
+  auto f1 = worker_for(Device("cpu:1"))->submit([&] { return job(q1); });
+  EXPECT_EQ(f0.get(), 0);
+  EXPECT_EQ(f1.get(), 0);
+}
+
+TEST(BlasThreads, HostMultiThreadedGemmsInterleavedWithWorkers) {
+  if (cpu_device_count() < 2) set_cpu_device_count(2);
+  const int before = get_num_threads();
+  set_num_threads(std::max(2, before));  // the host takes the exclusive, multi-threaded path
+  Problem ph = make_problem(192, 6), p0 = make_problem(112, 7), p1 = make_problem(120, 8);
+  std::atomic<bool> go{false};
+  auto worker_job = [&](const Problem& p) {
+    while (!go.load()) std::this_thread::yield();
+    int bad = 0;
+    for (int i = 0; i < 30; ++i)
+      if (!matches(mm(p.a, p.b), p)) ++bad;
+    return bad;
+  };
+  auto f0 = worker_for(Device("cpu:0"))->submit([&] { return worker_job(p0); });
+  auto f1 = worker_for(Device("cpu:1"))->submit([&] { return worker_job(p1); });
+  go.store(true);
+  int host_bad = 0;
+  for (int i = 0; i < 15; ++i)
+    if (!matches(mm(ph.a, ph.b), ph)) ++host_bad;
+  EXPECT_EQ(host_bad, 0);
+  EXPECT_EQ(f0.get(), 0);
+  EXPECT_EQ(f1.get(), 0);
+  set_num_threads(before);
+}
+
+TEST(BlasThreads, FourWorkersAndTheHostAtOnce) {
+  if (cpu_device_count() < 4) set_cpu_device_count(4);
+  std::vector<Problem> ps;
+  for (int d = 0; d < 5; ++d) ps.push_back(make_problem(80 + 16 * d, 20 + d));
+  std::atomic<bool> go{false};
+  auto job = [&go](const Problem& p) {
+    while (!go.load()) std::this_thread::yield();
+    int bad = 0;
+    for (int i = 0; i < 40; ++i) {
+      // a mix of shapes: batched with broadcasting, folded, transposed operands
+      Tensor out = (i % 3 == 0) ? matmul(p.a.unsqueeze(0).expand({2, -1, -1}), p.b).select(0, 1)
+                 : (i % 3 == 1) ? mm(p.a.t().contiguous().t(), p.b)
+                                : linear(p.a, p.b.t());
+      if (!matches(out, p)) ++bad;
+    }
+    return bad;
+  };
+  std::vector<std::future<int>> futs;
+  for (int d = 0; d < 4; ++d) futs.push_back(worker_for(Device::cpu(d))->submit([&, d] { return job(ps[d]); }));
+  go.store(true);
+  EXPECT_EQ(job(ps[4]), 0);  // the host thread too
+  for (auto& f : futs) EXPECT_EQ(f.get(), 0);
+}
+
+TEST(BlasThreads, ThreadCountChangesOnlyWhenNeeded) {
+  const int before = get_num_threads();
+  set_num_threads(2);
+  Problem p = make_problem(96, 9);
+  mm(p.a, p.b);  // host, large: 2 threads
+  const int64_t switches = kernels::blas::thread_switches();
+  for (int i = 0; i < 5; ++i) mm(p.a, p.b);
+  EXPECT_EQ(kernels::blas::thread_switches(), switches);  // same setting: no further calls to OpenBLAS
+  set_num_threads(before);
+}
+
+}  // namespace
+}  // namespace dp
