@@ -4,6 +4,7 @@
 #include "dp/core/device_registry.h"
 #include "dp/core/generator.h"
 #include "dp/core/tensor.h"
+#include "dp/core/threads.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/index.h"

@@ -123,12 +123,11 @@ void Tensor::retain_grad() {
   std::weak_ptr<TensorImpl> weak = impl_;
   m.grad_fn->add_output_hook({autograd::Node::kRetainGradHook, m.output_nr, [weak](const Tensor& g) {
     if (auto impl = weak.lock()) {
-      // Computed outside the lock (the ops may be slow); the retained .grad never aliases g.
-      Tensor copy = g.detach().clone();
+      // A fresh tensor either way: the retained .grad never aliases g.
       AutogradMeta& meta = impl->autograd_meta();
       std::lock_guard<std::mutex> l(meta.mu);
-      if (!meta.grad || !meta.grad->defined()) meta.grad = std::make_shared<Tensor>(std::move(copy));
-      else meta.grad = std::make_shared<Tensor>(meta.grad->add(copy));
+      if (!meta.grad || !meta.grad->defined()) meta.grad = std::make_shared<Tensor>(g.detach().clone());
+      else meta.grad = std::make_shared<Tensor>(meta.grad->add(g.detach()));
     }
     return Tensor();
   }});

@@ -244,7 +244,7 @@ Tensor add_impl(const char* op, const char* node, const Tensor& a, const Tensor&
   if (is_sub) check_sub(op, a.dtype(), b.dtype());
   check_alpha(op, ct, alpha);
   const Scalar k = is_sub ? negate(alpha) : alpha;
-  Tensor out = ops::new_output(ops::out_shape(a, b, op), ct, a.device());
+  Tensor out = ops::new_output_like(a, b, op, ct, a.device());
   kernels::add_kernel(out, ops::to_dtype(a, ct), ops::to_dtype(b, ct), k);
   if (autograd::needs_grad(a, b)) {
     record(node, {&a, &b}, out, [ia = GradInfo(a), ib = GradInfo(b), k](Node&, const Tensor& g) {
@@ -291,7 +291,7 @@ Tensor rsub(const Tensor& a, const Scalar& b) {
 Tensor mul(const Tensor& a, const Tensor& b) {
   ops::check_binary("mul", a, b);
   const DType ct = result_type(a, b);
-  Tensor out = ops::new_output(ops::out_shape(a, b, "mul"), ct, a.device());
+  Tensor out = ops::new_output_like(a, b, "mul", ct, a.device());
   kernels::mul_kernel(out, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
   if (autograd::needs_grad(a, b)) {
     GradInfo ia(a), ib(b);
@@ -319,7 +319,7 @@ Tensor mul(const Tensor& a, const Scalar& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
   ops::check_binary("div", a, b);
   const DType ct = ops::to_float_dtype(result_type(a, b));
-  Tensor out = ops::new_output(ops::out_shape(a, b, "div"), ct, a.device());
+  Tensor out = ops::new_output_like(a, b, "div", ct, a.device());
   kernels::div_kernel(out, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
   if (autograd::needs_grad(a, b)) {
     GradInfo ia(a), ib(b);
@@ -385,7 +385,7 @@ Tensor pow(const Tensor& a, const Tensor& e) {
   ops::check_binary("pow", a, e);
   const DType ct = result_type(a, e);
   DP_CHECK(ct != kBool, DTypeError, "pow: not implemented for bool");
-  Tensor out = ops::new_output(ops::out_shape(a, e, "pow"), ct, a.device());
+  Tensor out = ops::new_output_like(a, e, "pow", ct, a.device());
   kernels::pow_kernel(out, ops::to_dtype(a, ct), ops::to_dtype(e, ct));
   if (autograd::needs_grad(a, e)) {
     record("PowBackward1", {&a, &e}, out,
@@ -436,7 +436,7 @@ namespace {
 Tensor extremum(const char* op, const char* node, const Tensor& a, const Tensor& b, bool is_max) {
   ops::check_binary(op, a, b);
   const DType ct = result_type(a, b);
-  Tensor out = ops::new_output(ops::out_shape(a, b, op), ct, a.device());
+  Tensor out = ops::new_output_like(a, b, op, ct, a.device());
   Tensor ac = ops::to_dtype(a, ct), bc = ops::to_dtype(b, ct);
   if (is_max) kernels::maximum_kernel(out, ac, bc);
   else kernels::minimum_kernel(out, ac, bc);
@@ -466,7 +466,7 @@ Tensor lerp(const Tensor& a, const Tensor& end, const Scalar& weight) {
   DP_CHECK(a.dtype() == end.dtype(), DTypeError, "lerp: expected dtype ", dtype_name(a.dtype()), " for `end` but got dtype ",
            dtype_name(end.dtype()));
   DP_CHECK(is_floating_point(a.dtype()), DTypeError, "lerp: expected floating point tensors, got ", dtype_name(a.dtype()));
-  Tensor out = ops::new_output(ops::out_shape(a, end, "lerp"), a.dtype(), a.device());
+  Tensor out = ops::new_output_like(a, end, "lerp", a.dtype(), a.device());
   kernels::lerp_kernel(out, a, end, weight);
   if (autograd::needs_grad(a, end)) {
     record("LerpBackward0", {&a, &end}, out, [ia = GradInfo(a), ie = GradInfo(end), weight](Node&, const Tensor& g) {

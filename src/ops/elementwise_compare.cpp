@@ -63,7 +63,7 @@ namespace {
 Tensor compare(const char* op, kernels::CmpOp k, const Tensor& a, const Tensor& b) {
   ops::check_binary(op, a, b);
   const DType ct = result_type(a, b);
-  Tensor out = ops::new_output(ops::out_shape(a, b, op), kBool, a.device());
+  Tensor out = ops::new_output_like(a, b, op, kBool, a.device());
   kernels::compare_kernel(k, out, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
   return out;
 }
@@ -122,7 +122,7 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
            ops::torch_type_name(b.dtype()));
   DP_CHECK(rtol >= 0, ValueError, "allclose: rtol must be greater than or equal to zero, but got ", rtol);
   DP_CHECK(atol >= 0, ValueError, "allclose: atol must be greater than or equal to zero, but got ", atol);
-  Tensor out = ops::new_output(ops::out_shape(a, b, "allclose"), kBool, a.device());
+  Tensor out = ops::new_output_like(a, b, "allclose", kBool, a.device());
   kernels::dispatch_all(a.dtype(), "allclose", [&]<typename T>() {
     kernels::launch<bool, T, T>(out, [rtol, atol](T x, T y) {
       const double u = kernels::convert<double>(x), v = kernels::convert<double>(y);

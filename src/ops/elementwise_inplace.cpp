@@ -326,7 +326,7 @@ Tensor& copy_(Tensor& self, const Tensor& src, bool non_blocking) {
   ops::check_inplace_shape("copy_", self, src);
   ops::check_no_internal_overlap("copy_", self);
   // Every CPU device uses host memory: a copy between cpu:i and cpu:j is a plain strided copy.
-  if (!self.is_same(src)) kernels::copy_kernel(self, ops::unaliased(self, src));
+  if (!self.is_same(src)) ops::copy_into(self, ops::unaliased(self, src));
   self.bump_version();
   if (autograd::needs_grad(self, src)) {
     record_inplace("CopyBackwards", {&self, &src}, self,

@@ -1,7 +1,8 @@
 // softmax and log_softmax over one dim, with autograd. The forward is one fused kernel (no
-// temporaries); the backward uses a fused kernel too, except when the backward pass is itself
-// recorded (create_graph), where it is written with dp ops on a recomputed result so that it can be
-// differentiated again.
+// temporaries) and, as in PyTorch, only the result is saved for backward. The backward is a fused
+// kernel too. When the backward is itself recorded (create_graph), its result is given a node of
+// its own ("SoftmaxBackwardDataBackward0") whose edges lead to the incoming gradient and to the
+// softmax input, so second derivatives flow through the saved result without keeping the input.
 #include "core/kernels/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
@@ -11,8 +12,40 @@
 namespace dp {
 namespace {
 
+using autograd::Node;
 using autograd::SavedVariable;
 using autograd::variable_list;
+
+// The fused backward: d softmax(x) / dx applied to g, given y = softmax(x) (or log_softmax(x)).
+Tensor softmax_backward_data(const Tensor& g, const Tensor& y, int64_t dim, bool log) {
+  Tensor gc = kernels::contiguous_nograd(kernels::convert_nograd(g, y.dtype()));
+  Tensor gi = make_empty(y.sizes(), y.dtype(), y.device());
+  kernels::softmax_backward_kernel(gi, gc, y, dim, log);
+  return gi;
+}
+
+// Gradients of gi = softmax_backward_data(g, y) w.r.t. g and w.r.t. the softmax input x, given the
+// gradient gg of gi (dp ops; y and g are constants here).
+//   softmax:     gi = y (g - <g, y>)          d/dg: y (gg - <gg, y>)
+//                                              d/dy: gg (g - <g, y>) - g <gg, y>
+//   log_softmax: gi = g - p <g, 1>, p = e^y   d/dg: gg - <gg, p>
+//                                              d/dy: -gg p <g, 1>
+// and d/dx = (the softmax / log_softmax backward of d/dy).
+variable_list softmax_double_backward(const Tensor& gg, const Tensor& g, const Tensor& y, int64_t d, bool log) {
+  Tensor grad_g, grad_y;
+  if (log) {
+    Tensor p = dp::exp(y);
+    grad_g = dp::sub(gg, dp::sum(dp::mul(gg, p), {d}, true));
+    grad_y = dp::neg(dp::mul(dp::mul(gg, p), dp::sum(g, {d}, true)));
+    Tensor grad_x = dp::sub(grad_y, dp::mul(p, dp::sum(grad_y, {d}, true)));
+    return {grad_g, grad_x};
+  }
+  Tensor s_gg = dp::sum(dp::mul(gg, y), {d}, true);
+  grad_g = dp::mul(y, dp::sub(gg, s_gg));
+  grad_y = dp::sub(dp::mul(gg, dp::sub(g, dp::sum(dp::mul(g, y), {d}, true))), dp::mul(g, s_gg));
+  Tensor grad_x = dp::mul(y, dp::sub(grad_y, dp::sum(dp::mul(grad_y, y), {d}, true)));
+  return {grad_g, grad_x};
+}
 
 Tensor softmax_impl(const Tensor& a, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
@@ -25,24 +58,35 @@ Tensor softmax_impl(const Tensor& a, int64_t dim, bool log) {
   Tensor out = make_empty(a.sizes(), a.dtype(), a.device());
   kernels::softmax_kernel(out, x, d, log);
   if (autograd::needs_grad(a)) {
-    SavedVariable sx(a, false), sy(out, true);
-    autograd::record(log ? "LogSoftmaxBackward0" : "SoftmaxBackward0", {a}, {out}, [sx, sy, d, log](variable_list&& grads) {
-      const Tensor& g = grads[0];
-      if (GradMode::is_enabled()) {
-        Tensor xs = sx.unpack();
-        if (log) {
-          Tensor y = dp::log_softmax(xs, d);
-          return variable_list{dp::sub(g, dp::mul(dp::exp(y), dp::sum(g, {d}, /*keepdim=*/true)))};
-        }
-        Tensor y = dp::softmax(xs, d);
-        return variable_list{dp::mul(y, dp::sub(g, dp::sum(dp::mul(g, y), {d}, /*keepdim=*/true)))};
-      }
-      Tensor y = sy.unpack();
-      Tensor gc = kernels::contiguous_nograd(kernels::convert_nograd(g, y.dtype()));
-      Tensor gi = make_empty(y.sizes(), y.dtype(), y.device());
-      kernels::softmax_backward_kernel(gi, gc, y, d, log);
-      return variable_list{gi};
-    });
+    SavedVariable sy(out, true);
+    // The node itself, for its edge to the input (filled in right after record()).
+    auto self = std::make_shared<std::weak_ptr<Node>>();
+    std::shared_ptr<Node> node = autograd::record(
+        log ? "LogSoftmaxBackward0" : "SoftmaxBackward0", {a}, {out}, [sy, d, log, self](variable_list&& grads) {
+          const Tensor& g = grads[0];
+          Tensor y = sy.unpack();
+          if (!GradMode::is_enabled()) return variable_list{softmax_backward_data(g, y, d, log)};
+          // create_graph: compute gi without history, then give it a node of its own.
+          Tensor gi;
+          {
+            NoGradGuard no_grad;
+            gi = softmax_backward_data(g, y, d, log);
+          }
+          std::shared_ptr<Node> me = self->lock();
+          DP_CHECK(me != nullptr, AutogradError, "softmax backward: its node is gone");
+          Tensor gd = g.detach();
+          auto bb = std::make_shared<autograd::FunctionNode>(
+              log ? "LogSoftmaxBackwardDataBackward0" : "SoftmaxBackwardDataBackward0", [sy, gd, d, log](variable_list&& gg) {
+                DP_CHECK(!GradMode::is_enabled(), NotImplementedError,
+                         log ? "log_softmax" : "softmax", ": derivatives of order three and higher are not supported");
+                return softmax_double_backward(gg[0], gd, sy.unpack(), d, log);
+              });
+          bb->add_next_edge(autograd::gradient_edge(g));
+          bb->add_next_edge(me->next_edges()[0]);
+          autograd::set_history({gi}, bb);
+          return variable_list{gi};
+        });
+    *self = node;
   }
   return out;
 }

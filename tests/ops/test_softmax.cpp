@@ -179,7 +179,8 @@ TEST(Softmax, DoubleBackward) {
   EXPECT_TRUE(check_grad_grad([](const Tensor& t) { return sum(log_softmax(t, 1) * t); }, x));
 }
 
-// With create_graph the backward is the dp-op formula; without, the fused kernel. Same numbers.
+// The fused backward kernel against the formula in dp ops, and the create_graph backward (a node
+// of its own, differentiable) against both.
 TEST(Softmax, FusedBackwardMatchesFormula) {
   uint32_t seed = 20;
   for (const Case& c : kCases) {
@@ -189,10 +190,14 @@ TEST(Softmax, FusedBackwardMatchesFormula) {
       Tensor g = randn_f32(c.shape, seed++);
       Tensor y = log ? log_softmax(x, c.dim) : softmax(x, c.dim);
       Tensor fused = autograd::grad({y}, {x}, {g}, /*retain_graph=*/true, /*create_graph=*/false)[0];
-      Tensor formula = autograd::grad({y}, {x}, {g}, /*retain_graph=*/false, /*create_graph=*/true)[0];
-      EXPECT_TRUE(formula.requires_grad());
+      Tensor recorded = autograd::grad({y}, {x}, {g}, /*retain_graph=*/false, /*create_graph=*/true)[0];
       EXPECT_FALSE(fused.requires_grad());
-      EXPECT_TRUE(all_close(fused, formula.detach(), 1e-4, 1e-6));
+      ASSERT_TRUE(recorded.requires_grad());
+      EXPECT_EQ(recorded.grad_fn()->name(), log ? "LogSoftmaxBackwardDataBackward0" : "SoftmaxBackwardDataBackward0");
+      Tensor yd = y.detach().to(kFloat64), gd = g.to(kFloat64);
+      Tensor formula = log ? gd - exp(yd) * sum(gd, {c.dim}, true) : yd * (gd - sum(gd * yd, {c.dim}, true));
+      EXPECT_TRUE(all_close(fused, formula, 1e-4, 1e-6));
+      EXPECT_TRUE(all_close(recorded.detach(), fused, 0, 0));
     }
   }
 }
@@ -210,13 +215,35 @@ TEST(Softmax, BackwardWithBroadcastGradient) {
   EXPECT_TRUE(all_close(x2.grad(), expect, 1e-5, 1e-5));
 }
 
-TEST(Softmax, BackwardDoesNotNeedTheInputUnlessCreateGraph) {
-  // The fused backward uses only the saved output: changing the input in place afterwards is fine.
-  Tensor leaf = randn_f32({3, 4}, 7).requires_grad_(true);
-  Tensor x = leaf * 1.0;
+TEST(Softmax, BackwardNeedsOnlyTheOutput) {
+  // Only the result is saved (as PyTorch): changing the input in place afterwards is fine, for the
+  // first and for the second derivative.
+  for (bool log : {false, true}) {
+    Tensor leaf = randn_f32({3, 4}, 7).to(kFloat64).requires_grad_(true);
+    Tensor x = leaf * 1.0;
+    Tensor y = log ? log_softmax(x, 1) : softmax(x, 1);
+    x.mul_(2.0);
+    Tensor g = rand({3, 4}, kFloat64);
+    EXPECT_NO_THROW(autograd::grad({y}, {leaf}, {g}, /*retain_graph=*/true));
+    Tensor gi = autograd::grad({y}, {leaf}, {g}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+    EXPECT_NO_THROW(autograd::grad({sum(gi * gi)}, {leaf}, {}, /*retain_graph=*/true));
+    // Third derivatives would need the result's own history: refused, not silently wrong.
+    Tensor gg = autograd::grad({sum(gi * gi)}, {leaf}, {}, /*retain_graph=*/true, /*create_graph=*/false)[0];
+    EXPECT_EQ(gg.sizes(), leaf.sizes());
+    EXPECT_THROW(autograd::grad({sum(gi * gi)}, {leaf}, {}, /*retain_graph=*/true, /*create_graph=*/true), NotImplementedError);
+  }
+}
+
+TEST(Softmax, SecondDerivativeWithRespectToTheIncomingGradient) {
+  // d/dg of <softmax backward(g), w> is the softmax backward of w: checks the edge to g.
+  Tensor x = rand_leaf({2, 5});
+  Tensor g = rand_leaf({2, 5});
+  Tensor w = rand({2, 5}, kFloat64);
   Tensor y = softmax(x, 1);
-  x.mul_(2.0);
-  EXPECT_NO_THROW(autograd::grad({y}, {leaf}, {ones_like(y)}));
+  Tensor gi = autograd::grad({y}, {x}, {g}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+  Tensor dg = autograd::grad({sum(gi * w)}, {g})[0];
+  Tensor yd = y.detach();
+  EXPECT_TRUE(all_close(dg, yd * (w - sum(w * yd, {1}, true)), 1e-12, 1e-12));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // an input's shape and dtype, re-attaching a saved output for double backward).
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 #include "dp/autograd/function.h"
@@ -62,6 +63,13 @@ inline Shape out_shape(const Tensor& a, const Tensor& b, const char* op) {
 Tensor new_output(IntArrayRef sizes, DType dtype, Device device);
 // A fresh tensor of zeros (constant, no history): gradients of inputs that do not affect the result.
 Tensor zeros_of(IntArrayRef sizes, DType dtype, Device device);
+// dst (any layout) <- src converted to dst's dtype, src broadcast to dst's shape.
+void copy_into(const Tensor& dst, const Tensor& src);
+// A fresh output of a and b's broadcast shape.
+inline Tensor new_output_like(const Tensor& a, const Tensor& b, const char* op, DType dtype, Device device) {
+  if (a.sizes() == b.sizes()) return new_output(a.sizes(), dtype, device);
+  return new_output(broadcast_shapes(a.sizes(), b.sizes(), op), dtype, device);
+}
 // t converted to dtype (t itself when it already has it); no autograd history.
 Tensor to_dtype(const Tensor& t, DType dtype);
 
@@ -83,7 +91,7 @@ void run_inplace(Tensor& self, DType ct, K&& kernel) {
   } else {
     Tensor tmp = new_output(self.sizes(), ct, self.device());
     kernel(tmp, to_dtype(self, ct));
-    kernels::copy_kernel(self, tmp);
+    copy_into(self, tmp);
   }
 }
 
@@ -97,7 +105,10 @@ template <typename F>
 class EwNode final : public autograd::Node {
  public:
   EwNode(const char* name, F fn) : name_(name), fn_(std::move(fn)) {}
+  // Serialised against release_variables(), as FunctionNode (backward over a shared graph from
+  // several threads).
   variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mu_);
     DP_CHECK(fn_.has_value(), AutogradError,
              "Trying to backward through the graph a second time (or directly access saved tensors after they have already "
              "been freed). Specify retain_graph=True if you need to backward through the graph a second time. (node ",
@@ -105,10 +116,21 @@ class EwNode final : public autograd::Node {
     return (*fn_)(static_cast<autograd::Node&>(*this), grads[0]);
   }
   std::string name() const override { return name_; }
-  void release_variables() override { fn_.reset(); }
+  void release_variables() override {
+    std::optional<F> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fn_) {
+        dropped.emplace(std::move(*fn_));
+        fn_.reset();
+      }
+    }
+    // The saved tensors are destroyed here, outside the lock.
+  }
 
  private:
   const char* name_;
+  std::mutex mu_;
   std::optional<F> fn_;
 };
 

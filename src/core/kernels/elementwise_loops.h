@@ -22,15 +22,30 @@
 
 namespace dp::kernels {
 
+// flatten: the element functor (and the math it calls) is inlined into the loop whatever its size,
+// which is what lets the loop vectorise.
+// noinline: compiled as a function of its own, the loop is always analysed for vectorisation
+// (inlined into a large caller it was sometimes left scalar).
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#define DP_FLATTEN __attribute__((flatten, noinline))
+#else
+#define DP_FLATTEN
+#endif
+
 template <typename Out, typename F, typename... In>
-DP_INLINE void dense_loop(Out* out, int64_t n, const F& f, const In*... in) {
+DP_FLATTEN void dense_loop(Out* out, int64_t n, const F& fn, const In*... in) {
+  // A local copy: the captured values (a scalar operand, alpha) then live in registers; read
+  // through the reference they might alias the output and would be reloaded per element, which
+  // also blocks vectorisation.
+  const F f = fn;
 #pragma GCC ivdep
   for (int64_t i = 0; i < n; ++i) out[i] = f(in[i]...);
 }
 
 // One row of n elements; s[k] is operand k's stride in bytes.
 template <typename Out, typename... In, typename F>
-DP_INLINE void row_loop(char** p, const int64_t* s, int64_t n, const F& f) {
+DP_FLATTEN void row_loop(char** p, const int64_t* s, int64_t n, const F& fn) {
+  const F f = fn;  // see dense_loop
   constexpr size_t N = sizeof...(In);
   if (s[0] == static_cast<int64_t>(sizeof(Out))) {
     Out* out = reinterpret_cast<Out*>(p[0]);

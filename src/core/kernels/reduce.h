@@ -43,8 +43,9 @@ struct ReducePlan {
 
 // in_sizes/in_strides: the input's layout. reduced[d]: dim d is reduced. out_strides[d]: the output
 // stride (elements) of kept dim d (ignored for reduced dims). With reorder, both dim lists are sorted by
-// decreasing input stride, which is only valid when the op ignores ridx (sum, max values, var, ...);
-// without it the reduced dims keep their order, so ridx is the row-major index over them.
+// decreasing input stride (broadcast dims first), which changes ridx unless at most one reduced dim
+// has size > 1: fine for ops that ignore ridx (sum, max values, var, ...) and for single-dim index
+// reductions. Without it the reduced dims keep their order, so ridx is the row-major index over them.
 ReducePlan make_reduce_plan(IntArrayRef in_sizes, IntArrayRef in_strides, const std::vector<bool>& reduced,
                             IntArrayRef out_strides, bool reorder);
 

@@ -30,6 +30,11 @@ template <bool IsMax, typename T>
 inline compute_t<T> extreme_row(const T* p, int64_t n) {
   using V = compute_t<T>;
   constexpr int kLanes = 64;
+  if (n < 2 * kLanes) {
+    V r = extreme_identity<V, IsMax>();
+    for (int64_t i = 0; i < n; ++i) r = pick<IsMax>(r, convert<V>(p[i]));
+    return r;
+  }
   V s[kLanes];
   for (int k = 0; k < kLanes; ++k) s[k] = extreme_identity<V, IsMax>();
   int64_t i = 0;

@@ -10,15 +10,21 @@ template <typename T> using sum_acc_t = std::conditional_t<is_float_v<T>, double
 // Sum of n contiguous elements with 16 independent accumulators (vectorised), combined pairwise.
 template <typename A, typename T>
 inline A sum_row(const T* p, int64_t n) {
-  A s[16] = {};
-  int64_t i = 0;
+  if (n < 32) {
+    A t = 0;
+    for (int64_t i = 0; i < n; ++i) t += convert<A>(p[i]);
+    return t;
+  }
+  A s[16];
+  for (int k = 0; k < 16; ++k) s[k] = convert<A>(p[k]);
+  int64_t i = 16;
   for (; i + 16 <= n; i += 16)
     for (int k = 0; k < 16; ++k) s[k] += convert<A>(p[i + k]);
   A tail = 0;
   for (; i < n; ++i) tail += convert<A>(p[i]);
-  for (int w = 8; w > 0; w >>= 1)
-    for (int k = 0; k < w; ++k) s[k] += s[k + w];
-  return s[0] + tail;
+  for (int k = 0; k < 8; ++k) s[k] += s[k + 8];
+  for (int k = 0; k < 4; ++k) s[k] += s[k + 4];
+  return ((s[0] + s[2]) + (s[1] + s[3])) + tail;
 }
 
 template <typename T, typename O>

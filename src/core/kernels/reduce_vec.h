@@ -60,6 +60,31 @@ inline __m256 exp_f32x8(__m256 x) {
 }
 #endif
 
+// Sum of 16 partial results, pairwise, fully unrolled (the partials stay in registers).
+template <typename T>
+inline T combine16(T* s) {
+  for (int k = 0; k < 8; ++k) s[k] += s[k + 8];
+  for (int k = 0; k < 4; ++k) s[k] += s[k + 4];
+  return (s[0] + s[2]) + (s[1] + s[3]);
+}
+
+#if defined(__AVX2__)
+inline float hsum8(__m256 v) {
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+inline float hmax8(__m256 v) {
+  const __m128 q = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h = _mm_max_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+// Lanes [0, r) set, r in [0, 8].
+inline __m256i tail_mask(int64_t r) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(r)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
+
 // Largest element (NaN elements may be skipped: callers get NaN through the arithmetic anyway).
 template <typename T>
 inline T row_max(const T* p, int64_t n) {
@@ -67,21 +92,22 @@ inline T row_max(const T* p, int64_t n) {
   T m = -std::numeric_limits<T>::infinity();
   if constexpr (std::is_same_v<T, float>) {
 #if defined(__AVX2__)
-    __m256 s0 = _mm256_set1_ps(m), s1 = s0, s2 = s0, s3 = s0;
-    for (; i + 32 <= n; i += 32) {
-      s0 = _mm256_max_ps(s0, _mm256_loadu_ps(p + i));
-      s1 = _mm256_max_ps(s1, _mm256_loadu_ps(p + i + 8));
-      s2 = _mm256_max_ps(s2, _mm256_loadu_ps(p + i + 16));
-      s3 = _mm256_max_ps(s3, _mm256_loadu_ps(p + i + 24));
+    if (n >= 8) {
+      __m256 s0 = _mm256_set1_ps(m), s1 = s0, s2 = s0, s3 = s0;
+      for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_max_ps(s0, _mm256_loadu_ps(p + i));
+        s1 = _mm256_max_ps(s1, _mm256_loadu_ps(p + i + 8));
+        s2 = _mm256_max_ps(s2, _mm256_loadu_ps(p + i + 16));
+        s3 = _mm256_max_ps(s3, _mm256_loadu_ps(p + i + 24));
+      }
+      for (; i + 8 <= n; i += 8) s0 = _mm256_max_ps(s0, _mm256_loadu_ps(p + i));
+      m = hmax8(_mm256_max_ps(_mm256_max_ps(s0, s1), _mm256_max_ps(s2, s3)));
     }
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, _mm256_max_ps(_mm256_max_ps(s0, s1), _mm256_max_ps(s2, s3)));
-    for (int k = 0; k < 8; ++k) m = std::max(m, lanes[k]);
 #endif
-  } else {
+  } else if (n >= 32) {
     T s[16];
-    for (int k = 0; k < 16; ++k) s[k] = m;
-    for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) s[k] = p[k];
+    for (i = 16; i + 16 <= n; i += 16)
       for (int k = 0; k < 16; ++k) s[k] = std::max(s[k], p[i + k]);
     for (int k = 0; k < 16; ++k) m = std::max(m, s[k]);
   }
@@ -91,32 +117,40 @@ inline T row_max(const T* p, int64_t n) {
 
 template <typename T>
 inline T row_sum(const T* p, int64_t n) {
-  T s[16] = {};
-  int64_t i = 0;
+  if (n < 32) {
+    T t = 0;
+    for (int64_t i = 0; i < n; ++i) t += p[i];
+    return t;
+  }
+  T s[16];
+  for (int k = 0; k < 16; ++k) s[k] = p[k];
+  int64_t i = 16;
   for (; i + 16 <= n; i += 16)
     for (int k = 0; k < 16; ++k) s[k] += p[i + k];
   T t = 0;
   for (; i < n; ++i) t += p[i];
-  for (int w = 8; w > 0; w >>= 1)
-    for (int k = 0; k < w; ++k) s[k] += s[k + w];
-  return s[0] + t;
+  return combine16(s) + t;
 }
 
 template <typename T>
 inline T row_dot(const T* a, const T* b, int64_t n) {
-  T s[16] = {};
-  int64_t i = 0;
+  if (n < 32) {
+    T t = 0;
+    for (int64_t i = 0; i < n; ++i) t += a[i] * b[i];
+    return t;
+  }
+  T s[16];
+  for (int k = 0; k < 16; ++k) s[k] = a[k] * b[k];
+  int64_t i = 16;
   for (; i + 16 <= n; i += 16)
     for (int k = 0; k < 16; ++k) s[k] += a[i + k] * b[i + k];
   T t = 0;
   for (; i < n; ++i) t += a[i] * b[i];
-  for (int w = 8; w > 0; w >>= 1)
-    for (int k = 0; k < w; ++k) s[k] += s[k + w];
-  return s[0] + t;
+  return combine16(s) + t;
 }
 
 // out[j] = exp(a[j] - b[j]) (b per element) or exp(a[j] - bs) (b null); returns the sum of the
-// out[j] when Sum (accumulated in T over 16 lanes). out may alias a.
+// out[j] when Sum. out may alias a.
 template <typename T, bool Sum>
 inline T exp_diff(const T* a, const T* b, T bs, T* out, int64_t n) {
   int64_t j = 0;
@@ -137,11 +171,22 @@ inline T exp_diff(const T* a, const T* b, T bs, T* out, int64_t n) {
         acc1 = _mm256_add_ps(acc1, e1);
       }
     }
-    if constexpr (Sum) {
-      alignas(32) float lanes[8];
-      _mm256_store_ps(lanes, _mm256_add_ps(acc0, acc1));
-      total = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    for (; j + 8 <= n; j += 8) {
+      const __m256 e = exp_f32x8(_mm256_sub_ps(_mm256_loadu_ps(a + j), b ? _mm256_loadu_ps(b + j) : vs));
+      _mm256_storeu_ps(out + j, e);
+      if constexpr (Sum) acc0 = _mm256_add_ps(acc0, e);
     }
+    if (j < n) {  // 1 to 7 left: one masked load (masked stores are slow on some cores: copy out)
+      const __m256i mask = tail_mask(n - j);
+      const __m256 bv = b ? _mm256_maskload_ps(b + j, mask) : vs;
+      const __m256 e = _mm256_and_ps(exp_f32x8(_mm256_sub_ps(_mm256_maskload_ps(a + j, mask), bv)), _mm256_castsi256_ps(mask));
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, e);
+      for (int k = 0; j + k < n; ++k) out[j + k] = lanes[k];
+      if constexpr (Sum) acc1 = _mm256_add_ps(acc1, e);
+      j = n;
+    }
+    if constexpr (Sum) total = hsum8(_mm256_add_ps(acc0, acc1));
 #endif
     for (; j < n; ++j) {
       out[j] = exp_f32(a[j] - (b ? b[j] : bs));
