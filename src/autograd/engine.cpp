@@ -223,7 +223,7 @@ const char* const kSecondBackwardMessage =
     "retain_graph=True if you need to backward through the graph a second time or if you need to access saved tensors "
     "after calling backward.";
 
-void evaluate(GraphTask& task, uint32_t idx);
+void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here = nullptr);
 
 // Makes node `idx` run: in the calling thread (pushed on `ready`) or posted to its worker.
 void schedule(GraphTask& task, uint32_t idx) {
@@ -252,7 +252,13 @@ void schedule(GraphTask& task, uint32_t idx) {
     // Two words: stored inside std::function without an allocation. The task outlives the call:
     // its owner waits until `outstanding` is back to 0, which is the closure's last touch.
     w->post([t, idx] {
-      evaluate(*t, idx);
+      // A chain of nodes on this worker runs in this one call, without a round trip through the
+      // queue per node (the node that becomes ready here comes back through `next`).
+      for (uint32_t cur = idx; cur != kNone;) {
+        uint32_t next = kNone;
+        evaluate(*t, cur, &next);
+        cur = next;
+      }
       Worker* wake = nullptr;
       {
         std::lock_guard<std::mutex> lock(t->mu);
@@ -295,7 +301,9 @@ void validate_gradient(const Node& fn, size_t index, Tensor& g, const TensorMeta
 }
 
 // Runs one ready node and delivers its outputs. Never throws: errors are stored in the task.
-void evaluate(GraphTask& task, uint32_t idx) {
+// With `next_here` (a node running on a worker), one child that became ready on the same worker
+// is returned there instead of being scheduled; the caller runs it next.
+void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here) {
   if (task.failed.load(std::memory_order_acquire)) return;
   try {
     const TaskNode& tn = task.nodes[idx];
@@ -349,7 +357,9 @@ void evaluate(GraphTask& task, uint32_t idx) {
       Tensor& g = outputs[i];
       const uint32_t input_nr = edges[i].input_nr;
       if (g.defined()) validate_gradient(*fn, i, g, edges[i].function->output_meta()[input_nr]);
-      if (deliver(task, to, input_nr, std::move(g))) schedule(task, to);
+      if (!deliver(task, to, input_nr, std::move(g))) continue;
+      if (next_here && *next_here == kNone && task.nodes[to].worker == tn.worker) *next_here = to;
+      else schedule(task, to);
     }
   } catch (...) {
     task.set_error(std::current_exception());

@@ -644,5 +644,24 @@ TEST(EngineBasics, CurrentNodeDuringApply) {
   EXPECT_EQ(autograd::current_node(), nullptr);
 }
 
+
+// The same second derivatives through the library's own ops (dp::pow, dp::exp, dp::sigmoid): their
+// backward formulas are recorded under create_graph, and exp/sigmoid use their saved outputs.
+TEST(EngineRealOps, SecondDerivativesWithDpOps) {
+  Tensor x = dp::tensor({1.0, 2.0, -3.0}).requires_grad_();
+  std::vector<Tensor> g = autograd::grad({dp::sum(dp::pow(x, 3))}, {x}, {}, false, true);
+  EXPECT_EQ(g[0].to_vector<float>(), (std::vector<float>{3, 12, 27}));
+  EXPECT_EQ(autograd::grad({dp::sum(g[0])}, {x})[0].to_vector<float>(), (std::vector<float>{6, 12, -18}));
+
+  Tensor e = dp::tensor({0.5}).requires_grad_();
+  std::vector<Tensor> ge = autograd::grad({dp::sum(dp::exp(e))}, {e}, {}, false, true);
+  EXPECT_NEAR(autograd::grad({dp::sum(ge[0])}, {e})[0].item<double>(), std::exp(0.5), 1e-6);
+
+  Tensor s = dp::tensor({0.3}).requires_grad_();
+  std::vector<Tensor> gs = autograd::grad({dp::sum(dp::sigmoid(s))}, {s}, {}, false, true);
+  const double sg = 1 / (1 + std::exp(-0.3));
+  EXPECT_NEAR(autograd::grad({dp::sum(gs[0])}, {s})[0].item<double>(), sg * (1 - sg) * (1 - 2 * sg), 1e-6);
+}
+
 }  // namespace
 }  // namespace dp::agtest
