@@ -222,7 +222,7 @@ json bench_op(const Options& o, const OpSpec& op, int n, json& torch_threads) {
     } else {
       const json& p = py["results"][0];
       r["pytorch"] = {{"median_ms", p["median_ms"]}, {"min_ms", p["min_ms"]}, {"max_ms", p["max_ms"]}, {"reps", p["reps"]}};
-      torch_threads = {{"version", py["torch_version"]}, {"torch", py["threads"]}, {"openblas", py["openblas_threads"]}};
+      torch_threads = {{"version", py["torch_version"]}, {"cpu_capability", py["cpu_capability"]}, {"torch", py["threads"]}, {"openblas", py["openblas_threads"]}};
     }
   }
   if (!r["ours"].is_null() && !r["pytorch"].is_null()) {
@@ -254,7 +254,10 @@ std::string markdown(const json& report) {
   s << "Measured " << m["date"].get<std::string>() << " on " << m["cpu_model"].get<std::string>() << " (" << m["cores"]
     << " hardware threads), commit `" << m["git_commit"].get<std::string>().substr(0, 12) << "`" << (m["git_dirty"].get<bool>() ? " with local changes" : "")
     << ", 1-minute load average " << m["load_average_1min_at_start"].get<std::string>() << " at the start"
-    << (report.contains("pytorch_version") ? ", PyTorch " + report["pytorch_version"].get<std::string>() : "") << ".\n";
+    << (report.contains("pytorch_version") ? ", PyTorch " + report["pytorch_version"].get<std::string>() + " (CPU capability " +
+                                                 report["pytorch_cpu_capability"].get<std::string>() + ")"
+                                           : "")
+    << ".\n";
   s << "Each cell: median [min – max] in ms of N calls timed one by one after " << p["warmup"] << " warm-up calls, N chosen so the N calls take ≥ "
     << p["min_seconds"] << " s (N ≥ " << p["min_reps"] << "). Ratio = PyTorch / ours (> 1: dparallel is faster).\n";
   for (const json& run : report["runs"]) {
@@ -349,6 +352,7 @@ int run(const Options& o) {
       errors = errors || r.contains("error");
       if (!torch_threads.is_null()) {
         report["pytorch_version"] = torch_threads["version"];
+        report["pytorch_cpu_capability"] = torch_threads["cpu_capability"];
         run["threads"]["pytorch"] = {{"torch", torch_threads["torch"]}, {"openblas", torch_threads["openblas"]}};
       }
       run["results"].push_back(std::move(r));

@@ -89,6 +89,8 @@ def main():
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
         "openblas_threads": blas.openblas_get_num_threads() if blas is not None else None,
+        "cpu_capability": next((line.split(":", 1)[1].strip() for line in torch.__config__.show().splitlines()
+                                if "CPU capability usage" in line), "unknown"),
         "parallel_info": torch.__config__.parallel_info().splitlines()[:4],
         "results": results,
     }

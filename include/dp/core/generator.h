@@ -27,7 +27,9 @@ class Generator {
 // One 128-bit Philox output block for (seed, counter).
 void philox4x32(uint64_t seed, uint64_t counter, uint32_t out[4]);
 
-// Each device has its own default generator (as each CUDA device does in PyTorch).
+// Each device has its own default generator (as each CUDA device does in PyTorch). manual_seed(s)
+// seeds the host "cpu" generator with s itself (it draws what Generator(s) draws); each indexed
+// device gets a SplitMix64 mix of s with its type and index, so devices draw independent streams.
 Generator& default_generator(Device d);
 // Seeds the default generator of every device, as torch.manual_seed does.
 void manual_seed(uint64_t seed);

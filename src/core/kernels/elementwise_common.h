@@ -53,7 +53,7 @@ inline DType to_float_dtype(DType t) { return is_floating_point(t) ? t : default
 // Defined, and on a device the kernels can run on (host memory: every CPU device).
 void check_input(const char* op, const Tensor& t);
 void check_binary(const char* op, const Tensor& a, const Tensor& b);
-// The broadcast shape of a and b (a's sizes when equal, without building a new shape).
+// The broadcast shape of a and b (a's sizes when they are equal).
 inline Shape out_shape(const Tensor& a, const Tensor& b, const char* op) {
   if (a.sizes() == b.sizes()) return a.sizes();
   return broadcast_shapes(a.sizes(), b.sizes(), op);

@@ -22,10 +22,9 @@
 
 namespace dp::kernels {
 
-// flatten: the element functor (and the math it calls) is inlined into the loop whatever its size,
-// which is what lets the loop vectorise.
-// noinline: compiled as a function of its own, the loop is always analysed for vectorisation
-// (inlined into a large caller it was sometimes left scalar).
+// The loops are functions of their own (noinline) into which the element functor and the math it
+// calls are inlined whatever their size (flatten): so compiled, every loop whose functor allows it
+// vectorises (inlined into a large caller, or calling a functor left out of line, it stayed scalar).
 #if defined(__GNUC__) && !defined(__CUDACC__)
 #define DP_FLATTEN __attribute__((flatten, noinline))
 #else
