@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the benchmarks (Release, -march=native) and runs the kernel benchmark against PyTorch:
-# prints the table, writes bench/results/kernels.json and the table in docs/benchmarks.md.
+# prints the tables, writes bench/results/kernels.json and the tables in docs/benchmarks.md.
 #
 #   bash scripts/bench.sh                 # 1 thread, then nproc threads; dparallel and PyTorch alike
 #   bash scripts/bench.sh --threads 2     # arguments go to bench_kernels (see --help)

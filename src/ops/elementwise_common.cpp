@@ -1,5 +1,4 @@
 // Shared helpers of the element-wise ops: checks, conversion, output allocation, autograd glue.
-#include <sys/mman.h>
 #include <cstdint>
 #include "core/kernels/elementwise_common.h"
 
@@ -17,19 +16,7 @@ void check_binary(const char* op, const Tensor& a, const Tensor& b) {
   if (a.device() != b.device()) check_same_device(op, {&a, &b});
 }
 
-Tensor new_output(IntArrayRef sizes, DType dtype, Device device) {
-  Tensor out = make_empty(sizes, dtype, device);
-  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
-  const size_t nbytes = out.nbytes();
-  if (nbytes >= 2 * kHuge) {
-    // Not yet touched: advising now lets the first write fault in 2 MiB pages instead of 4 KiB.
-    const uintptr_t p = reinterpret_cast<uintptr_t>(out.data_ptr());
-    const uintptr_t begin = (p + kHuge - 1) & ~(kHuge - 1);
-    const uintptr_t end = (p + nbytes) & ~(kHuge - 1);
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-  }
-  return out;
-}
+Tensor new_output(IntArrayRef sizes, DType dtype, Device device) { return make_empty(sizes, dtype, device); }
 
 Tensor zeros_of(IntArrayRef sizes, DType dtype, Device device) {
   Tensor z = new_output(sizes, dtype, device);
