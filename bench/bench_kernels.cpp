@@ -24,7 +24,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dp/core/threads.h"
 #include "dp/dp.h"
 
 namespace fs = std::filesystem;

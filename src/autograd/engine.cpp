@@ -133,7 +133,6 @@ struct GraphTask {
   std::vector<uint32_t> starts;
   bool keep_graph = false;
   bool create_graph = false;
-  bool accumulate = true;
 
   // ---- execution ----
   // Single-threaded (every node runs in the calling thread): no locks; `ready` is a plain stack.
@@ -216,12 +215,6 @@ class TaskLease {
  private:
   std::unique_ptr<GraphTask> task_;
 };
-
-const char* const kSecondBackwardMessage =
-    "Trying to backward through the graph a second time (or directly access saved tensors after they have already been "
-    "freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify "
-    "retain_graph=True if you need to backward through the graph a second time or if you need to access saved tensors "
-    "after calling backward.";
 
 void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here = nullptr);
 
@@ -308,7 +301,7 @@ void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here) {
   try {
     const TaskNode& tn = task.nodes[idx];
     Node* fn = tn.fn;
-    if (tn.is_accumulate && tn.needed && !fn->has_output_hooks()) {  // a leaf, the common case: no vectors
+    if (tn.is_accumulate && tn.needed) {  // a leaf (its hooks are the tensor's own): no vectors needed
       AutoGradMode grad_mode(task.create_graph);
       static_cast<AccumulateGrad*>(fn)->accumulate(std::move(task.inputs[tn.first_input]));
       return;
@@ -326,10 +319,6 @@ void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here) {
       }
     }
     if (!tn.needed) return;
-    if (tn.is_accumulate) {
-      static_cast<AccumulateGrad*>(fn)->accumulate(std::move(inputs[0]));
-      return;
-    }
 
     DP_CHECK(!fn->released.load(std::memory_order_acquire), AutogradError, kSecondBackwardMessage, " (node ", fn->name(), ")");
     if (fn->materialize_grads) {
@@ -517,7 +506,6 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::ve
   GraphTask& task = *lease;
   task.keep_graph = keep_graph;
   task.create_graph = create_graph;
-  task.accumulate = inputs == nullptr;
   task.caller_worker = Worker::current();
 
   std::vector<Edge>& root_edges = task.root_edges;

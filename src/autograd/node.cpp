@@ -107,7 +107,7 @@ void Node::run_output_hooks(variable_list& grads) {
 
 variable_list FunctionNode::apply(variable_list&& grads) {
   std::lock_guard<std::mutex> lock(mu_);
-  DP_CHECK(fn_ != nullptr, AutogradError, "Trying to backward through the graph a second time (or directly access saved tensors after they have already been freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if you need to access saved tensors after calling backward. (node ", name_, ")");
+  DP_CHECK(fn_ != nullptr, AutogradError, kSecondBackwardMessage, " (node ", name_, ")");
   return fn_(std::move(grads));
 }
 

@@ -20,6 +20,8 @@ namespace dp::autograd {
 // no node runs after it. Backward calls from several threads may run at once, on disjoint graphs
 // or on one shared graph (with retain_graph): leaf accumulation is locked.
 // The traversal is iterative (no recursion), so graphs of any depth work.
+// As in PyTorch, backward(create_graph=true) leaves leaves' .grad with history that refers back to
+// the graph (and so to the leaf): reset .grad (set_grad(Tensor())) after use, or prefer grad().
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots = {},
               bool retain_graph = false, bool create_graph = false);
 

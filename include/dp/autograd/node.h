@@ -14,6 +14,13 @@ namespace dp::autograd {
 class Node;
 using variable_list = std::vector<Tensor>;
 
+// PyTorch's message for running a graph whose saved state was freed (no retain_graph).
+inline constexpr const char* kSecondBackwardMessage =
+    "Trying to backward through the graph a second time (or directly access saved tensors after they have already been "
+    "freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify "
+    "retain_graph=True if you need to backward through the graph a second time or if you need to access saved tensors "
+    "after calling backward.";
+
 // Where gradient flows: input `input_nr` of `function`.
 struct Edge {
   std::shared_ptr<Node> function;
