@@ -32,6 +32,9 @@ struct Registry {
   // Workers are owned here and joined at exit; queue draining makes shutdown clean.
   std::vector<std::unique_ptr<Worker>> owned;
   ~Registry() {
+    // Join every thread before freeing any Worker: a task on one worker may still be notifying
+    // another (the engine wakes a waiting worker when a graph task finishes).
+    for (auto& w : owned) w->shutdown();
     for (auto& w : owned) w.reset();
   }
 };

@@ -13,13 +13,15 @@ Worker::Worker(Device device) : device_(device) {
   });
 }
 
-Worker::~Worker() {
+Worker::~Worker() { shutdown(); }
+
+void Worker::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable() && std::this_thread::get_id() != thread_.get_id()) thread_.join();
 }
 
 Worker* Worker::current() { return tls_current_worker; }

@@ -15,7 +15,12 @@ class IntArrayRef {
  public:
   IntArrayRef() = default;
   IntArrayRef(const std::vector<int64_t>& v) : data_(v.data()), size_(v.size()) {}
+  // Viewing a braced list is safe for the call it is an argument of (the list lives until the end
+  // of the full expression), which is the only use: GCC's lifetime warning does not apply.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime"
   IntArrayRef(std::initializer_list<int64_t> l) : data_(l.begin()), size_(l.size()) {}
+#pragma GCC diagnostic pop
   IntArrayRef(const int64_t* d, size_t n) : data_(d), size_(n) {}
   const int64_t* begin() const { return data_; }
   const int64_t* end() const { return data_ + size_; }

@@ -21,7 +21,10 @@ class Worker {
   explicit Worker(Device device);
   // Drains the queue (every task queued before or while it drains, tasks may post more, still
   // runs), then joins the thread. Must not run on the worker's own thread.
-  ~Worker();
+  ~Worker();  // shutdown()
+  // Drains the queue and joins the thread (idempotent). Several workers' tasks may notify each
+  // other, so an owner of many workers shuts them all down before destroying any of them.
+  void shutdown();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
