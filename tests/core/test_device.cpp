@@ -86,3 +86,10 @@ TEST(Device, TensorsKnowTheirDevice) {
 
 }  // namespace
 }  // namespace dp
+
+// An index past 16 bits must be rejected, not wrapped to a negative index (the host device).
+TEST(DeviceParse, IndexTooLargeForSixteenBitsIsRejected) {
+  EXPECT_THROW(dp::Device("cpu:40000"), dp::ValueError);
+  EXPECT_THROW(dp::Device("cuda:32768"), dp::ValueError);
+  EXPECT_EQ(dp::Device("cpu:32767").index, 32767);
+}
