@@ -109,6 +109,19 @@ Tensor& Tensor::detach_() {
   return *this;
 }
 
+void Tensor::set_data(const Tensor& data) {
+  DP_CHECK(data.defined(), ValueError, "set_data: the new data is an undefined tensor");
+  TensorImpl& i = impl();
+  const TensorImpl& d = *data.unsafe_impl();
+  if (&i == &d) return;
+  i.storage = d.storage;
+  i.sizes = d.sizes;
+  i.strides = d.strides;
+  i.offset = d.offset;
+  i.dtype = d.dtype;
+  i.refresh_metadata();
+}
+
 bool Tensor::retains_grad() const {
   const TensorImpl& i = impl();
   return i.autograd && i.autograd->retains_grad;

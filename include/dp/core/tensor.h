@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include "dp/core/clone_map.h"
 #include "dp/core/device.h"
 #include "dp/core/dtype.h"
 #include "dp/core/errors.h"
@@ -25,6 +26,14 @@ class Tensor {
  public:
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+  // Copying aliases; during a module clone it re-points to the copy (see dp/core/clone_map.h).
+  Tensor(const Tensor& o) : impl_(o.impl_) {
+    if (detail::tls_clone_map != nullptr) [[unlikely]] detail::remap_tensor(impl_);
+  }
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(const Tensor&) = default;
+  Tensor& operator=(Tensor&&) noexcept = default;
+  ~Tensor() = default;
 
   bool defined() const { return impl_ != nullptr; }
   TensorImpl* unsafe_impl() const { return impl_.get(); }
@@ -74,6 +83,9 @@ class Tensor {
   // Shares storage (and the version counter), without history.
   Tensor detach() const;
   Tensor& detach_();
+  // Makes this handle's tensor (every alias of it, autograd identity and .grad kept) use
+  // `data`'s storage, shape, strides and dtype: how Module::to() moves parameters in place.
+  void set_data(const Tensor& data);
   void retain_grad();
   bool retains_grad() const;
   uint32_t version() const { return impl().storage->version(); }

@@ -1,0 +1,199 @@
+#pragma once
+// nn::Module: the base of every layer and every user model, as in libtorch.
+//
+//   struct Model : dp::nn::Module {
+//     dp::nn::Linear fc{nullptr};
+//     Model(int64_t in, int64_t out) { fc = register_module("fc", dp::nn::Linear(in, out)); }
+//     dp::Tensor forward(const dp::Tensor& x) { return fc(x); }
+//   };
+//
+// Parameters, buffers and children are registered by name in insertion order; names join with
+// '.' ("fc.weight") in named_parameters() and state_dict(), exactly as PyTorch names them.
+//
+// Deep copy (clone(), and DataParallel's replicas) needs nothing from the derived class beyond
+// being copy-constructible: the class's own copy constructor runs while a clone map is installed
+// (dp/core/clone_map.h), so its Tensor and ModuleHolder members re-point to the copy's own
+// parameters and children. The exact type is remembered when the module passes through a typed
+// entry point: register_module<M>, ModuleHolder<M>, nn::clone<M>, DataParallel<M>. Members that
+// are raw std::shared_ptr<Child> are not re-pointed: hold children as ModuleHolder<Child> (or
+// reach them through the registry).
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <typeinfo>
+#include <vector>
+#include "dp/core/clone_map.h"
+#include "dp/core/ordered_dict.h"
+#include "dp/core/tensor.h"
+
+namespace dp::nn {
+
+class Module;
+template <typename Impl> class ModuleHolder;
+using ModulePtr = std::shared_ptr<Module>;
+using TensorDict = OrderedDict<std::string, Tensor>;
+
+// Makes the copy's tensor for each original parameter (is_parameter) or buffer during a clone.
+using TensorCloneFn = std::function<Tensor(const Tensor& original, bool is_parameter)>;
+
+// What load_state_dict(strict = false) could not match (strict mode throws instead).
+struct LoadResult {
+  std::vector<std::string> missing_keys;
+  std::vector<std::string> unexpected_keys;
+};
+
+namespace detail {
+template <typename M>
+std::shared_ptr<Module> copy_module(const Module& m);
+}
+
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  using Copier = std::shared_ptr<Module> (*)(const Module&);
+
+  Module();
+  // `name` overrides the printed type name (default: the class name without namespace or "Impl").
+  explicit Module(std::string name);
+  virtual ~Module() = default;
+  // Outside a clone: a shallow copy (children and tensors shared). During clone(): children are
+  // cloned and tensor members re-pointed (see the header comment).
+  Module(const Module& other);
+  Module& operator=(const Module&) = delete;
+
+  // The printed type name: "Linear", "Sequential", "Model".
+  const std::string& name() const;
+
+  // ---- registration (names: non-empty, no '.', unique across parameters, buffers, children) ----
+  // An undefined tensor registers an absent parameter (bias=False): kept in the slot, skipped by
+  // parameters() and state_dict(). A parameter must be a leaf (no autograd history).
+  Tensor register_parameter(std::string name, Tensor tensor, bool requires_grad = true);
+  // Non-persistent buffers are moved by to() and replicated, but not saved in state_dict().
+  Tensor register_buffer(std::string name, Tensor tensor, bool persistent = true);
+  template <typename M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
+    static_assert(std::is_base_of_v<Module, M>, "register_module: M must derive from dp::nn::Module");
+    if (module) module->template remember_type<M>();
+    add_child(std::move(name), module);
+    return module;
+  }
+  template <typename M>
+  ModuleHolder<M> register_module(std::string name, ModuleHolder<M> holder) {
+    register_module(std::move(name), holder.ptr());
+    return holder;
+  }
+  // Replaces an existing child (same name), e.g. to swap a layer of a loaded model.
+  template <typename M>
+  std::shared_ptr<M> replace_module(const std::string& name, std::shared_ptr<M> module) {
+    if (module) module->template remember_type<M>();
+    set_child(name, module);
+    return module;
+  }
+
+  // ---- queries (ordered as PyTorch orders them; parameters de-duplicated by tensor) ----
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  TensorDict named_parameters(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  TensorDict named_buffers(bool recurse = true) const;
+  std::vector<ModulePtr> children() const;
+  OrderedDict<std::string, ModulePtr> named_children() const;
+  // Pre-order, de-duplicated. include_self needs this module to be owned by a shared_ptr.
+  std::vector<ModulePtr> modules(bool include_self = true) const;
+  OrderedDict<std::string, ModulePtr> named_modules(const std::string& prefix = "", bool include_self = true) const;
+  // This module's own slots (absent parameters included, as undefined tensors).
+  const TensorDict& own_parameters() const { return parameters_; }
+  const TensorDict& own_buffers() const { return buffers_; }
+  const OrderedDict<std::string, ModulePtr>& own_children() const { return children_; }
+  bool is_persistent_buffer(const std::string& name) const;
+
+  // ---- mode, device, gradients ----
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Moves/converts every parameter and buffer in place (handles held elsewhere, e.g. by an
+  // optimizer, see the change); gradients move too. Only floating tensors change dtype.
+  virtual void to(Device device, bool non_blocking = false);
+  virtual void to(DType dtype, bool non_blocking = false);
+  virtual void to(Device device, DType dtype, bool non_blocking = false);
+  virtual void zero_grad(bool set_to_none = true);
+  // Calls fn on every submodule, children first, then this module (PyTorch's order).
+  void apply(const std::function<void(Module&)>& fn);
+
+  // ---- state ----
+  // Parameters then persistent buffers of each module, children after their parent, keys joined
+  // with '.'; the tensors alias the module's (detached).
+  TensorDict state_dict() const;
+  // Copies values in (converting device and dtype). Shape mismatches always throw; missing and
+  // unexpected keys throw when strict, else are returned. All problems are reported in one error.
+  LoadResult load_state_dict(const TensorDict& state, bool strict = true);
+
+  // ---- printing ----
+  // The one-line description inside the parentheses ("in_features=5, out_features=2, bias=True").
+  virtual std::string extra_repr() const { return ""; }
+  // PyTorch's repr of the module tree.
+  virtual void pretty_print(std::ostream& os) const;
+  std::string to_string() const;
+
+  // ---- copies ----
+  // A deep copy: new parameters and buffers (values and gradients copied, to `device` if given),
+  // children cloned, shared submodules and tied parameters stay shared within the copy.
+  ModulePtr clone(std::optional<Device> device = std::nullopt) const;
+  // The same with the copy's tensors made by `make_tensor` (DataParallel's replicas use this).
+  ModulePtr clone_with(const TensorCloneFn& make_tensor) const;
+  // Whether clone() knows how to copy this module and every descendant.
+  bool is_clonable() const;
+
+  // Records M as the exact type to copy this module as (ignored if M is not the dynamic type).
+  template <typename M>
+  void remember_type() {
+    if (copier_ == nullptr && typeid(*this) == typeid(M)) copier_ = &detail::copy_module<M>;
+  }
+  Copier copier() const { return copier_; }
+
+ protected:
+  void set_child(const std::string& name, ModulePtr module);
+
+ private:
+  void add_child(std::string name, ModulePtr module);
+  void check_new_name(const std::string& kind, const std::string& name) const;
+  void collect_named_modules(const std::string& prefix, OrderedDict<std::string, ModulePtr>& out,
+                             std::vector<const Module*>& seen, bool include_self) const;
+  void collect_state(const std::string& prefix, TensorDict& out) const;
+  template <typename Fn> void for_each_tensor(Fn&& fn);
+
+  mutable std::string name_;
+  bool training_ = true;
+  TensorDict parameters_;
+  TensorDict buffers_;
+  std::vector<std::string> non_persistent_;
+  OrderedDict<std::string, ModulePtr> children_;
+  Copier copier_ = nullptr;
+};
+
+std::ostream& operator<<(std::ostream& os, const Module& m);
+
+namespace detail {
+template <typename M>
+std::shared_ptr<Module> copy_module(const Module& m) {
+  if constexpr (std::is_copy_constructible_v<M> && !std::is_abstract_v<M>) {
+    return std::make_shared<M>(static_cast<const M&>(m));
+  } else {
+    throw NotImplementedError("cannot copy module " + m.name() +
+                              ": its class is not copy-constructible (clone and DataParallel copy modules with their copy constructor)");
+  }
+}
+}  // namespace detail
+
+// Typed deep copy: clone(model) returns a std::shared_ptr of the same type.
+template <typename M>
+std::shared_ptr<M> clone(const std::shared_ptr<M>& module, std::optional<Device> device = std::nullopt) {
+  DP_CHECK(module != nullptr, ValueError, "nn::clone: null module");
+  module->template remember_type<M>();
+  return std::static_pointer_cast<M>(module->clone(device));
+}
+
+}  // namespace dp::nn
+
+#include "dp/nn/module_holder.h"

@@ -1,0 +1,390 @@
+// Module registration, queries, mode/device changes and state dicts.
+#include "dp/nn/module.h"
+
+#include <algorithm>
+#include <cxxabi.h>
+#include <memory>
+#include <sstream>
+#include <unordered_set>
+#include "dp/autograd/grad_mode.h"
+#include "dp/ops/elementwise.h"
+
+namespace dp::nn {
+namespace {
+
+// "dp::nn::LinearImpl" -> "Linear", "(anonymous namespace)::Net" -> "Net".
+std::string type_name_of(const Module& m) {
+  const char* mangled = typeid(m).name();
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+  std::string full = (status == 0 && demangled) ? demangled.get() : mangled;
+  // Cut the namespace of the outermost name (not inside template arguments).
+  size_t depth = 0, cut = 0;
+  for (size_t i = 0; i < full.size(); ++i) {
+    char c = full[i];
+    if (c == '<' || c == '(') ++depth;
+    else if ((c == '>' || c == ')') && depth > 0) --depth;
+    else if (depth == 0 && c == ':' && i + 1 < full.size() && full[i + 1] == ':') cut = i + 2;
+  }
+  std::string name = full.substr(cut);
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
+  return name;
+}
+
+std::string join(const std::string& prefix, const std::string& name) { return prefix.empty() ? name : prefix + "." + name; }
+
+}  // namespace
+
+Module::Module() = default;
+Module::Module(std::string name) : name_(std::move(name)) {}
+
+Module::Module(const Module& other)
+    : std::enable_shared_from_this<Module>(),
+      name_(other.name_),
+      training_(other.training_),
+      parameters_(other.parameters_),  // Tensor copies re-point during a clone
+      buffers_(other.buffers_),
+      non_persistent_(other.non_persistent_),
+      copier_(other.copier_) {
+  dp::detail::CloneMap* map = dp::detail::tls_clone_map;
+  if (map == nullptr) {
+    children_ = other.children_;
+    return;
+  }
+  for (const auto& item : other.children_) {
+    const ModulePtr& child = item.value();
+    if (!child) {
+      children_.insert(item.key(), nullptr);
+      continue;
+    }
+    auto found = map->modules.find(child.get());
+    if (found != map->modules.end()) {  // shared submodule: one copy, shared again
+      children_.insert(item.key(), found->second);
+      continue;
+    }
+    DP_CHECK(child->copier_ != nullptr, NotImplementedError, "cannot copy module '", item.key(), "' of type ", child->name(),
+             " (child of ", name(), "): it was never seen with its own type; register it as std::shared_ptr<",
+             child->name(), "> or ModuleHolder<", child->name(), ">, not through a base-class pointer");
+    ModulePtr copy = child->copier_(*child);
+    map->modules.emplace(child.get(), copy);
+    children_.insert(item.key(), std::move(copy));
+  }
+}
+
+const std::string& Module::name() const {
+  if (name_.empty()) name_ = type_name_of(*this);
+  return name_;
+}
+
+void Module::check_new_name(const std::string& kind, const std::string& name) const {
+  DP_CHECK(!name.empty(), ValueError, kind, " name can't be empty (in ", this->name(), ")");
+  DP_CHECK(name.find('.') == std::string::npos, ValueError, kind, " name can't contain \".\": '", name, "' (in ", this->name(), ")");
+  DP_CHECK(!parameters_.contains(name) && !buffers_.contains(name) && !children_.contains(name), ValueError, kind, " '", name,
+           "' already registered in ", this->name(), " (parameter, buffer and submodule names share one namespace)");
+}
+
+Tensor Module::register_parameter(std::string name, Tensor tensor, bool requires_grad) {
+  check_new_name("parameter", name);
+  if (tensor.defined()) {
+    DP_CHECK(tensor.is_leaf(), ValueError, "register_parameter('", name, "') in ", this->name(),
+             ": the tensor has autograd history (not a leaf); register tensor.detach()");
+    tensor.requires_grad_(requires_grad);
+  }
+  parameters_.insert(name, tensor);
+  return tensor;
+}
+
+Tensor Module::register_buffer(std::string name, Tensor tensor, bool persistent) {
+  check_new_name("buffer", name);
+  buffers_.insert(name, tensor);
+  if (!persistent) non_persistent_.push_back(name);
+  return tensor;
+}
+
+void Module::add_child(std::string name, ModulePtr module) {
+  check_new_name("submodule", name);
+  DP_CHECK(module.get() != this, ValueError, "register_module('", name, "'): a module can't be its own child");
+  children_.insert(name, std::move(module));
+}
+
+void Module::set_child(const std::string& name, ModulePtr module) {
+  ModulePtr* slot = children_.find(name);
+  DP_CHECK(slot != nullptr, IndexError, "replace_module: ", this->name(), " has no submodule '", name, "'");
+  *slot = std::move(module);
+}
+
+bool Module::is_persistent_buffer(const std::string& name) const {
+  return std::find(non_persistent_.begin(), non_persistent_.end(), name) == non_persistent_.end();
+}
+
+// ---------------------------------------------------------------- queries
+
+void Module::collect_named_modules(const std::string& prefix, OrderedDict<std::string, ModulePtr>& out,
+                                   std::vector<const Module*>& seen, bool include_self) const {
+  if (std::find(seen.begin(), seen.end(), this) != seen.end()) return;
+  seen.push_back(this);
+  if (include_self) {
+    auto self = std::const_pointer_cast<Module>(weak_from_this().lock());
+    DP_CHECK(self != nullptr, ValueError, "modules()/named_modules() with include_self: ", name(),
+             " is not owned by a std::shared_ptr (create it with std::make_shared or a ModuleHolder)");
+    out.insert(prefix, self);
+  }
+  for (const auto& c : children_) {
+    if (!c.value()) continue;
+    c.value()->collect_named_modules(join(prefix, c.key()), out, seen, true);
+  }
+}
+
+OrderedDict<std::string, ModulePtr> Module::named_modules(const std::string& prefix, bool include_self) const {
+  OrderedDict<std::string, ModulePtr> out;
+  std::vector<const Module*> seen;
+  if (include_self) {
+    collect_named_modules(prefix, out, seen, true);
+  } else {
+    seen.push_back(this);
+    for (const auto& c : children_)
+      if (c.value()) c.value()->collect_named_modules(join(prefix, c.key()), out, seen, true);
+  }
+  return out;
+}
+
+std::vector<ModulePtr> Module::modules(bool include_self) const { return named_modules("", include_self).values(); }
+
+std::vector<ModulePtr> Module::children() const {
+  std::vector<ModulePtr> out;
+  for (const auto& c : children_)
+    if (c.value() && std::find(out.begin(), out.end(), c.value()) == out.end()) out.push_back(c.value());
+  return out;
+}
+
+OrderedDict<std::string, ModulePtr> Module::named_children() const {
+  OrderedDict<std::string, ModulePtr> out;
+  std::vector<const Module*> seen;
+  for (const auto& c : children_) {
+    if (!c.value() || std::find(seen.begin(), seen.end(), c.value().get()) != seen.end()) continue;
+    seen.push_back(c.value().get());
+    out.insert(c.key(), c.value());
+  }
+  return out;
+}
+
+namespace {
+// Walks this module (and, if recurse, its descendants in pre-order, each module once) and
+// collects the defined tensors of one kind, de-duplicated by tensor identity.
+template <typename Select>
+TensorDict collect_named(const Module& root, bool recurse, Select select) {
+  TensorDict out;
+  std::unordered_set<const TensorImpl*> seen;
+  auto visit = [&](const std::string& prefix, const Module& m) {
+    for (const auto& item : select(m)) {
+      const Tensor& t = item.value();
+      if (!t.defined() || !seen.insert(t.unsafe_impl()).second) continue;
+      out.insert(join(prefix, item.key()), t);
+    }
+  };
+  visit("", root);
+  if (recurse) {
+    for (const auto& sub : root.named_modules("", false)) visit(sub.key(), *sub.value());
+  }
+  return out;
+}
+}  // namespace
+
+TensorDict Module::named_parameters(bool recurse) const {
+  return collect_named(*this, recurse, [](const Module& m) -> const TensorDict& { return m.own_parameters(); });
+}
+TensorDict Module::named_buffers(bool recurse) const {
+  return collect_named(*this, recurse, [](const Module& m) -> const TensorDict& { return m.own_buffers(); });
+}
+std::vector<Tensor> Module::parameters(bool recurse) const { return named_parameters(recurse).values(); }
+std::vector<Tensor> Module::buffers(bool recurse) const { return named_buffers(recurse).values(); }
+
+// ---------------------------------------------------------------- mode, device, gradients
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& c : children_)
+    if (c.value()) c.value()->train(on);
+}
+
+void Module::apply(const std::function<void(Module&)>& fn) {
+  for (auto& c : children_)
+    if (c.value()) c.value()->apply(fn);
+  fn(*this);
+}
+
+template <typename Fn>
+void Module::for_each_tensor(Fn&& fn) {
+  std::unordered_set<const TensorImpl*> seen;
+  std::vector<Module*> stack{this};
+  std::unordered_set<const Module*> visited;
+  while (!stack.empty()) {
+    Module* m = stack.back();
+    stack.pop_back();
+    if (!visited.insert(m).second) continue;
+    for (auto& p : m->parameters_)
+      if (p.value().defined() && seen.insert(p.value().unsafe_impl()).second) fn(p.value());
+    for (auto& b : m->buffers_)
+      if (b.value().defined() && seen.insert(b.value().unsafe_impl()).second) fn(b.value());
+    for (auto& c : m->children_)
+      if (c.value()) stack.push_back(c.value().get());
+  }
+}
+
+namespace {
+void move_tensor(Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool non_blocking) {
+  Device dev = device.value_or(t.device());
+  DType dt = (dtype && t.is_floating_point()) ? *dtype : t.dtype();
+  if (dev == t.device() && dt == t.dtype()) return;
+  NoGradGuard no_grad;
+  Tensor grad = t.grad();
+  if (grad.defined()) t.set_grad(Tensor());
+  t.set_data(t.detach().to(dev, dt, non_blocking));
+  if (grad.defined()) t.set_grad(grad.to(dev, dt, non_blocking));
+}
+}  // namespace
+
+void Module::to(Device device, bool non_blocking) {
+  for_each_tensor([&](Tensor& t) { move_tensor(t, device, std::nullopt, non_blocking); });
+}
+void Module::to(DType dtype, bool non_blocking) {
+  DP_CHECK(is_floating_point(dtype), DTypeError, "Module::to only accepts floating point dtypes, got ", dtype_name(dtype));
+  for_each_tensor([&](Tensor& t) { move_tensor(t, std::nullopt, dtype, non_blocking); });
+}
+void Module::to(Device device, DType dtype, bool non_blocking) {
+  DP_CHECK(is_floating_point(dtype), DTypeError, "Module::to only accepts floating point dtypes, got ", dtype_name(dtype));
+  for_each_tensor([&](Tensor& t) { move_tensor(t, device, dtype, non_blocking); });
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (Tensor& p : parameters()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (set_to_none) {
+      p.set_grad(Tensor());
+    } else {
+      NoGradGuard no_grad;
+      g.zero_();
+    }
+  }
+}
+
+// ---------------------------------------------------------------- state dicts
+
+void Module::collect_state(const std::string& prefix, TensorDict& out) const {
+  for (const auto& p : parameters_)
+    if (p.value().defined()) out.insert_or_assign(join(prefix, p.key()), p.value().detach());
+  for (const auto& b : buffers_)
+    if (b.value().defined() && is_persistent_buffer(b.key())) out.insert_or_assign(join(prefix, b.key()), b.value().detach());
+  for (const auto& c : children_)
+    if (c.value()) c.value()->collect_state(join(prefix, c.key()), out);
+}
+
+TensorDict Module::state_dict() const {
+  TensorDict out;
+  collect_state("", out);
+  return out;
+}
+
+namespace {
+std::string quoted_list(const std::vector<std::string>& keys) {
+  std::string s;
+  for (size_t i = 0; i < keys.size(); ++i) s += (i ? ", \"" : "\"") + keys[i] + "\"";
+  return s;
+}
+}  // namespace
+
+LoadResult Module::load_state_dict(const TensorDict& state, bool strict) {
+  // Targets: live handles (not the detached copies of state_dict()) so values land in place.
+  TensorDict targets;
+  std::function<void(const std::string&, Module&)> walk = [&](const std::string& prefix, Module& m) {
+    for (auto& p : m.parameters_)
+      if (p.value().defined()) targets.insert_or_assign(join(prefix, p.key()), p.value());
+    for (auto& b : m.buffers_)
+      if (b.value().defined() && m.is_persistent_buffer(b.key())) targets.insert_or_assign(join(prefix, b.key()), b.value());
+    for (auto& c : m.children_)
+      if (c.value()) walk(join(prefix, c.key()), *c.value());
+  };
+  walk("", *this);
+
+  LoadResult result;
+  std::vector<std::string> mismatches;
+  for (const auto& t : targets) {
+    const Tensor* src = state.find(t.key());
+    if (src == nullptr) {
+      result.missing_keys.push_back(t.key());
+    } else if (!src->defined() || src->sizes() != t.value().sizes()) {
+      mismatches.push_back("size mismatch for " + t.key() + ": copying a param with shape " +
+                           (src->defined() ? src->size_str() : std::string("(undefined)")) +
+                           " from checkpoint, the shape in current model is " + t.value().size_str() + ".");
+    }
+  }
+  for (const auto& s : state)
+    if (!targets.contains(s.key())) result.unexpected_keys.push_back(s.key());
+
+  bool fail = !mismatches.empty() || (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty()));
+  if (fail) {
+    std::ostringstream msg;
+    msg << "Error(s) in loading state_dict for " << name() << ":";
+    if (strict && !result.unexpected_keys.empty()) msg << "\n\tUnexpected key(s) in state_dict: " << quoted_list(result.unexpected_keys) << ".";
+    if (strict && !result.missing_keys.empty()) msg << "\n\tMissing key(s) in state_dict: " << quoted_list(result.missing_keys) << ".";
+    for (const auto& m : mismatches) msg << "\n\t" << m;
+    throw ValueError(msg.str());
+  }
+  NoGradGuard no_grad;
+  for (auto& t : targets) {
+    const Tensor* src = state.find(t.key());
+    if (src != nullptr && !src->is_same(t.value())) t.value().copy_(*src);
+  }
+  return result;
+}
+
+// ---------------------------------------------------------------- printing
+
+namespace {
+// PyTorch's _addindent: indent every line but the first.
+std::string add_indent(const std::string& s, int spaces) {
+  std::string out;
+  for (char c : s) {
+    out += c;
+    if (c == '\n') out.append(static_cast<size_t>(spaces), ' ');
+  }
+  return out;
+}
+}  // namespace
+
+void Module::pretty_print(std::ostream& os) const {
+  std::vector<std::string> extra_lines;
+  std::string extra = extra_repr();
+  if (!extra.empty()) {
+    std::istringstream in(extra);
+    for (std::string line; std::getline(in, line);) extra_lines.push_back(line);
+  }
+  std::vector<std::string> child_lines;
+  for (const auto& c : children_) {
+    std::string s = c.value() ? c.value()->to_string() : std::string("None");
+    child_lines.push_back("(" + c.key() + "): " + add_indent(s, 2));
+  }
+  os << name() << "(";
+  if (extra_lines.size() == 1 && child_lines.empty()) {
+    os << extra_lines[0];
+  } else if (!extra_lines.empty() || !child_lines.empty()) {
+    for (const auto& l : extra_lines) os << "\n  " << l;
+    for (const auto& l : child_lines) os << "\n  " << l;
+    os << "\n";
+  }
+  os << ")";
+}
+
+std::string Module::to_string() const {
+  std::ostringstream os;
+  pretty_print(os);
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Module& m) {
+  m.pretty_print(os);
+  return os;
+}
+
+}  // namespace dp::nn
