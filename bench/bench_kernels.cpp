@@ -24,10 +24,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_common.h"
 #include "dp/dp.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using bench::fmt;
+using bench::quote;
+using bench::run_command;
+using bench::split_list;
 
 namespace {
 
@@ -111,73 +116,6 @@ Timing measure(const std::function<void()>& fn, const Options& o) {
   t.min_ms = times.front();
   t.max_ms = times.back();
   return t;
-}
-
-std::string run_command(const std::string& cmd, int* status = nullptr) {
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    std::array<char, 4096> buf;
-    size_t k;
-    while ((k = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), k);
-    int rc = pclose(p);
-    if (status) *status = rc;
-  } else if (status) {
-    *status = -1;
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  for (std::string line; std::getline(f, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      auto p = line.find(':');
-      if (p != std::string::npos) return line.substr(line.find_first_not_of(" \t", p + 1));
-    }
-  }
-  return "unknown";
-}
-
-std::string load_average() {
-  std::ifstream f("/proc/loadavg");
-  std::string a;
-  f >> a;
-  return a.empty() ? "unknown" : a;
-}
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
-  return buf;
-}
-
-json machine_info(const Options& o) {
-  const std::string git = "git -C " + quote(o.root.string());
-  std::string commit = run_command(git + " rev-parse HEAD 2>/dev/null");
-  std::string dirty = run_command(git + " status --porcelain --untracked-files=no 2>/dev/null");
-  return {{"cpu_model", cpu_model()},
-          {"cores", std::thread::hardware_concurrency()},
-          {"date", utc_now()},
-          {"git_commit", commit.empty() ? "unknown" : commit},
-          {"git_dirty", !dirty.empty()},
-          {"load_average_1min_at_start", load_average()},
-          {"compiler", __VERSION__}};
-}
-
-std::string fmt(double v, int prec = 2) {
-  std::ostringstream s;
-  s.setf(std::ios::fixed);
-  s.precision(prec);
-  s << v;
-  return s.str();
 }
 
 std::string cell(const json& t) {
@@ -269,36 +207,12 @@ std::string markdown(const json& report) {
   return s.str();
 }
 
-// Replaces what lies between the markers (or appends a marked block) in the markdown file.
-void update_markdown(const fs::path& file, const std::string& block) {
-  const std::string begin = "<!-- bench_kernels:begin -->", end = "<!-- bench_kernels:end -->";
-  std::string text;
-  if (std::ifstream in(file); in) text.assign(std::istreambuf_iterator<char>(in), {});
-  const std::string marked = begin + "\n" + block + end;
-  auto b = text.find(begin), e = text.find(end);
-  if (b != std::string::npos && e != std::string::npos && e > b) {
-    text.replace(b, e + end.size() - b, marked);
-  } else {
-    if (!text.empty() && text.back() != '\n') text += "\n";
-    text += "\n" + marked + "\n";
-  }
-  std::ofstream(file) << text;
-}
-
 void usage() {
   std::cout << "bench_kernels [--threads N[,N...]] [--min-seconds S] [--min-reps N] [--warmup N] [--only mm,add,...]\n"
                "              [--no-torch] [--no-write] [--python PATH] [--root REPO]\n"
                "Times dparallel's kernels and PyTorch's (bench/pytorch_kernels.py), each op on both sides in turn,\n"
                "once per thread count (default: the number of hardware threads); writes bench/results/kernels.json\n"
                "and the tables in docs/benchmarks.md unless --no-write.\n";
-}
-
-std::vector<std::string> split_list(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
 }
 
 Options parse(int argc, char** argv) {
@@ -330,7 +244,7 @@ Options parse(int argc, char** argv) {
 
 int run(const Options& o) {
   json report;
-  report["machine"] = machine_info(o);
+  report["machine"] = bench::machine_info(o.root);
   report["protocol"] = {{"warmup", o.warmup}, {"min_seconds", o.min_seconds}, {"min_reps", o.min_reps}, {"statistic", "median"},
                         {"order", "per op: dparallel, then PyTorch in a fresh python3 process"}};
   report["runs"] = json::array();
@@ -365,7 +279,7 @@ int run(const Options& o) {
     fs::path json_file = o.root / "bench" / "results" / "kernels.json";
     fs::create_directories(json_file.parent_path());
     std::ofstream(json_file) << report.dump(2) << "\n";
-    update_markdown(o.root / "docs" / "benchmarks.md", md);
+    bench::update_markdown(o.root / "docs" / "benchmarks.md", "bench_kernels", md);
     std::cerr << "wrote " << json_file.string() << " and " << (o.root / "docs" / "benchmarks.md").string() << "\n";
   }
   return errors ? 1 : 0;

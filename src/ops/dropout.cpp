@@ -1,0 +1,88 @@
+// Inverted dropout. The keep mask (bool, one byte per element) is drawn from the Philox generator
+// (one 32-bit word per element, so a seeded Generator reproduces it) in the same pass that writes
+// the output x * (mask ? 1/(1-p) : 0); the plain backward is one fused pass too, the mask being
+// the only thing saved.
+#include "dp/ops/dropout.h"
+
+#include "core/kernels/loops.h"
+#include "core/kernels/norm_kernels.h"
+#include "core/kernels/reduce.h"
+#include "dp/autograd/function.h"
+#include "dp/ops/elementwise.h"
+#include "dp/ops/factory.h"
+#include "ops/common.h"
+
+namespace dp {
+namespace {
+
+using autograd::variable_list;
+
+void check_dropout(const char* op, const Tensor& input, double p) {
+  ops::check_defined(op, input);
+  DP_CHECK(p >= 0.0 && p <= 1.0, ValueError, op, ": dropout probability has to be between 0 and 1, but got ", p);
+}
+
+bool is_identity(const Tensor& input, double p, bool training) { return !training || p == 0.0 || input.numel() == 0; }
+
+void check_runnable(const char* op, const Tensor& input) {
+  kernels::check_cpu_tensor(op, input);
+  DP_CHECK(is_floating_point(input.dtype()), DTypeError, op, ": expected a floating point input, got ", input.describe());
+}
+
+// Draws the keep mask (probability 1 - p) and writes out = x * mask / (1 - p) in one pass;
+// p = 1 draws nothing (PyTorch multiplies by zero directly). x may be out.
+void dropout_into(const Tensor& x, double p, Generator* gen, const Tensor& mask, const Tensor& out) {
+  if (p >= 1.0) {
+    kernels::fill_kernel(mask, false);
+    kernels::dropout_apply_kernel(x, mask, 0.0, out);
+    return;
+  }
+  Generator& g = gen ? *gen : default_generator(x.device());
+  const uint64_t first = g.reserve(static_cast<uint64_t>((x.numel() + 3) / 4));
+  kernels::dropout_forward_kernel(x, 1.0 - p, 1.0 / (1.0 - p), g.seed(), first, mask, out);
+}
+
+double keep_scale(double p) { return p >= 1.0 ? 0.0 : 1.0 / (1.0 - p); }
+
+}  // namespace
+
+Tensor dropout(const Tensor& input, double p, bool training, Generator* gen) {
+  check_dropout("dropout", input, p);
+  if (is_identity(input, p, training)) return input;
+  check_runnable("dropout", input);
+  const double scale = keep_scale(p);
+  Tensor mask = make_empty(input.sizes(), kBool, input.device());
+  Tensor out = make_empty(input.sizes(), input.dtype(), input.device());
+  dropout_into(kernels::contiguous_nograd(input), p, gen, mask, out);
+  if (autograd::needs_grad(input)) {
+    const DType dt = input.dtype();
+    autograd::record("NativeDropoutBackward0", {input}, {out}, [mask, scale, dt](variable_list&& grads) {
+      const Tensor& g = grads[0];
+      if (GradMode::is_enabled()) {
+        // create_graph: the same product in dp ops, differentiable in g.
+        return variable_list{dp::mul(g, dp::mul(kernels::convert_nograd(mask, dt), scale))};
+      }
+      Tensor gi = make_empty(mask.sizes(), dt, mask.device());
+      kernels::dropout_apply_kernel(kernels::contiguous_nograd(kernels::convert_nograd(g, dt)), mask, scale, gi);
+      return variable_list{gi};
+    });
+  }
+  return out;
+}
+
+Tensor& dropout_(Tensor& input, double p, bool training, Generator* gen) {
+  check_dropout("dropout_", input, p);
+  if (is_identity(input, p, training)) return input;
+  check_runnable("dropout_", input);
+  autograd::check_inplace(input, "dropout_");
+  // noise = mask / (1 - p) in the input's dtype; mul_ does the in-place update, its autograd
+  // (history rebased onto a MulBackward) and the version bump.
+  Tensor mask = make_empty(input.sizes(), kBool, input.device());
+  Tensor noise = make_empty(input.sizes(), input.dtype(), input.device());
+  kernels::fill_kernel(noise, 1.0);
+  dropout_into(noise, p, gen, mask, noise);
+  input.mul_(noise);
+  return input;
+}
+
+}  // namespace dp

@@ -1,0 +1,99 @@
+// Argument checks and small helpers shared by the loss ops.
+#include "ops/loss_common.h"
+
+namespace dp {
+
+const char* reduction_name(Reduction r) {
+  switch (r) {
+    case Reduction::None: return "none";
+    case Reduction::Mean: return "mean";
+    case Reduction::Sum: return "sum";
+  }
+  return "?";
+}
+
+namespace loss {
+
+void check_input(const char* op, const Tensor& input) {
+  ops::check_defined(op, input);
+  kernels::check_cpu_tensor(op, input);
+  DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64, DTypeError, op, ": \"", op, "\" not implemented for '",
+           kernels::torch_type_name(input.dtype()), "' (input must be float32 or float64, got ", input.describe(), ")");
+}
+
+void check_companion(const char* op, const Tensor& input, const Tensor& t, const char* what) {
+  ops::check_same_device(op, {&input, &t});
+  kernels::check_cpu_tensor(op, t);
+  DP_CHECK(t.dtype() == input.dtype(), DTypeError, op, ": expected ", what, " of dtype ", dtype_name(input.dtype()),
+           " (the input's), but found ", dtype_name(t.dtype()), " (", what, " ", t.describe(), ")");
+}
+
+void check_constant(const char* op, const Tensor& t, const char* what) {
+  DP_CHECK(!(t.defined() && autograd::needs_grad(t)), AutogradError, "The function '", op,
+           "' is not differentiable with respect to argument '", what, "'. This input cannot have requires_grad True.");
+}
+
+Tensor scalar_result(double v, DType dtype, Device device) {
+  Tensor out = make_empty({}, dtype, device);
+  if (dtype == kFloat32) *out.data_ptr<float>() = static_cast<float>(v);
+  else *out.data_ptr<double>() = v;
+  return out;
+}
+
+double scalar_value(const Tensor& g) {
+  DP_CHECK(g.numel() == 1, ShapeError, "loss backward: expected a one-element gradient, got ", g.size_str());
+  return kernels::convert_nograd(kernels::contiguous_nograd(g), kFloat64).data_ptr<double>()[0];
+}
+
+ClassGeometry class_geometry(const char* op, const Tensor& input, const Tensor& target) {
+  ClassGeometry g;
+  DP_CHECK(input.dim() >= 1, ShapeError, op, ": Expected 1 or more dimensions (got 0) (input ", input.describe(), ")");
+  if (input.dim() == 1) {
+    DP_CHECK(target.dim() == 0, ShapeError, op, ": size mismatch (got input: ", input.size_str(), ", target: ", target.size_str(),
+             "); a 1-D input (one sample, no batch dim) takes a 0-dim target");
+    g.c = input.size(0);
+    g.class_dim = 0;
+    return g;
+  }
+  g.n = input.size(0);
+  g.c = input.size(1);
+  DP_CHECK(target.dim() >= 1 && target.size(0) == g.n, ShapeError, op, ": Expected input batch_size (", g.n,
+           ") to match target batch_size (", target.dim() >= 1 ? target.size(0) : 0, ") (input ", input.size_str(), ", target ",
+           target.size_str(), ")");
+  g.out_shape.push_back(g.n);
+  for (int64_t d = 2; d < input.dim(); ++d) {
+    g.out_shape.push_back(input.size(d));
+    g.s *= input.size(d);
+  }
+  DP_CHECK(target.sizes() == g.out_shape, ShapeError, op, ": Expected target size ", shape_str(g.out_shape), ", got ",
+           target.size_str(), " (input ", input.size_str(), ")");
+  return g;
+}
+
+void check_class_target_dtype(const char* op, const Tensor& target) {
+  DP_CHECK(target.dtype() == kInt64 || target.dtype() == kUInt8, DTypeError, op, ": expected scalar type Long but found ",
+           kernels::torch_type_name(target.dtype()), " (class-index target ", target.describe(), ")");
+}
+
+void check_class_weight(const char* op, const Tensor& input, const Tensor& weight, int64_t n_classes) {
+  if (!weight.defined()) return;
+  check_companion(op, input, weight, "weight");
+  check_constant(op, weight, "weight");
+  DP_CHECK(weight.dim() == 1 && weight.numel() == n_classes, ShapeError, op, ": weight tensor should be defined either for all ",
+           n_classes, " classes or no classes but got weight tensor of shape: ", weight.size_str());
+}
+
+void throw_target_out_of_bounds(const char* op, int64_t target, int64_t n_classes, int64_t ignore_index) {
+  throw IndexError(detail::str(op, ": Target ", target, " is out of bounds (expected a class index in [0, ", n_classes,
+                               ") or ignore_index ", ignore_index, ")"));
+}
+
+Tensor per_sample_to_input(const Tensor& g, const ClassGeometry& geo) {
+  if (geo.class_dim == 0) return g;  // [C] input: g is 0-dim and broadcasts
+  return g.reshape(geo.out_shape).unsqueeze(1);
+}
+
+Tensor plain(const Tensor& g, DType dtype) { return kernels::contiguous_nograd(kernels::convert_nograd(g, dtype)); }
+
+}  // namespace loss
+}  // namespace dp

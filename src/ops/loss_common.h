@@ -1,0 +1,82 @@
+#pragma once
+// Shared by the loss ops (src/ops/loss_*.cpp): argument checks, 0-dim results, a summation with
+// independent double accumulators (so it vectorises and keeps float32 sums accurate), and the
+// operand shapes the typed loops are specialised on.
+#include <cmath>
+#include <cstdint>
+#include "core/kernels/dispatch.h"
+#include "core/kernels/reduce.h"
+#include "dp/autograd/function.h"
+#include "dp/ops/loss.h"
+#include "ops/common.h"
+
+namespace dp::loss {
+
+// input: defined, on the CPU, float32 or float64.
+void check_input(const char* op, const Tensor& input);
+// A floating tensor used with `input` (target, weight, pos_weight) must have input's dtype and
+// device. `what` names it in the message.
+void check_companion(const char* op, const Tensor& input, const Tensor& t, const char* what);
+// weight / pos_weight are constants: PyTorch refuses ones that require grad.
+void check_constant(const char* op, const Tensor& t, const char* what);
+// A 0-dim tensor holding v.
+Tensor scalar_result(double v, DType dtype, Device device);
+// The value of a 0-dim (or one-element) gradient, as double.
+double scalar_value(const Tensor& g);
+// g converted to dtype and made contiguous (no autograd).
+Tensor plain(const Tensor& g, DType dtype);
+
+// An input [N, C, d1, ...] (or [C]: N = 1) seen as [N, C, S] with S = d1 * ...; the class dim is
+// 1 (0 for [C]). out_shape is the shape of the per-sample losses: [N, d1, ...] ([] for [C]).
+struct ClassGeometry {
+  int64_t n = 1, c = 1, s = 1;
+  int64_t class_dim = 1;
+  Shape out_shape;
+};
+// Checks a class-index target against the input (shapes as PyTorch's nll_loss_nd does).
+ClassGeometry class_geometry(const char* op, const Tensor& input, const Tensor& target);
+// Class indices: int64, or uint8 (PyTorch accepts Byte targets); else DTypeError.
+void check_class_target_dtype(const char* op, const Tensor& target);
+// weight: undefined or [C] of the input's dtype, not requiring grad.
+void check_class_weight(const char* op, const Tensor& input, const Tensor& weight, int64_t n_classes);
+// The message for a target outside [0, C).
+[[noreturn]] void throw_target_out_of_bounds(const char* op, int64_t target, int64_t n_classes, int64_t ignore_index);
+// The gradient of per-sample losses ([N, d1, ...] or []) shaped to broadcast against the input
+// ([N, 1, d1, ...]); dp ops (differentiable).
+Tensor per_sample_to_input(const Tensor& g, const ClassGeometry& geo);
+
+// Sum of many values in 16 independent double lanes (pairwise at the end).
+struct Accum {
+  double lane[16] = {};
+  double rest = 0;
+  template <typename T>
+  void add(const T* v, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+      for (int k = 0; k < 16; ++k) lane[k] += static_cast<double>(v[i + k]);
+    for (; i < n; ++i) rest += static_cast<double>(v[i]);
+  }
+  void add1(double v) { rest += v; }
+  double total() const {
+    double s[16];
+    for (int k = 0; k < 16; ++k) s[k] = lane[k];
+    for (int k = 0; k < 8; ++k) s[k] += s[k + 8];
+    for (int k = 0; k < 4; ++k) s[k] += s[k + 4];
+    return (s[0] + s[2]) + (s[1] + s[3]) + rest;
+  }
+};
+
+// Operand shapes the inner loops are compiled for: one value for every element (a broadcast
+// weight, a reduced gradient, or an absent weight as 1) or one value per element.
+template <typename T>
+struct Val {
+  T v;
+  T operator[](int64_t) const { return v; }
+};
+template <typename T>
+struct Ptr {
+  const T* p;
+  T operator[](int64_t j) const { return p[j]; }
+};
+
+}  // namespace dp::loss

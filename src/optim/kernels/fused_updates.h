@@ -1,0 +1,47 @@
+#pragma once
+// Fused optimizer updates: one pass over a parameter's contiguous memory, no temporaries.
+// Raw pointers and scalars only, so a CUDA version can sit beside these with the same signature.
+//
+// Each element goes through exactly PyTorch 1.13's foreach=False sequence of tensor ops, with
+// the same roundings: scalars are cast to the element type as ATen casts them, `add(x, alpha)`
+// is a fused multiply-add (ATen's vectorised add is fmadd), addcmul is fma(value * t1, t2, self),
+// addcdiv is self + value * t1 / t2, division is true division. So float32 and float64 results
+// equal PyTorch's bit for bit (checked against its goldens).
+#include <cstdint>
+
+namespace dp::optim::kernels {
+
+struct SgdScalars {
+  double lr = 0;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+  bool maximize = false;
+};
+
+// param -= lr * d, d = grad (+ weight decay, momentum, Nesterov). momentum_buffer: n elements,
+// unused when momentum == 0; when !buffer_initialized it is overwritten with d (PyTorch's
+// first-step clone) instead of being decayed.
+void sgd_update(float* param, const float* grad, float* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s);
+void sgd_update(double* param, const double* grad, double* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s);
+
+struct AdamScalars {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool amsgrad = false;
+  bool maximize = false;
+  bool decoupled_weight_decay = false;  // AdamW: param *= 1 - lr * weight_decay first
+  int64_t step = 1;                     // this update's step number (1 on the first update)
+};
+
+// One Adam/AdamW update. max_exp_avg_sq is used only with amsgrad.
+void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, int64_t n,
+                 const AdamScalars& s);
+void adam_update(double* param, const double* grad, double* exp_avg, double* exp_avg_sq, double* max_exp_avg_sq,
+                 int64_t n, const AdamScalars& s);
+
+}  // namespace dp::optim::kernels

@@ -1,0 +1,20 @@
+#pragma once
+// Hyper-parameters <-> JSON (the "param_groups" metadata of a state dict), and the field-by-field
+// inheritance of unset options from an optimizer's defaults. Private to src/optim.
+#include <nlohmann/json.hpp>
+#include <string>
+#include "dp/optim/optimizer.h"
+
+namespace dp::optim::detail {
+
+// {"lr": 0.1, "momentum": 0.9, ...}; betas as a two-element list, as in PyTorch.
+nlohmann::json options_to_json(const OptimizerOptions& options);
+// Sets the fields present in j (all marked as set). A field of the wrong JSON type is a ValueError
+// naming `context` and the field; fields j lacks are left as they are; unknown keys are ignored
+// ("params" sits beside the options in a param group).
+void options_from_json(OptimizerOptions& options, const nlohmann::json& j, const std::string& context);
+// Copies into `options` every field it has not set explicitly from `defaults`; both must be of
+// the same class, else a ValueError naming `optimizer` ("SGD").
+void inherit_unset(OptimizerOptions& options, const OptimizerOptions& defaults, const char* optimizer);
+
+}  // namespace dp::optim::detail
