@@ -11,8 +11,9 @@
 //
 // Protocol (identical on both sides): build the inputs once, 3 warm-up runs, then time runs one
 // by one until at least --min-seconds have passed (and at least --min-reps runs); report the
-// median and the minimum in milliseconds. The PyTorch side is the script kTorchScript below, run
-// with /usr/bin/python3 after torch.set_num_threads(1); ours runs with dp::set_num_threads(1).
+// median and the minimum in milliseconds. Each case runs on our side and right after on PyTorch's
+// (the script kTorchScript below, in a fresh /usr/bin/python3 process, torch.set_num_threads(1));
+// ours runs with dp::set_num_threads(1).
 //
 // Prints a table and writes bench/results/conv.json.
 //   bench_conv [--min-seconds S] [--min-reps N] [--no-torch] [--no-write] [--only name,name]
@@ -224,12 +225,6 @@ std::string quote(const std::string& s) {
   return q + "'";
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& e : v) s += (s.empty() ? "" : ",") + e;
-  return s;
-}
-
 std::string fmt(double v, int prec = 2) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.*f", prec, v);
@@ -278,30 +273,30 @@ int main(int argc, char** argv) {
   dp::set_num_threads(1);
   dp::manual_seed(0);
   const std::string load_at_start = load_average();
-
-  json ours = json::object();
+  // Per case: ours, then PyTorch's (a python3 process timing only that case), so that both sides
+  // of a row see the same machine load.
+  json ours = json::object(), torch = json::object();
+  std::string torch_version = "not run";
   std::vector<Case> todo;
   for (const Case& c : cases())
     if (o.only.empty() || std::find(o.only.begin(), o.only.end(), c.name) != o.only.end()) todo.push_back(c);
   for (const Case& c : todo) {
     Timing t = measure(c.make(), o);
     ours[c.name] = {{"median_ms", t.median_ms}, {"min_ms", t.min_ms}, {"reps", t.reps}};
-    std::cerr << "dparallel " << c.name << ": " << fmt(t.median_ms) << " ms\n";
-  }
-  json torch = json::object();
-  std::string torch_version = "not run";
-  if (o.torch) {
-    std::vector<std::string> names;
-    for (const Case& c : todo) names.push_back(c.name);
-    std::string out = run_command("/usr/bin/python3 -c " + quote(kTorchScript) + " " + fmt(o.min_seconds, 3) + " " + std::to_string(o.min_reps) +
-                                  " " + quote(join(names)));
-    try {
-      json j = json::parse(out);
-      torch = j.at("results");
-      torch_version = j.at("version").get<std::string>() + " (" + std::to_string(j.at("threads").get<int>()) + " thread)";
-    } catch (const std::exception& e) {
-      std::cerr << "PyTorch side failed (" << e.what() << "): " << out << "\n";
+    std::cerr << "dparallel " << c.name << ": " << fmt(t.median_ms) << " ms";
+    if (o.torch) {
+      std::string out = run_command("/usr/bin/python3 -c " + quote(kTorchScript) + " " + fmt(o.min_seconds, 3) + " " +
+                                    std::to_string(o.min_reps) + " " + quote(c.name));
+      try {
+        json j = json::parse(out);
+        torch[c.name] = j.at("results").at(c.name);
+        torch_version = j.at("version").get<std::string>() + " (" + std::to_string(j.at("threads").get<int>()) + " thread)";
+        std::cerr << ", PyTorch " << fmt(torch[c.name]["median_ms"].get<double>()) << " ms";
+      } catch (const std::exception& e) {
+        std::cerr << "\nPyTorch side failed (" << e.what() << "): " << out;
+      }
     }
+    std::cerr << "\n";
   }
 
   std::printf("\nconv/pool benchmark, batch %lld, 1 thread, median (min) of >= %d runs / %.1f s; PyTorch %s\n", static_cast<long long>(N),
@@ -333,7 +328,7 @@ int main(int argc, char** argv) {
                   {"compiler", __VERSION__}}},
                 {"protocol",
                  {{"threads", 1}, {"warmup", 3}, {"min_reps", o.min_reps}, {"min_seconds", o.min_seconds}, {"statistic", "median (and min)"},
-                  {"order", "all dparallel cases, then all PyTorch cases in one python3 process"}}},
+                  {"order", "per case: dparallel, then PyTorch in a fresh python3 process"}}},
                 {"batch", N},
                 {"pytorch_version", torch_version},
                 {"results", rows}};

@@ -61,6 +61,16 @@ TEST(Linear, GradcheckAndErrors) {
   }
 }
 
+TEST(Linear, DoubleBackward) {
+  Linear lin(3, 2);
+  lin->to(kFloat64);
+  dp::test::GradcheckOptions o;
+  o.check_grad_grad = true;
+  Tensor w = lin->weight;
+  EXPECT_TRUE(dp::test::gradcheck([&](const std::vector<Tensor>& in) { return tanh(linear(in[0], in[1])); },
+                                  {dp::test::rand_leaf({4, 3}), w.detach().clone().requires_grad_(true)}, o));
+}
+
 TEST(Embedding, PaddingIdxAsPyTorch) {
   const auto& c = golden_case("nn_basic.json", "embedding_padding");
   Embedding emb(EmbeddingOptions(6, 4).padding_idx(2));

@@ -1,8 +1,10 @@
 // conv2d: forward and backward against PyTorch (tests/golden/gen_conv.py) over stride, padding,
 // dilation, groups (depthwise too), 1x1, non-square, batch 1 and unbatched inputs; non-contiguous
-// inputs; finite-difference gradcheck (first and second order) in float64; the public backward
-// halves; argument errors.
+// inputs; 300 random geometries (float32 and float64) against a direct loop, which reaches every
+// im2col/col2im path; finite-difference gradcheck (first and second order) in float64; the public
+// backward halves; argument errors.
 #include <gtest/gtest.h>
+#include <random>
 #include <string>
 #include <vector>
 #include "dp/ops/conv.h"
@@ -103,6 +105,75 @@ TEST(Conv2d, ResultDeviceFollowsInput) {
   Tensor y = conv2d(x, w);
   EXPECT_EQ(y.device(), Device("cpu:1"));
   EXPECT_EQ(y.to_vector<float>(), std::vector<float>(4, 9.0f));
+}
+
+// ---- random geometries against a direct loop ----
+
+struct Naive {
+  std::vector<double> y, gx, gw, gb;
+};
+
+// conv2d and its gradients for upstream gradient `go`, by the definition (float64).
+Naive naive_conv(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b, const std::vector<double>& go,
+                 const Shape& xs, const Shape& ws, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups,
+                 int64_t OH, int64_t OW) {
+  const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], OC = ws[0], Cg = ws[1], KH = ws[2], KW = ws[3], OCg = OC / groups;
+  Naive r{std::vector<double>(N * OC * OH * OW), std::vector<double>(x.size()), std::vector<double>(w.size()), std::vector<double>(OC)};
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t oc = 0; oc < OC; ++oc)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t o = ((n * OC + oc) * OH + oh) * OW + ow;
+          double s = b.empty() ? 0.0 : b[oc];
+          r.gb[oc] += go[o];
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t kh = 0; kh < KH; ++kh)
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                const int64_t ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const int64_t xi = ((n * C + (oc / OCg) * Cg + c) * H + ih) * W + iw, wi = ((oc * Cg + c) * KH + kh) * KW + kw;
+                s += x[xi] * w[wi];
+                r.gx[xi] += go[o] * w[wi];
+                r.gw[wi] += go[o] * x[xi];
+              }
+          r.y[o] = s;
+        }
+  return r;
+}
+
+TEST(Conv2d, RandomGeometriesMatchDirectLoop) {
+  std::mt19937 rng(1234);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int checked = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    const int64_t groups = pick(1, 3), Cg = pick(1, 3), OCg = pick(1, 3);
+    const int64_t KH = pick(1, 4), KW = pick(1, 4), sh = pick(1, 3), sw = pick(1, 3), dh = pick(1, 3), dw = pick(1, 3);
+    const int64_t ph = pick(0, 3), pw = pick(0, 3), H = pick(1, 9), W = pick(1, 9), N = pick(1, 2);
+    const int64_t ekh = (KH - 1) * dh + 1, ekw = (KW - 1) * dw + 1;
+    if (ekh > H + 2 * ph || ekw > W + 2 * pw) continue;
+    const int64_t OH = (H + 2 * ph - ekh) / sh + 1, OW = (W + 2 * pw - ekw) / sw + 1;
+    const Shape xs{N, groups * Cg, H, W}, ws{groups * OCg, Cg, KH, KW};
+    const bool bias = pick(0, 1) == 1;
+    for (DType dt : {kFloat64, kFloat32}) {
+      SCOPED_TRACE(::testing::Message() << "x " << shape_str(xs) << " w " << shape_str(ws) << " stride " << sh << "," << sw << " pad " << ph << ","
+                                        << pw << " dil " << dh << "," << dw << " groups " << groups << " " << dtype_name(dt));
+      Tensor x = randn(xs, dt).requires_grad_(true), w = randn(ws, dt).requires_grad_(true);
+      Tensor b = bias ? randn({ws[0]}, dt).requires_grad_(true) : Tensor();
+      Tensor go = randn({N, ws[0], OH, OW}, dt);
+      Tensor y = conv2d(x, w, b, {sh, sw}, {ph, pw}, {dh, dw}, groups);
+      ASSERT_EQ(y.sizes(), (Shape{N, ws[0], OH, OW}));
+      y.backward(go);
+      Naive ref = naive_conv(x.to_vector<double>(), w.to_vector<double>(), bias ? b.to_vector<double>() : std::vector<double>{},
+                             go.to_vector<double>(), xs, ws, sh, sw, ph, pw, dh, dw, groups, OH, OW);
+      const double t = dt == kFloat64 ? 1e-12 : 1e-5;
+      EXPECT_TRUE(all_close(y, tensor<double>(ref.y, y.sizes()), t, t));
+      EXPECT_TRUE(all_close(x.grad(), tensor<double>(ref.gx, xs), t, t)) << "grad input";
+      EXPECT_TRUE(all_close(w.grad(), tensor<double>(ref.gw, ws), t, t)) << "grad weight";
+      if (bias) EXPECT_TRUE(all_close(b.grad(), tensor<double>(ref.gb, {ws[0]}), t, t)) << "grad bias";
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 100);
 }
 
 // ---- finite differences (float64) ----

@@ -78,9 +78,16 @@ std::vector<std::vector<double>> numeric_jacobian(const TensorFn& f, const std::
   if (opts.check_grad_grad) {
     // Differentiate (grad . v) with a fixed random v through the backward graph.
     Tensor v = rand(y.sizes(), kFloat64);
-    TensorFn first = [&](const std::vector<Tensor>& xs) {
+    TensorFn first = [&](const std::vector<Tensor>& given) {
+      // The finite-difference pass calls this under no-grad with plain copies: differentiate
+      // those copies (the numeric side only needs the value of the first derivative).
+      AutoGradMode grad_on(true);
+      std::vector<Tensor> xs = given;
       std::vector<Tensor> d2;
-      for (size_t w : which) d2.push_back(xs[w]);
+      for (size_t w : which) {
+        if (!xs[w].requires_grad()) xs[w] = xs[w].detach().requires_grad_(true);
+        d2.push_back(xs[w]);
+      }
       Tensor out = f(xs);
       std::vector<Tensor> g = autograd::grad({out}, d2, {v}, true, true, true);
       Tensor total = zeros({}, kFloat64);
