@@ -469,6 +469,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     X2 = make_empty({rows, in}, x.dtype(), x.device());  // nothing to read
   } else if (x.dim() == 1) {
     X2 = raw_view(x, {1, in}, {in * x.stride(0), x.stride(0)}, x.storage_offset());
+  } else if (x.dim() == 2 && blas_layout(x.size(0), in, x.stride(0), x.stride(1))) {
+    X2 = x;  // already a BLAS-ready matrix: no view needed (saves a TensorImpl per call)
   } else {
     Tensor xc = x;
     auto l = blas_layout(x.size(-2), in, x.stride(-2), x.stride(-1));
@@ -480,9 +482,12 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   Tensor C = make_empty(out2, x.dtype(), x.device());
   if (b.defined()) kernels::copy_kernel(C, b);  // bias rows first; the GEMM accumulates onto them (beta = 1)
   matmul_kernel(C, X2, WT, 1, b.defined() ? 1 : 0, "linear");
-  Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
-  out_shape.push_back(out_f);
-  Tensor out = raw_view(C, out_shape, contiguous_strides(out_shape), 0);
+  Tensor out = C;
+  if (x.dim() != 2) {
+    Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
+    out_shape.push_back(out_f);
+    out = raw_view(C, out_shape, contiguous_strides(out_shape), 0);
+  }
   const bool gx = autograd::needs_grad(x), gw = autograd::needs_grad(w), gbias = autograd::needs_grad(b);
   if (gx || gw || gbias) {
     SavedVariable sx = gw ? SavedVariable(x, false) : SavedVariable();
