@@ -1,3 +1,4 @@
+#include "dp/core/pooled.h"
 #include "dp/autograd/function.h"
 
 namespace dp::autograd {
@@ -22,7 +23,7 @@ void set_history(const std::vector<Tensor>& outputs, const std::shared_ptr<Node>
 
 std::shared_ptr<Node> record(std::string name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
                              FunctionNode::BackwardFn backward) {
-  auto node = std::make_shared<FunctionNode>(std::move(name), std::move(backward));
+  auto node = ::dp::detail::make_pooled<FunctionNode>(std::move(name), std::move(backward));
   for (const Tensor& in : inputs) node->add_next_edge(gradient_edge(in));
   set_history(outputs, node);
   return node;

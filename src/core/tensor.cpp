@@ -1,4 +1,5 @@
 // Tensor metadata and autograd accessors.
+#include "dp/core/pooled.h"
 #include "dp/core/tensor.h"
 #include "dp/autograd/engine.h"
 #include "dp/autograd/node.h"
@@ -96,7 +97,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_gra
 
 Tensor Tensor::detach() const {
   const TensorImpl& i = impl();
-  return Tensor(std::make_shared<TensorImpl>(i.storage, i.sizes, i.strides, i.offset, i.dtype));
+  return Tensor(::dp::detail::make_pooled<TensorImpl>(i.storage, i.sizes, i.strides, i.offset, i.dtype));
 }
 
 Tensor& Tensor::detach_() {

@@ -1,3 +1,4 @@
+#include "dp/core/pooled.h"
 #include "dp/core/tensor_impl.h"
 #include "dp/core/tensor.h"
 
@@ -29,8 +30,8 @@ AutogradMeta& TensorImpl::autograd_meta() {
 Tensor make_empty(IntArrayRef sizes, DType dtype, Device device) {
   for (int64_t s : sizes) DP_CHECK(s >= 0, ShapeError, "empty: negative dimension in size ", shape_str(sizes));
   int64_t n = numel_of(sizes);
-  auto storage = std::make_shared<StorageImpl>(static_cast<size_t>(n) * element_size(dtype), device);
-  return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes.vec(), contiguous_strides(sizes), 0, dtype));
+  auto storage = ::dp::detail::make_pooled<StorageImpl>(static_cast<size_t>(n) * element_size(dtype), device);
+  return Tensor(::dp::detail::make_pooled<TensorImpl>(std::move(storage), sizes.vec(), contiguous_strides(sizes), 0, dtype));
 }
 
 }  // namespace dp

@@ -5,6 +5,7 @@
 // calling thread.
 #include <algorithm>
 #include <numeric>
+#include "dp/core/pooled.h"
 #include "core/kernels/loops.h"
 #include "dp/autograd/function.h"
 #include "dp/core/device_registry.h"
@@ -51,8 +52,8 @@ Tensor to(const Tensor& t, Device device, DType dtype, bool non_blocking, bool c
   // As PyTorch's memory_format=preserve: a dense non-overlapping input keeps its strides.
   Tensor out;
   if (non_overlapping_and_dense(t)) {
-    auto storage = std::make_shared<StorageImpl>(static_cast<size_t>(t.numel()) * element_size(dtype), device);
-    out = Tensor(std::make_shared<TensorImpl>(std::move(storage), t.sizes(), t.strides(), 0, dtype));
+    auto storage = ::dp::detail::make_pooled<StorageImpl>(static_cast<size_t>(t.numel()) * element_size(dtype), device);
+    out = Tensor(::dp::detail::make_pooled<TensorImpl>(std::move(storage), t.sizes(), t.strides(), 0, dtype));
   } else {
     out = make_empty(t.sizes(), dtype, device);
   }

@@ -4,6 +4,7 @@
 // an IndexError naming the op, the value and the valid range, and never a partial write or a
 // crash. Accumulating ops (scatter_add, index_add, embedding's backward) run serially, so repeated
 // indices add up exactly. Rows that are contiguous are moved with memcpy / a plain loop.
+#include "dp/core/pooled.h"
 #include "dp/ops/index.h"
 
 #include <algorithm>
@@ -29,7 +30,7 @@ using autograd::variable_list;
 // Helpers (no autograd).
 
 Tensor raw_view(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
-  return Tensor(std::make_shared<TensorImpl>(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype()));
+  return Tensor(::dp::detail::make_pooled<TensorImpl>(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype()));
 }
 
 Tensor raw_copy(const Tensor& t) {
@@ -302,7 +303,7 @@ autograd::FunctionNode::BackwardFn index_add_backward(int64_t dim, const Tensor&
 
 // For in-place ops: self's new grad_fn takes (self's old history, src).
 void rebase_inplace(Tensor& self, const Tensor& src, const char* name, autograd::FunctionNode::BackwardFn fn) {
-  auto node = std::make_shared<autograd::FunctionNode>(name, std::move(fn));
+  auto node = ::dp::detail::make_pooled<autograd::FunctionNode>(name, std::move(fn));
   node->add_next_edge(autograd::gradient_edge(self));
   node->add_next_edge(autograd::gradient_edge(src));
   autograd::rebase_history(self, node);

@@ -10,6 +10,7 @@
 //  - float16/bfloat16: converted to float32, computed there, rounded back once.
 //  - uint8/int32/int64: a reference loop (wrapping arithmetic, as PyTorch's CPU integer GEMM).
 // Backward formulas are written with dp ops, so they are differentiable again.
+#include "dp/core/pooled.h"
 #include "dp/ops/linalg.h"
 
 #include <optional>
@@ -36,7 +37,7 @@ using autograd::variable_list;
 // Helpers (no autograd: they only feed kernels).
 
 Tensor raw_view(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
-  return Tensor(std::make_shared<TensorImpl>(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype()));
+  return Tensor(::dp::detail::make_pooled<TensorImpl>(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype()));
 }
 
 Tensor raw_copy(const Tensor& t, DType dt) {

@@ -13,6 +13,7 @@
 #include <limits>
 #include <numbers>
 #include <thread>
+#include "dp/core/pooled.h"
 #include "core/kernels/loops.h"
 #include "dp/autograd/function.h"
 #include "dp/core/device_registry.h"
@@ -92,7 +93,7 @@ void inplace_prologue(const Tensor& t, const char* op) {
 }
 void inplace_epilogue(Tensor& t, const char* node_name) {
   if (GradMode::is_enabled() && t.requires_grad() && !t.is_leaf()) {
-    auto node = std::make_shared<autograd::FunctionNode>(node_name, [](autograd::variable_list&&) { return autograd::variable_list{}; });
+    auto node = ::dp::detail::make_pooled<autograd::FunctionNode>(node_name, [](autograd::variable_list&&) { return autograd::variable_list{}; });
     autograd::rebase_history(t, node);
   }
 }

@@ -1,4 +1,5 @@
 // Shape ops that copy: cat, stack, contiguous, clone.
+#include "dp/core/pooled.h"
 #include "core/kernels/loops.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/factory.h"
@@ -28,7 +29,7 @@ DType promoted(const std::vector<Tensor>& ts) {
 Tensor raw_narrow(const Tensor& out, int64_t dim, int64_t start, int64_t length) {
   Shape sizes = out.sizes();
   sizes[dim] = length;
-  return Tensor(std::make_shared<TensorImpl>(out.storage(), std::move(sizes), out.strides(),
+  return Tensor(::dp::detail::make_pooled<TensorImpl>(out.storage(), std::move(sizes), out.strides(),
                                              out.storage_offset() + start * out.strides()[dim], out.dtype()));
 }
 
@@ -130,7 +131,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
     sizes.erase(sizes.begin() + dim);
     strides.erase(strides.begin() + dim);
     if (out.numel() > 0)
-      kernels::copy_kernel(Tensor(std::make_shared<TensorImpl>(out.storage(), std::move(sizes), std::move(strides), offset, out.dtype())),
+      kernels::copy_kernel(Tensor(::dp::detail::make_pooled<TensorImpl>(out.storage(), std::move(sizes), std::move(strides), offset, out.dtype())),
                            tensors[i]);
   }
   if (autograd::any_needs_grad(tensors)) {

@@ -3,6 +3,7 @@
 // kernel too. When the backward is itself recorded (create_graph), its result is given a node of
 // its own ("SoftmaxBackwardDataBackward0") whose edges lead to the incoming gradient and to the
 // softmax input, so second derivatives flow through the saved result without keeping the input.
+#include "dp/core/pooled.h"
 #include "core/kernels/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
@@ -75,7 +76,7 @@ Tensor softmax_impl(const Tensor& a, int64_t dim, bool log) {
           std::shared_ptr<Node> me = self->lock();
           DP_CHECK(me != nullptr, AutogradError, "softmax backward: its node is gone");
           Tensor gd = g.detach();
-          auto bb = std::make_shared<autograd::FunctionNode>(
+          auto bb = ::dp::detail::make_pooled<autograd::FunctionNode>(
               log ? "LogSoftmaxBackwardDataBackward0" : "SoftmaxBackwardDataBackward0", [sy, gd, d, log](variable_list&& gg) {
                 DP_CHECK(!GradMode::is_enabled(), NotImplementedError,
                          log ? "log_softmax" : "softmax", ": derivatives of order three and higher are not supported");

@@ -14,6 +14,7 @@
 //   split / chunk / split_with_sizes          one node for all pieces: cat of the pieces' grads
 #include <algorithm>
 #include <functional>
+#include "dp/core/pooled.h"
 #include "core/kernels/loops.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/factory.h"
@@ -29,7 +30,7 @@ using autograd::variable_list;
 
 // A new tensor over t's storage with the given geometry (no history).
 Tensor alias_with(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
-  return Tensor(std::make_shared<TensorImpl>(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype()));
+  return Tensor(::dp::detail::make_pooled<TensorImpl>(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype()));
 }
 
 // Gives a view `out` of `in` its history (node `name`) when `in` requires grad, and marks it a view.

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <vector>
 #include "dp/core/dtype.h"
+#include "dp/core/pooled.h"
 #include "dp/core/shape.h"
 #include "dp/core/storage.h"
 
@@ -30,6 +31,10 @@ struct AutogradMeta {
   std::vector<std::pair<int, PostAccumulateGradHook>> post_accumulate_hooks;
   int next_hook_id = 0;
   std::mutex mu;                                   // guards grad accumulation from several workers
+
+  // Every tensor with history gets one: recycle them through the per-thread block cache.
+  static void* operator new(size_t bytes) { return detail::pooled_allocate(bytes); }
+  static void operator delete(void* p, size_t bytes) noexcept { detail::pooled_deallocate(p, bytes); }
 };
 
 // The data behind a Tensor handle: a view (sizes, strides, offset) into a Storage, plus dtype.

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <utility>
+#include "dp/core/pooled.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"
@@ -137,7 +138,7 @@ class EwNode final : public autograd::Node {
 // Out-of-place op: a node with edges to `inputs` (in order) becomes out's grad_fn.
 template <typename F>
 void record(const char* name, std::initializer_list<const Tensor*> inputs, const Tensor& out, F&& fn) {
-  auto node = std::make_shared<EwNode<std::decay_t<F>>>(name, std::forward<F>(fn));
+  auto node = ::dp::detail::make_pooled<EwNode<std::decay_t<F>>>(name, std::forward<F>(fn));
   for (const Tensor* t : inputs) node->add_next_edge(autograd::gradient_edge(*t));
   autograd::set_history({out}, node);
 }
@@ -145,7 +146,7 @@ void record(const char* name, std::initializer_list<const Tensor*> inputs, const
 // In-place op: the edges are taken before self's history is replaced by the node.
 template <typename F>
 void record_inplace(const char* name, std::initializer_list<const Tensor*> inputs, Tensor& self, F&& fn) {
-  auto node = std::make_shared<EwNode<std::decay_t<F>>>(name, std::forward<F>(fn));
+  auto node = ::dp::detail::make_pooled<EwNode<std::decay_t<F>>>(name, std::forward<F>(fn));
   for (const Tensor* t : inputs) node->add_next_edge(autograd::gradient_edge(*t));
   autograd::rebase_history(self, node);
 }

@@ -1,4 +1,5 @@
 // Reduction plans and the small helpers shared by the reduction kernels.
+#include "dp/core/pooled.h"
 #include "core/kernels/reduce.h"
 #include <algorithm>
 #include <memory>
@@ -131,7 +132,7 @@ Tensor convert_nograd(const Tensor& t, DType dtype) {
 }
 
 Tensor restride_nograd(const Tensor& t, IntArrayRef sizes, IntArrayRef strides) {
-  return Tensor(std::make_shared<TensorImpl>(t.storage(), sizes.vec(), strides.vec(), t.storage_offset(), t.dtype()));
+  return Tensor(::dp::detail::make_pooled<TensorImpl>(t.storage(), sizes.vec(), strides.vec(), t.storage_offset(), t.dtype()));
 }
 
 }  // namespace dp::kernels
