@@ -2,7 +2,9 @@
 #include <sys/mman.h>
 #include <bit>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <unordered_map>
 #include <array>
 #include "dp/core/device_registry.h"
 #include "dp/core/errors.h"
@@ -67,6 +69,93 @@ bool small_cache_push(void* p, size_t nbytes) {
 }
 
 // Host memory for every CPU device: 64-byte aligned (a cache line, and full AVX-512 vectors).
+// Large blocks (> 64 KiB) are kept after free and handed out again for a request of about the
+// same size (a training step asks for the same activation and gradient sizes every iteration).
+// Without it every step re-faulted its pages in, and glibc's heap fragmented around the 2 MiB
+// aligned blocks so the resident set grew step after step well past the live bytes. Sizes are
+// rounded (64 KiB steps, 2 MiB from 4 MiB up, where blocks are 2 MiB aligned and advised for
+// transparent huge pages); a cached block serves a request whose rounded size it exceeds by at
+// most a quarter. The cache holds at most kLargeCacheMax bytes, and is emptied and the
+// allocation retried before an out-of-memory error. One cache serves every CPU device: host
+// memory is host memory.
+class LargeBlockCache {
+ public:
+  static constexpr size_t kHuge = size_t(2) << 20;
+  static constexpr size_t kLargeCacheMax = size_t(1) << 30;
+
+  static size_t rounded(size_t nbytes) {
+    const size_t step = nbytes >= 2 * kHuge ? kHuge : (size_t(64) << 10);
+    return (nbytes + step - 1) / step * step;
+  }
+  void* take(size_t nbytes) {
+    const size_t want = rounded(nbytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.lower_bound(want);
+      if (it != free_.end() && it->first <= want + want / 4) {
+        void* p = it->second;
+        cached_ -= it->first;
+        sizes_[p] = it->first;
+        free_.erase(it);
+        return p;
+      }
+    }
+    void* p = fresh(want);
+    if (p == nullptr) {
+      release_all();
+      p = fresh(want);
+    }
+    if (p != nullptr) {
+      std::lock_guard<std::mutex> lock(mu_);
+      sizes_[p] = want;
+    }
+    return p;
+  }
+  void give(void* p, size_t nbytes) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = sizes_.find(p);
+    const size_t size = it != sizes_.end() ? it->second : rounded(nbytes);
+    if (it != sizes_.end()) sizes_.erase(it);
+    if (cached_ + size <= kLargeCacheMax) {
+      free_.emplace(size, p);
+      cached_ += size;
+      return;
+    }
+    lock.unlock();
+    std::free(p);
+  }
+  void release_all() {
+    std::multimap<size_t, void*> drop;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      drop.swap(free_);
+      cached_ = 0;
+    }
+    for (auto& kv : drop) std::free(kv.second);
+  }
+  size_t cached_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+
+ private:
+  static void* fresh(size_t size) {
+    const bool huge = size >= 2 * kHuge;
+    void* p = std::aligned_alloc(huge ? kHuge : 64, size);
+    if (p && huge) madvise(p, size, MADV_HUGEPAGE);
+    return p;
+  }
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;  // size -> block
+  std::unordered_map<void*, size_t> sizes_;               // live large blocks -> their size
+  size_t cached_ = 0;
+};
+
+LargeBlockCache& large_cache() {
+  static auto* cache = new LargeBlockCache();  // outlives every tensor (never destroyed)
+  return *cache;
+}
+
 class HostAllocator final : public Allocator {
  public:
   explicit HostAllocator(Device d) : device_(d) {}
@@ -79,29 +168,25 @@ class HostAllocator final : public Allocator {
       count_alloc(nbytes);
       return p;
     }
-    // Large blocks are 2 MiB aligned and advised for transparent huge pages: their first write
-    // then faults in 2 MiB pages instead of 4 KiB ones, which dominates a fresh large output.
-    constexpr size_t kHuge = size_t(2) << 20;
-    const bool huge = nbytes >= 2 * kHuge;
-    const size_t align = huge ? kHuge : 64;
-    size_t rounded = (nbytes + align - 1) & ~(align - 1);
-    void* p = std::aligned_alloc(align, rounded);
-    if (p && huge) madvise(p, rounded, MADV_HUGEPAGE);
-    if (!p) throw_oom(nbytes);
+    void* p = large_cache().take(nbytes);
+    if (p == nullptr) throw_oom(nbytes);
     count_alloc(nbytes);
     return p;
   }
   void deallocate(void* p, size_t nbytes) override {
     if (!p) return;
     allocated_.fetch_sub(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
-    if (nbytes <= kSmallMax && small_cache_push(p, nbytes)) return;
-    std::free(p);
+    if (nbytes <= kSmallMax) {
+      if (!small_cache_push(p, nbytes)) std::free(p);
+      return;
+    }
+    large_cache().give(p, nbytes);
   }
   MemoryStats stats() const override {
     MemoryStats s;
     s.allocated = allocated_.load();
     s.peak_allocated = peak_.load();
-    s.reserved = s.allocated;
+    s.reserved = s.allocated + static_cast<int64_t>(large_cache().cached_bytes());
     s.num_allocs = num_allocs_.load();
     return s;
   }
