@@ -11,7 +11,8 @@
 //
 // Protocol (identical on both sides): build the inputs once, 3 warm-up runs, then time runs one
 // by one until at least --min-seconds have passed (and at least --min-reps runs); report the
-// median and the minimum in milliseconds. Each case runs on our side and right after on PyTorch's
+// median and the minimum wall-clock time and the median thread CPU time, in milliseconds (the
+// CPU time is the steadier number on a machine shared with other work). Each case runs on our side and right after on PyTorch's
 // (the script kTorchScript below, in a fresh /usr/bin/python3 process, torch.set_num_threads(1));
 // ours runs with dp::set_num_threads(1).
 //
@@ -106,10 +107,13 @@ for name, make in cases.items():
     if only and name not in only: continue
     run = make()
     for _ in range(3): run()
-    times, start = [], time.perf_counter()
+    times, cpu, start = [], [], time.perf_counter()
     while len(times) < min_reps or time.perf_counter() - start < min_seconds:
-        t = time.perf_counter(); run(); times.append((time.perf_counter() - t) * 1e3)
-    out["results"][name] = {"median_ms": statistics.median(times), "min_ms": min(times), "reps": len(times)}
+        t, c = time.perf_counter(), time.thread_time()
+        run()
+        cpu.append((time.thread_time() - c) * 1e3); times.append((time.perf_counter() - t) * 1e3)
+    out["results"][name] = {"median_ms": statistics.median(times), "min_ms": min(times), "cpu_median_ms": statistics.median(cpu),
+                            "reps": len(times)}
 print(json.dumps(out))
 )PY";
 
@@ -123,24 +127,35 @@ struct Options {
 };
 
 struct Timing {
-  double median_ms = 0, min_ms = 0;
+  double median_ms = 0, min_ms = 0, cpu_median_ms = 0;
   int reps = 0;
 };
 
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 Timing measure(const std::function<void()>& run, const Options& o) {
   for (int i = 0; i < 3; ++i) run();
-  std::vector<double> t;
+  std::vector<double> t, cpu;
   const auto start = std::chrono::steady_clock::now();
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   while (static_cast<int>(t.size()) < o.min_reps || secs(start, std::chrono::steady_clock::now()) < o.min_seconds) {
     const auto a = std::chrono::steady_clock::now();
+    const double c = thread_cpu_seconds();
     run();
+    cpu.push_back((thread_cpu_seconds() - c) * 1e3);
     t.push_back(secs(a, std::chrono::steady_clock::now()) * 1e3);
   }
-  std::vector<double> s = t;
-  std::sort(s.begin(), s.end());
-  const size_t n = s.size();
-  return {n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]), s.front(), static_cast<int>(n)};
+  return {median(t), *std::min_element(t.begin(), t.end()), median(cpu), static_cast<int>(t.size())};
 }
 
 constexpr int64_t N = 128;
@@ -282,7 +297,7 @@ int main(int argc, char** argv) {
     if (o.only.empty() || std::find(o.only.begin(), o.only.end(), c.name) != o.only.end()) todo.push_back(c);
   for (const Case& c : todo) {
     Timing t = measure(c.make(), o);
-    ours[c.name] = {{"median_ms", t.median_ms}, {"min_ms", t.min_ms}, {"reps", t.reps}};
+    ours[c.name] = {{"median_ms", t.median_ms}, {"min_ms", t.min_ms}, {"cpu_median_ms", t.cpu_median_ms}, {"reps", t.reps}};
     std::cerr << "dparallel " << c.name << ": " << fmt(t.median_ms) << " ms";
     if (o.torch) {
       std::string out = run_command("/usr/bin/python3 -c " + quote(kTorchScript) + " " + fmt(o.min_seconds, 3) + " " +
@@ -301,12 +316,13 @@ int main(int argc, char** argv) {
 
   std::printf("\nconv/pool benchmark, batch %lld, 1 thread, median (min) of >= %d runs / %.1f s; PyTorch %s\n", static_cast<long long>(N),
               o.min_reps, o.min_seconds, torch_version.c_str());
-  std::printf("%-18s %-38s %18s %18s %8s\n", "case", "shape", "dparallel ms", "PyTorch ms", "speedup");
+  std::printf("%-18s %-38s %16s %16s %8s %10s %10s %8s\n", "case", "shape", "dparallel ms", "PyTorch ms", "speedup", "dp cpu ms",
+              "pt cpu ms", "speedup");
   json rows = json::array();
   for (const Case& c : todo) {
     const json& u = ours[c.name];
     std::string ours_s = fmt(u["median_ms"].get<double>()) + " (" + fmt(u["min_ms"].get<double>()) + ")";
-    std::string torch_s = "-", ratio_s = "-";
+    std::string torch_s = "-", ratio_s = "-", tcpu_s = "-", cratio_s = "-";
     json row = {{"case", c.name}, {"shape", c.what}, {"ours", u}};
     if (torch.contains(c.name)) {
       const json& p = torch[c.name];
@@ -316,18 +332,24 @@ int main(int argc, char** argv) {
       row["pytorch"] = p;
       row["speedup_median"] = ratio;
       row["speedup_min"] = p["min_ms"].get<double>() / u["min_ms"].get<double>();
+      const double cratio = p["cpu_median_ms"].get<double>() / u["cpu_median_ms"].get<double>();
+      row["speedup_cpu_median"] = cratio;
+      tcpu_s = fmt(p["cpu_median_ms"].get<double>());
+      cratio_s = fmt(cratio) + "x";
     }
     rows.push_back(row);
-    std::printf("%-18s %-38s %18s %18s %8s\n", c.name.c_str(), c.what.c_str(), ours_s.c_str(), torch_s.c_str(), ratio_s.c_str());
+    std::printf("%-18s %-38s %16s %16s %8s %10s %10s %8s\n", c.name.c_str(), c.what.c_str(), ours_s.c_str(), torch_s.c_str(), ratio_s.c_str(),
+                fmt(u["cpu_median_ms"].get<double>()).c_str(), tcpu_s.c_str(), cratio_s.c_str());
   }
-  std::printf("speedup = PyTorch median / dparallel median (> 1: dparallel is faster)\n");
+  std::printf("ms = wall-clock median (min); cpu ms = median thread CPU time, less disturbed by other load on the machine.\n"
+              "speedup = PyTorch / dparallel (> 1: dparallel is faster)\n");
 
   if (o.write) {
     json doc = {{"machine",
                  {{"cores", std::thread::hardware_concurrency()}, {"date", utc_now()}, {"load_average_1min_at_start", load_at_start},
                   {"compiler", __VERSION__}}},
                 {"protocol",
-                 {{"threads", 1}, {"warmup", 3}, {"min_reps", o.min_reps}, {"min_seconds", o.min_seconds}, {"statistic", "median (and min)"},
+                 {{"threads", 1}, {"warmup", 3}, {"min_reps", o.min_reps}, {"min_seconds", o.min_seconds}, {"statistic", "median (and min) wall-clock; median thread CPU time"},
                   {"order", "per case: dparallel, then PyTorch in a fresh python3 process"}}},
                 {"batch", N},
                 {"pytorch_version", torch_version},
