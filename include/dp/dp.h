@@ -1,13 +1,22 @@
 #pragma once
-// Everything of dparallel's core: include this one header.
+// dparallel's core (tensors, ops, autograd, checkpoints): include this one header. Layers and
+// modules: dp/nn/nn.h; optimizers: dp/optim/optim.h; data loading: dp/data/data.h.
 #include "dp/autograd/autograd.h"
 #include "dp/core/device_registry.h"
 #include "dp/core/generator.h"
+#include "dp/core/ordered_dict.h"
+#include "dp/core/serialize.h"
 #include "dp/core/tensor.h"
 #include "dp/core/threads.h"
+#include "dp/ops/conv.h"
+#include "dp/ops/dropout.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/index.h"
 #include "dp/ops/linalg.h"
+#include "dp/ops/loss.h"
+#include "dp/ops/normalization.h"
+#include "dp/ops/pooling.h"
 #include "dp/ops/reduction.h"
+#include "dp/ops/rnn.h"
 #include "dp/ops/shape.h"

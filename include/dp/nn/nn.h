@@ -1,8 +1,16 @@
 #pragma once
-// dp::nn: modules, layers, losses and initialisation. Include this one header.
+// dp::nn: modules, layers, losses, initialisation and module checkpoints. Include this one header.
 #include "dp/nn/init.h"
 #include "dp/nn/module.h"
 #include "dp/nn/modules/activation.h"
+#include "dp/nn/modules/batchnorm.h"
 #include "dp/nn/modules/container.h"
+#include "dp/nn/modules/conv.h"
+#include "dp/nn/modules/dropout.h"
 #include "dp/nn/modules/embedding.h"
 #include "dp/nn/modules/linear.h"
+#include "dp/nn/modules/loss.h"
+#include "dp/nn/modules/normalization.h"
+#include "dp/nn/modules/pooling.h"
+#include "dp/nn/modules/rnn.h"
+#include "dp/nn/serialize.h"
