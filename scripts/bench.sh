@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the benchmarks (Release, -march=native) and runs the kernel benchmark against PyTorch:
-# prints the tables, writes bench/results/kernels.json and the tables in docs/benchmarks.md.
+# Builds the benchmarks (Release, -march=native) and runs them against PyTorch: the kernels, then
+# training steps (seed model, MLP, CNN; 1 thread); prints the tables, writes
+# bench/results/{kernels,training}.json and the tables in docs/benchmarks.md.
 #
 #   bash scripts/bench.sh                 # 1 thread, then nproc threads; dparallel and PyTorch alike
 #   bash scripts/bench.sh --threads 2     # arguments go to bench_kernels (see --help)
@@ -12,7 +13,8 @@ cd "$DP_ROOT"
 BUILD_DIR=${DP_BUILD_DIR:-build}
 
 dp_install_deps
-dp_build "$BUILD_DIR" -DDP_BUILD_BENCH=ON -- bench_kernels
+dp_build "$BUILD_DIR" -DDP_BUILD_BENCH=ON -- bench_kernels bench_training
 threads=1
 [[ $(nproc) -gt 1 ]] && threads="1,$(nproc)"
 "$BUILD_DIR/bench/bench_kernels" --threads "$threads" --root "$DP_ROOT" "$@"
+"$BUILD_DIR/bench/bench_training" --threads 1 --root "$DP_ROOT"
