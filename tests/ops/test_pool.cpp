@@ -113,27 +113,7 @@ TEST(Pool, NonContiguousInput) {
 
 // ---- finite differences (float64), first and second order ----
 
-// Double backward, as torch.autograd.gradgradcheck (the same helper as tests/ops/test_linalg_grad.cpp):
-// finite differences of (x..., v) -> d(f(x) . v)/dx with respect to the inputs and to the incoming
-// gradient v, so every backward formula's own backward is exercised (for ops linear in x the
-// Jacobian w.r.t. v is the non-trivial part).
-::testing::AssertionResult gradgradcheck(const test::TensorFn& f, const std::vector<Tensor>& inputs) {
-  const size_t n = inputs.size();
-  Tensor v = rand_leaf(f(inputs).sizes());
-  std::vector<Tensor> all = inputs;
-  all.push_back(v);
-  test::TensorFn first = [f, n](const std::vector<Tensor>& xs) {
-    AutoGradMode on(true);
-    std::vector<Tensor> leaves;
-    for (size_t k = 0; k < n; ++k) leaves.push_back(xs[k].requires_grad() ? xs[k] : xs[k].detach().requires_grad_(true));
-    Tensor y = f(leaves);
-    std::vector<Tensor> g = autograd::grad({y}, leaves, {xs[n]}, /*retain_graph=*/true, /*create_graph=*/true, /*allow_unused=*/true);
-    std::vector<Tensor> flat;
-    for (size_t k = 0; k < n; ++k) flat.push_back((g[k].defined() ? g[k] : zeros_like(leaves[k])).reshape({-1}));
-    return cat(flat, 0);
-  };
-  return gradcheck(first, all);
-}
+using dp::test::gradgradcheck;
 
 ::testing::AssertionResult check(const test::TensorFn& f, const Tensor& x) {
   ::testing::AssertionResult first = gradcheck(f, {x});

@@ -103,4 +103,22 @@ std::vector<std::vector<double>> numeric_jacobian(const TensorFn& f, const std::
   return ::testing::AssertionSuccess();
 }
 
+::testing::AssertionResult gradgradcheck(const TensorFn& f, const std::vector<Tensor>& inputs) {
+  const size_t n = inputs.size();
+  Tensor v = rand_leaf(f(inputs).sizes());
+  std::vector<Tensor> all = inputs;
+  all.push_back(v);
+  TensorFn first = [f, n](const std::vector<Tensor>& xs) {
+    AutoGradMode on(true);
+    std::vector<Tensor> leaves;
+    for (size_t k = 0; k < n; ++k) leaves.push_back(xs[k].requires_grad() ? xs[k] : xs[k].detach().requires_grad_(true));
+    Tensor y = f(leaves);
+    std::vector<Tensor> g = autograd::grad({y}, leaves, {xs[n]}, /*retain_graph=*/true, /*create_graph=*/true, /*allow_unused=*/true);
+    std::vector<Tensor> flat;
+    for (size_t k = 0; k < n; ++k) flat.push_back((g[k].defined() ? g[k] : zeros_like(leaves[k])).reshape({-1}));
+    return cat(flat, 0);
+  };
+  return gradcheck(first, all);
+}
+
 }  // namespace dp::test

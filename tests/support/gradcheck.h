@@ -22,6 +22,12 @@ struct GradcheckOptions {
 // tensor of any shape.
 ::testing::AssertionResult gradcheck(const TensorFn& f, const std::vector<Tensor>& inputs, GradcheckOptions opts = {});
 
+// Double backward, as torch.autograd.gradgradcheck: finite differences of
+// (x..., v) -> d(f(x) . v)/dx with respect to the inputs and to the incoming gradient v, so every
+// backward formula's own backward is exercised (for ops linear in x the Jacobian w.r.t. v is the
+// non-trivial part).
+::testing::AssertionResult gradgradcheck(const TensorFn& f, const std::vector<Tensor>& inputs);
+
 // Random float64 leaf of the given shape in [lo, hi), requiring grad.
 Tensor rand_leaf(IntArrayRef shape, double lo = -1.0, double hi = 1.0);
 
