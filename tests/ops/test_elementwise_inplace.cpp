@@ -14,24 +14,7 @@ using test::all_close;
 using test::gradcheck;
 using test::rand_leaf;
 
-// Double backward, as torch.autograd.gradgradcheck: finite differences of (x..., v) -> d(f(x) . v)/dx.
-// (GradcheckOptions::check_grad_grad cannot be used: its finite-difference pass calls
-// autograd::grad under no_grad on plain copies of the inputs.)
-::testing::AssertionResult gradgradcheck(const test::TensorFn& f, const std::vector<Tensor>& inputs) {
-  const size_t n = inputs.size();
-  std::vector<Tensor> all = inputs;
-  all.push_back(rand_leaf(f(inputs).sizes()));
-  test::TensorFn first = [f, n](const std::vector<Tensor>& xs) {
-    AutoGradMode on(true);
-    std::vector<Tensor> leaves;
-    for (size_t k = 0; k < n; ++k) leaves.push_back(xs[k].requires_grad() ? xs[k] : xs[k].detach().requires_grad_(true));
-    std::vector<Tensor> g = autograd::grad({f(leaves)}, leaves, {xs[n]}, true, true, true);
-    std::vector<Tensor> flat;
-    for (size_t k = 0; k < n; ++k) flat.push_back((g[k].defined() ? g[k] : zeros_like(leaves[k])).reshape({-1}));
-    return cat(flat, 0);
-  };
-  return gradcheck(first, all);
-}
+using test::gradgradcheck;
 
 class Inplace : public ::testing::Test {
  protected:
