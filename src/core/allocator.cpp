@@ -212,8 +212,10 @@ class HostAllocator final : public Allocator {
 
 Allocator& allocator_for(Device d) {
   if (d.is_cpu()) {
-    static HostAllocator host(Device::cpu());
-    if (d.index < 0) return host;
+    // Never destroyed, as the per-device ones: a static Tensor of the user's may be freed after
+    // this function's statics during exit.
+    static HostAllocator* host = new HostAllocator(Device::cpu());
+    if (d.index < 0) return *host;
     // Lock-free lookup on the hot path; creation (once per device) under a mutex.
     static std::array<std::atomic<HostAllocator*>, 4096> per_device{};
     static std::mutex mu;
