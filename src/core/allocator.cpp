@@ -243,7 +243,15 @@ StorageImpl::StorageImpl(size_t nbytes, Device device) : nbytes_(nbytes), device
 StorageImpl::StorageImpl(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
     : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
 
+StorageImpl::StorageImpl(std::shared_ptr<StorageImpl> base, Device device)
+    : data_(base->data_), nbytes_(base->nbytes_), device_(device), base_(std::move(base)) {
+  // Alias of an alias: point at the root, so chains never form and the counter is the root's.
+  if (base_->base_) base_ = base_->base_;
+  version_ptr_ = base_->version_ptr_;
+}
+
 StorageImpl::~StorageImpl() {
+  if (base_) return;  // an alias owns nothing
   if (deleter_) deleter_(data_);
   else if (data_) allocator_->deallocate(data_, nbytes_);
 }

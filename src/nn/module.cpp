@@ -5,6 +5,7 @@
 #include <cxxabi.h>
 #include <memory>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 #include "dp/autograd/grad_mode.h"
 #include "dp/ops/elementwise.h"
@@ -42,6 +43,7 @@ Module::Module(const Module& other)
     : std::enable_shared_from_this<Module>(),
       name_(other.name_),
       training_(other.training_),
+      transparent_names_(other.transparent_names_),
       parameters_(other.parameters_),  // Tensor copies re-point during a clone
       buffers_(other.buffers_),
       non_persistent_(other.non_persistent_),
@@ -168,23 +170,35 @@ OrderedDict<std::string, ModulePtr> Module::named_children() const {
   return out;
 }
 
+std::string Module::child_tensor_prefix(const std::string& prefix, const std::string& key) const {
+  return transparent_names_ ? prefix : join(prefix, key);
+}
+
 namespace {
 // Walks this module (and, if recurse, its descendants in pre-order, each module once) and
-// collects the defined tensors of one kind, de-duplicated by tensor identity.
+// collects the defined tensors of one kind, de-duplicated by tensor identity. Names skip the child
+// names of transparent wrappers (child_tensor_prefix).
 template <typename Select>
 TensorDict collect_named(const Module& root, bool recurse, Select select) {
   TensorDict out;
   std::unordered_set<const TensorImpl*> seen;
-  auto visit = [&](const std::string& prefix, const Module& m) {
-    for (const auto& item : select(m)) {
+  std::unordered_set<const Module*> visited;
+  std::vector<std::pair<std::string, const Module*>> stack{{"", &root}};
+  while (!stack.empty()) {
+    auto [prefix, m] = std::move(stack.back());
+    stack.pop_back();
+    if (!visited.insert(m).second) continue;
+    for (const auto& item : select(*m)) {
       const Tensor& t = item.value();
       if (!t.defined() || !seen.insert(t.unsafe_impl()).second) continue;
       out.insert(join(prefix, item.key()), t);
     }
-  };
-  visit("", root);
-  if (recurse) {
-    for (const auto& sub : root.named_modules("", false)) visit(sub.key(), *sub.value());
+    if (!recurse) break;
+    const auto& kids = m->own_children();
+    for (size_t i = kids.size(); i-- > 0;) {  // reversed onto the stack: visited in order
+      const auto& c = kids[i];
+      if (c.value()) stack.emplace_back(m->child_tensor_prefix(prefix, c.key()), c.value().get());
+    }
   }
   return out;
 }
@@ -277,7 +291,7 @@ void Module::collect_state(const std::string& prefix, TensorDict& out) const {
   for (const auto& b : buffers_)
     if (b.value().defined() && is_persistent_buffer(b.key())) out.insert_or_assign(join(prefix, b.key()), b.value().detach());
   for (const auto& c : children_)
-    if (c.value()) c.value()->collect_state(join(prefix, c.key()), out);
+    if (c.value()) c.value()->collect_state(child_tensor_prefix(prefix, c.key()), out);
 }
 
 TensorDict Module::state_dict() const {
@@ -296,21 +310,40 @@ std::string quoted_list(const std::vector<std::string>& keys) {
 
 LoadResult Module::load_state_dict(const TensorDict& state, bool strict) {
   // Targets: live handles (not the detached copies of state_dict()) so values land in place.
+  // Keys as state_dict() names them; `spelled` maps PyTorch's spelling of a key that passes through
+  // a transparent wrapper ("block2.module.0.weight") to ours ("block2.0.weight").
   TensorDict targets;
-  std::function<void(const std::string&, Module&)> walk = [&](const std::string& prefix, Module& m) {
+  std::unordered_map<std::string, std::string> spelled;
+  std::function<void(const std::string&, const std::string&, Module&)> walk = [&](const std::string& prefix, const std::string& full,
+                                                                                    Module& m) {
+    auto add = [&](const std::string& key, const Tensor& t) {
+      targets.insert_or_assign(join(prefix, key), t);
+      if (full != prefix) spelled.emplace(join(full, key), join(prefix, key));
+    };
     for (auto& p : m.parameters_)
-      if (p.value().defined()) targets.insert_or_assign(join(prefix, p.key()), p.value());
+      if (p.value().defined()) add(p.key(), p.value());
     for (auto& b : m.buffers_)
-      if (b.value().defined() && m.is_persistent_buffer(b.key())) targets.insert_or_assign(join(prefix, b.key()), b.value());
+      if (b.value().defined() && m.is_persistent_buffer(b.key())) add(b.key(), b.value());
     for (auto& c : m.children_)
-      if (c.value()) walk(join(prefix, c.key()), *c.value());
+      if (c.value()) walk(m.child_tensor_prefix(prefix, c.key()), join(full, c.key()), *c.value());
   };
-  walk("", *this);
+  walk("", "", *this);
+  // The checkpoint's entries under our spelling of their keys.
+  TensorDict renamed;
+  const TensorDict* source = &state;
+  if (!spelled.empty()) {
+    for (const auto& s : state) {
+      auto it = spelled.find(s.key());
+      renamed.insert_or_assign(it == spelled.end() ? s.key() : it->second, s.value());
+    }
+    source = &renamed;
+  }
+  const TensorDict& state_in = *source;
 
   LoadResult result;
   std::vector<std::string> mismatches;
   for (const auto& t : targets) {
-    const Tensor* src = state.find(t.key());
+    const Tensor* src = state_in.find(t.key());
     if (src == nullptr) {
       result.missing_keys.push_back(t.key());
     } else if (!src->defined() || src->sizes() != t.value().sizes()) {
@@ -319,7 +352,7 @@ LoadResult Module::load_state_dict(const TensorDict& state, bool strict) {
                            " from checkpoint, the shape in current model is " + t.value().size_str() + ".");
     }
   }
-  for (const auto& s : state)
+  for (const auto& s : state_in)
     if (!targets.contains(s.key())) result.unexpected_keys.push_back(s.key());
 
   bool fail = !mismatches.empty() || (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty()));
@@ -333,7 +366,7 @@ LoadResult Module::load_state_dict(const TensorDict& state, bool strict) {
   }
   NoGradGuard no_grad;
   for (auto& t : targets) {
-    const Tensor* src = state.find(t.key());
+    const Tensor* src = state_in.find(t.key());
     if (src != nullptr && !src->is_same(t.value())) t.value().copy_(*src);
   }
   return result;

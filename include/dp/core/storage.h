@@ -16,6 +16,10 @@ class StorageImpl {
  public:
   StorageImpl(size_t nbytes, Device device);                       // allocates
   StorageImpl(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
+  // An alias of `base`'s memory labelled as another device (DataParallel's zero-copy moves between
+  // CPU devices, which all share host memory). It keeps `base` alive and shares its version counter,
+  // so an in-place write through either is seen by autograd's saved-tensor checks on both.
+  StorageImpl(std::shared_ptr<StorageImpl> base, Device device);
   ~StorageImpl();
   StorageImpl(const StorageImpl&) = delete;
   StorageImpl& operator=(const StorageImpl&) = delete;
@@ -23,8 +27,10 @@ class StorageImpl {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
-  uint32_t version() const { return version_.load(std::memory_order_relaxed); }
-  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+  uint32_t version() const { return version_ptr_->load(std::memory_order_relaxed); }
+  void bump_version() { version_ptr_->fetch_add(1, std::memory_order_relaxed); }
+  // The storage this one aliases (null for storages that own or wrap memory themselves).
+  const std::shared_ptr<StorageImpl>& base() const { return base_; }
 
  private:
   void* data_ = nullptr;
@@ -33,6 +39,8 @@ class StorageImpl {
   std::function<void(void*)> deleter_;  // empty: return to the device allocator
   Allocator* allocator_ = nullptr;
   std::atomic<uint32_t> version_{0};
+  std::atomic<uint32_t>* version_ptr_ = &version_;  // the base's counter for an alias
+  std::shared_ptr<StorageImpl> base_;
 };
 
 using Storage = std::shared_ptr<StorageImpl>;

@@ -107,11 +107,17 @@ class Module : public std::enable_shared_from_this<Module> {
   const TensorDict& own_buffers() const { return buffers_; }
   const OrderedDict<std::string, ModulePtr>& own_children() const { return children_; }
   bool is_persistent_buffer(const std::string& name) const;
+  // The prefix under which the tensors of this module's child `key` are named, given this
+  // module's own prefix ("fc" under "", "block.fc" under "block"; a transparent wrapper adds nothing).
+  std::string child_tensor_prefix(const std::string& prefix, const std::string& key) const;
 
   // ---- mode, device, gradients ----
   virtual void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
+  // Sets this module's flag only (train() recurses and may be overridden); replicas use it to
+  // mirror each original module's mode.
+  void set_training_flag(bool on) { training_ = on; }
   // Moves/converts every parameter and buffer in place (handles held elsewhere, e.g. by an
   // optimizer, see the change); gradients move too. Only floating tensors change dtype.
   virtual void to(Device device, bool non_blocking = false);
@@ -154,6 +160,11 @@ class Module : public std::enable_shared_from_this<Module> {
 
  protected:
   void set_child(const std::string& name, ModulePtr module);
+  // A wrapper (DataParallel) whose children's tensors are named as if they were its own: its
+  // state_dict() and named_parameters() equal the wrapped module's ("fc.weight", not
+  // "module.fc.weight"), also when the wrapper is itself a child. Module paths (named_modules,
+  // printing) keep the child's name. load_state_dict() accepts both spellings of a key.
+  void set_transparent_names(bool on) { transparent_names_ = on; }
 
  private:
   void add_child(std::string name, ModulePtr module);
@@ -165,6 +176,7 @@ class Module : public std::enable_shared_from_this<Module> {
 
   mutable std::string name_;
   bool training_ = true;
+  bool transparent_names_ = false;
   TensorDict parameters_;
   TensorDict buffers_;
   std::vector<std::string> non_persistent_;

@@ -1,0 +1,33 @@
+#pragma once
+// PyTorch's DataParallel imbalance warning: a GPU with under 75% of the memory (or, if memory is
+// balanced, of the multiprocessors) of the largest one slows every step down to its pace.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+#include "dp/core/device.h"
+
+namespace dp::parallel {
+
+struct DeviceProperties {
+  int64_t total_memory = 0;        // bytes
+  int64_t multi_processor_count = 0;
+};
+
+// The warning for `devices` with these properties (aligned), or nullopt when balanced. Memory is
+// compared first (min / max < 0.75 warns and stops), then multiprocessors; ties go to the first.
+// The text is PyTorch's, naming devices by index.
+std::optional<std::string> imbalance_warning(const std::vector<Device>& devices, const std::vector<DeviceProperties>& properties);
+
+// Where DataParallel reads CUDA devices' properties. The CUDA backend installs the real one; until
+// then (and in tests) a table can be installed. nullopt: unknown (no check).
+using DevicePropertiesProvider = std::function<std::optional<DeviceProperties>(Device)>;
+DevicePropertiesProvider set_device_properties_provider(DevicePropertiesProvider provider);
+std::optional<DeviceProperties> device_properties(Device device);
+
+// Reads the properties of every device and warns (dp::warn) if they are imbalanced. CUDA devices
+// only; does nothing when any device's properties are unknown.
+void check_balance(const std::vector<Device>& devices);
+
+}  // namespace dp::parallel

@@ -1,0 +1,338 @@
+#pragma once
+// DataParallel: a module that splits each batch over several devices, runs a replica of the
+// wrapped module on each in parallel, and gathers the outputs; gradients come back into the
+// original parameters as if one device had seen the whole batch.
+//
+//   auto model = std::make_shared<Model>(5, 2);
+//   model->to("cpu:0");                                        // parameters on device_ids[0]
+//   dp::nn::DataParallel<Model> net(model, {"cpu:0", "cpu:1"});
+//   dp::Tensor out = net(input);                               // input [30,5] -> replicas see [15,5]
+//   loss_fn(out, target).backward();                           // model's .grad = full-batch gradient
+//
+// It follows torch.nn.DataParallel (../shared/spec/dataparallel.md), with the project's decisions:
+//  - device_ids: default every CUDA device; with none, DataParallel just calls the module (the
+//    no-device path). CPU devices (cpu:0 ... cpu:N-1, each a worker thread) are used when listed.
+//  - output_device: default device_ids[0]; may be any device, the host "cpu" included. With one
+//    device it is honoured too (the output is moved there).
+//  - dim: the dimension inputs are split along and outputs gathered along (negative counts from
+//    the end). Splits follow torch.chunk unless a policy or explicit sizes say otherwise.
+//  - Every forward checks that the module's parameters and buffers are on device_ids[0].
+//  - Replicas are built once and kept: each forward refreshes them (no copy of parameters between
+//    CPU devices, buffers copied) and links their parameters to the originals for backward. Replica
+//    0 shares the original's parameters and buffers (BatchNorm running statistics persist). If
+//    you change plain (non-tensor) members of the module after the first forward, call
+//    invalidate_replicas(); registered parameters, buffers and submodules are tracked.
+//  - Arguments and outputs of any type: see dp/parallel/scatter_gather.h.
+//  - forward_loss(criterion, target, inputs...) computes the loss on the replicas and returns it
+//    on output_device: only scalars travel (dp/parallel/parallel_loss.h).
+//  - state_dict() and named_parameters() are the wrapped module's ("fc.weight"), also when the
+//    wrapper is a child; load_state_dict() also takes PyTorch's "module."-prefixed keys.
+//  - Printing is PyTorch's: DataParallel(\n  (module): Model(...)\n).
+// One forward at a time per DataParallel object (replicas are shared state).
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include "dp/nn/module.h"
+#include "dp/ops/factory.h"
+#include "dp/parallel/balance.h"
+#include "dp/parallel/comm.h"
+#include "dp/parallel/parallel_apply.h"
+#include "dp/parallel/parallel_loss.h"
+#include "dp/parallel/replicate.h"
+#include "dp/parallel/scatter_gather.h"
+
+namespace dp::parallel {
+
+struct DataParallelOptions {
+  DataParallelOptions() = default;
+  explicit DataParallelOptions(std::vector<Device> device_ids) : device_ids_(std::move(device_ids)) {}
+
+  DataParallelOptions& device_ids(std::vector<Device> ids) { device_ids_ = std::move(ids); return *this; }
+  DataParallelOptions& output_device(Device d) { output_device_ = d; return *this; }
+  DataParallelOptions& dim(int64_t d) { dim_ = d; return *this; }
+  DataParallelOptions& split(SplitPolicy p) { split_ = p; return *this; }
+  // Rows per device for every forward (must sum to the batch size).
+  DataParallelOptions& chunk_sizes(std::vector<int64_t> sizes) { chunk_sizes_ = std::move(sizes); return *this; }
+  // false: replicas are rebuilt at every forward, as PyTorch does (slower; for modules whose plain
+  // members change between steps).
+  DataParallelOptions& keep_replicas(bool on) { keep_replicas_ = on; return *this; }
+
+  const std::optional<std::vector<Device>>& device_ids() const { return device_ids_; }
+  const std::optional<Device>& output_device() const { return output_device_; }
+  int64_t dim() const { return dim_; }
+  SplitPolicy split() const { return split_; }
+  const std::vector<int64_t>& chunk_sizes() const { return chunk_sizes_; }
+  bool keep_replicas() const { return keep_replicas_; }
+
+ private:
+  std::optional<std::vector<Device>> device_ids_;
+  std::optional<Device> output_device_;
+  int64_t dim_ = 0;
+  SplitPolicy split_ = SplitPolicy::Chunk;
+  std::vector<int64_t> chunk_sizes_;
+  bool keep_replicas_ = true;
+};
+
+namespace detail {
+
+// The type-independent half of DataParallel: device lists, checks, replicas.
+class DataParallelCore {
+ public:
+  DataParallelCore(const nn::ModulePtr& module, const DataParallelOptions& options);
+  bool no_device() const { return device_ids_.empty(); }
+  const std::vector<Device>& device_ids() const { return device_ids_; }
+  Device output_device() const { return output_device_; }
+  int64_t dim() const { return options_.dim(); }
+  const SplitOptions& split() const { return split_; }
+  const DataParallelOptions& options() const { return options_; }
+  // The location check of every forward.
+  void check_location(const nn::ModulePtr& module);
+  // Replicas on device_ids[0..count).
+  std::vector<nn::ModulePtr> replicas(const nn::ModulePtr& module, size_t count);
+  void invalidate();
+  int replica_builds() const { return replicas_ ? replicas_->builds() : 0; }
+
+ private:
+  DataParallelOptions options_;
+  std::vector<Device> device_ids_;
+  Device output_device_;
+  SplitOptions split_;
+  std::unique_ptr<ReplicaSet> replicas_;
+};
+
+template <typename R>
+R move_to_output(R&& value, Device destination, int64_t dim) {
+  // One part: tensors move (differentiably) to the destination; nothing is concatenated.
+  std::vector<std::decay_t<R>> parts;
+  parts.push_back(std::forward<R>(value));
+  return gather_outputs(std::move(parts), destination, dim);
+}
+
+template <typename T> struct unwrap_module { using type = void; };
+template <typename M> struct unwrap_module<std::shared_ptr<M>> { using type = M; };
+template <typename M> struct unwrap_module<nn::ModuleHolder<M>> { using type = M; };
+
+template <typename C>
+decltype(auto) criterion_ref(C& c) {
+  if constexpr (!std::is_void_v<typename unwrap_module<std::decay_t<C>>::type>) return *c;
+  else return (c);
+}
+
+// One replica's loss part from any supported criterion.
+template <typename C, typename Out, typename Target>
+LossPart make_loss_part(C& criterion, const Out& output, const Target& target, int64_t dim) {
+  auto& fn = criterion_ref(criterion);
+  using Fn = std::remove_reference_t<decltype(fn)>;
+  if constexpr (requires(Fn& f, const Out& o, const Target& t) { loss_part(f, o, t); }) {
+    return loss_part(fn, output, target);
+  } else {
+    using Result = std::decay_t<decltype(fn(output, target))>;
+    if constexpr (std::is_same_v<Result, LossPart>) {
+      return fn(output, target);
+    } else {
+      static_assert(std::is_same_v<Result, Tensor>, "forward_loss: the criterion must return a Tensor or a dp::parallel::LossPart");
+      Tensor mean = fn(output, target);
+      std::vector<Tensor> ts;
+      auto collect = [&ts](const Tensor& t) { ts.push_back(t); };
+      Walk<Target>::tensors(target, collect);
+      DP_CHECK(!ts.empty(), ValueError, "forward_loss: the target holds no tensor, so its rows can't be counted; return a LossPart from the criterion");
+      const int64_t d = dim < 0 ? dim + ts[0].dim() : dim;
+      Tensor rows = full({}, static_cast<double>(ts[0].size(d)), TensorOptions().dtype(mean.dtype()).device(mean.device()));
+      return {mean * rows, rows};
+    }
+  }
+}
+
+}  // namespace detail
+
+template <typename M>
+class DataParallelImpl : public nn::Module {
+ public:
+  DataParallelImpl(std::shared_ptr<M> module, DataParallelOptions options = {})
+      : nn::Module("DataParallel"), module_(register_module("module", checked(std::move(module)))), core_(module_.ptr(), options) {
+    set_transparent_names(true);
+    // As PyTorch: a single device gets the module moved there; several are checked for balance.
+    if (core_.device_ids().size() == 1) module_->to(core_.device_ids()[0]);
+    if (core_.device_ids().size() > 1) check_balance(core_.device_ids());
+  }
+  DataParallelImpl(std::shared_ptr<M> module, std::vector<Device> device_ids, std::optional<Device> output_device = std::nullopt,
+                   int64_t dim = 0)
+      : DataParallelImpl(std::move(module), make_options(std::move(device_ids), output_device, dim)) {}
+  DataParallelImpl(nn::ModuleHolder<M> module, DataParallelOptions options = {}) : DataParallelImpl(module.ptr(), std::move(options)) {}
+  DataParallelImpl(nn::ModuleHolder<M> module, std::vector<Device> device_ids, std::optional<Device> output_device = std::nullopt,
+                   int64_t dim = 0)
+      : DataParallelImpl(module.ptr(), std::move(device_ids), output_device, dim) {}
+  // A copy (module clone) wraps the clone of the module with the same options and new replicas.
+  DataParallelImpl(const DataParallelImpl& other)
+      : nn::Module(other), module_(other.module_), core_(module_.ptr(), other.core_.options()) {}
+
+  // Splits the arguments, runs the replicas in parallel and gathers their outputs.
+  template <typename... Args>
+  auto forward(Args&&... args) {
+    using R = std::decay_t<decltype(std::declval<M&>().forward(std::declval<std::decay_t<Args>&>()...))>;
+    if (core_.no_device()) return static_cast<R>(module_->forward(std::forward<Args>(args)...));
+    core_.check_location(module_.ptr());
+    std::tuple<std::decay_t<Args>...> packed(std::forward<Args>(args)...);
+    std::vector<std::tuple<std::decay_t<Args>...>> inputs;
+    if constexpr (sizeof...(Args) == 0) inputs.emplace_back();  // zero arguments: one run, on device_ids[0]
+    else inputs = scatter_args(packed, core_.split());
+    if (core_.device_ids().size() == 1) {
+      auto call = [&]() -> R { return std::apply([&](auto&... a) -> R { return module_->forward(a...); }, inputs[0]); };
+      if constexpr (std::is_void_v<R>) call();
+      else return detail::move_to_output(call(), core_.output_device(), core_.dim());
+    } else {
+      const std::vector<Device> used(core_.device_ids().begin(), core_.device_ids().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
+      std::vector<std::shared_ptr<M>> replicas = typed(core_.replicas(module_.ptr(), inputs.size()));
+      if constexpr (std::is_void_v<R>) parallel_apply(replicas, inputs, used);
+      else return gather_outputs(parallel_apply(replicas, inputs, used), core_.output_device(), core_.dim());
+    }
+  }
+
+  // The loss computed on the replicas (see parallel_loss.h): `target` is split like the inputs,
+  // criterion(output_i, target_i) runs on replica i's device, and the full-batch loss comes back
+  // on output_device as a scalar.
+  template <typename Criterion, typename Target, typename... Args>
+  Tensor forward_loss(Criterion&& criterion, const Target& target, Args&&... args) {
+    using Packed = std::tuple<Target, std::decay_t<Args>...>;
+    const int64_t dim = core_.dim();
+    auto run_one = [&](auto& module, Packed& in) -> LossPart {
+      auto out = std::apply([&](auto& t, auto&... a) { return module.forward(a...); }, in);
+      return detail::make_loss_part(criterion, out, std::get<0>(in), dim);
+    };
+    Packed packed(target, std::forward<Args>(args)...);
+    if (core_.no_device()) return combine_loss_parts({run_one(*module_, packed)}, loss_device(packed));
+    core_.check_location(module_.ptr());
+    std::vector<Packed> inputs = scatter_args(packed, core_.split());
+    if (core_.device_ids().size() == 1) return combine_loss_parts({run_one(*module_, inputs[0])}, core_.output_device());
+    const std::vector<Device> used(core_.device_ids().begin(), core_.device_ids().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
+    std::vector<std::shared_ptr<M>> replicas = typed(core_.replicas(module_.ptr(), inputs.size()));
+    std::vector<std::optional<LossPart>> parts(inputs.size());
+    const bool grad_enabled = GradMode::is_enabled();
+    auto errors = detail::run_on_workers(detail::workers_of(used), [&](size_t i) {
+      AutoGradMode mode(grad_enabled);
+      parts[i] = run_one(*replicas[i], inputs[i]);
+    });
+    detail::rethrow_first_replica_error(errors, used);
+    std::vector<LossPart> done;
+    for (auto& p : parts) done.push_back(std::move(*p));
+    return combine_loss_parts(done, core_.output_device());
+  }
+
+  const std::shared_ptr<M>& module() const { return module_.ptr(); }
+  // Empty on the no-device path.
+  const std::vector<Device>& device_ids() const { return core_.device_ids(); }
+  Device output_device() const { return core_.output_device(); }
+  int64_t dim() const { return core_.dim(); }
+  // Rebuilds the replicas at the next forward (after changing non-tensor members of the module).
+  void invalidate_replicas() { core_.invalidate(); }
+  // How many times replicas were built (a test and tuning hook).
+  int replica_builds() const { return core_.replica_builds(); }
+
+ private:
+  static std::shared_ptr<M> checked(std::shared_ptr<M> m) {
+    DP_CHECK(m != nullptr, ValueError, "DataParallel: the module is null");
+    return m;
+  }
+  static DataParallelOptions make_options(std::vector<Device> ids, std::optional<Device> out, int64_t dim) {
+    DataParallelOptions o(std::move(ids));
+    if (out) o.output_device(*out);
+    o.dim(dim);
+    return o;
+  }
+  static std::vector<std::shared_ptr<M>> typed(std::vector<nn::ModulePtr> mods) {
+    std::vector<std::shared_ptr<M>> out;
+    out.reserve(mods.size());
+    for (auto& m : mods) out.push_back(std::static_pointer_cast<M>(std::move(m)));
+    return out;
+  }
+  template <typename Packed>
+  static Device loss_device(const Packed& packed) {
+    Device d = Device::cpu();
+    bool found = false;
+    auto first = [&](const Tensor& t) {
+      if (!found) d = t.device();
+      found = true;
+    };
+    detail::Walk<std::tuple_element_t<0, Packed>>::tensors(std::get<0>(packed), first);
+    return d;
+  }
+
+  nn::ModuleHolder<M> module_;
+  detail::DataParallelCore core_;
+};
+
+// The functional form: one call, replicas made for it (no state kept), no module moved.
+// With no device_ids, every CUDA device; with none, a ValueError (use the module directly).
+template <typename M, typename... Args>
+auto data_parallel(const std::shared_ptr<M>& module, const std::tuple<Args...>& inputs, std::optional<std::vector<Device>> device_ids = std::nullopt,
+                   std::optional<Device> output_device = std::nullopt, int64_t dim = 0) {
+  DP_CHECK(module != nullptr, ValueError, "data_parallel: the module is null");
+  module->template remember_type<M>();
+  DataParallelOptions options;
+  if (device_ids) options.device_ids(*device_ids);
+  if (output_device) options.output_device(*output_device);
+  options.dim(dim).keep_replicas(false);
+  detail::DataParallelCore core(module, options);
+  DP_CHECK(!core.no_device(), ValueError,
+           "data_parallel: no device_ids given and no CUDA device is visible; pass device_ids (e.g. {\"cpu:0\", \"cpu:1\"}) or call the module");
+  core.check_location(module);
+  using R = std::decay_t<decltype(std::declval<M&>().forward(std::declval<Args&>()...))>;
+  std::vector<std::tuple<Args...>> scattered;
+  if constexpr (sizeof...(Args) == 0) scattered.emplace_back();
+  else scattered = scatter_args(inputs, core.split());
+  if (core.device_ids().size() == 1) {
+    auto call = [&]() -> R { return std::apply([&](auto&... a) -> R { return module->forward(a...); }, scattered[0]); };
+    if constexpr (std::is_void_v<R>) call();
+    else return detail::move_to_output(call(), core.output_device(), core.dim());
+  } else {
+    const std::vector<Device> used(core.device_ids().begin(), core.device_ids().begin() + static_cast<std::ptrdiff_t>(scattered.size()));
+    std::vector<std::shared_ptr<M>> replicas;
+    for (auto& r : core.replicas(module, scattered.size())) replicas.push_back(std::static_pointer_cast<M>(r));
+    if constexpr (std::is_void_v<R>) parallel_apply(replicas, scattered, used);
+    else return gather_outputs(parallel_apply(replicas, scattered, used), core.output_device(), core.dim());
+  }
+}
+// One tensor input (libtorch's signature).
+template <typename M>
+auto data_parallel(const std::shared_ptr<M>& module, const Tensor& input, std::optional<std::vector<Device>> device_ids = std::nullopt,
+                   std::optional<Device> output_device = std::nullopt, int64_t dim = 0) {
+  return data_parallel(module, std::tuple<Tensor>(input), std::move(device_ids), output_device, dim);
+}
+
+}  // namespace dp::parallel
+
+namespace dp::nn {
+
+// The holder: DataParallel<Model> net(model, {"cpu:0", "cpu:1"}); net(x); net->module().
+template <typename M>
+class DataParallel : public ModuleHolder<parallel::DataParallelImpl<M>> {
+  using Base = ModuleHolder<parallel::DataParallelImpl<M>>;
+
+ public:
+  using Base::Base;
+  DataParallel(std::nullptr_t) : Base(nullptr) {}  // NOLINT
+  DataParallel(Base holder) : Base(std::move(holder)) {}  // NOLINT: register_module's return value
+  DataParallel(std::shared_ptr<M> module, parallel::DataParallelOptions options = {})
+      : Base(std::make_shared<parallel::DataParallelImpl<M>>(std::move(module), std::move(options))) {}
+  DataParallel(std::shared_ptr<M> module, std::vector<Device> device_ids, std::optional<Device> output_device = std::nullopt, int64_t dim = 0)
+      : Base(std::make_shared<parallel::DataParallelImpl<M>>(std::move(module), std::move(device_ids), output_device, dim)) {}
+  DataParallel(ModuleHolder<M> module, parallel::DataParallelOptions options = {}) : DataParallel(module.ptr(), std::move(options)) {}
+  DataParallel(ModuleHolder<M> module, std::vector<Device> device_ids, std::optional<Device> output_device = std::nullopt, int64_t dim = 0)
+      : DataParallel(module.ptr(), std::move(device_ids), output_device, dim) {}
+};
+
+template <typename M>
+DataParallel(std::shared_ptr<M>, std::vector<Device>) -> DataParallel<M>;
+template <typename M>
+DataParallel(std::shared_ptr<M>, parallel::DataParallelOptions) -> DataParallel<M>;
+template <typename M>
+DataParallel(ModuleHolder<M>, std::vector<Device>) -> DataParallel<M>;
+template <typename M>
+DataParallel(ModuleHolder<M>, parallel::DataParallelOptions) -> DataParallel<M>;
+
+using parallel::DataParallelOptions;
+
+}  // namespace dp::nn

@@ -1,0 +1,62 @@
+#pragma once
+// parallel_apply(): runs replica i's forward on devices[i]'s worker thread, all at once.
+//
+//   auto outputs = dp::parallel::parallel_apply(replicas, inputs, devices);
+//   // inputs[i] is replica i's argument tuple (scatter_args makes them); outputs[i] its result
+//
+// Each call runs with the caller's grad mode (grad mode is per thread). Once every replica has
+// finished, the first failure by replica index is re-thrown with its type kept where it is one of
+// dparallel's or the standard library's exception types, its message prefixed with
+// "Caught <type> in replica i on device d." (and how many others failed). A forward that returns
+// void gives no outputs.
+#include <exception>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+#include "dp/autograd/grad_mode.h"
+#include "dp/core/device_registry.h"
+#include "dp/core/errors.h"
+#include "dp/parallel/detail/run.h"
+
+namespace dp::parallel {
+
+namespace detail {
+// Re-throws the first error (by index) of a parallel run, as described above; returns if none.
+void rethrow_first_replica_error(const std::vector<std::exception_ptr>& errors, const std::vector<Device>& devices);
+// The workers of `devices` (null for the host, which runs in the calling thread).
+std::vector<Worker*> workers_of(const std::vector<Device>& devices);
+}  // namespace detail
+
+template <typename M, typename... Args>
+auto parallel_apply(const std::vector<std::shared_ptr<M>>& replicas, const std::vector<std::tuple<Args...>>& inputs,
+                    const std::vector<Device>& devices) {
+  using R = std::decay_t<decltype(std::declval<M&>().forward(std::declval<Args&>()...))>;
+  DP_CHECK(replicas.size() == inputs.size(), ValueError, "parallel_apply: the number of modules ", replicas.size(),
+           " is not equal to the number of inputs ", inputs.size());
+  DP_CHECK(replicas.size() == devices.size(), ValueError, "parallel_apply: the number of modules ", replicas.size(),
+           " is not equal to the number of devices ", devices.size());
+  for (size_t i = 0; i < replicas.size(); ++i) DP_CHECK(replicas[i] != nullptr, ValueError, "parallel_apply: module ", i, " is null");
+  const bool grad_enabled = GradMode::is_enabled();
+  std::vector<Worker*> targets = detail::workers_of(devices);
+  auto call = [&](size_t i) -> decltype(auto) {
+    AutoGradMode mode(grad_enabled);
+    std::tuple<Args...> args = inputs[i];  // the replica's own copy: forward may take arguments by value or reference
+    return std::apply([&](Args&... a) -> decltype(auto) { return replicas[i]->forward(a...); }, args);
+  };
+  if constexpr (std::is_void_v<R>) {
+    auto errors = detail::run_on_workers(targets, [&](size_t i) { call(i); });
+    detail::rethrow_first_replica_error(errors, devices);
+  } else {
+    std::vector<std::optional<R>> results(replicas.size());
+    auto errors = detail::run_on_workers(targets, [&](size_t i) { results[i].emplace(call(i)); });
+    detail::rethrow_first_replica_error(errors, devices);
+    std::vector<R> out;
+    out.reserve(results.size());
+    for (auto& r : results) out.push_back(std::move(*r));
+    return out;
+  }
+}
+
+}  // namespace dp::parallel

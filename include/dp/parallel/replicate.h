@@ -1,0 +1,92 @@
+#pragma once
+// replicate(): copies of a module on several devices whose parameters are differentiable copies of
+// the original's (PyTorch's torch.nn.parallel.replicate):
+//
+//   auto replicas = dp::parallel::replicate(model, {"cpu:0", "cpu:1"});   // std::vector<std::shared_ptr<Model>>
+//
+// Replica j is a deep copy of the module tree (the user's own classes included, see nn::Module)
+// on devices[j]. Its parameters are non-leaf tensors: backward through any replica sums the
+// gradients of every replica into the original parameters' .grad (parameters nobody used get
+// zeros), and double backward works. The original must have its parameters and buffers on
+// devices[0].
+//  - Replica 0 (on devices[0]) shares parameter storage with the original, and its buffers *are*
+//    the original's, so in-place buffer updates there (BatchNorm running statistics) persist.
+//  - On the other devices, buffers are fresh copies (their updates are lost, as in PyTorch), and
+//    parameters are copies too, except between CPU devices: those share host memory, so the
+//    replicas' parameters are relabelled views of the original's storage (no copy; they share its
+//    version counter, so autograd still catches an in-place update before backward).
+//  - With detach = true, or with grad mode off, replicas carry no autograd history.
+// Unlike PyTorch's replicas, these expose their parameters (replica->parameters() is not empty).
+//
+// DataParallel keeps its replicas between steps (ReplicaSet below) and only refreshes them.
+#include <memory>
+#include <vector>
+#include "dp/autograd/grad_mode.h"
+#include "dp/nn/module.h"
+
+namespace dp::parallel {
+
+namespace detail {
+
+// Replicas of one module, kept between calls. prepare() builds them the first time, and again only
+// if the module's structure changed (modules, parameters or buffers registered, replaced or
+// removed); otherwise it refreshes them for this step: parameters re-linked if the original's
+// storage moved, other devices' buffers copied, training flags mirrored, and (with history) one
+// new gradient node whose backward sums every replica's gradients into the originals.
+// Not thread-safe: one forward at a time per ReplicaSet.
+class ReplicaSet {
+ public:
+  explicit ReplicaSet(nn::ModulePtr original);
+  ReplicaSet(const ReplicaSet&) = delete;
+  ReplicaSet& operator=(const ReplicaSet&) = delete;
+  ~ReplicaSet();
+
+  // Replicas on devices[0..n). `detach`: no autograd history (also implied by grad mode off).
+  std::vector<nn::ModulePtr> prepare(const std::vector<Device>& devices, bool detach);
+  // Throws DeviceError unless every parameter and buffer of the original is on `device`, with
+  // PyTorch's message ("module must have its parameters and buffers on device cpu:0 (device_ids[0])
+  // but found one of them on device: cpu") and the tensor's name. Refreshes the structure snapshot.
+  void check_location(Device device, const char* what = "device_ids[0]");
+  // Drops every replica (the next prepare() rebuilds them).
+  void reset();
+  const nn::ModulePtr& original() const { return original_; }
+  // How many times replicas were (re)built: a test hook for "kept between steps".
+  int builds() const { return builds_; }
+
+ private:
+  struct Replica;
+  bool snapshot_changed();
+  void take_snapshot();
+  void build(size_t j, Device device);
+  void refresh(size_t j);
+  void link_history(size_t count, bool detach);
+
+  nn::ModulePtr original_;
+  // Snapshot of the original: modules in pre-order, its distinct parameters and buffers, and a
+  // fingerprint of every slot (module, tensor and child identities) to detect structure changes.
+  std::vector<nn::Module*> modules_;
+  std::vector<Tensor> params_;
+  std::vector<Tensor> buffers_;
+  std::vector<const void*> fingerprint_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  int builds_ = 0;
+};
+
+}  // namespace detail
+
+std::vector<nn::ModulePtr> replicate_module(const nn::ModulePtr& module, const std::vector<Device>& devices, bool detach = false);
+
+template <typename M>
+std::vector<std::shared_ptr<M>> replicate(const std::shared_ptr<M>& module, const std::vector<Device>& devices, bool detach = false) {
+  DP_CHECK(module != nullptr, ValueError, "replicate: null module");
+  module->template remember_type<M>();
+  std::vector<std::shared_ptr<M>> out;
+  for (nn::ModulePtr& r : replicate_module(module, devices, detach)) out.push_back(std::static_pointer_cast<M>(std::move(r)));
+  return out;
+}
+template <typename M>
+std::vector<std::shared_ptr<M>> replicate(const nn::ModuleHolder<M>& module, const std::vector<Device>& devices, bool detach = false) {
+  return replicate(module.ptr(), devices, detach);
+}
+
+}  // namespace dp::parallel

@@ -1,0 +1,68 @@
+// DataParallel's type-independent half: devices, the location check, replicas.
+#include "dp/parallel/data_parallel.h"
+#include <algorithm>
+#include "dp/core/device_registry.h"
+
+namespace dp::parallel::detail {
+namespace {
+
+Device normalize(Device d, const char* what) {
+  if (d.is_cuda() && !d.has_index()) d = Device::cuda(0);  // "cuda": the current device (0 until streams exist)
+  DP_CHECK(d.has_index(), ValueError, "DataParallel: ", what, " must be indexed devices such as cpu:0 or cuda:1, not the host device '",
+           d.str(), "' (CPU devices are cpu:0 ... cpu:", cpu_device_count() - 1, ")");
+  check_device(d);
+  return d;
+}
+
+}  // namespace
+
+DataParallelCore::DataParallelCore(const nn::ModulePtr& module, const DataParallelOptions& options) : options_(options) {
+  DP_CHECK(module != nullptr, ValueError, "DataParallel: the module is null");
+  if (options.device_ids()) {
+    DP_CHECK(!options.device_ids()->empty(), ValueError,
+             "DataParallel: device_ids is empty; list at least one device (e.g. {\"cpu:0\", \"cpu:1\"}), or leave it unset to use every CUDA device");
+    for (Device d : *options.device_ids()) {
+      Device n = normalize(d, "device_ids");
+      DP_CHECK(std::find(device_ids_.begin(), device_ids_.end(), n) == device_ids_.end(), ValueError, "DataParallel: device ", n.str(),
+               " is listed twice in device_ids");
+      DP_CHECK(device_ids_.empty() || device_ids_[0].type == n.type, ValueError, "DataParallel: device_ids mixes ", device_ids_[0].str(), " and ",
+               n.str(), "; list devices of one type");
+      device_ids_.push_back(n);
+    }
+  } else {
+    device_ids_ = devices(DeviceType::CUDA);  // none: the no-device path
+  }
+  if (device_ids_.empty()) return;
+  if (options.output_device()) {
+    Device out = *options.output_device();
+    if (out.is_cuda() && !out.has_index()) out = Device::cuda(0);
+    check_device(out);
+    output_device_ = out;
+  } else {
+    output_device_ = device_ids_[0];
+  }
+  split_.devices = device_ids_;
+  split_.dim = options.dim();
+  split_.policy = options.split();
+  split_.chunk_sizes = options.chunk_sizes();
+  DP_CHECK(split_.chunk_sizes.empty() || split_.chunk_sizes.size() == device_ids_.size(), ValueError, "DataParallel: chunk_sizes has ",
+           split_.chunk_sizes.size(), " entries but there are ", device_ids_.size(), " devices");
+  for (int64_t s : split_.chunk_sizes) DP_CHECK(s >= 0, ValueError, "DataParallel: chunk_sizes must be non-negative, got ", s);
+}
+
+void DataParallelCore::check_location(const nn::ModulePtr& module) {
+  if (!replicas_ || replicas_->original() != module) replicas_ = std::make_unique<ReplicaSet>(module);
+  replicas_->check_location(device_ids_[0]);
+}
+
+std::vector<nn::ModulePtr> DataParallelCore::replicas(const nn::ModulePtr& module, size_t count) {
+  if (!replicas_ || replicas_->original() != module) replicas_ = std::make_unique<ReplicaSet>(module);
+  if (!options_.keep_replicas()) replicas_->reset();
+  return replicas_->prepare(std::vector<Device>(device_ids_.begin(), device_ids_.begin() + static_cast<std::ptrdiff_t>(count)), false);
+}
+
+void DataParallelCore::invalidate() {
+  if (replicas_) replicas_->reset();
+}
+
+}  // namespace dp::parallel::detail
