@@ -58,7 +58,9 @@ void DataParallelCore::check_location(const nn::ModulePtr& module) {
 std::vector<nn::ModulePtr> DataParallelCore::replicas(const nn::ModulePtr& module, size_t count) {
   if (!replicas_ || replicas_->original() != module) replicas_ = std::make_unique<ReplicaSet>(module);
   if (!options_.keep_replicas()) replicas_->reset();
-  return replicas_->prepare(std::vector<Device>(device_ids_.begin(), device_ids_.begin() + static_cast<std::ptrdiff_t>(count)), false);
+  // check_location() ran just before (every forward), so the structure snapshot is fresh.
+  return replicas_->prepare(std::vector<Device>(device_ids_.begin(), device_ids_.begin() + static_cast<std::ptrdiff_t>(count)), false,
+                            /*check_structure=*/false);
 }
 
 void DataParallelCore::invalidate() {

@@ -259,9 +259,9 @@ void ReplicaSet::link_history(size_t count, bool detach) {
   node->set_device(destination);
 }
 
-std::vector<nn::ModulePtr> ReplicaSet::prepare(const std::vector<Device>& devices, bool detach) {
+std::vector<nn::ModulePtr> ReplicaSet::prepare(const std::vector<Device>& devices, bool detach, bool check_structure) {
   DP_CHECK(!devices.empty(), ValueError, "replicate: expected at least one device");
-  snapshot_changed();
+  if (check_structure) snapshot_changed();
   detach = detach || !GradMode::is_enabled();
   std::vector<nn::ModulePtr> out;
   out.reserve(devices.size());
@@ -280,7 +280,7 @@ std::vector<nn::ModulePtr> replicate_module(const nn::ModulePtr& module, const s
   DP_CHECK(!devices.empty(), ValueError, "replicate: expected at least one device");
   detail::ReplicaSet set(module);
   set.check_location(devices[0], "devices[0]");
-  return set.prepare(devices, detach);
+  return set.prepare(devices, detach, /*check_structure=*/false);
 }
 
 }  // namespace dp::parallel

@@ -53,6 +53,7 @@ Tensor TensorGatherer::gather(const std::vector<Tensor>& parts) {
   if (defined == 0) return Tensor();
   if (defined != parts.size()) fail("an undefined tensor in " + std::to_string(parts.size() - defined) + " of " + std::to_string(parts.size()) +
                                     " replicas' outputs");
+  if (move_only) return parts[0].to(destination);
   try {
     return parallel::gather(parts, destination, dim);
   } catch (const ShapeError& e) {

@@ -103,14 +103,6 @@ class DataParallelCore {
   std::unique_ptr<ReplicaSet> replicas_;
 };
 
-template <typename R>
-R move_to_output(R&& value, Device destination, int64_t dim) {
-  // One part: tensors move (differentiably) to the destination; nothing is concatenated.
-  std::vector<std::decay_t<R>> parts;
-  parts.push_back(std::forward<R>(value));
-  return gather_outputs(std::move(parts), destination, dim);
-}
-
 template <typename T> struct unwrap_module { using type = void; };
 template <typename M> struct unwrap_module<std::shared_ptr<M>> { using type = M; };
 template <typename M> struct unwrap_module<nn::ModuleHolder<M>> { using type = M; };
@@ -182,7 +174,7 @@ class DataParallelImpl : public nn::Module {
     if (core_.device_ids().size() == 1) {
       auto call = [&]() -> R { return std::apply([&](auto&... a) -> R { return module_->forward(a...); }, inputs[0]); };
       if constexpr (std::is_void_v<R>) call();
-      else return detail::move_to_output(call(), core_.output_device(), core_.dim());
+      else return move_output(call(), core_.output_device());
     } else {
       const std::vector<Device> used(core_.device_ids().begin(), core_.device_ids().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
       std::vector<std::shared_ptr<M>> replicas = typed(core_.replicas(module_.ptr(), inputs.size()));
@@ -286,7 +278,7 @@ auto data_parallel(const std::shared_ptr<M>& module, const std::tuple<Args...>& 
   if (core.device_ids().size() == 1) {
     auto call = [&]() -> R { return std::apply([&](auto&... a) -> R { return module->forward(a...); }, scattered[0]); };
     if constexpr (std::is_void_v<R>) call();
-    else return detail::move_to_output(call(), core.output_device(), core.dim());
+    else return move_output(call(), core.output_device());
   } else {
     const std::vector<Device> used(core.device_ids().begin(), core.device_ids().begin() + static_cast<std::ptrdiff_t>(scattered.size()));
     std::vector<std::shared_ptr<M>> replicas;

@@ -42,7 +42,8 @@ class ReplicaSet {
   ~ReplicaSet();
 
   // Replicas on devices[0..n). `detach`: no autograd history (also implied by grad mode off).
-  std::vector<nn::ModulePtr> prepare(const std::vector<Device>& devices, bool detach);
+  // `check_structure` = false skips the structure walk when check_location() just did it.
+  std::vector<nn::ModulePtr> prepare(const std::vector<Device>& devices, bool detach, bool check_structure = true);
   // Throws DeviceError unless every parameter and buffer of the original is on `device`, with
   // PyTorch's message ("module must have its parameters and buffers on device cpu:0 (device_ids[0])
   // but found one of them on device: cpu") and the tensor's name. Refreshes the structure snapshot.

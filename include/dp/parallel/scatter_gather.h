@@ -76,8 +76,8 @@ std::vector<int64_t> split_sizes(const SplitOptions& options, int64_t batch);
 // default uses the DP_FIELDS member; specialise it for types you can't edit.
 template <typename T>
 struct Fields {
-  static auto tie(T& v) { return v.dp_fields(); }
-  static auto tie(const T& v) { return v.dp_fields(); }
+  static auto tie(T& v) requires requires(T& x) { x.dp_fields(); } { return v.dp_fields(); }
+  static auto tie(const T& v) requires requires(const T& x) { x.dp_fields(); } { return v.dp_fields(); }
 };
 
 namespace detail {
@@ -130,6 +130,9 @@ struct TensorGatherer {
   Device destination;
   int64_t dim = 0;
   Path path;
+  // A single device's output: tensors are moved to the destination (no copy when already there,
+  // scalars stay scalars) instead of being concatenated.
+  bool move_only = false;
   Tensor gather(const std::vector<Tensor>& parts);
   [[noreturn]] void fail(const std::string& what);
 };
@@ -340,8 +343,18 @@ std::vector<T> scatter_value(const T& value, const SplitOptions& options) {
 template <typename T>
 T gather_outputs(std::vector<T> outputs, Device destination, int64_t dim = 0) {
   DP_CHECK(!outputs.empty(), ValueError, "gather: no outputs to gather");
-  detail::TensorGatherer g{destination, dim, {}};
+  detail::TensorGatherer g{destination, dim, {}, false};
   return detail::Walk<T>::gather(outputs, g);
+}
+
+// A single device's output moved to `destination` (tensors moved, differentiably, only where they
+// are elsewhere; nothing concatenated).
+template <typename T>
+T move_output(T output, Device destination) {
+  std::vector<T> parts;
+  parts.push_back(std::move(output));
+  detail::TensorGatherer g{destination, 0, {}, true};
+  return detail::Walk<T>::gather(parts, g);
 }
 
 }  // namespace dp::parallel
