@@ -1,11 +1,16 @@
-// The seed's training loop on one device: a Linear(5, 1) + Sigmoid model trained with SGD
+// The seed's training loop under DataParallel: a Linear(5, 1) + Sigmoid model trained with SGD
 // (lr 1e-3) and BCELoss on the tutorial's RandomDataset (100 rows x 5 features, batches of 30),
-// labelled by a fixed hyperplane so there is something to learn.
+// labelled by a fixed hyperplane so there is something to learn. Each batch is split over --devices,
+// the replicas run forward and backward in parallel, and the gradients are summed into the model's
+// parameters (on device_ids[0]), where SGD updates them.
 //
-//   seed_training [--device cpu] [--epochs 300] [--lr 1e-3] [--seed 0]
+//   seed_training [--devices cpu:0,cpu:1] [--epochs 300] [--lr 1e-3] [--seed 0] [--loss-on-replicas]
 //
-// Prints the mean loss every 25 epochs and the final training accuracy; exits 1 if the loss did
-// not go down, 2 on errors.
+// --loss-on-replicas computes BCELoss on each replica (DataParallel::forward_loss): only the
+// partial sums travel back, instead of the gathered output and its gradient. The loss is the same.
+//
+// Prints the devices, the mean loss every 25 epochs and the final training accuracy; exits 1 if
+// the loss did not go down, 2 on errors.
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -14,29 +19,36 @@
 #include "dp/nn/modules/loss.h"
 #include "dp/nn/nn.h"
 #include "dp/optim/optim.h"
+#include "dp/parallel/parallel.h"
+#include "example_devices.h"
 
 int main(int argc, char** argv) try {
-  std::string device = "cpu";
+  std::vector<dp::Device> device_ids;
   int epochs = 300;
   double lr = 1e-3;
   uint64_t seed = 0;
+  bool loss_on_replicas = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) throw dp::ValueError(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--device") device = value();
+    if (a == "--devices") device_ids = dp_examples::parse_devices(value());
     else if (a == "--epochs") epochs = std::stoi(value());
     else if (a == "--lr") lr = std::stod(value());
     else if (a == "--seed") seed = std::stoull(value());
+    else if (a == "--loss-on-replicas") loss_on_replicas = true;
     else if (a == "--help" || a == "-h") {
-      std::cout << "seed_training [--device cpu] [--epochs 300] [--lr 1e-3] [--seed 0]\n";
+      std::cout << "seed_training [--devices LIST] [--epochs 300] [--lr 1e-3] [--seed 0] [--loss-on-replicas]\n"
+                << dp_examples::kDevicesHelp
+                << "--loss-on-replicas  compute the loss on each replica (DataParallel::forward_loss)\n";
       return 0;
     } else throw dp::ValueError("unknown option " + a + " (try --help)");
   }
+  if (device_ids.empty()) device_ids = dp_examples::default_devices();
+  DP_CHECK(epochs >= 1, ValueError, "--epochs must be at least 1");
   dp::manual_seed(seed);
-  dp::Device dev(device);
 
   // The tutorial's random inputs, labelled by the sign of a fixed linear function.
   dp::data::RandomDataset inputs(5, 100);
@@ -45,18 +57,25 @@ int main(int argc, char** argv) try {
   dp::data::DataLoader loader(dp::data::TensorDataset(inputs.data(), labels), dp::data::DataLoaderOptions().batch_size(30).shuffle(true));
 
   dp::nn::Sequential model(dp::nn::Linear(5, 1), dp::nn::Sigmoid());
-  model->to(dev);
-  dp::optim::SGD optimizer(model->parameters(), dp::optim::SGDOptions(lr));
+  model->to(device_ids[0]);  // several devices: the parameters must be on device_ids[0] (checked every forward)
+  dp::nn::DataParallel net(model, device_ids);
+  // The optimizer holds the original parameters: replicas' gradients are summed into them.
+  dp::optim::SGD optimizer(net->parameters(), dp::optim::SGDOptions(lr));
   dp::nn::BCELoss criterion;
+  const dp::Device out_device = net->output_device();
+  std::printf("training on %s (%s), loss on %s\n", dp_examples::join(device_ids).c_str(),
+              device_ids.size() > 1 ? "each batch split over the devices" : "one device: the module is called directly",
+              loss_on_replicas ? "the replicas" : out_device.str().c_str());
 
   double first = -1, last = 0;
   for (int epoch = 0; epoch < epochs; ++epoch) {
     double sum = 0;
     int batches = 0;
     for (dp::data::Batch& batch : loader) {
-      dp::Tensor input = batch.data.to(dev), target = batch.target.to(dev);
+      // The batch stays on the host: DataParallel copies each replica's rows straight to its device.
       optimizer.zero_grad();
-      dp::Tensor loss = criterion(model(input), target);
+      dp::Tensor loss = loss_on_replicas ? net->forward_loss(criterion, batch.target, batch.data)
+                                         : criterion(net(batch.data), batch.target.to(out_device));
       loss.backward();
       optimizer.step();
       sum += loss.item<double>();
@@ -67,7 +86,7 @@ int main(int argc, char** argv) try {
     if (epoch % 25 == 0 || epoch == epochs - 1) std::printf("epoch %3d  loss %.5f\n", epoch, last);
   }
   dp::NoGradGuard no_grad;
-  dp::Tensor pred = model(inputs.data().to(dev)).gt(0.5).to(dp::kFloat32).cpu();
+  dp::Tensor pred = net(inputs.data()).gt(0.5).to(dp::kFloat32).cpu();
   double accuracy = pred.eq(labels).to(dp::kFloat32).mean().item<double>();
   std::printf("loss %.5f -> %.5f, training accuracy %.2f\n", first, last, accuracy);
   return last < first ? 0 : 1;

@@ -1,0 +1,245 @@
+// Runs the example programs (built in DP_EXAMPLES_DIR) and checks what they print: the PyTorch
+// DataParallel tutorial's lines, the one-device variant, and that the training examples converge,
+// keep PyTorch-compatible keys and give the gradients of a plain model.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+#include "dp/dp.h"
+
+namespace {
+
+struct ProgramRun {
+  int status = -1;  // exit status, -1 if the program did not exit normally
+  std::string out;  // stdout
+  std::vector<std::string> lines() const {
+    std::vector<std::string> v;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) v.push_back(line);
+    return v;
+  }
+};
+
+#ifdef DP_EXAMPLES_DIR
+std::string example(const std::string& name) { return std::string(DP_EXAMPLES_DIR) + "/" + name; }
+
+// Runs an example with arguments; stderr goes to the test's stderr (shown by ctest on failure). The
+// `timeout` keeps a hung program (a deadlock between replicas) from hanging the suite.
+ProgramRun run(const std::string& name, const std::string& args) {
+  ProgramRun r;
+  const std::string cmd = "timeout 120 " + example(name) + " " + args;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  for (size_t k; (k = fread(buf.data(), 1, buf.size(), p)) > 0;) r.out.append(buf.data(), k);
+  const int rc = pclose(p);
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return r;
+}
+#endif
+
+class Examples : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef DP_EXAMPLES_DIR
+    GTEST_SKIP() << "examples are not built (DP_BUILD_EXAMPLES=OFF)";
+#else
+    for (const char* name : {"seed_tutorial", "seed_training", "middle_block_parallel", "embedding_on_host"})
+      ASSERT_TRUE(std::filesystem::exists(example(name))) << example(name) << " is missing: build the examples";
+#endif
+  }
+};
+
+#ifdef DP_EXAMPLES_DIR
+
+using Batch = std::vector<std::string>;  // a batch's "In Model" lines, sorted, then its "Outside" line
+
+// Splits the tutorial's output into batches: the "In Model" lines before each "Outside" line. The
+// replicas print from parallel threads, so their order within a batch is free: each batch's In Model
+// lines are compared as a multiset (sorted).
+std::vector<Batch> batches(const std::vector<std::string>& lines, size_t first) {
+  std::vector<Batch> out;
+  Batch current;
+  for (size_t i = first; i < lines.size(); ++i) {
+    if (lines[i].rfind("Outside:", 0) == 0) {
+      std::sort(current.begin(), current.end());
+      current.push_back(lines[i]);
+      out.push_back(current);
+      current.clear();
+    } else {
+      current.push_back(lines[i]);
+    }
+  }
+  if (!current.empty()) out.push_back(current);  // lines after the last Outside: a failure below
+  return out;
+}
+
+std::string in_model(int rows) {
+  return "\tIn Model: input size [" + std::to_string(rows) + ", 5] output size [" + std::to_string(rows) + ", 2]";
+}
+std::string outside(int rows) {
+  return "Outside: input size [" + std::to_string(rows) + ", 5] output_size [" + std::to_string(rows) + ", 2]";
+}
+// One batch of `rows` split into the given per-replica sizes.
+Batch batch(int rows, std::vector<int> chunks) {
+  Batch b;
+  for (int c : chunks) b.push_back(in_model(c));
+  std::sort(b.begin(), b.end());
+  b.push_back(outside(rows));
+  return b;
+}
+
+// PyTorch's tutorial output with 2 GPUs: 100 rows in batches of 30, each split 15/15, the last 5/5.
+std::vector<Batch> tutorial_two_devices() { return {batch(30, {15, 15}), batch(30, {15, 15}), batch(30, {15, 15}), batch(10, {5, 5})}; }
+
+TEST_F(Examples, TutorialTwoDevicesPrintsPyTorchsLines) {
+  // Several runs: the replica threads' order varies between runs, the lines must not.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    ProgramRun r = run("seed_tutorial", "--devices cpu:0,cpu:1");
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto lines = r.lines();
+    ASSERT_FALSE(lines.empty());
+    EXPECT_EQ(lines[0], "Let's use 2 devices!");
+    EXPECT_EQ(batches(lines, 1), tutorial_two_devices()) << r.out;
+  }
+}
+
+TEST_F(Examples, TutorialDefaultDevices) {
+  ProgramRun r = run("seed_tutorial", "");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto lines = r.lines();
+  ASSERT_FALSE(lines.empty());
+  if (dp::cuda_device_count() == 0) {
+    // No CUDA device: the default is cpu:0,cpu:1, so the output is the two-device tutorial's.
+    EXPECT_EQ(lines[0], "Let's use 2 devices!");
+    EXPECT_EQ(batches(lines, 1), tutorial_two_devices()) << r.out;
+  } else if (dp::cuda_device_count() > 1) {
+    EXPECT_EQ(lines[0], "Let's use " + std::to_string(dp::cuda_device_count()) + " GPUs!");
+  }
+}
+
+TEST_F(Examples, TutorialOneDeviceCallsTheModuleOnWholeBatches) {
+  ProgramRun r = run("seed_tutorial", "--devices cpu:0");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto lines = r.lines();
+  // No "Let's use" line (the tutorial prints it only for several GPUs), whole batches in the model.
+  EXPECT_EQ(batches(lines, 0), (std::vector<Batch>{batch(30, {30}), batch(30, {30}), batch(30, {30}), batch(10, {10})})) << r.out;
+}
+
+TEST_F(Examples, TutorialFourDevicesFollowsTorchChunk) {
+  // torch.chunk: 30 rows on 4 devices -> 8,8,8,6; 10 rows -> 3,3,3,1 (ceil(B / n) per chunk).
+  ProgramRun r = run("seed_tutorial", "--devices cpu:0,cpu:1,cpu:2,cpu:3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto lines = r.lines();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0], "Let's use 4 devices!");
+  EXPECT_EQ(batches(lines, 1),
+            (std::vector<Batch>{batch(30, {8, 8, 8, 6}), batch(30, {8, 8, 8, 6}), batch(30, {8, 8, 8, 6}), batch(10, {3, 3, 3, 1})}))
+      << r.out;
+}
+
+TEST_F(Examples, HelpStatesTheDefaultDevices) {
+  for (const char* name : {"seed_tutorial", "seed_training", "middle_block_parallel", "embedding_on_host"}) {
+    ProgramRun r = run(name, "--help");
+    EXPECT_EQ(r.status, 0) << name;
+    EXPECT_NE(r.out.find("--devices LIST"), std::string::npos) << name << ": " << r.out;
+    EXPECT_NE(r.out.find("default: every CUDA device if there is one, else cpu:0,cpu:1"), std::string::npos) << name << ": " << r.out;
+  }
+}
+
+TEST_F(Examples, BadDeviceListIsAnError) {
+  ProgramRun host = run("seed_tutorial", "--devices cpu 2>/dev/null");
+  EXPECT_EQ(host.status, 2);
+  ProgramRun garbage = run("seed_training", "--devices gpu:0 2>/dev/null");
+  EXPECT_EQ(garbage.status, 2);
+}
+
+// "loss A -> B" from seed_training's last line.
+std::pair<double, double> losses(const ProgramRun& r) {
+  static const std::regex re(R"(loss ([0-9.]+) -> ([0-9.]+), training accuracy ([0-9.]+))");
+  std::smatch m;
+  for (const std::string& line : r.lines())
+    if (std::regex_search(line, m, re)) return {std::stod(m[1]), std::stod(m[2])};
+  ADD_FAILURE() << "no final loss line in:\n" << r.out;
+  return {0, 0};
+}
+
+TEST_F(Examples, SeedTrainingOnTwoDevicesMatchesOneDevice) {
+  // The same seed gives the same batches and weights, and DataParallel's gradient is the full-batch
+  // gradient, so the losses agree with the one-device run up to float rounding.
+  ProgramRun one = run("seed_training", "--devices cpu:0 --epochs 100");
+  ProgramRun two = run("seed_training", "--devices cpu:0,cpu:1 --epochs 100");
+  ProgramRun replicas = run("seed_training", "--devices cpu:0,cpu:1 --epochs 100 --loss-on-replicas");
+  ASSERT_EQ(one.status, 0) << one.out;
+  ASSERT_EQ(two.status, 0) << two.out;
+  ASSERT_EQ(replicas.status, 0) << replicas.out;
+  EXPECT_NE(two.out.find("training on cpu:0,cpu:1 (each batch split over the devices), loss on cpu:0"), std::string::npos) << two.out;
+  EXPECT_NE(replicas.out.find("loss on the replicas"), std::string::npos) << replicas.out;
+  auto [first1, last1] = losses(one);
+  auto [first2, last2] = losses(two);
+  auto [first3, last3] = losses(replicas);
+  EXPECT_LT(last2, first2);
+  EXPECT_NEAR(first2, first1, 1e-4);
+  EXPECT_NEAR(last2, last1, 1e-4);
+  EXPECT_NEAR(first3, first1, 1e-4);
+  EXPECT_NEAR(last3, last1, 1e-4);
+}
+
+TEST_F(Examples, MiddleBlockKeepsKeysAndGradients) {
+  ProgramRun r = run("middle_block_parallel", "--devices cpu:0,cpu:1 --steps 5");
+  ASSERT_EQ(r.status, 0) << r.out;
+  // The printed tree is PyTorch's, the keys are the bare model's (no "block2.module." infix).
+  EXPECT_NE(r.out.find("  (block2): DataParallel(\n    (module): Linear(in_features=20, out_features=20, bias=True)\n  )"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("state_dict keys: block1.weight block1.bias block2.weight block2.bias block3.weight block3.bias\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("block2 runs on cpu:0,cpu:1\n"), std::string::npos) << r.out;
+  // Every step's largest gradient difference to the plain copy, read back, is float rounding.
+  static const std::regex step_re(R"(step (\d+)  loss ([0-9.]+) \(plain ([0-9.]+)\)  max gradient difference ([0-9.e+-]+))");
+  int steps = 0;
+  for (const std::string& line : r.lines()) {
+    std::smatch m;
+    if (!std::regex_search(line, m, step_re)) continue;
+    ++steps;
+    EXPECT_NEAR(std::stod(m[2]), std::stod(m[3]), 1e-5) << line;
+    EXPECT_LE(std::stod(m[4]), 1e-5) << line;
+  }
+  EXPECT_EQ(steps, 5) << r.out;
+  EXPECT_NE(r.out.find("gradients match"), std::string::npos) << r.out;
+}
+
+TEST_F(Examples, MiddleBlockOnOneDevice) {
+  ProgramRun r = run("middle_block_parallel", "--devices cpu:1 --steps 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("block2 runs on cpu:1\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gradients match"), std::string::npos) << r.out;
+}
+
+TEST_F(Examples, EmbeddingOnHostFeedsAnotherDevice) {
+  ProgramRun r = run("embedding_on_host", "--devices cpu:1 --steps 30");
+  ASSERT_EQ(r.status, 0) << r.out;
+  // Forgetting the transfer is caught, naming both devices.
+  EXPECT_NE(r.out.find("without .to(cpu:1): DeviceError: linear: expected all tensors to be on the same device"), std::string::npos) << r.out;
+  // Each parameter and its gradient stay where the layer lives; the host embedding got its gradient
+  // back through the differentiable .to().
+  EXPECT_NE(r.out.find("embedding.weight on cpu    grad on cpu\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fc.weight        on cpu:1  grad on cpu:1\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fc.bias          on cpu:1  grad on cpu:1\n"), std::string::npos) << r.out;
+  static const std::regex re(R"(loss ([0-9.]+) -> ([0-9.]+): loss went down)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, re)) << r.out;
+  // 30 Adam steps on 1000 tokens x 10 classes: from chance (ln 10 = 2.30) to well below it.
+  EXPECT_GT(std::stod(m[1]), 2.0);
+  EXPECT_LT(std::stod(m[2]), 1.5);
+}
+
+#endif  // DP_EXAMPLES_DIR
+
+}  // namespace
