@@ -123,14 +123,40 @@ class BroadcastBackward final : public autograd::Node {
 
 }  // namespace
 
+// What a copied tensor was last copied from: the original's storage and version, and the copy's
+// own version right after. A copy is refreshed only when one of them moved, so a forward never
+// overwrites a tensor that an earlier forward (not yet backpropagated) saved for its backward.
+struct CopyStamp {
+  const StorageImpl* source = nullptr;
+  uint32_t source_version = 0;
+  uint32_t own_version = 0;
+};
+
 struct ReplicaSet::Replica {
   Device device;
   nn::ModulePtr root;
   std::vector<nn::Module*> modules;  // aligned with ReplicaSet::modules_
   std::vector<Tensor> params;        // aligned with params_
   std::vector<Tensor> buffers;       // aligned with buffers_ (replica 0: the originals themselves)
-  std::vector<bool> param_copied;    // true where a parameter could not share memory (copied each step)
+  std::vector<bool> param_copied;    // true where a parameter could not share memory (copied)
+  std::vector<CopyStamp> param_stamps;
+  std::vector<CopyStamp> buffer_stamps;
 };
+
+namespace {
+
+// Brings a copy up to date with its original if either changed since the stamp.
+void refresh_copy(const Tensor& original, Tensor& copy, CopyStamp& stamp, Device device) {
+  const TensorImpl& o = *original.unsafe_impl();
+  const bool current = stamp.source == root_of(o.storage) && stamp.source_version == original.version() &&
+                       stamp.own_version == copy.version() && copy.sizes() == original.sizes() && copy.dtype() == original.dtype();
+  if (current) return;
+  if (copy.sizes() == original.sizes() && copy.dtype() == original.dtype()) copy.detach().copy_(original);
+  else copy.set_data(fresh_copy(original, device));
+  stamp = {root_of(o.storage), original.version(), copy.version()};
+}
+
+}  // namespace
 
 ReplicaSet::ReplicaSet(nn::ModulePtr original) : original_(std::move(original)) {
   DP_CHECK(original_ != nullptr, ValueError, "replicate: null module");
@@ -201,8 +227,13 @@ void ReplicaSet::build(size_t j, Device device) {
     Tensor& r = made.at(p.unsafe_impl());
     rep->param_copied.push_back(!same_view(p, r));
     rep->params.push_back(r);
+    rep->param_stamps.push_back({root_of(p.storage()), p.version(), r.version()});
   }
-  for (const Tensor& b : buffers_) rep->buffers.push_back(made.at(b.unsafe_impl()));
+  for (const Tensor& b : buffers_) {
+    Tensor& r = made.at(b.unsafe_impl());
+    rep->buffers.push_back(r);
+    rep->buffer_stamps.push_back({root_of(b.storage()), b.version(), r.version()});
+  }
   if (replicas_.size() <= j) replicas_.resize(j + 1);
   replicas_[j] = std::move(rep);
   ++builds_;
@@ -222,17 +253,12 @@ void ReplicaSet::refresh(size_t j) {
         else rep.param_copied[p] = true;
       }
       if (!rep.param_copied[p]) continue;
+      rep.param_stamps[p] = {};  // it just became a copy: refresh it now
     }
-    if (r.sizes() == o.sizes() && r.dtype() == o.dtype()) r.detach().copy_(o);
-    else r.set_data(fresh_copy(o, rep.device));
+    refresh_copy(o, r, rep.param_stamps[p], rep.device);
   }
   if (j == 0) return;  // replica 0's buffers are the originals
-  for (size_t b = 0; b < buffers_.size(); ++b) {
-    const Tensor& o = buffers_[b];
-    Tensor& r = rep.buffers[b];
-    if (r.sizes() == o.sizes() && r.dtype() == o.dtype()) r.detach().copy_(o);
-    else r.set_data(fresh_copy(o, rep.device));
-  }
+  for (size_t b = 0; b < buffers_.size(); ++b) refresh_copy(buffers_[b], rep.buffers[b], rep.buffer_stamps[b], rep.device);
 }
 
 void ReplicaSet::link_history(size_t count, bool detach) {

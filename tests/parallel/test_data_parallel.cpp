@@ -289,6 +289,37 @@ TEST_F(DataParallelTest, ParametersUpdatedBetweenStepsReachEveryReplica) {
   EXPECT_TRUE(allclose(net(x).cpu(), reference->forward(x), 1e-6, 1e-6));
 }
 
+TEST_F(DataParallelTest, TwoForwardsBeforeOneBackward) {
+  // Siamese use: the wrapped model is called twice, then one backward. A buffer that the forward
+  // saves for backward must not be overwritten by the second call's replica refresh.
+  struct Masked : nn::Module {
+    nn::Linear fc{nullptr};
+    Tensor mask;
+    Masked() {
+      fc = register_module("fc", nn::Linear(3, 3));
+      mask = register_buffer("mask", tensor<float>({1, 0, 2}));
+    }
+    Tensor forward(const Tensor& x) { return fc(x) * mask; }  // mul saves the mask
+  };
+  manual_seed(12);
+  auto m = std::make_shared<Masked>();
+  auto reference = nn::clone(m);
+  m->to("cpu:0");
+  nn::DataParallel<Masked> net(m, cpus(3));
+  Tensor a = randn({6, 3}), b = randn({6, 3});
+  Tensor loss = net(a).pow(2).sum() + net(b).pow(2).sum();
+  ASSERT_NO_THROW(loss.backward());
+  (reference->forward(a).pow(2).sum() + reference->forward(b).pow(2).sum()).backward();
+  EXPECT_TRUE(allclose(m->fc->weight.grad().cpu(), reference->fc->weight.grad(), 1e-5, 1e-6));
+  // A buffer changed between steps still reaches every replica.
+  {
+    NoGradGuard no_grad;
+    m->mask.fill_(3.0);
+    reference->mask.fill_(3.0);
+  }
+  EXPECT_TRUE(allclose(net(a).cpu(), reference->forward(a), 1e-5, 1e-6));
+}
+
 TEST_F(DataParallelTest, SplitPoliciesAndExplicitChunkSizes) {
   auto model = std::make_shared<Model>(5, 2);
   model->to("cpu:0");
