@@ -1,5 +1,6 @@
 // DataParallel's behaviours, point by point as in ../shared/spec/dataparallel.md and decisions.md.
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -318,6 +319,33 @@ TEST_F(DataParallelTest, TwoForwardsBeforeOneBackward) {
     reference->mask.fill_(3.0);
   }
   EXPECT_TRUE(allclose(net(a).cpu(), reference->forward(a), 1e-5, 1e-6));
+}
+
+int thread_count() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+TEST_F(DataParallelTest, ManyStepsLeakNeitherMemoryNorThreads) {
+  auto model = std::make_shared<Model>(5, 2);
+  model->to("cpu:0");
+  nn::DataParallel<Model> net(model, cpus(4));
+  auto step = [&](int64_t rows) {
+    for (auto& p : model->parameters()) p.set_grad(Tensor());
+    net(randn({rows, 5})).pow(2).sum().backward();
+  };
+  for (int i = 0; i < 5; ++i) step(30);  // warm up: replicas built, workers started
+  std::vector<int64_t> before;
+  for (int d = 0; d < 4; ++d) before.push_back(memory_stats(Device::cpu(d)).allocated);
+  const int threads = thread_count();
+  for (int i = 0; i < 300; ++i) step(i % 7 == 0 ? 3 : 30);  // some steps use fewer devices
+  for (int d = 0; d < 4; ++d) EXPECT_EQ(memory_stats(Device::cpu(d)).allocated, before[static_cast<size_t>(d)]) << "cpu:" << d;
+  EXPECT_EQ(thread_count(), threads);
+  EXPECT_EQ(net->replica_builds(), 4);
 }
 
 TEST_F(DataParallelTest, SplitPoliciesAndExplicitChunkSizes) {
