@@ -1,6 +1,7 @@
 // scatter / gather / broadcast / reduce (dp/parallel/comm.h): values, placement, autograd, errors.
 #include <gtest/gtest.h>
 #include "dp/dp.h"
+#include "support/devices.h"
 #include "dp/core/warning.h"
 #include "dp/parallel/comm.h"
 #include "support/gradcheck.h"
@@ -13,11 +14,7 @@ class Comm : public ::testing::Test {
   static void SetUpTestSuite() { set_cpu_device_count(4); }
 };
 
-std::vector<Device> cpus(int n) {
-  std::vector<Device> d;
-  for (int i = 0; i < n; ++i) d.push_back(Device::cpu(i));
-  return d;
-}
+using test::cpu_devices;
 
 TEST_F(Comm, ChunkSizesFollowTorchChunk) {
   // The table of ../shared/spec/dataparallel.md §4.1.
@@ -43,7 +40,7 @@ TEST_F(Comm, BalancedSizesUseEveryDevice) {
 
 TEST_F(Comm, ScatterSplitsOntoDevicesWithoutCopyingHostMemory) {
   Tensor x = arange(0, 20, 1, TensorOptions().dtype(kFloat32)).view({10, 2});
-  auto chunks = scatter(x, cpus(4));
+  auto chunks = scatter(x, cpu_devices(4));
   ASSERT_EQ(chunks.size(), 4u);
   const std::vector<int64_t> rows{3, 3, 3, 1};
   int64_t offset = 0;
@@ -59,7 +56,7 @@ TEST_F(Comm, ScatterSplitsOntoDevicesWithoutCopyingHostMemory) {
 
 TEST_F(Comm, ScatterAlongNegativeDimAndExplicitSizes) {
   Tensor x = randn({2, 7});
-  auto chunks = scatter(x, cpus(3), std::vector<int64_t>{4, 0, 3}, -1);
+  auto chunks = scatter(x, cpu_devices(3), std::vector<int64_t>{4, 0, 3}, -1);
   ASSERT_EQ(chunks.size(), 3u);
   EXPECT_EQ(chunks[0].sizes(), Shape({2, 4}));
   EXPECT_EQ(chunks[1].sizes(), Shape({2, 0}));
@@ -68,7 +65,7 @@ TEST_F(Comm, ScatterAlongNegativeDimAndExplicitSizes) {
 }
 
 TEST_F(Comm, ScatterOfEmptyBatchGivesOneEmptyChunkPerDevice) {
-  auto chunks = scatter(zeros({0, 5}), cpus(2));
+  auto chunks = scatter(zeros({0, 5}), cpu_devices(2));
   ASSERT_EQ(chunks.size(), 2u);
   EXPECT_EQ(chunks[0].sizes(), Shape({0, 5}));
   EXPECT_EQ(chunks[1].device(), Device("cpu:1"));
@@ -77,31 +74,31 @@ TEST_F(Comm, ScatterOfEmptyBatchGivesOneEmptyChunkPerDevice) {
 TEST_F(Comm, ScatterErrorsNameTheProblem) {
   EXPECT_THROW(scatter(randn({4}), {}), ValueError);
   try {
-    scatter(tensor<float>({1.0f}).view({}), cpus(2));
+    scatter(tensor<float>({1.0f}).view({}), cpu_devices(2));
     FAIL() << "expected an error";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("1-dimensional"), std::string::npos) << e.what();
   }
   try {
-    scatter(randn({6, 2}), cpus(2), std::vector<int64_t>{1, 2, 3});
+    scatter(randn({6, 2}), cpu_devices(2), std::vector<int64_t>{1, 2, 3});
     FAIL() << "expected an error";
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("len(devices) = 2 and len(chunk_sizes) = 3"), std::string::npos) << e.what();
   }
   try {
-    scatter(randn({6, 2}), cpus(2), std::vector<int64_t>{2, 3});
+    scatter(randn({6, 2}), cpu_devices(2), std::vector<int64_t>{2, 3});
     FAIL() << "expected an error";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("sum to 5"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(scatter(randn({6, 2}), cpus(2), std::vector<int64_t>{7, -1}), ValueError);
-  EXPECT_THROW(scatter(randn({6, 2}), cpus(2), std::nullopt, 2), IndexError);
+  EXPECT_THROW(scatter(randn({6, 2}), cpu_devices(2), std::vector<int64_t>{7, -1}), ValueError);
+  EXPECT_THROW(scatter(randn({6, 2}), cpu_devices(2), std::nullopt, 2), IndexError);
   EXPECT_THROW(scatter(randn({6, 2}), {Device("cpu:0"), Device("cpu:99")}), DeviceError);
 }
 
 TEST_F(Comm, ScatterBackwardGathersToTheInputDeviceWithZerosForUnusedChunks) {
   Tensor x = randn({10, 3}).requires_grad_();
-  auto chunks = scatter(x, cpus(4));
+  auto chunks = scatter(x, cpu_devices(4));
   (chunks[0] * 2).sum().backward();
   Tensor g = x.grad();
   ASSERT_TRUE(g.defined());
@@ -162,7 +159,7 @@ TEST_F(Comm, GatherBackwardSplitsWithTheForwardSizes) {
 
 TEST_F(Comm, ScatterAndGatherPassGradcheckAndGradgradcheck) {
   auto scatter_gather = [](const std::vector<Tensor>& in) {
-    auto parts = scatter(in[0], cpus(3), std::nullopt, 1);
+    auto parts = scatter(in[0], cpu_devices(3), std::nullopt, 1);
     std::vector<Tensor> squared;
     for (auto& p : parts) squared.push_back(p * p);
     return gather(squared, Device::cpu(), 1);
@@ -181,7 +178,7 @@ TEST_F(Comm, AnInPlaceChangeOfTheInputIsCaughtThroughScatteredViews) {
   // Chunks on other CPU devices alias the input and share its version counter.
   Tensor x = randn({4, 2}).requires_grad_();
   Tensor base = x * 1;  // non-leaf, so it can be modified in place
-  auto chunks = scatter(base, cpus(2));
+  auto chunks = scatter(base, cpu_devices(2));
   Tensor y = (chunks[1] * chunks[1]).sum();  // saves chunk 1 for backward
   {
     NoGradGuard no_grad;
@@ -194,7 +191,7 @@ TEST_F(Comm, BroadcastCoalescedCopiesEveryTensorToEveryDevice) {
   Tensor a = randn({3, 2}).to("cpu:0");
   Tensor b = arange(0, 5, 1, TensorOptions().dtype(kInt64)).to("cpu:0");
   Tensor c = randn({4}).to(kFloat64).to("cpu:0");
-  auto out = broadcast_coalesced({a, b, c}, cpus(3), /*buffer_size=*/16);
+  auto out = broadcast_coalesced({a, b, c}, cpu_devices(3), /*buffer_size=*/16);
   ASSERT_EQ(out.size(), 3u);
   EXPECT_TRUE(out[0][0].is_same(a));
   for (size_t j = 1; j < 3; ++j) {
@@ -208,7 +205,7 @@ TEST_F(Comm, BroadcastCoalescedCopiesEveryTensorToEveryDevice) {
   out[1][0].fill_(7.0);
   EXPECT_FALSE(equal(a.cpu(), out[1][0].cpu()));
   try {
-    broadcast_coalesced({a, randn({2})}, cpus(2));
+    broadcast_coalesced({a, randn({2})}, cpu_devices(2));
     FAIL();
   } catch (const DeviceError& e) {
     EXPECT_NE(std::string(e.what()).find("tensor 1 is on cpu"), std::string::npos) << e.what();

@@ -6,6 +6,7 @@
 #include <sstream>
 #include "dp/core/warning.h"
 #include "dp/dp.h"
+#include "support/devices.h"
 #include "dp/nn/nn.h"
 #include "dp/nn/serialize.h"
 #include "dp/parallel/parallel.h"
@@ -18,11 +19,7 @@ class DataParallelTest : public ::testing::Test {
   static void SetUpTestSuite() { set_cpu_device_count(4); }
 };
 
-std::vector<Device> cpus(int n) {
-  std::vector<Device> d;
-  for (int i = 0; i < n; ++i) d.push_back(Device::cpu(i));
-  return d;
-}
+using test::cpu_devices;
 
 // The tutorial's model: records the input sizes each replica saw.
 struct Model : nn::Module {
@@ -59,7 +56,7 @@ TEST_F(DataParallelTest, OutputAndGradientsEqualSingleDevice) {
 TEST_F(DataParallelTest, TheTutorialsBatchSizes) {
   auto model = std::make_shared<Model>(5, 2);
   model->to("cpu:0");
-  nn::DataParallel<Model> net(model, cpus(2));
+  nn::DataParallel<Model> net(model, cpu_devices(2));
   for (int64_t rows : {30, 30, 30, 10}) net(randn({rows, 5}));
   EXPECT_EQ(model->seen->count("[15, 5]@cpu:0"), 3u);
   EXPECT_EQ(model->seen->count("[15, 5]@cpu:1"), 3u);
@@ -85,13 +82,13 @@ TEST_F(DataParallelTest, DeviceListsAreChecked) {
   EXPECT_THROW(nn::DataParallel<Model>(model, std::vector<Device>{Device("cpu:0"), Device("cpu:0")}), ValueError);
   EXPECT_THROW(nn::DataParallel<Model>(model, std::vector<Device>{Device("cpu:0"), Device("cpu:99")}), DeviceError);
   EXPECT_THROW(nn::DataParallel<Model>(model, std::vector<Device>{Device("cpu:0"), Device("cuda:0")}), DeviceError);
-  EXPECT_THROW(nn::DataParallel<Model>(std::shared_ptr<Model>(), cpus(2)), ValueError);
-  EXPECT_THROW(nn::DataParallel<Model>(model, DataParallelOptions(cpus(2)).chunk_sizes({1, 2, 3})), ValueError);
+  EXPECT_THROW(nn::DataParallel<Model>(std::shared_ptr<Model>(), cpu_devices(2)), ValueError);
+  EXPECT_THROW(nn::DataParallel<Model>(model, DataParallelOptions(cpu_devices(2)).chunk_sizes({1, 2, 3})), ValueError);
 }
 
 TEST_F(DataParallelTest, LocationCheckHasPyTorchsMessage) {
   auto model = std::make_shared<Model>(5, 2);  // on the host, not on cpu:0
-  nn::DataParallel<Model> net(model, cpus(2));
+  nn::DataParallel<Model> net(model, cpu_devices(2));
   try {
     net(randn({4, 5}));
     FAIL();
@@ -132,7 +129,7 @@ TEST_F(DataParallelTest, ZeroArgumentForwardRunsOnceOnTheFirstDevice) {
   };
   auto m = std::make_shared<NoArgs>();
   m->to("cpu:0");
-  nn::DataParallel<NoArgs> net(m, cpus(3));
+  nn::DataParallel<NoArgs> net(m, cpu_devices(3));
   Tensor y = net();
   EXPECT_EQ(m->calls->load(), 1);
   EXPECT_TRUE(equal(y.cpu(), full({3}, 2.0f)));
@@ -145,7 +142,7 @@ TEST_F(DataParallelTest, BatchesSmallerThanTheDeviceCountAndEmptyBatches) {
   auto model = std::make_shared<Model>(5, 2);
   auto reference = nn::clone(model);
   model->to("cpu:0");
-  nn::DataParallel<Model> net(model, cpus(4));
+  nn::DataParallel<Model> net(model, cpu_devices(4));
   for (int64_t rows : {1, 3, 5}) {
     model->seen->clear();
     Tensor x = randn({rows, 5});
@@ -172,14 +169,14 @@ TEST_F(DataParallelTest, AnyDimAndAnyOutputDevice) {
   auto reference = nn::clone(model);
   model->to("cpu:0");
   for (int64_t dim : {1, -1}) {
-    nn::DataParallel<Transposed> net(model, DataParallelOptions(cpus(3)).dim(dim).output_device("cpu:2"));
+    nn::DataParallel<Transposed> net(model, DataParallelOptions(cpu_devices(3)).dim(dim).output_device("cpu:2"));
     Tensor x = randn({3, 7});
     Tensor y = net(x);
     EXPECT_EQ(y.device(), Device("cpu:2"));
     EXPECT_EQ(y.sizes(), Shape({4, 7}));
     EXPECT_TRUE(allclose(y.cpu(), reference->forward(x), 1e-6, 1e-6));
   }
-  nn::DataParallel<Transposed> host_out(model, DataParallelOptions(cpus(2)).dim(1).output_device(Device::cpu()));
+  nn::DataParallel<Transposed> host_out(model, DataParallelOptions(cpu_devices(2)).dim(1).output_device(Device::cpu()));
   EXPECT_EQ(host_out(randn({3, 4})).device(), Device::cpu());
 }
 
@@ -191,7 +188,7 @@ TEST_F(DataParallelTest, ScalarOutputsAreGatheredIntoAVectorWithAWarning) {
   };
   auto m = std::make_shared<MeanLoss>();
   m->to("cpu:0");
-  nn::DataParallel<MeanLoss> net(m, cpus(4));
+  nn::DataParallel<MeanLoss> net(m, cpu_devices(4));
   WarningCapture capture;
   Tensor y = net(randn({10, 2}));  // 3,3,3,1 rows: four replicas
   EXPECT_EQ(y.sizes(), Shape({4}));
@@ -208,7 +205,7 @@ TEST_F(DataParallelTest, GradModeReachesTheReplicas) {
   };
   auto m = std::make_shared<ModeProbe>();
   m->to("cpu:0");
-  nn::DataParallel<ModeProbe> net(m, cpus(2));
+  nn::DataParallel<ModeProbe> net(m, cpu_devices(2));
   auto with_grad = net(randn({4, 2}));
   EXPECT_TRUE(with_grad.second);
   EXPECT_TRUE(with_grad.first.requires_grad());
@@ -230,7 +227,7 @@ TEST_F(DataParallelTest, ReplicaExceptionsNameTheReplicaAndTheNextStepWorks) {
   };
   auto m = std::make_shared<Flaky>();
   m->to("cpu:0");
-  nn::DataParallel<Flaky> net(m, cpus(3));
+  nn::DataParallel<Flaky> net(m, cpu_devices(3));
   try {
     net(randn({6, 2}));
     FAIL();
@@ -250,7 +247,7 @@ TEST_F(DataParallelTest, BatchNormRunningStatisticsPersistFromReplicaZero) {
   auto bn = nn::BatchNorm1d(3);
   auto reference = nn::clone(bn.ptr());
   bn->to("cpu:0");
-  nn::DataParallel<nn::BatchNorm1dImpl> net(bn, cpus(2));
+  nn::DataParallel<nn::BatchNorm1dImpl> net(bn, cpu_devices(2));
   Tensor x = randn({8, 3}) * 3 + 1;
   net(x);
   // PyTorch's semantics: the running statistics are replica 0's update, from its chunk alone.
@@ -263,13 +260,13 @@ TEST_F(DataParallelTest, BatchNormRunningStatisticsPersistFromReplicaZero) {
 TEST_F(DataParallelTest, ReplicasAreKeptBetweenStepsAndRebuiltWhenAsked) {
   auto model = std::make_shared<Model>(5, 2);
   model->to("cpu:0");
-  nn::DataParallel<Model> net(model, cpus(2));
+  nn::DataParallel<Model> net(model, cpu_devices(2));
   for (int i = 0; i < 5; ++i) net(randn({4, 5})).sum().backward();
   EXPECT_EQ(net->replica_builds(), 2);
   net->invalidate_replicas();
   net(randn({4, 5}));
   EXPECT_EQ(net->replica_builds(), 4);
-  nn::DataParallel<Model> rebuilding(model, DataParallelOptions(cpus(2)).keep_replicas(false));
+  nn::DataParallel<Model> rebuilding(model, DataParallelOptions(cpu_devices(2)).keep_replicas(false));
   for (int i = 0; i < 3; ++i) rebuilding(randn({4, 5}));
   EXPECT_EQ(rebuilding->replica_builds(), 6);
 }
@@ -279,7 +276,7 @@ TEST_F(DataParallelTest, ParametersUpdatedBetweenStepsReachEveryReplica) {
   auto model = std::make_shared<Model>(5, 2);
   auto reference = nn::clone(model);
   model->to("cpu:0");
-  nn::DataParallel<Model> net(model, cpus(3));
+  nn::DataParallel<Model> net(model, cpu_devices(3));
   Tensor x = randn({9, 5});
   net(x);
   {
@@ -306,7 +303,7 @@ TEST_F(DataParallelTest, TwoForwardsBeforeOneBackward) {
   auto m = std::make_shared<Masked>();
   auto reference = nn::clone(m);
   m->to("cpu:0");
-  nn::DataParallel<Masked> net(m, cpus(3));
+  nn::DataParallel<Masked> net(m, cpu_devices(3));
   Tensor a = randn({6, 3}), b = randn({6, 3});
   Tensor loss = net(a).pow(2).sum() + net(b).pow(2).sum();
   ASSERT_NO_THROW(loss.backward());
@@ -333,7 +330,7 @@ int thread_count() {
 TEST_F(DataParallelTest, ManyStepsLeakNeitherMemoryNorThreads) {
   auto model = std::make_shared<Model>(5, 2);
   model->to("cpu:0");
-  nn::DataParallel<Model> net(model, cpus(4));
+  nn::DataParallel<Model> net(model, cpu_devices(4));
   auto step = [&](int64_t rows) {
     for (auto& p : model->parameters()) p.set_grad(Tensor());
     net(randn({rows, 5})).pow(2).sum().backward();
@@ -351,11 +348,11 @@ TEST_F(DataParallelTest, ManyStepsLeakNeitherMemoryNorThreads) {
 TEST_F(DataParallelTest, SplitPoliciesAndExplicitChunkSizes) {
   auto model = std::make_shared<Model>(5, 2);
   model->to("cpu:0");
-  nn::DataParallel<Model> balanced(model, DataParallelOptions(cpus(4)).split(SplitPolicy::Balanced));
+  nn::DataParallel<Model> balanced(model, DataParallelOptions(cpu_devices(4)).split(SplitPolicy::Balanced));
   balanced(randn({6, 5}));
   EXPECT_EQ(*model->seen, (std::multiset<std::string>{"[2, 5]@cpu:0", "[2, 5]@cpu:1", "[1, 5]@cpu:2", "[1, 5]@cpu:3"}));
   model->seen->clear();
-  nn::DataParallel<Model> sized(model, DataParallelOptions(cpus(2)).chunk_sizes({5, 1}));
+  nn::DataParallel<Model> sized(model, DataParallelOptions(cpu_devices(2)).chunk_sizes({5, 1}));
   Tensor y = sized(randn({6, 5}));
   EXPECT_EQ(*model->seen, (std::multiset<std::string>{"[5, 5]@cpu:0", "[1, 5]@cpu:1"}));
   EXPECT_EQ(y.sizes(), Shape({6, 2}));
@@ -381,7 +378,7 @@ TEST_F(DataParallelTest, StructuredInputsAndOutputs) {
   auto m = std::make_shared<MultiIn>();
   auto reference = nn::clone(m);
   m->to("cpu:0");
-  nn::DataParallel<MultiIn> net(m, cpus(3));
+  nn::DataParallel<MultiIn> net(m, cpu_devices(3));
   Tensor x = randn({7, 2});
   Pair p{randn({7, 2}), randn({7})};
   auto [h, extras] = net(x, p, 0.5);
@@ -394,7 +391,7 @@ TEST_F(DataParallelTest, StructuredInputsAndOutputs) {
 TEST_F(DataParallelTest, StateDictIsTheWrappedModulesAndPrefixedCheckpointsLoad) {
   auto model = std::make_shared<Model>(5, 2);
   model->to("cpu:0");
-  nn::DataParallel<Model> net(model, cpus(2));
+  nn::DataParallel<Model> net(model, cpu_devices(2));
   EXPECT_EQ(net->state_dict().keys(), model->state_dict().keys());
   EXPECT_EQ(net->named_parameters().keys(), (std::vector<std::string>{"fc.weight", "fc.bias"}));
   // PyTorch's spelling ("module.fc.weight") loads too.
@@ -425,7 +422,7 @@ struct PartlyParallel : nn::Module {
 
 TEST_F(DataParallelTest, AWrappedBlockInsideAModel) {
   manual_seed(9);
-  auto model = std::make_shared<PartlyParallel>(cpus(2));
+  auto model = std::make_shared<PartlyParallel>(cpu_devices(2));
   model->to("cpu:0");
   EXPECT_EQ(model->state_dict().keys(),
             (std::vector<std::string>{"block1.weight", "block1.bias", "block2.weight", "block2.bias", "block3.weight", "block3.bias"}));
@@ -464,7 +461,7 @@ TEST_F(DataParallelTest, AWrappedBlockInsideAModel) {
 TEST_F(DataParallelTest, CheckpointOfAWrappedModelHasTheBareKeys) {
   auto model = std::make_shared<Model>(5, 2);
   model->to("cpu:0");
-  nn::DataParallel<Model> net(model, cpus(2));
+  nn::DataParallel<Model> net(model, cpu_devices(2));
   const std::string path = ::testing::TempDir() + "/dp_wrapped.safetensors";
   save(net, path);
   auto bare = std::make_shared<Model>(5, 2);
@@ -505,7 +502,7 @@ TEST_F(DataParallelTest, FunctionalDataParallel) {
   auto reference = nn::clone(model);
   model->to("cpu:0");
   Tensor x = randn({12, 5});
-  Tensor y = data_parallel(model, x, cpus(3), Device::cpu());
+  Tensor y = data_parallel(model, x, cpu_devices(3), Device::cpu());
   EXPECT_EQ(y.device(), Device::cpu());
   EXPECT_TRUE(allclose(y, reference->forward(x), 1e-6, 1e-6));
   y.sum().backward();

@@ -2,6 +2,7 @@
 // the criterion on the gathered output, for every built-in loss and for user criteria.
 #include <gtest/gtest.h>
 #include "dp/dp.h"
+#include "support/devices.h"
 #include "dp/nn/nn.h"
 #include "dp/parallel/parallel.h"
 
@@ -19,11 +20,7 @@ struct Model : nn::Module {
   Tensor forward(const Tensor& x) { return fc(x); }
 };
 
-std::vector<Device> cpus(int n) {
-  std::vector<Device> d;
-  for (int i = 0; i < n; ++i) d.push_back(Device::cpu(i));
-  return d;
-}
+using test::cpu_devices;
 
 // forward_loss on `devices` vs criterion(model(x), target) on the host.
 template <typename Criterion>
@@ -33,7 +30,7 @@ void expect_same(Criterion criterion, int64_t outputs, const Tensor& target, int
   auto model = std::make_shared<Model>(outputs);
   auto reference = nn::clone(model);
   model->to("cpu:0");
-  nn::DataParallel<Model> net(model, DataParallelOptions(cpus(devices)).output_device(Device::cpu()));
+  nn::DataParallel<Model> net(model, DataParallelOptions(cpu_devices(devices)).output_device(Device::cpu()));
   Tensor x = randn({rows, 6});
   Tensor loss = net->forward_loss(criterion, target, x);
   Tensor loss_ref = criterion(reference->forward(x), target);
@@ -76,7 +73,7 @@ TEST_F(ParallelLoss, BceOnProbabilities) {
   auto model = std::make_shared<Prob>();
   auto reference = nn::clone(model);
   model->to("cpu:0");
-  nn::DataParallel<Prob> net(model, cpus(2));
+  nn::DataParallel<Prob> net(model, cpu_devices(2));
   Tensor x = randn({30, 6});
   Tensor y = rand({30, 1}).gt(0.5).to(kFloat32);
   nn::BCELoss bce;
@@ -96,7 +93,7 @@ TEST_F(ParallelLoss, UserCriteria) {
   auto model = std::make_shared<Model>(3);
   auto reference = nn::clone(model);
   model->to("cpu:0");
-  nn::DataParallel<Model> net(model, cpus(4));
+  nn::DataParallel<Model> net(model, cpu_devices(4));
   Tensor x = randn({10, 6});
   Tensor loss = net->forward_loss(part, target, x);
   EXPECT_TRUE(allclose(loss.cpu(), (reference->forward(x) - target).abs().mean(), 1e-5, 1e-6));
@@ -105,7 +102,7 @@ TEST_F(ParallelLoss, UserCriteria) {
 TEST_F(ParallelLoss, UnreducedLossesAreRefused) {
   auto model = std::make_shared<Model>(5);
   model->to("cpu:0");
-  nn::DataParallel<Model> net(model, cpus(2));
+  nn::DataParallel<Model> net(model, cpu_devices(2));
   nn::CrossEntropyLoss none(nn::CrossEntropyLossOptions().reduction(Reduction::None));
   EXPECT_THROW(net->forward_loss(none, randint(0, 5, {4}), randn({4, 6})), ValueError);
 }
@@ -125,7 +122,7 @@ TEST_F(ParallelLoss, TheOutputDeviceHoldsOnlyScalars) {
   };
   auto model = std::make_shared<Big>();
   model->to("cpu:0");
-  nn::DataParallel<Big> net(model, cpus(4));
+  nn::DataParallel<Big> net(model, cpu_devices(4));
   nn::CrossEntropyLoss ce;
   Tensor loss = net->forward_loss(ce, randint(0, 1000, {64}), randn({64, 6}));
   EXPECT_EQ(loss.numel(), 1);

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <thread>
 #include "dp/dp.h"
+#include "support/devices.h"
 #include "dp/nn/nn.h"
 #include "dp/parallel/parallel_apply.h"
 #include "dp/parallel/replicate.h"
@@ -42,17 +43,13 @@ struct Net : nn::Module {
   }
 };
 
-std::vector<Device> cpus(int n) {
-  std::vector<Device> d;
-  for (int i = 0; i < n; ++i) d.push_back(Device::cpu(i));
-  return d;
-}
+using test::cpu_devices;
 
 TEST_F(Replicate, ReplicasShareOrCopyTensorsAsDocumented) {
   manual_seed(1);
   auto net = std::make_shared<Net>();
   net->to("cpu:0");
-  auto reps = replicate(net, cpus(3));
+  auto reps = replicate(net, cpu_devices(3));
   ASSERT_EQ(reps.size(), 3u);
   for (size_t j = 0; j < 3; ++j) {
     const Device d = Device::cpu(static_cast<int>(j));
@@ -79,7 +76,7 @@ TEST_F(Replicate, BackwardSumsEveryReplicasGradientIntoTheOriginals) {
   auto reference = nn::clone(net);
   net->to("cpu:0");
   Tensor x = randn({6, 3});
-  auto reps = replicate(net, cpus(3));
+  auto reps = replicate(net, cpu_devices(3));
   Tensor loss = zeros({}).to("cpu:0");
   for (int j = 0; j < 3; ++j) {
     Tensor out = reps[static_cast<size_t>(j)]->forward(x.narrow(0, 2 * j, 2).to(Device::cpu(j)));
@@ -108,7 +105,7 @@ TEST_F(Replicate, DoubleBackwardThroughReplicas) {
   auto ref = make();
   Tensor x = randn({4, 2}).to(kFloat64);
   net->to("cpu:0");
-  auto reps = replicate(net, cpus(2));
+  auto reps = replicate(net, cpu_devices(2));
   Tensor loss = (reps[0]->forward(x.narrow(0, 0, 2).to("cpu:0")).pow(3).sum() + reps[1]->forward(x.narrow(0, 2, 2).to("cpu:1")).pow(3).sum().to("cpu:0"));
   Tensor g = autograd::grad({loss}, {net->weight}, {}, false, /*create_graph=*/true)[0];
   g.pow(2).sum().backward();
@@ -122,15 +119,15 @@ TEST_F(Replicate, DoubleBackwardThroughReplicas) {
 TEST_F(Replicate, DetachOrNoGradGivesReplicasWithoutHistory) {
   auto net = std::make_shared<Net>();
   net->to("cpu:0");
-  for (auto& r : replicate(net, cpus(2), /*detach=*/true)) EXPECT_FALSE(r->w.requires_grad());
+  for (auto& r : replicate(net, cpu_devices(2), /*detach=*/true)) EXPECT_FALSE(r->w.requires_grad());
   NoGradGuard no_grad;
-  for (auto& r : replicate(net, cpus(2))) EXPECT_FALSE(r->w.requires_grad());
+  for (auto& r : replicate(net, cpu_devices(2))) EXPECT_FALSE(r->w.requires_grad());
 }
 
 TEST_F(Replicate, TheModuleMustBeOnTheFirstDevice) {
   auto net = std::make_shared<Net>();  // on the host "cpu"
   try {
-    replicate(net, cpus(2));
+    replicate(net, cpu_devices(2));
     FAIL();
   } catch (const DeviceError& e) {
     const std::string msg = e.what();
@@ -146,11 +143,11 @@ TEST_F(Replicate, AReplicaSetKeepsReplicasAndRebuildsOnlyOnStructureChanges) {
   net->template remember_type<Net>();
   net->to("cpu:0");
   detail::ReplicaSet set(net);
-  for (int step = 0; step < 5; ++step) set.prepare(cpus(2), false);
+  for (int step = 0; step < 5; ++step) set.prepare(cpu_devices(2), false);
   EXPECT_EQ(set.builds(), 2);  // one per device, once
   // Moving the original (new storage) re-links the replicas without rebuilding them.
   net->to("cpu:0", kFloat64);
-  auto reps = set.prepare(cpus(2), false);
+  auto reps = set.prepare(cpu_devices(2), false);
   EXPECT_EQ(set.builds(), 2);
   auto* r1 = static_cast<Net*>(reps[1].get());
   EXPECT_EQ(r1->w.dtype(), kFloat64);
@@ -158,11 +155,11 @@ TEST_F(Replicate, AReplicaSetKeepsReplicasAndRebuildsOnlyOnStructureChanges) {
   // A new submodule is a structure change: rebuilt.
   net->register_module("extra", nn::Linear(2, 2));
   net->to("cpu:0");
-  set.prepare(cpus(2), false);
+  set.prepare(cpu_devices(2), false);
   EXPECT_EQ(set.builds(), 4);
   // The other replicas' buffers are refreshed from the original every step.
   net->steps.fill_(5.0);
-  reps = set.prepare(cpus(2), false);
+  reps = set.prepare(cpu_devices(2), false);
   EXPECT_EQ(static_cast<Net*>(reps[1].get())->steps.cpu().item<float>(), 5.0f);
 }
 
@@ -170,10 +167,10 @@ TEST_F(Replicate, ReplicasFollowTheOriginalsTrainingFlags) {
   auto seq = nn::Sequential(nn::Linear(2, 2), nn::Dropout(0.5));
   seq->to("cpu:0");
   detail::ReplicaSet set(seq.ptr());
-  set.prepare(cpus(2), false);
+  set.prepare(cpu_devices(2), false);
   seq->eval();
   (*seq)[1]->train();  // a submodule in a different mode
-  auto reps = set.prepare(cpus(2), false);
+  auto reps = set.prepare(cpu_devices(2), false);
   auto modules = reps[1]->modules();
   EXPECT_FALSE(modules[0]->is_training());
   EXPECT_FALSE(modules[1]->is_training());
@@ -205,7 +202,7 @@ TEST_F(Replicate, ParallelApplyRunsEachReplicaOnItsDevicesWorkerWithTheCallersGr
     mods.push_back(std::make_shared<Probe>(&calls));
     inputs.emplace_back(zeros({1}).to(Device::cpu(j)), 0);
   }
-  auto out = parallel_apply(mods, inputs, cpus(4));
+  auto out = parallel_apply(mods, inputs, cpu_devices(4));
   std::set<std::thread::id> threads;
   for (int j = 0; j < 4; ++j) {
     EXPECT_EQ(std::get<0>(out[static_cast<size_t>(j)]), Device::cpu(j));
@@ -214,7 +211,7 @@ TEST_F(Replicate, ParallelApplyRunsEachReplicaOnItsDevicesWorkerWithTheCallersGr
   }
   EXPECT_EQ(threads.size(), 4u);
   NoGradGuard no_grad;
-  for (auto& o : parallel_apply(mods, inputs, cpus(4))) EXPECT_FALSE(std::get<1>(o));
+  for (auto& o : parallel_apply(mods, inputs, cpu_devices(4))) EXPECT_FALSE(std::get<1>(o));
 }
 
 TEST_F(Replicate, ParallelApplyRethrowsTheFirstFailureByIndexWithItsType) {
@@ -222,7 +219,7 @@ TEST_F(Replicate, ParallelApplyRethrowsTheFirstFailureByIndexWithItsType) {
   std::vector<std::shared_ptr<Probe>> mods{std::make_shared<Probe>(&calls), std::make_shared<Probe>(&calls)};
   std::vector<std::tuple<Tensor, int>> inputs{{zeros({1}).to("cpu:0"), 1}, {zeros({1}).to("cpu:1"), 1}};
   try {
-    parallel_apply(mods, inputs, cpus(2));
+    parallel_apply(mods, inputs, cpu_devices(2));
     FAIL();
   } catch (const IndexError& e) {  // the type survives
     const std::string msg = e.what();
@@ -232,7 +229,7 @@ TEST_F(Replicate, ParallelApplyRethrowsTheFirstFailureByIndexWithItsType) {
   EXPECT_EQ(calls.load(), 2);  // every replica ran to the end
   inputs = {{zeros({1}).to("cpu:0"), 2}, {zeros({1}).to("cpu:1"), 2}};
   try {
-    parallel_apply(mods, inputs, cpus(2));
+    parallel_apply(mods, inputs, cpu_devices(2));
     FAIL();
   } catch (const std::out_of_range& e) {
     const std::string msg = e.what();
@@ -241,23 +238,23 @@ TEST_F(Replicate, ParallelApplyRethrowsTheFirstFailureByIndexWithItsType) {
   }
   inputs = {{zeros({1}).to("cpu:0"), 0}, {zeros({1}).to("cpu:1"), 3}};
   try {
-    parallel_apply(mods, inputs, cpus(2));
+    parallel_apply(mods, inputs, cpu_devices(2));
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown type in replica 1 on device cpu:1"), std::string::npos) << e.what();
   }
   // And the next call works.
   inputs = {{zeros({1}).to("cpu:0"), 0}, {zeros({1}).to("cpu:1"), 0}};
-  EXPECT_EQ(parallel_apply(mods, inputs, cpus(2)).size(), 2u);
+  EXPECT_EQ(parallel_apply(mods, inputs, cpu_devices(2)).size(), 2u);
 }
 
 TEST_F(Replicate, ParallelApplyChecksItsArguments) {
   std::atomic<int> calls{0};
   std::vector<std::shared_ptr<Probe>> mods{std::make_shared<Probe>(&calls)};
   std::vector<std::tuple<Tensor, int>> two_inputs{{zeros({1}), 0}, {zeros({1}), 0}};
-  EXPECT_THROW(parallel_apply(mods, two_inputs, cpus(1)), ValueError);
+  EXPECT_THROW(parallel_apply(mods, two_inputs, cpu_devices(1)), ValueError);
   std::vector<std::tuple<Tensor, int>> one_input{{zeros({1}), 0}};
-  EXPECT_THROW(parallel_apply(mods, one_input, cpus(2)), ValueError);
+  EXPECT_THROW(parallel_apply(mods, one_input, cpu_devices(2)), ValueError);
 }
 
 }  // namespace
