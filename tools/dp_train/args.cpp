@@ -1,0 +1,223 @@
+#include "args.h"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <CLI/CLI.hpp>
+#include "dp/core/errors.h"
+
+namespace dp::train {
+namespace {
+
+const char* kDescription =
+    "dp-train: trains a built-in model on a built-in data set with DataParallel over several devices.\n"
+    "\n"
+    "Models (state_dict keys are PyTorch's for the same nn.Sequential):\n"
+    "  seed  Linear(5,1), Sigmoid; BCELoss (the DataParallel tutorial's model, on its random data)\n"
+    "  mlp   Flatten, Linear(784,H), ReLU, Linear(H,H), ReLU, Linear(H,10); cross-entropy\n"
+    "  cnn   Conv(1,32,3,pad 1), ReLU, MaxPool 2, Conv(32,64,3,pad 1), ReLU, MaxPool 2, Flatten,\n"
+    "        Linear(3136,128), ReLU, Linear(128,10); cross-entropy\n"
+    "Data: random = dp::data::RandomDataset (N(0,1) features, labelled by a fixed teacher: a hyperplane\n"
+    "for seed, a random linear map to 10 classes for mlp/cnn; as many test rows, drawn after them);\n"
+    "fashion-mnist = Debian's dataset-fashion-mnist (60000 train / 10000 test images, normalised).\n"
+    "\n"
+    "Exit status: 0 done; 1 final test accuracy below --min-accuracy; 2 bad arguments or input files;\n"
+    "3 an error during training; 130 (143) stopped by Ctrl-C = SIGINT (SIGTERM), after writing the checkpoint.";
+
+// Per-model defaults for the run options the user did not type (the main job's are cnn's).
+struct ModelDefaults {
+  const char* data;
+  int64_t batch_size;
+  int64_t epochs;
+  double lr;
+};
+ModelDefaults defaults_for(const std::string& model) {
+  if (model == "seed") return {"random", 30, 50, 0.05};  // tutorial batch 30; 4 steps an epoch
+  if (model == "mlp") return {"fashion-mnist", 128, 5, 1e-3};
+  return {"fashion-mnist", 128, 5, 1e-3};  // >= 0.90 test accuracy from epoch 3 on (README)
+}
+
+std::string fmt(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// A usage error: reported as "dp-train: error: <message>" with exit status 2.
+[[noreturn]] void usage(const std::string& message) { throw CLI::ValidationError(message); }
+
+void check_choice(const std::string& option, const std::string& value, std::initializer_list<const char*> choices) {
+  std::string list;
+  size_t i = 0;
+  for (const char* c : choices) {
+    if (value == c) return;
+    list += i == 0 ? "" : (i + 1 == choices.size() ? " or " : ", ");
+    list += c;
+    ++i;
+  }
+  usage(option + ": '" + value + "' is not one of " + list);
+}
+
+void check_at_least(const std::string& option, int64_t value, int64_t least) {
+  if (value < least) usage(option + " must be at least " + std::to_string(least) + ", got " + std::to_string(value));
+}
+
+void check_non_negative(const std::string& option, double value) {
+  if (!std::isfinite(value) || value < 0) usage(option + " must be a finite number >= 0, got " + fmt(value));
+}
+
+// Fills in the per-model defaults and checks every value; throws CLI::ValidationError.
+void finish(Options& o, const CLI::App& app) {
+  RunSettings& r = o.run;
+  auto given = [&](const char* name) { return app.count(std::string("--") + name) > 0; };
+  for (const char* name : {"model", "hidden", "data", "data-dir", "data-size", "epochs", "steps", "batch-size", "optimizer", "lr",
+                           "momentum", "weight-decay", "schedule", "seed", "no-shuffle"})
+    if (given(name)) o.run_options_given.insert(std::string(name) == "no-shuffle" ? "shuffle" : name);
+
+  check_choice("--model", r.model, {"seed", "mlp", "cnn"});
+  const ModelDefaults d = defaults_for(r.model);
+  if (!given("data")) r.data = d.data;
+  if (!given("batch-size")) r.batch_size = d.batch_size;
+  if (!given("lr")) r.lr = d.lr;
+  if (!given("weight-decay")) r.weight_decay = r.optimizer == "adamw" ? 1e-2 : 0.0;
+  if (given("epochs") && given("steps")) usage("give --epochs or --steps, not both");
+  if (!given("epochs") && !given("steps")) r.epochs = d.epochs;
+
+  check_choice("--data", r.data, {"random", "fashion-mnist"});
+  check_choice("--optimizer", r.optimizer, {"sgd", "adam", "adamw"});
+  check_choice("--schedule", r.schedule, {"cosine", "constant"});
+  check_choice("--progress", o.progress, {"auto", "bar", "lines", "none"});
+  if (r.model == "seed" && r.data != "random")
+    usage("--model seed takes 5 features, so it trains on --data random (the tutorial's RandomDataset), not " + r.data);
+  check_at_least("--hidden", r.hidden, 1);
+  check_at_least("--data-size", r.data_size, 1);
+  check_at_least("--batch-size", r.batch_size, 1);
+  if (given("epochs")) check_at_least("--epochs", r.epochs, 1);
+  if (given("steps")) check_at_least("--steps", r.steps, 1);
+  check_non_negative("--lr", r.lr);
+  check_non_negative("--momentum", r.momentum);
+  check_non_negative("--weight-decay", r.weight_decay);
+  if (given("momentum") && r.optimizer != "sgd") usage("--momentum applies to --optimizer sgd only (Adam's betas are fixed at 0.9, 0.999)");
+  check_at_least("--workers", o.workers, 0);
+  check_at_least("--log-every", o.log_every, 1);
+  check_at_least("--checkpoint-every", o.checkpoint_every, 0);
+  check_at_least("--stop-after", o.stop_after, 0);
+  if (given("min-accuracy") && !(o.min_accuracy >= 0 && o.min_accuracy <= 1))
+    usage("--min-accuracy must lie in [0, 1], got " + fmt(o.min_accuracy));
+  if (!o.resume.empty() && !o.init.empty())
+    usage("--init and --resume both give the starting weights; a resumed run starts from its checkpoint");
+  if (!o.resume.empty() && o.checkpoint_dir.empty()) o.checkpoint_dir = o.resume;  // can be interrupted and resumed again
+}
+
+}  // namespace
+
+nlohmann::json to_json(const RunSettings& s) {
+  return {{"model", s.model},     {"hidden", s.hidden},         {"data", s.data},         {"data-dir", s.data_dir},
+          {"data-size", s.data_size}, {"epochs", s.epochs},     {"steps", s.steps},       {"batch-size", s.batch_size},
+          {"optimizer", s.optimizer}, {"lr", s.lr},             {"momentum", s.momentum}, {"weight-decay", s.weight_decay},
+          {"schedule", s.schedule},   {"seed", s.seed},         {"shuffle", s.shuffle}};
+}
+
+RunSettings run_settings_from_json(const nlohmann::json& j) {
+  RunSettings s;
+  s.model = j.at("model").get<std::string>();
+  s.hidden = j.at("hidden").get<int64_t>();
+  s.data = j.at("data").get<std::string>();
+  s.data_dir = j.at("data-dir").get<std::string>();
+  s.data_size = j.at("data-size").get<int64_t>();
+  s.epochs = j.at("epochs").get<int64_t>();
+  s.steps = j.at("steps").get<int64_t>();
+  s.batch_size = j.at("batch-size").get<int64_t>();
+  s.optimizer = j.at("optimizer").get<std::string>();
+  s.lr = j.at("lr").get<double>();
+  s.momentum = j.at("momentum").get<double>();
+  s.weight_decay = j.at("weight-decay").get<double>();
+  s.schedule = j.at("schedule").get<std::string>();
+  s.seed = j.at("seed").get<uint64_t>();
+  s.shuffle = j.at("shuffle").get<bool>();
+  return s;
+}
+
+RunSettings merge_resumed(const Options& options, const RunSettings& saved) {
+  const nlohmann::json mine = to_json(options.run), theirs = to_json(saved);
+  for (const std::string& name : options.run_options_given) {
+    if (name == "data-dir") continue;
+    // epochs/steps: typing the length the run already has is fine; a different one would change
+    // the learning-rate schedule of the steps already taken.
+    if (mine.at(name) != theirs.at(name)) {
+      const std::string flag = name == "shuffle" ? "--no-shuffle" : "--" + name;
+      throw ValueError(flag + " " + mine.at(name).dump() + " differs from the checkpoint's " + theirs.at(name).dump() +
+                       ": a resumed run continues the saved run with its settings (leave the option out, or start a new run)");
+    }
+  }
+  RunSettings merged = saved;
+  if (options.run_options_given.count("data-dir")) merged.data_dir = options.run.data_dir;
+  return merged;
+}
+
+ParseResult parse_args(int argc, char** argv) {
+  CLI::App app(kDescription, "dp-train");
+  // Later values win, so scripts/run-main.sh's own arguments can be overridden by the user's.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.get_formatter()->column_width(34);
+  Options o;
+  RunSettings& r = o.run;
+
+  app.add_option("--model", r.model, "seed | mlp | cnn")->default_str("cnn")->group("Model and data");
+  app.add_option("--hidden", r.hidden, "mlp hidden width H")->default_val(r.hidden)->group("Model and data");
+  app.add_option("--data", r.data, "random | fashion-mnist (default: random for seed, else fashion-mnist)")->group("Model and data");
+  app.add_option("--data-dir", r.data_dir, "Fashion-MNIST's IDX files")->default_val(r.data_dir)->group("Model and data");
+  app.add_option("--data-size", r.data_size, "rows of random data (train; the test set has as many)")->default_val(r.data_size)->group("Model and data");
+
+  app.add_option("--devices", o.devices, "auto (every CUDA GPU, else every CPU core as cpu:0..cpu:N-1) or a list: cpu:0,cpu:1")
+      ->default_val(o.devices)->group("Devices");
+  app.add_option("--output-device", o.output_device, "where outputs are gathered and the loss computed (default: the first device; 'cpu' = host)")
+      ->group("Devices");
+  app.add_flag("--parallel-loss", o.parallel_loss, "compute the loss on the replicas (only scalars travel back)")->group("Devices");
+
+  app.add_option("--epochs", r.epochs, "run length in epochs (default: 5; seed 50)")->group("Training");
+  app.add_option("--steps", r.steps, "run length in optimizer steps (instead of --epochs)")->group("Training");
+  app.add_option("--batch-size", r.batch_size, "rows per step, split over the devices (default: 128; seed 30)")->group("Training");
+  app.add_option("--optimizer", r.optimizer, "sgd | adam | adamw")->default_val(r.optimizer)->group("Training");
+  app.add_option("--lr", r.lr, "learning rate (default: 1e-3; seed 0.05)")->group("Training");
+  app.add_option("--momentum", r.momentum, "SGD momentum")->default_val(r.momentum)->group("Training");
+  app.add_option("--weight-decay", r.weight_decay, "weight decay (default: 0; adamw 1e-2)")->group("Training");
+  app.add_option("--schedule", r.schedule, "cosine (decay to 0 over the run, per step) | constant")->default_val(r.schedule)->group("Training");
+  app.add_option("--seed", r.seed, "seeds initialisation, random data and the shuffle order")->default_val(r.seed)->group("Training");
+  bool no_shuffle = false;
+  app.add_flag("--no-shuffle", no_shuffle, "visit the training set in order (default: a new permutation every epoch)")->group("Training");
+  app.add_option("--workers", o.workers, "DataLoader threads building batches ahead (0: on the training thread)")
+      ->default_val(o.workers)->group("Training");
+
+  app.add_option("--init", o.init, "start from these weights (safetensors state dict, PyTorch's keys)")->group("Files");
+  app.add_option("--save", o.save, "write the final weights here (safetensors state dict)")->group("Files");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "write a resumable checkpoint here after every epoch")->group("Files");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "also every N steps (0: epoch ends only)")->default_val(0)->group("Files");
+  app.add_option("--resume", o.resume, "continue the run checkpointed in DIR (on any devices)")->group("Files");
+  app.add_option("--log", o.log, "write one JSON record per step and per evaluation (JSON Lines)")->group("Files");
+  app.add_option("--plot", o.plot, "write an SVG plot of the loss and accuracy curves")->group("Files");
+
+  app.add_option("--progress", o.progress, "auto (a bar on a terminal, else lines) | bar | lines | none")->default_val(o.progress)->group("Output");
+  app.add_option("--log-every", o.log_every, "in line mode, print every Nth step")->default_val(o.log_every)->group("Output");
+  app.add_option("--stop-after", o.stop_after, "stop after N steps of this invocation, as Ctrl-C does (0: never)")->default_val(0)->group("Output");
+  app.add_option("--min-accuracy", o.min_accuracy, "exit 1 if the final test accuracy is below this")->group("Output");
+
+  ParseResult result;
+  try {
+    app.parse(argc, argv);
+    r.shuffle = !no_shuffle;
+    finish(o, app);
+  } catch (const CLI::Success& e) {  // --help
+    result.exit_code = app.exit(e);
+    return result;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "dp-train: error: %s\nRun 'dp-train --help' to see the options.\n", e.what());
+    result.exit_code = 2;
+    return result;
+  }
+  result.options = std::move(o);
+  return result;
+}
+
+}  // namespace dp::train

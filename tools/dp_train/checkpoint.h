@@ -1,0 +1,77 @@
+#pragma once
+// Resumable checkpoints: one safetensors file, DIR/checkpoint.safetensors, written atomically by
+// dp::save (temporary file, fsync, rename), so a crash or Ctrl-C during a write leaves the previous
+// checkpoint whole. It holds
+//   tensors   "model.<key>"      the model's state_dict (PyTorch's keys after the prefix)
+//             "optimizer.<key>"  the optimizer's state tensors ("optimizer.state.0.exp_avg", ...)
+//   metadata  "optimizer.<key>"  the optimizer's metadata (param_groups JSON, name)
+//             "dp_train"         JSON: format version, the run settings, the position (next epoch
+//                                and batch, global step), the scheduler state, every device's
+//                                generator state, the loss/accuracy history and the time spent.
+// Doubles go through JSON, whose writer prints the shortest text that reads back to the same bits,
+// so learning rates and scheduler state resume exactly.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+#include "args.h"
+#include "dp/core/device.h"
+#include "dp/nn/module.h"
+#include "dp/optim/optim.h"
+
+namespace dp::train {
+
+// Everything the plot and the summary need from the whole run, also across resumptions.
+struct History {
+  std::vector<float> step_loss;  // loss of global step i + 1
+  struct Eval {
+    int64_t step = 0;           // global step after which it was measured
+    double test_accuracy = 0;
+    double test_loss = 0;
+    double train_loss = 0;      // mean loss of the steps since the previous evaluation
+  };
+  std::vector<Eval> evals;
+  std::vector<double> epoch_seconds;  // training time of each finished epoch (without evaluation)
+};
+
+// Where the run stands: the next step trains batch `batch` of epoch `epoch` (both 0-based).
+struct Position {
+  int64_t global_step = 0;  // optimizer steps done
+  int64_t epoch = 0;
+  int64_t batch = 0;
+};
+
+struct TrainState {
+  Position position;
+  double train_seconds = 0;   // time in training steps over every invocation so far
+  double epoch_seconds = 0;   // of which in the current, unfinished epoch
+  double wall_seconds = 0;    // whole invocations (setup, evaluation, checkpoints included)
+  History history;
+};
+
+struct Checkpoint {
+  RunSettings settings;
+  TrainState state;
+  nn::TensorDict model;
+  optim::OptimizerState optimizer;
+  std::optional<optim::LRSchedulerState> scheduler;
+  nlohmann::json generators;  // [{"device": "cpu", "seed": s, "offset": o}, ...]
+};
+
+std::string checkpoint_path(const std::string& dir);
+
+// Writes DIR/checkpoint.safetensors (creating DIR); IOError naming the path when it cannot.
+void save_checkpoint(const std::string& dir, const RunSettings& settings, const TrainState& state, const nn::Module& model,
+                     const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler, const std::vector<Device>& devices);
+
+// Reads DIR/checkpoint.safetensors. IOError when it is missing or unreadable, ValueError when it is
+// not a dp-train checkpoint (or one of a newer format).
+Checkpoint load_checkpoint(const std::string& dir);
+
+// The generator state of the host and of `devices`, and its inverse (devices that no longer exist
+// are skipped: a run resumed on fewer devices).
+nlohmann::json generator_states(const std::vector<Device>& devices);
+void restore_generators(const nlohmann::json& states);
+
+}  // namespace dp::train

@@ -1,0 +1,24 @@
+#pragma once
+// The run's curves as a hand-written SVG, two panels side by side: training loss per step (raw,
+// faint, and a moving average) with the test loss at each evaluation; and test accuracy at each
+// evaluation. Both x axes count epochs; axes have ticks, labels and a legend.
+#include <cstdint>
+#include <string>
+#include "checkpoint.h"
+
+namespace dp::train {
+
+struct PlotInput {
+  std::string title;          // one line above the panels
+  std::string loss_name = "loss";  // the loss panel's y label ("cross-entropy")
+  double target_accuracy = -1;     // >= 0: a dashed line at this accuracy (--min-accuracy)
+  const History* history = nullptr;
+  int64_t steps_per_epoch = 1;
+};
+
+// The SVG document.
+std::string render_plot(const PlotInput& in);
+// Writes it (temporary file, then rename, like the checkpoints); IOError naming the path.
+void write_plot(const std::string& path, const PlotInput& in);
+
+}  // namespace dp::train
