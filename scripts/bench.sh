@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the benchmarks (Release, -march=native) and runs them against PyTorch: the kernels, then
-# training steps (seed model, MLP, CNN; 1 thread); prints the tables, writes
-# bench/results/{kernels,training}.json and the tables in docs/benchmarks.md.
+# training steps (seed model, MLP, CNN; 1 thread), then DataParallel's training throughput on 1, 2,
+# ... CPU devices (up to nproc); prints the tables, writes
+# bench/results/{kernels,training,data_parallel}.json and the tables in docs/benchmarks.md.
 #
 #   bash scripts/bench.sh                 # 1 thread, then nproc threads; dparallel and PyTorch alike
 #   bash scripts/bench.sh --threads 2     # arguments go to bench_kernels (see --help)
@@ -13,8 +14,12 @@ cd "$DP_ROOT"
 BUILD_DIR=${DP_BUILD_DIR:-build}
 
 dp_install_deps
-dp_build "$BUILD_DIR" -DDP_BUILD_BENCH=ON -- bench_kernels bench_training
+dp_build "$BUILD_DIR" -DDP_BUILD_BENCH=ON -- bench_kernels bench_training bench_data_parallel
 threads=1
 [[ $(nproc) -gt 1 ]] && threads="1,$(nproc)"
 "$BUILD_DIR/bench/bench_kernels" --threads "$threads" --root "$DP_ROOT" "$@"
 "$BUILD_DIR/bench/bench_training" --threads 1 --root "$DP_ROOT"
+# DataParallel on up to nproc CPU devices (at least 2, the targets' configuration).
+devices_max=$(nproc)
+[[ $devices_max -lt 2 ]] && devices_max=2
+"$BUILD_DIR/bench/bench_data_parallel" --devices-max "$devices_max" --root "$DP_ROOT"
