@@ -35,11 +35,10 @@ std::string format(const char* fmt, auto... args) {
   return buf;
 }
 
-// Rows each device gets from a batch of `rows`: torch.chunk's rule, which DataParallel follows.
+// Rows each device gets from a batch of `rows` (DataParallel's split; 0 for devices it leaves idle).
 std::vector<int64_t> chunk_rows(int64_t rows, size_t devices) {
-  const int64_t n = static_cast<int64_t>(devices), split = (rows + n - 1) / n;
-  std::vector<int64_t> out(devices, 0);
-  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = std::clamp<int64_t>(rows - i * split, 0, split);
+  std::vector<int64_t> out = parallel::chunk_sizes(rows, static_cast<int64_t>(devices));
+  out.resize(devices, 0);
   return out;
 }
 
@@ -182,7 +181,7 @@ struct Trainer::Impl {
     optimizer->zero_grad();
     Tensor loss = std::visit(
         [&](auto& c) -> Tensor {
-          // Inputs stay on the host: DataParallel copies each replica's rows straight to its device.
+          // Inputs stay on the host: DataParallel hands each replica its rows (views on CPU devices, copies on GPUs).
           if (opt.parallel_loss) return net->forward_loss(c, b.target, b.data);
           return c(net(b.data), b.target.to(output_device));
         },
