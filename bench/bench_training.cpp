@@ -6,12 +6,24 @@
 // Protocol (bench/pytorch_training.py follows it line by line): build model and data, read the
 // resident set size, reset the peak-RSS counter, run the warm-up steps, time the steps one by one,
 // report median/min/max (µs) and the peak RSS growth over the pre-training RSS (MiB); ours also
-// reports the allocator's peak bytes. PyTorch runs in a python3 subprocess right after ours.
+// reports the allocator's peak bytes.
 //
-//   bench_training [--threads 1] [--models seed,mlp,cnn] [--warmup 10] [--steps N] [--no-torch] [--no-write]
+// Both sides run at once, in two processes: PyTorch in a python3 subprocess (pytorch_training.py
+// --serve) that this program drives over a pipe. The timed steps are cut into --blocks blocks, and
+// the blocks alternate, ours then PyTorch's, so both sides sample the same moments of a machine
+// whose speed drifts (other builds; other tenants of the host: on a virtual machine one virtual
+// CPU can run much slower than the other for seconds at a time). With one thread, both sides of
+// block b run on the same CPU, the allowed CPUs taken in turn. Each side's median, min and max are
+// over all its timed steps; the ratio is PyTorch's median over ours.
+//
+//   bench_training [--threads 1] [--models seed,mlp,cnn] [--blocks 20] [--warmup 10] [--steps N] [--no-pin] [--no-torch] [--no-write]
 //
 // Writes bench/results/training.json and the table between the bench_training markers in
 // docs/benchmarks.md. scripts/bench.sh runs it.
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +31,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,6 +53,8 @@ struct Options {
   int threads = 1;
   std::vector<std::string> models{"seed", "mlp", "cnn"};
   int warmup = 10;
+  int blocks = 20;
+  bool pin = true;
   int steps = 0;  // 0: per-model default
   bool torch = true;
   bool write = true;
@@ -50,35 +65,37 @@ struct Options {
 struct Workload {
   double target_ratio;  // PyTorch time / ours must be at least this
   int default_steps;
-  std::function<std::function<double()>()> make;  // builds model, data, optimizer; returns one step
+  std::function<std::function<Tensor()>()> make;  // builds model, data, optimizer; returns one step
 };
 
+// One step returns the loss tensor without reading it, as the PyTorch side's step does (reading
+// it, .item(), is outside the timed step on both sides).
 template <typename Model, typename Loss>
-std::function<double()> training_step(Model model, Loss loss_fn, Tensor x, Tensor y, std::shared_ptr<optim::Optimizer> opt) {
+std::function<Tensor()> training_step(Model model, Loss loss_fn, Tensor x, Tensor y, std::shared_ptr<optim::Optimizer> opt) {
   return [=]() mutable {
     opt->zero_grad(true);
     Tensor loss = loss_fn(model(x), y);
     loss.backward();
     opt->step();
-    return loss.item<double>();
+    return loss;
   };
 }
 
 std::map<std::string, Workload> workloads() {
   std::map<std::string, Workload> w;
-  w["seed"] = {30.0, 2000, [] {
+  w["seed"] = {30.0, 5000, [] {
                  nn::Sequential model(nn::Linear(5, 1), nn::Sigmoid());
                  Tensor x = randn({30, 5}), y = rand({30, 1}).gt(0.5).to(kFloat32);
                  auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(1e-3));
                  return training_step(model, nn::BCELoss(), x, y, opt);
                }};
-  w["mlp"] = {1.1, 40, [] {
+  w["mlp"] = {1.1, 100, [] {
                 nn::Sequential model(nn::Linear(784, 1024), nn::ReLU(), nn::Linear(1024, 1024), nn::ReLU(), nn::Linear(1024, 10));
                 Tensor x = randn({256, 784}), y = randint(0, 10, {256});
                 auto opt = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.01).momentum(0.9));
                 return training_step(model, nn::CrossEntropyLoss(), x, y, opt);
               }};
-  w["cnn"] = {1.0, 20, [] {
+  w["cnn"] = {1.0, 50, [] {
                 nn::Sequential model(nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
                                      nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
                                      nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Linear(128, 10));
@@ -104,52 +121,178 @@ bool reset_peak_rss() {
   return static_cast<bool>(f.flush());
 }
 
-json run_ours(const std::string& name, const Workload& wl, const Options& o) {
-  manual_seed(0);
-  std::function<double()> step = wl.make();
+// The PyTorch side: python3 bench/pytorch_training.py --serve, one JSON request and answer per line.
+class TorchServer {
+ public:
+  explicit TorchServer(const Options& o) {
+    int to[2], from[2];
+    if (::pipe(to) != 0) return;
+    if (::pipe(from) != 0) {
+      ::close(to[0]);
+      ::close(to[1]);
+      return;
+    }
+    const std::string threads = std::to_string(o.threads), script = (o.root / "bench" / "pytorch_training.py").string();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(to[0], 0);
+      ::dup2(from[1], 1);
+      for (int fd : {to[0], to[1], from[0], from[1]}) ::close(fd);
+      // PyTorch's GEMMs run in the same OpenBLAS library, whose pool torch.set_num_threads does not reach.
+      ::setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
+      ::setenv("OMP_NUM_THREADS", threads.c_str(), 1);
+      ::execl(o.python.c_str(), o.python.c_str(), script.c_str(), "--serve", "--threads", threads.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(to[0]);
+    ::close(from[1]);
+    if (pid_ < 0) {
+      ::close(to[1]);
+      ::close(from[0]);
+      return;
+    }
+    in_ = to[1];
+    out_ = ::fdopen(from[0], "r");
+  }
+  ~TorchServer() {
+    if (in_ >= 0) {
+      const std::string quit = "{\"cmd\": \"quit\"}\n";
+      (void)!::write(in_, quit.data(), quit.size());
+      ::close(in_);
+    }
+    if (out_) std::fclose(out_);
+    if (pid_ > 0) ::waitpid(pid_, nullptr, 0);
+  }
+  TorchServer(const TorchServer&) = delete;
+  TorchServer& operator=(const TorchServer&) = delete;
+  bool ok() const { return out_ != nullptr; }
+
+  // Sends a request; returns the answer, or null (and stops talking to it) if it failed.
+  json call(const json& request) {
+    if (!ok()) return nullptr;
+    const std::string line = request.dump() + "\n";
+    std::string answer;
+    if (::write(in_, line.data(), line.size()) == static_cast<ssize_t>(line.size())) {
+      char buf[65536];
+      while (std::fgets(buf, sizeof buf, out_)) {
+        answer += buf;
+        if (!answer.empty() && answer.back() == '\n') break;
+      }
+    }
+    json r = json::parse(answer, nullptr, false);
+    if (r.is_discarded() || !r.is_object() || r.contains("error")) {
+      std::cerr << "bench_training: the PyTorch side failed on " << request.dump() << (answer.empty() ? " (no answer: is torch importable?)" : ": " + answer) << "\n";
+      std::fclose(out_);
+      out_ = nullptr;
+      return nullptr;
+    }
+    return r;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int in_ = -1;
+  FILE* out_ = nullptr;
+};
+
+// The CPUs this process may run on.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
+// Restricts the calling thread to `cpus`.
+bool set_cpus(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  return sched_setaffinity(0, sizeof set, &set) == 0;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+json summary(const std::vector<double>& times, const std::vector<double>& block_medians) {
+  return {{"median_us", median_of(times)},
+          {"min_us", *std::min_element(times.begin(), times.end())},
+          {"max_us", *std::max_element(times.begin(), times.end())},
+          {"steps", times.size()},
+          {"block_medians_us", block_medians}};
+}
+
+// Times one model on both sides, block by block. `torch` may be null (--no-torch, or it failed).
+json run_model(const std::string& name, const Workload& wl, const Options& o, TorchServer* torch, const std::vector<int>& cpus, bool pin) {
   const int steps = o.steps > 0 ? o.steps : wl.default_steps;
+  const int blocks = std::min(o.blocks, steps);
+  json py_build = torch ? torch->call({{"cmd", "build"}, {"model", name}}) : json(nullptr);
+  if (py_build.is_null()) torch = nullptr;
+
+  manual_seed(0);
+  std::function<Tensor()> step = wl.make();
   const long rss0 = rss_kib("VmRSS");
   const bool peak_ok = reset_peak_rss();
   reset_peak_memory_stats(Device::cpu());
   const int64_t alloc0 = memory_stats(Device::cpu()).allocated;
   for (int i = 0; i < o.warmup; ++i) step();
-  std::vector<double> times;
-  times.reserve(steps);
-  using clock = std::chrono::steady_clock;
-  for (int i = 0; i < steps; ++i) {
-    auto t0 = clock::now();
-    step();
-    times.push_back(std::chrono::duration<double, std::micro>(clock::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  const size_t n = times.size();
-  json r = {{"model", name},
-            {"median_us", n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2])},
-            {"min_us", times.front()},
-            {"max_us", times.back()},
-            {"steps", steps},
-            {"peak_rss_growth_mib", peak_ok ? json((rss_kib("VmHWM") - rss0) / 1024.0) : json(nullptr)},
-            {"allocator_peak_growth_mib", (memory_stats(Device::cpu()).peak_allocated - alloc0) / 1048576.0}};
-  r["final_loss"] = step();
-  return r;
-}
+  if (torch && torch->call({{"cmd", "steps"}, {"n", o.warmup}, {"timed", false}}).is_null()) torch = nullptr;
 
-json run_pytorch(const std::string& name, const Options& o) {
-  const std::string threads = std::to_string(o.threads);
-  setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
-  setenv("OMP_NUM_THREADS", threads.c_str(), 1);
-  std::string cmd = bench::quote(o.python) + " " + bench::quote((o.root / "bench" / "pytorch_training.py").string()) + " --json --threads " +
-                    threads + " --warmup " + std::to_string(o.warmup) + " --models " + name +
-                    (o.steps > 0 ? " --steps " + std::to_string(o.steps) : "");
-  int status = 0;
-  std::string out = bench::run_command(cmd, &status);
-  json py = json::parse(out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1), nullptr, false);
-  if (status != 0 || py.is_discarded() || py["results"].empty()) {
-    std::cerr << "bench_training: " << cmd << " failed (status " << status << "):\n" << out << "\n";
-    return nullptr;
+  using clock = std::chrono::steady_clock;
+  std::vector<double> ours, theirs, ours_blocks, theirs_blocks, ratios;
+  json block_cpus = json::array();
+  for (int b = 0; b < blocks; ++b) {
+    const int n = steps / blocks + (b < steps % blocks ? 1 : 0);
+    json request = {{"cmd", "steps"}, {"n", n}, {"timed", true}};
+    if (pin) {
+      const int cpu = cpus[static_cast<size_t>(b) % cpus.size()];
+      set_cpus({cpu});
+      request["cpu"] = cpu;
+      block_cpus.push_back(cpu);
+    }
+    std::vector<double> mine;
+    for (int i = 0; i < n; ++i) {
+      auto t0 = clock::now();
+      step();
+      mine.push_back(std::chrono::duration<double, std::micro>(clock::now() - t0).count());
+    }
+    ours.insert(ours.end(), mine.begin(), mine.end());
+    ours_blocks.push_back(median_of(mine));
+    if (!torch) continue;
+    json answer = torch->call(request);
+    if (answer.is_null()) {
+      torch = nullptr;
+      continue;
+    }
+    std::vector<double> t = answer["times_us"].get<std::vector<double>>();
+    theirs.insert(theirs.end(), t.begin(), t.end());
+    theirs_blocks.push_back(median_of(t));
+    ratios.push_back(theirs_blocks.back() / ours_blocks.back());
   }
-  json r = py["results"][0];
-  r["torch"] = py["torch"];
+  if (pin) set_cpus(cpus);
+
+  json r = {{"model", name}, {"target_ratio", wl.target_ratio}, {"ours", summary(ours, ours_blocks)}, {"pytorch", nullptr}};
+  r["ours"]["peak_rss_growth_mib"] = peak_ok ? json((rss_kib("VmHWM") - rss0) / 1024.0) : json(nullptr);
+  r["ours"]["allocator_peak_growth_mib"] = (memory_stats(Device::cpu()).peak_allocated - alloc0) / 1048576.0;
+  r["ours"]["final_loss"] = step().item<double>();
+  if (!block_cpus.empty()) r["block_cpus"] = block_cpus;
+  json fin = torch ? torch->call({{"cmd", "finish"}}) : json(nullptr);
+  if (torch && !fin.is_null() && theirs.size() == ours.size()) {
+    r["pytorch"] = summary(theirs, theirs_blocks);
+    r["pytorch"]["peak_rss_growth_mib"] = fin["peak_rss_growth_mib"];
+    r["pytorch"]["final_loss"] = fin["final_loss"];
+    r["pytorch"]["torch"] = py_build["torch"];
+    const double q = r["pytorch"]["median_us"].get<double>() / r["ours"]["median_us"].get<double>();
+    r["ratio"] = q;
+    r["block_ratios"] = ratios;
+    r["met"] = q >= wl.target_ratio;
+  }
   return r;
 }
 
@@ -167,12 +310,21 @@ std::string markdown(const json& report) {
     << " hardware threads), commit `" << m["git_commit"].get<std::string>().substr(0, 12) << "`"
     << (m["git_dirty"].get<bool>() ? " with local changes" : "") << ", load average " << m["load_average_1min_at_start"].get<std::string>()
     << " at the start, " << report["threads"] << " thread(s) on both sides.\n"
-    << "Cells: median [min – max] µs per training step (zero_grad, forward, loss, backward, SGD step) after "
-    << report["warmup"] << " warm-up steps. Ratio = PyTorch / ours. Memory: peak RSS growth over the RSS before training (MiB).\n\n"
-    << "| model | ours (µs) | PyTorch (µs) | ratio | target | met? | peak RSS growth ours / PyTorch (MiB) |\n|---|---|---|---|---|---|---|\n";
+    << "Cells: median [min – max] µs per training step (zero_grad, forward, loss, backward, SGD step) over " << report["blocks"]
+    << " blocks of timed steps after " << report["warmup"] << " warm-up steps; the blocks alternate ours and PyTorch's (PyTorch in a "
+    << "python3 process driven over a pipe)" << (report["pinned"].get<bool>() ? ", both sides of a block on the same CPU, the CPUs taken in turn" : "")
+    << ". Ratio = PyTorch / ours (medians); the range after it is that of the per-block ratios. Memory: peak RSS growth over the "
+    << "RSS before training (MiB).\n\n"
+    << "| model | ours (µs) | PyTorch (µs) | ratio [per-block range] | target | met? | peak RSS growth ours / PyTorch (MiB) |\n|---|---|---|---|---|---|---|\n";
   for (const json& r : report["results"]) {
+    std::string range;
+    if (r.contains("block_ratios") && !r["block_ratios"].empty()) {
+      std::vector<double> q = r["block_ratios"].get<std::vector<double>>();
+      range = " [" + bench::fmt(*std::min_element(q.begin(), q.end())) + " – " + bench::fmt(*std::max_element(q.begin(), q.end())) + "]";
+    }
     s << "| " << r["model"].get<std::string>() << " | " << cell(r["ours"]) << " | " << cell(r["pytorch"]) << " | "
-      << (r.contains("ratio") ? bench::fmt(r["ratio"].get<double>()) : "—") << " | ≥ " << bench::fmt(r["target_ratio"].get<double>(), 1) << " | "
+      << (r.contains("ratio") ? bench::fmt(r["ratio"].get<double>()) + range : "—") << " | ≥ "
+      << bench::fmt(r["target_ratio"].get<double>(), 1) << " | "
       << (r.contains("met") ? (r["met"].get<bool>() ? "yes" : "no") : "—") << " | "
       << mib(r["ours"].is_null() ? json(nullptr) : r["ours"]["peak_rss_growth_mib"]) << " / "
       << mib(r["pytorch"].is_null() ? json(nullptr) : r["pytorch"]["peak_rss_growth_mib"]) << " |\n";
@@ -191,17 +343,23 @@ Options parse(int argc, char** argv) {
     if (a == "--threads") o.threads = std::stoi(value());
     else if (a == "--models") o.models = bench::split_list(value());
     else if (a == "--warmup") o.warmup = std::stoi(value());
+    else if (a == "--blocks") o.blocks = std::stoi(value());
+    else if (a == "--no-pin") o.pin = false;
     else if (a == "--steps") o.steps = std::stoi(value());
     else if (a == "--python") o.python = value();
     else if (a == "--root") o.root = value();
     else if (a == "--no-torch") o.torch = false;
     else if (a == "--no-write") o.write = false;
     else if (a == "--help" || a == "-h") {
-      std::cout << "bench_training [--threads 1] [--models seed,mlp,cnn] [--warmup 10] [--steps N] [--no-torch] [--no-write]\n";
+      std::cout << "bench_training [--threads 1] [--models seed,mlp,cnn] [--blocks 20] [--warmup 10] [--steps N] [--no-pin] [--no-torch] [--no-write]\n"
+                   "  Times training steps of dparallel and PyTorch (python3 bench/pytorch_training.py --serve) in alternating\n"
+                   "  blocks; with --threads 1 both sides of a block run on the same CPU, the CPUs taken in turn (--no-pin: not).\n"
+                   "  Writes bench/results/training.json and the table in docs/benchmarks.md unless --no-write.\n";
       std::exit(0);
     } else throw ValueError("bench_training: unknown option " + a + " (see --help)");
   }
   DP_CHECK(o.threads >= 1, ValueError, "bench_training: --threads must be >= 1");
+  DP_CHECK(o.blocks >= 1, ValueError, "bench_training: --blocks must be >= 1");
   return o;
 }
 
@@ -211,18 +369,21 @@ int main(int argc, char** argv) try {
   Options o = parse(argc, argv);
   set_num_threads(o.threads);
   auto all = workloads();
-  json report = {{"machine", bench::machine_info(o.root)}, {"threads", o.threads}, {"warmup", o.warmup}, {"results", json::array()}};
+  const std::vector<int> cpus = allowed_cpus();
+  const bool pin = o.pin && o.threads == 1 && !cpus.empty();
+  json report = {{"machine", bench::machine_info(o.root)}, {"threads", o.threads}, {"warmup", o.warmup},
+                 {"blocks", o.blocks},                    {"pinned", pin},           {"results", json::array()}};
+  std::unique_ptr<TorchServer> torch;
+  if (o.torch) {
+    torch = std::make_unique<TorchServer>(o);
+    if (!torch->ok()) torch.reset();
+  }
   for (const std::string& name : o.models) {
     auto it = all.find(name);
     DP_CHECK(it != all.end(), ValueError, "bench_training: unknown model '", name, "' (seed, mlp, cnn)");
-    json r = {{"model", name}, {"target_ratio", it->second.target_ratio}, {"ours", run_ours(name, it->second, o)}, {"pytorch", nullptr}};
-    if (o.torch) r["pytorch"] = run_pytorch(name, o);
-    if (!r["pytorch"].is_null()) {
-      double q = r["pytorch"]["median_us"].get<double>() / r["ours"]["median_us"].get<double>();
-      r["ratio"] = q;
-      r["met"] = q >= it->second.target_ratio;
-      report["pytorch_version"] = r["pytorch"]["torch"];
-    }
+    json r = run_model(name, it->second, o, torch.get(), cpus, pin);
+    if (torch && r["pytorch"].is_null()) torch.reset();  // it failed: no more requests
+    if (!r["pytorch"].is_null()) report["pytorch_version"] = r["pytorch"]["torch"];
     std::cerr << name << ": ours " << cell(r["ours"]) << " µs, PyTorch " << cell(r["pytorch"]) << " µs"
               << (r.contains("ratio") ? ", ratio " + bench::fmt(r["ratio"].get<double>()) : "") << "\n";
     report["results"].push_back(r);

@@ -218,6 +218,36 @@ class TaskLease {
 
 void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here = nullptr);
 
+// The gradient list handed to a node's apply(), from a per-thread cache of emptied lists: a node
+// receives its gradients in a fresh vector every time, which was a malloc/free pair per node.
+// apply() takes the list by rvalue reference; whatever it leaves there (usually moved-from or
+// untouched tensors) is dropped when the lease ends, and the capacity is kept for the next node.
+class ListLease {
+ public:
+  explicit ListLease(size_t n) {
+    auto& cache = tls_lists();
+    if (!cache.empty()) {
+      list = std::move(cache.back());
+      cache.pop_back();
+    }
+    list.resize(n);
+  }
+  ~ListLease() {
+    list.clear();
+    auto& cache = tls_lists();
+    if (list.capacity() != 0 && list.capacity() <= 64 && cache.size() < 16) cache.push_back(std::move(list));
+  }
+  ListLease(const ListLease&) = delete;
+  ListLease& operator=(const ListLease&) = delete;
+  variable_list list;
+
+ private:
+  static std::vector<variable_list>& tls_lists() {
+    thread_local std::vector<variable_list> cache;
+    return cache;
+  }
+};
+
 // Makes node `idx` run: in the calling thread (pushed on `ready`) or posted to its worker.
 void schedule(GraphTask& task, uint32_t idx) {
   Worker* w = task.nodes[idx].worker;
@@ -306,7 +336,8 @@ void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here) {
       static_cast<AccumulateGrad*>(fn)->accumulate(std::move(task.inputs[tn.first_input]));
       return;
     }
-    variable_list inputs(tn.num_inputs);
+    ListLease lease(tn.num_inputs);
+    variable_list& inputs = lease.list;
     for (uint32_t i = 0; i < tn.num_inputs; ++i) inputs[i] = std::move(task.inputs[tn.first_input + i]);
     AutoGradMode grad_mode(task.create_graph);  // this thread's mode, whatever its previous one
     if (fn->has_output_hooks()) fn->run_output_hooks(inputs);
@@ -498,10 +529,11 @@ void run(GraphTask& task) {
   }
 }
 
-std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool keep_graph,
+// roots[0, num_roots) with grad_roots[0, num_grads) (num_grads is 0 or num_roots): spans rather
+// than vectors, so Tensor::backward() builds none.
+std::vector<Tensor> run_backward(const Tensor* roots, size_t num_roots, const Tensor* grad_roots, size_t num_grads, bool keep_graph,
                                  bool create_graph, const std::vector<Tensor>* inputs, bool allow_unused) {
-  DP_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), ValueError, "backward: got ", roots.size(), " tensors but ",
-           grad_roots.size(), " gradients");
+  DP_CHECK(num_grads == 0 || num_grads == num_roots, ValueError, "backward: got ", num_roots, " tensors but ", num_grads, " gradients");
   TaskLease lease;
   GraphTask& task = *lease;
   task.keep_graph = keep_graph;
@@ -510,10 +542,10 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::ve
 
   std::vector<Edge>& root_edges = task.root_edges;
   variable_list& root_grads = task.root_grads;
-  for (size_t i = 0; i < roots.size(); ++i) {
+  for (size_t i = 0; i < num_roots; ++i) {
     const Tensor& r = roots[i];
     DP_CHECK(r.defined() && r.requires_grad(), AutogradError, "element ", i, " of tensors does not require grad and does not have a grad_fn");
-    Tensor g = grad_roots.empty() ? Tensor() : grad_roots[i];
+    Tensor g = num_grads == 0 ? Tensor() : grad_roots[i];
     if (!g.defined()) {
       DP_CHECK(r.numel() == 1, AutogradError, "grad can be implicitly created only for scalar outputs (got a tensor of size ", r.size_str(), ")");
       g = dp::ones_like(r);
@@ -567,12 +599,20 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::ve
 }  // namespace
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph, bool create_graph) {
-  run_backward(roots, grad_roots, retain_graph || create_graph, create_graph, nullptr, false);
+  run_backward(roots.data(), roots.size(), grad_roots.data(), grad_roots.size(), retain_graph || create_graph, create_graph, nullptr,
+               false);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs, const std::vector<Tensor>& grad_outputs,
                          bool retain_graph, bool create_graph, bool allow_unused) {
-  return run_backward(outputs, grad_outputs, retain_graph || create_graph, create_graph, &inputs, allow_unused);
+  return run_backward(outputs.data(), outputs.size(), grad_outputs.data(), grad_outputs.size(), retain_graph || create_graph, create_graph,
+                      &inputs, allow_unused);
 }
+
+namespace detail {
+void backward_one(const Tensor& root, const Tensor& grad_root, bool retain_graph, bool create_graph) {
+  run_backward(&root, 1, &grad_root, 1, retain_graph || create_graph, create_graph, nullptr, false);
+}
+}  // namespace detail
 
 }  // namespace dp::autograd

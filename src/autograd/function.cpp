@@ -10,9 +10,12 @@ bool any_needs_grad(const std::vector<Tensor>& ts) {
   return false;
 }
 
-void set_history(const std::vector<Tensor>& outputs, const std::shared_ptr<Node>& node) {
-  if (!outputs.empty() && outputs[0].defined()) node->set_device(outputs[0].device());
-  for (const Tensor& out : outputs) {
+namespace {
+
+void set_history_range(const Tensor* outputs, size_t n, const std::shared_ptr<Node>& node) {
+  if (n > 0 && outputs[0].defined()) node->set_device(outputs[0].device());
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& out = outputs[i];
     uint32_t nr = node->add_output_meta(out);
     AutogradMeta& meta = out.unsafe_impl()->autograd_meta();
     meta.grad_fn = node;
@@ -21,12 +24,39 @@ void set_history(const std::vector<Tensor>& outputs, const std::shared_ptr<Node>
   }
 }
 
+template <typename Name>
+std::shared_ptr<Node> record_range(Name&& name, const Tensor* inputs, size_t num_inputs, const Tensor* outputs, size_t num_outputs,
+                                   FunctionNode::BackwardFn&& backward) {
+  auto node = ::dp::detail::make_pooled<FunctionNode>(std::forward<Name>(name), std::move(backward));
+  node->reserve_next_edges(num_inputs);
+  for (size_t i = 0; i < num_inputs; ++i) node->add_next_edge(gradient_edge(inputs[i]));
+  set_history_range(outputs, num_outputs, node);
+  return node;
+}
+
+}  // namespace
+
+void set_history(const std::vector<Tensor>& outputs, const std::shared_ptr<Node>& node) {
+  set_history_range(outputs.data(), outputs.size(), node);
+}
+
+void set_history(std::initializer_list<Tensor> outputs, const std::shared_ptr<Node>& node) {
+  set_history_range(outputs.begin(), outputs.size(), node);
+}
+
 std::shared_ptr<Node> record(std::string name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
                              FunctionNode::BackwardFn backward) {
-  auto node = ::dp::detail::make_pooled<FunctionNode>(std::move(name), std::move(backward));
-  for (const Tensor& in : inputs) node->add_next_edge(gradient_edge(in));
-  set_history(outputs, node);
-  return node;
+  return record_range(std::move(name), inputs.data(), inputs.size(), outputs.data(), outputs.size(), std::move(backward));
+}
+
+std::shared_ptr<Node> record(const char* static_name, std::initializer_list<Tensor> inputs, std::initializer_list<Tensor> outputs,
+                             FunctionNode::BackwardFn backward) {
+  return record_range(static_name, inputs.begin(), inputs.size(), outputs.begin(), outputs.size(), std::move(backward));
+}
+
+std::shared_ptr<Node> record(const char* static_name, std::initializer_list<Tensor> inputs, const std::vector<Tensor>& outputs,
+                             FunctionNode::BackwardFn backward) {
+  return record_range(static_name, inputs.begin(), inputs.size(), outputs.data(), outputs.size(), std::move(backward));
 }
 
 void mark_view(const Tensor& view) { view.unsafe_impl()->autograd_meta().is_view = true; }

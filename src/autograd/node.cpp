@@ -200,9 +200,9 @@ void AccumulateGrad::accumulate(Tensor g) {
       NoGradGuard no_grad;
       stored = dp::clone(g.detach());
     }
-    meta.grad = std::make_shared<Tensor>(std::move(stored));
+    meta.grad = ::dp::detail::make_pooled<Tensor>(std::move(stored));
   } else if (create_graph) {
-    meta.grad = std::make_shared<Tensor>(dp::add(*meta.grad, g));
+    meta.grad = ::dp::detail::make_pooled<Tensor>(dp::add(*meta.grad, g));
   } else {
     NoGradGuard no_grad;
     dp::add_(*meta.grad, g);  // in place, as PyTorch (optimizers may hold this tensor)
@@ -225,7 +225,7 @@ std::shared_ptr<Node> grad_accumulator(const Tensor& t) {
   AutogradMeta& meta = t.unsafe_impl()->autograd_meta();
   std::lock_guard<std::mutex> lock(meta.mu);
   if (auto acc = meta.grad_accumulator.lock()) return acc;
-  auto acc = std::make_shared<AccumulateGrad>(t);
+  auto acc = ::dp::detail::make_pooled<AccumulateGrad>(t);  // made again every step once the graph is freed
   meta.grad_accumulator = acc;
   return acc;
 }

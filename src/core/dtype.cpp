@@ -3,15 +3,7 @@
 
 namespace dp {
 
-size_t element_size(DType t) {
-  switch (t) {
-    case DType::Bool: case DType::UInt8: return 1;
-    case DType::Float16: case DType::BFloat16: return 2;
-    case DType::Int32: case DType::Float32: return 4;
-    case DType::Int64: case DType::Float64: return 8;
-  }
-  throw DTypeError("element_size: unknown dtype");
-}
+void throw_unknown_dtype(const char* where) { throw DTypeError(std::string(where) + ": unknown dtype"); }
 
 const char* dtype_name(DType t) {
   switch (t) {

@@ -38,7 +38,7 @@ Shape contiguous_strides(IntArrayRef sizes) {
   return st;
 }
 
-int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+int64_t wrap_dim_slow(int64_t dim, int64_t ndim, const char* op) {
   int64_t n = ndim > 0 ? ndim : 1;  // a 0-dim tensor accepts dim 0 and -1, as in PyTorch
   DP_CHECK(dim >= -n && dim < n, IndexError, op, ": Dimension out of range (expected to be in range of [", -n, ", ", n - 1, "], but got ", dim, ")");
   return dim < 0 ? dim + n : dim;

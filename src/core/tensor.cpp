@@ -6,10 +6,7 @@
 
 namespace dp {
 
-TensorImpl& Tensor::impl() const {
-  DP_CHECK(impl_ != nullptr, ValueError, "operation on an undefined tensor (default-constructed dp::Tensor)");
-  return *impl_;
-}
+void Tensor::throw_undefined() { throw ValueError("operation on an undefined tensor (default-constructed dp::Tensor)"); }
 
 int64_t Tensor::size(int64_t d) const {
   if (dim() == 0) DP_CHECK(false, IndexError, "size(", d, "): dimension specified as ", d, " but tensor has no dimensions");
@@ -92,7 +89,7 @@ Tensor& Tensor::mutable_grad() {
 }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
-  autograd::backward({*this}, {gradient}, retain_graph, create_graph);
+  autograd::detail::backward_one(*this, gradient, retain_graph, create_graph);
 }
 
 Tensor Tensor::detach() const {

@@ -28,10 +28,21 @@ AutogradMeta& TensorImpl::autograd_meta() {
 }
 
 Tensor make_empty(IntArrayRef sizes, DType dtype, Device device) {
-  for (int64_t s : sizes) DP_CHECK(s >= 0, ShapeError, "empty: negative dimension in size ", shape_str(sizes));
-  int64_t n = numel_of(sizes);
+  // One pass from the last dim: the check, the element count and the row-major strides (a size-1
+  // dim gets the stride of the dims after it, as contiguous_strides gives).
+  const size_t nd = sizes.size();
+  Shape strides(nd);
+  int64_t n = 1, stride = 1;
+  for (size_t i = nd; i-- > 0;) {
+    const int64_t s = sizes[i];
+    if (s < 0) [[unlikely]]
+      throw ShapeError(detail::str("empty: negative dimension in size ", shape_str(sizes)));
+    strides[i] = stride;
+    stride *= s > 1 ? s : 1;  // as contiguous_strides: an empty dim does not zero the strides before it
+    n *= s;
+  }
   auto storage = ::dp::detail::make_pooled<StorageImpl>(static_cast<size_t>(n) * element_size(dtype), device);
-  return Tensor(::dp::detail::make_pooled<TensorImpl>(std::move(storage), sizes.vec(), contiguous_strides(sizes), 0, dtype));
+  return Tensor(::dp::detail::make_pooled<TensorImpl>(TensorImpl::Contiguous{}, std::move(storage), sizes.vec(), std::move(strides), n, dtype));
 }
 
 }  // namespace dp

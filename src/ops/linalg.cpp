@@ -13,6 +13,7 @@
 #include "dp/core/pooled.h"
 #include "dp/ops/linalg.h"
 
+#include <algorithm>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -449,6 +450,54 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// A [rows, cols] matrix over t's memory (t's leading dims folded into rows): t itself when BLAS
+// can read it in place, else a contiguous copy.
+struct Matrix {
+  Tensor data;
+  Layout layout;
+};
+Matrix as_matrix(const Tensor& t, int64_t rows, int64_t cols) {
+  if (t.dim() == 1) {
+    if (auto l = blas_layout(1, cols, cols * t.stride(0), t.stride(0))) return {t, *l};
+  } else if (t.dim() == 2) {
+    if (auto l = blas_layout(rows, cols, t.stride(0), t.stride(1))) return {t, *l};
+  } else if (auto l = blas_layout(t.size(-2), cols, t.stride(-2), t.stride(-1)); l && !l->trans) {
+    if (auto ld = fold_rows(t, cols)) return {t, Layout{false, *ld}};
+  }
+  return {raw_copy(t, t.dtype()), Layout{false, std::max<int64_t>(1, cols)}};
+}
+
+// linear's backward without autograd (grad mode off), float32/float64, no empty dims:
+// dx = G @ W, dw = G^T @ X, db = G summed to the bias shape; G is the output gradient as a
+// [rows, out_f] matrix. x (for dw) and w (for dx) are undefined when that gradient is not needed.
+variable_list linear_backward_direct(const Tensor& grad, const Tensor& x, const Tensor& w, int64_t rows, int64_t in, int64_t out_f,
+                                     const Shape* b_shape) {
+  const Matrix G = as_matrix(grad, rows, out_f);
+  const DType dt = grad.dtype();
+  Tensor dx, dw;
+  auto gemm = [&]<typename T>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& A, int64_t lda, const Tensor& B,
+                              int64_t ldb, const Tensor& C) {
+    kernels::blas::gemm(ta, tb, m, n, k, T(1), static_cast<const T*>(A.data_ptr()), lda, static_cast<const T*>(B.data_ptr()), ldb, T(0),
+                        static_cast<T*>(C.data_ptr()), n);
+  };
+  if (w.defined()) {  // dx [rows, in] = G [rows, out_f] @ W [out_f, in], shaped as x
+    const Matrix W = as_matrix(w, out_f, in);
+    Shape x_shape(grad.sizes().begin(), grad.sizes().end() - 1);
+    x_shape.push_back(in);
+    dx = make_empty(x_shape, dt, grad.device());
+    if (dt == kFloat32) gemm.operator()<float>(G.layout.trans, W.layout.trans, rows, in, out_f, G.data, G.layout.ld, W.data, W.layout.ld, dx);
+    else gemm.operator()<double>(G.layout.trans, W.layout.trans, rows, in, out_f, G.data, G.layout.ld, W.data, W.layout.ld, dx);
+  }
+  if (x.defined()) {  // dw [out_f, in] = G^T [out_f, rows] @ X [rows, in]
+    const Matrix X = as_matrix(x, rows, in);
+    dw = make_empty({out_f, in}, dt, grad.device());
+    if (dt == kFloat32) gemm.operator()<float>(!G.layout.trans, X.layout.trans, out_f, in, rows, G.data, G.layout.ld, X.data, X.layout.ld, dw);
+    else gemm.operator()<double>(!G.layout.trans, X.layout.trans, out_f, in, rows, G.data, G.layout.ld, X.data, X.layout.ld, dw);
+  }
+  Tensor db = b_shape ? dp::sum_to(grad, *b_shape) : Tensor();
+  return variable_list{std::move(dx), std::move(dw), std::move(db)};
+}
+
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_inputs("linear", {&x, &w});  // the bias is optional
   if (b.defined()) check_inputs("linear", {&x, &b});
@@ -479,10 +528,40 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     const int64_t ld = *fold_rows(xc, in);
     X2 = raw_view(xc, {rows, in}, {ld, in > 1 ? xc.stride(-1) : 1}, xc.storage_offset());
   }
-  Tensor WT = raw_view(w, {in, out_f}, {w.stride(1), w.stride(0)}, w.storage_offset());
   Tensor C = make_empty(out2, x.dtype(), x.device());
-  if (b.defined()) kernels::copy_kernel(C, b);  // bias rows first; the GEMM accumulates onto them (beta = 1)
-  matmul_kernel(C, X2, WT, 1, b.defined() ? 1 : 0, "linear");
+  Layout lx{}, lw{};
+  bool direct = (x.dtype() == kFloat32 || x.dtype() == kFloat64) && X2.numel() > 0 && out_f > 0;
+  if (direct) {
+    const auto ox = blas_layout(rows, in, X2.stride(0), X2.stride(1));
+    const auto ow = blas_layout(in, out_f, w.stride(1), w.stride(0));  // w.t() as BLAS reads it
+    direct = ox && ow;
+    if (direct) lx = *ox, lw = *ow;
+  }
+  if (direct) {
+    // The usual case, straight to the GEMM (no w.t() view, no matmul_kernel dispatch): bias rows
+    // first, then C = X @ W^T + C.
+    kernels::dispatch_floating(x.dtype(), "linear", [&]<typename T>() {
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        T* c = static_cast<T*>(C.data_ptr());
+        if (b.defined()) {
+          const T* bp = static_cast<const T*>(b.data_ptr());
+          const int64_t bs = (b.dim() == 1 && b.size(0) == out_f) ? b.stride(0) : 0;  // [out_f], or one value broadcast
+          if (bs == 0 || out_f == 1) {
+            std::fill_n(c, rows * out_f, bp[0]);
+          } else {
+            for (int64_t j = 0; j < out_f; ++j) c[j] = bp[j * bs];
+            for (int64_t r = 1; r < rows; ++r) std::copy_n(c, out_f, c + r * out_f);
+          }
+        }
+        kernels::blas::gemm(lx.trans, lw.trans, rows, out_f, in, T(1), static_cast<const T*>(X2.data_ptr()), lx.ld,
+                            static_cast<const T*>(w.data_ptr()), lw.ld, T(b.defined() ? 1 : 0), c, out_f);
+      }
+    });
+  } else {
+    Tensor WT = raw_view(w, {in, out_f}, {w.stride(1), w.stride(0)}, w.storage_offset());
+    if (b.defined()) kernels::copy_kernel(C, b);  // bias rows first; the GEMM accumulates onto them (beta = 1)
+    matmul_kernel(C, X2, WT, 1, b.defined() ? 1 : 0, "linear");
+  }
   Tensor out = C;
   if (x.dim() != 2) {
     Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
@@ -496,6 +575,12 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     Shape b_shape = b.defined() ? b.sizes() : Shape{};
     autograd::record(b.defined() ? "AddmmBackward0" : "MmBackward0", {x, w, b}, {out},
                      [sx, sw, gx, gw, gbias, rows, in, out_f, b_shape](variable_list&& g) {
+                       // A plain backward (no create_graph) in float32/float64 goes straight to the
+                       // GEMMs: no views, shape checks or graph for the formulas below.
+                       if (!GradMode::is_enabled() && (g[0].dtype() == kFloat32 || g[0].dtype() == kFloat64) &&
+                           rows > 0 && in > 0 && out_f > 0)
+                         return linear_backward_direct(g[0], gw ? sx.unpack() : Tensor(), gx ? sw.unpack() : Tensor(), rows, in,
+                                                       out_f, gbias ? &b_shape : nullptr);
                        Tensor dx = gx ? dp::matmul(g[0], sw.unpack()) : Tensor();
                        Tensor dw = gw ? dp::mm(dp::reshape(g[0], {rows, out_f}).t(), dp::reshape(sx.unpack(), {rows, in})) : Tensor();
                        Tensor db = gbias ? dp::sum_to(g[0], b_shape) : Tensor();

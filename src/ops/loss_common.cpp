@@ -42,6 +42,10 @@ Tensor scalar_result(double v, DType dtype, Device device) {
 
 double scalar_value(const Tensor& g) {
   DP_CHECK(g.numel() == 1, ShapeError, "loss backward: expected a one-element gradient, got ", g.size_str());
+  // The usual case (the loss's own dtype, on a CPU device) is read in place: one element needs no
+  // contiguous copy or conversion.
+  if (g.is_cpu() && g.dtype() == kFloat32) return static_cast<const float*>(g.data_ptr())[0];
+  if (g.is_cpu() && g.dtype() == kFloat64) return static_cast<const double*>(g.data_ptr())[0];
   return kernels::convert_nograd(kernels::contiguous_nograd(g), kFloat64).data_ptr<double>()[0];
 }
 

@@ -1,4 +1,6 @@
 // sum, mean and sum_to, with autograd.
+#include <algorithm>
+#include <vector>
 #include "core/kernels/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
@@ -71,6 +73,57 @@ Tensor mean_dims(const Tensor& a, IntArrayRef dims, bool keepdim, const char* no
   return out;
 }
 
+// Column sums of a contiguous [rows, inner] block, accumulated in double as sum_kernel does (same
+// grouping of four rows per pass), written to out[inner].
+template <typename T>
+void column_sums(const T* p, int64_t rows, int64_t inner, T* out) {
+  constexpr int64_t kStack = 512;
+  double stack_acc[kStack];
+  std::vector<double> heap_acc;
+  double* acc = stack_acc;
+  if (inner > kStack) {
+    heap_acc.resize(static_cast<size_t>(inner));
+    acc = heap_acc.data();
+  }
+  std::fill(acc, acc + inner, 0.0);
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const T* q0 = p + r * inner;
+    const T* q1 = q0 + inner;
+    const T* q2 = q1 + inner;
+    const T* q3 = q2 + inner;
+    for (int64_t j = 0; j < inner; ++j)
+      acc[j] += (static_cast<double>(q0[j]) + static_cast<double>(q1[j])) + (static_cast<double>(q2[j]) + static_cast<double>(q3[j]));
+  }
+  for (; r < rows; ++r) {
+    const T* q = p + r * inner;
+    for (int64_t j = 0; j < inner; ++j) acc[j] += static_cast<double>(q[j]);
+  }
+  for (int64_t j = 0; j < inner; ++j) out[j] = static_cast<T>(acc[j]);
+}
+
+// sum_to's common case in backward formulas (a bias's gradient: [rows, n] -> [n]) without the
+// general reduction's plan, masks and graph: a contiguous float32/float64 tensor that needs no
+// gradient, summed over a prefix of its dims (the target keeps every later dim as it is).
+// Returns an undefined tensor when the case does not apply (or the shapes are invalid: the general
+// path reports that).
+Tensor sum_leading_dims(const Tensor& a, IntArrayRef shape, int64_t lead) {
+  if (autograd::needs_grad(a) || !a.is_cpu() || !a.is_contiguous() || (a.dtype() != kFloat32 && a.dtype() != kFloat64)) return Tensor();
+  const int64_t nd = a.dim();
+  int64_t first_kept = nd;  // dims [first_kept, nd) are kept as they are
+  while (first_kept > lead && shape[first_kept - 1 - lead] == a.size(first_kept - 1)) --first_kept;
+  for (int64_t d = lead; d < first_kept; ++d)
+    if (shape[d - lead] != 1) return Tensor();
+  int64_t rows = 1, inner = 1;
+  for (int64_t d = 0; d < first_kept; ++d) rows *= a.size(d);
+  for (int64_t d = first_kept; d < nd; ++d) inner *= a.size(d);
+  Tensor out = make_empty(shape, a.dtype(), a.device());
+  if (inner == 0) return out;
+  if (a.dtype() == kFloat32) column_sums(rows ? a.data_ptr<float>() : nullptr, rows, inner, out.data_ptr<float>());
+  else column_sums(rows ? a.data_ptr<double>() : nullptr, rows, inner, out.data_ptr<double>());
+  return out;
+}
+
 }  // namespace
 
 Tensor sum(const Tensor& a, std::optional<DType> dtype) { return sum_dims(a, {}, false, dtype, "SumBackward0"); }
@@ -90,6 +143,7 @@ Tensor sum_to(const Tensor& a, IntArrayRef shape) {
   const int64_t lead = nd - static_cast<int64_t>(shape.size());
   DP_CHECK(lead >= 0, ShapeError, "sum_to: a tensor of size ", a.size_str(), " cannot be summed to size ", shape_str(shape),
            " (the target has more dims)");
+  if (Tensor out = sum_leading_dims(a, shape, lead); out.defined()) return out;
   std::vector<bool> mask(static_cast<size_t>(nd), false);
   for (int64_t d = 0; d < lead; ++d) mask[d] = true;
   for (size_t i = 0; i < shape.size(); ++i) {

@@ -79,11 +79,15 @@ void Optimizer::add_param_group(const OptimizerParamGroup& group) {
 void Optimizer::zero_grad(bool set_to_none) {
   for (auto& g : param_groups_)
     for (Tensor& p : g.params()) {
+      if (set_to_none) {
+        // Dropping is what set_grad(undefined) does; no need to read .grad first. A tensor that
+        // never took part in autograd has nothing to drop.
+        if (p.defined() && p.unsafe_impl()->autograd) p.set_grad(Tensor());
+        continue;
+      }
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      if (set_to_none) {
-        p.set_grad(Tensor());
-      } else {
+      {
         NoGradGuard no_grad;
         grad.zero_();
       }

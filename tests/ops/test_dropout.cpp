@@ -6,6 +6,7 @@
 #include <vector>
 #include "dp/ops/dropout.h"
 #include "support/golden.h"
+#include "support/gradcheck.h"
 
 namespace dp {
 namespace {
@@ -64,6 +65,27 @@ TEST(Dropout, GradientUsesTheSameMask) {
   ASSERT_TRUE(graph.requires_grad());
   Tensor dg = autograd::grad({sum(graph)}, {g2})[0];
   EXPECT_TRUE(all_close(dg, y2.detach() / x2.detach(), 1e-12, 1e-12));  // mask * scale
+}
+
+// Finite differences: a freshly seeded generator per evaluation gives every evaluation the same
+// mask, so the function is a fixed linear map whose Jacobian autograd must reproduce (and its
+// backward's backward, in the incoming gradient).
+TEST(Dropout, FiniteDifferenceGradients) {
+  for (double p : {0.2, 0.5}) {
+    SCOPED_TRACE(p);
+    auto f = [p](const std::vector<Tensor>& in) {
+      Generator gen(99);
+      return dropout(in[0], p, true, &gen);
+    };
+    Tensor x = test::rand_leaf({5, 6});
+    EXPECT_TRUE(test::gradcheck(f, {x}));
+    EXPECT_TRUE(test::gradgradcheck(f, {x}));
+    // The mask is not trivial: some elements dropped, some kept.
+    Tensor y = f({x.detach()});
+    const double zeros_n = sum(y.eq(0.0).to(kFloat64)).item<double>();
+    EXPECT_GT(zeros_n, 0.0);
+    EXPECT_LT(zeros_n, 30.0);
+  }
 }
 
 TEST(Dropout, ReproducibleWithSeededGenerator) {

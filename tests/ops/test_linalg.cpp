@@ -226,6 +226,108 @@ TEST(Linalg, LinearMatchesMatmulPlusBiasOnManyShapes) {
   }
 }
 
+// C = A @ B in double from the elements (an independent reference for the GEMM paths).
+Tensor reference_mm(const Tensor& a, const Tensor& b) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>(), out(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p) out[i * n + j] += av[i * k + p] * bv[p * n + j];
+  return tensor<double>(out, {m, n});
+}
+
+// Products of at most 2048 multiply-adds skip OpenBLAS (blas.cpp's tiny path): every transposition
+// and leading dimension, both dtypes, on both sides of the threshold, against a float64 reference.
+TEST(Linalg, TinyAndBlasProductsMatchAReference) {
+  struct Dims {
+    int64_t m, n, k;
+  };
+  for (Dims d : {Dims{1, 1, 1}, Dims{30, 1, 5}, Dims{1, 5, 30}, Dims{3, 7, 2}, Dims{12, 13, 13}, Dims{13, 13, 13}, Dims{2, 64, 16},
+                 Dims{64, 2, 17}}) {
+    for (DType dt : {kFloat32, kFloat64}) {
+      for (int layout = 0; layout < 4; ++layout) {
+        const bool ta = layout & 1, tb = layout & 2;
+        // A transposed operand is a t() view (BLAS reads it with the trans flag); the others are
+        // column slices of wider matrices, so their leading dimension is not their width.
+        Tensor a = ta ? randn({d.k, d.m}, dt).t() : randn({d.m, d.k + 3}, dt).narrow(1, 1, d.k);
+        Tensor b = tb ? randn({d.n, d.k}, dt).t() : randn({d.k, d.n + 2}, dt).narrow(1, 0, d.n);
+        SCOPED_TRACE(std::to_string(d.m) + "x" + std::to_string(d.k) + " @ " + std::to_string(d.k) + "x" + std::to_string(d.n) + " " +
+                     dtype_name(dt) + " trans " + std::to_string(ta) + std::to_string(tb));
+        const double tol = dt == kFloat32 ? 2e-5 : 1e-12;
+        Tensor ref = reference_mm(a, b);
+        EXPECT_TRUE(all_close(mm(a, b), ref, tol, tol));
+        // addmm: alpha and beta, a broadcast bias row; beta = 0 ignores NaNs in self.
+        Tensor bias = randn({d.n}, dt);
+        EXPECT_TRUE(all_close(addmm(bias, a, b, 0.5, 2.0), ref * 2.0 + bias.to(kFloat64) * 0.5, tol, tol));
+        Tensor nan_self = full({d.m, d.n}, std::numeric_limits<double>::quiet_NaN(), dt);
+        EXPECT_TRUE(all_close(addmm(nan_self, a, b, 0.0, 1.0), ref, tol, tol));
+        // linear (x @ w.t() + b) and its gradients, by the direct backward below the threshold too.
+        Tensor x = a.detach().requires_grad_(true), w = b.t().detach().requires_grad_(true), lb = bias.detach().requires_grad_(true);
+        Tensor y = linear(x, w, lb);
+        EXPECT_TRUE(all_close(y, ref + bias.to(kFloat64), tol, tol));
+        Tensor g = randn({d.m, d.n}, dt);
+        y.backward(g);
+        EXPECT_TRUE(all_close(x.grad(), reference_mm(g, w.detach()), tol, tol));
+        EXPECT_TRUE(all_close(w.grad(), reference_mm(g.t(), x.detach()), tol, tol));
+        EXPECT_TRUE(all_close(lb.grad(), sum(g.to(kFloat64), {0}), tol, tol));
+      }
+    }
+  }
+}
+
+// linear's plain backward (grad mode off: straight GEMMs on the operands' memory) equals its
+// differentiable backward (create_graph: dp ops), for every operand layout and optional part.
+TEST(Linalg, LinearDirectBackwardEqualsTheDifferentiableOne) {
+  struct Case {
+    Shape x;
+    bool x_grad, w_grad, bias, bias_grad, x_transposed, w_transposed;
+  };
+  const std::vector<Case> cases = {
+      {{5, 7}, true, true, true, true, false, false},   {{7}, true, true, true, true, false, false},
+      {{2, 3, 7}, true, true, true, true, false, false}, {{5, 7}, false, true, true, true, false, false},
+      {{5, 7}, true, false, true, false, false, false}, {{5, 7}, true, true, false, false, false, false},
+      {{5, 7}, true, true, true, true, true, false},    {{5, 7}, true, true, true, true, false, true},
+      {{4, 5, 7}, true, true, true, true, true, true},  {{1, 7}, true, true, true, true, false, false},
+  };
+  for (DType dt : {kFloat32, kFloat64})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(shape_str(c.x) + " " + dtype_name(dt) + " x_grad " + std::to_string(c.x_grad) + " w_grad " + std::to_string(c.w_grad) +
+                   " bias " + std::to_string(c.bias) + " x_t " + std::to_string(c.x_transposed) + " w_t " + std::to_string(c.w_transposed));
+      Tensor x = randn(c.x, dt);
+      if (c.x_transposed) x = x.transpose(0, -1).contiguous().transpose(0, -1);  // same values, non-contiguous
+      Tensor w = c.w_transposed ? randn({7, 6}, dt).t() : randn({6, 7}, dt);
+      Tensor b = c.bias ? randn({6}, dt) : Tensor();
+      auto leaves = [&] {
+        std::vector<Tensor> out{x.detach().requires_grad_(c.x_grad), w.detach().requires_grad_(c.w_grad)};
+        out.push_back(c.bias ? b.detach().requires_grad_(c.bias_grad) : Tensor());
+        return out;
+      };
+      Shape y_shape = c.x;
+      y_shape.back() = 6;
+      Tensor g = randn(y_shape, dt);
+      // Plain backward: the direct path.
+      std::vector<Tensor> p = leaves();
+      linear(p[0], p[1], p[2]).backward(g);
+      // create_graph: the formulas with dp ops.
+      std::vector<Tensor> q = leaves();
+      std::vector<Tensor> wrt;
+      for (const Tensor& t : q)
+        if (t.defined() && t.requires_grad()) wrt.push_back(t);
+      std::vector<Tensor> dq = autograd::grad({linear(q[0], q[1], q[2])}, wrt, {g}, false, /*create_graph=*/true);
+      const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+      size_t k = 0;
+      for (size_t i = 0; i < 3; ++i) {
+        if (!q[i].defined() || !q[i].requires_grad()) {
+          if (p[i].defined()) EXPECT_FALSE(p[i].grad().defined()) << "input " << i << " got a gradient it does not need";
+          continue;
+        }
+        ASSERT_TRUE(p[i].grad().defined()) << "input " << i;
+        EXPECT_EQ(p[i].grad().sizes(), p[i].sizes());
+        EXPECT_TRUE(all_close(p[i].grad(), dq[k++].detach(), tol, tol)) << "input " << i;
+      }
+    }
+}
+
 TEST(Linalg, MatmulFoldsLargeBatchIntoOneGemmCorrectly) {
   Tensor a = randn({4, 33, 17}, kFloat64), b = randn({17, 9}, kFloat64);
   Tensor out = matmul(a, b);

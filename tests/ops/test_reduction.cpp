@@ -262,6 +262,32 @@ TEST(Reduction, SumToValues) {
   EXPECT_TRUE(all_close(sum_to(ex, {5, 1}), sum(row, {1}, true).expand({5, 1})));
 }
 
+// sum_to over leading dims of a contiguous float tensor that needs no gradient (a bias gradient) has
+// its own loop; it must agree with the general reduction, which a tensor requiring grad takes.
+TEST(Reduction, SumToLeadingDimsFastPathMatchesTheGeneralReduction) {
+  struct Case {
+    Shape in, target;
+  };
+  for (const Case& c : {Case{{30, 1}, {1}}, Case{{256, 1024}, {1024}}, Case{{5, 3, 4}, {3, 4}}, Case{{5, 3, 4}, {1, 1, 4}},
+                        Case{{5, 3, 4}, {1, 4}}, Case{{7, 600}, {600}}, Case{{9, 2}, {1, 1}}, Case{{0, 3}, {3}}, Case{{3, 0}, {0}},
+                        Case{{1, 6}, {6}}, Case{{6}, {1}}})
+    for (DType dt : {kFloat32, kFloat64}) {
+      SCOPED_TRACE(shape_str(c.in) + " -> " + shape_str(c.target) + " " + dtype_name(dt));
+      Tensor x = randn(c.in, dt);
+      Tensor fast = sum_to(x, c.target);
+      Tensor general = sum_to(x.detach().requires_grad_(true), c.target).detach();
+      EXPECT_EQ(fast.sizes(), Shape(c.target));
+      EXPECT_EQ(fast.dtype(), dt);
+      EXPECT_TRUE(all_close(fast, general, dt == kFloat32 ? 1e-6 : 1e-13, 1e-6));
+    }
+  // With grad: the general path records its node (double backward of a broadcast works).
+  Tensor x = randn({4, 3}, kFloat64).requires_grad_(true);
+  Tensor s = sum_to(x, {3});
+  ASSERT_TRUE(s.requires_grad());
+  s.backward(ones({3}, kFloat64));
+  EXPECT_TRUE(all_close(x.grad(), ones({4, 3}, kFloat64), 0, 0));
+}
+
 // ---------------------------------------------------------------- the loops against float64
 
 struct Layout {

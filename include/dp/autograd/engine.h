@@ -32,4 +32,9 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool create_graph = false, bool allow_unused = false);
 
+namespace detail {
+// backward({root}, {grad_root}) without the two vectors (Tensor::backward).
+void backward_one(const Tensor& root, const Tensor& grad_root, bool retain_graph, bool create_graph);
+}  // namespace detail
+
 }  // namespace dp::autograd

@@ -40,8 +40,15 @@ bool any_needs_grad(const std::vector<Tensor>& ts);
 // (output i gets output_nr i). Outputs must be fresh tensors made by the op. Returns the node.
 std::shared_ptr<Node> record(std::string name, const std::vector<Tensor>& inputs,
                              const std::vector<Tensor>& outputs, FunctionNode::BackwardFn backward);
+// The same for the usual call, `record("ExpBackward0", {a}, {out}, fn)`: a literal name (kept as a
+// pointer: it must outlive the node) and braced lists, so recording allocates no vectors or strings.
+std::shared_ptr<Node> record(const char* static_name, std::initializer_list<Tensor> inputs, std::initializer_list<Tensor> outputs,
+                             FunctionNode::BackwardFn backward);
+std::shared_ptr<Node> record(const char* static_name, std::initializer_list<Tensor> inputs, const std::vector<Tensor>& outputs,
+                             FunctionNode::BackwardFn backward);
 // Connects `node` (edges already set) as grad_fn of the outputs.
 void set_history(const std::vector<Tensor>& outputs, const std::shared_ptr<Node>& node);
+void set_history(std::initializer_list<Tensor> outputs, const std::shared_ptr<Node>& node);
 // Marks outputs of a view op (they alias their input): in-place ops on them are rejected while
 // they require grad, since the base's gradient would not see the change.
 void mark_view(const Tensor& view);

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <vector>
+#include "dp/core/pooled.h"
 #include "dp/core/tensor.h"
 
 namespace dp::autograd {
@@ -38,6 +39,11 @@ struct TensorMeta {
 
 class Node : public std::enable_shared_from_this<Node> {
  public:
+  // A node's edges and output descriptions come from the per-thread small-block pool (a small
+  // model's step builds and drops a handful of nodes; plain vectors were a malloc/free pair each).
+  using edge_list = std::vector<Edge, ::dp::detail::PooledAllocator<Edge>>;
+  using meta_list = std::vector<TensorMeta, ::dp::detail::PooledAllocator<TensorMeta>>;
+
   Node();
   // Destroying the last reference to a long chain of nodes releases it iteratively (a per-thread
   // queue of nodes whose last owner was an edge), so a graph of any depth can be dropped.
@@ -58,11 +64,13 @@ class Node : public std::enable_shared_from_this<Node> {
   // True for AccumulateGrad (a flag, so the engine needs no RTTI or virtual call to tell).
   bool is_accumulate_grad() const { return is_accumulate_grad_; }
 
-  const std::vector<Edge>& next_edges() const { return next_edges_; }
-  std::vector<Edge>& mutable_next_edges() { return next_edges_; }
+  const edge_list& next_edges() const { return next_edges_; }
+  edge_list& mutable_next_edges() { return next_edges_; }
   void add_next_edge(Edge e) { next_edges_.push_back(std::move(e)); }
+  // Room for n edges (record() knows the count: one allocation instead of a growing vector).
+  void reserve_next_edges(size_t n) { next_edges_.reserve(n); }
   uint32_t num_outputs() const { return static_cast<uint32_t>(output_meta_.size()); }
-  const std::vector<TensorMeta>& output_meta() const { return output_meta_; }
+  const meta_list& output_meta() const { return output_meta_; }
   uint32_t add_output_meta(const Tensor& t);
   // Device whose worker runs this node in backward.
   Device device() const { return device_; }
@@ -95,8 +103,8 @@ class Node : public std::enable_shared_from_this<Node> {
   bool is_accumulate_grad_ = false;
 
  private:
-  std::vector<Edge> next_edges_;
-  std::vector<TensorMeta> output_meta_;
+  edge_list next_edges_;
+  meta_list output_meta_;
   Device device_;
   uint64_t sequence_nr_;
   std::mutex hooks_mu_;
@@ -109,15 +117,19 @@ class FunctionNode : public Node {
  public:
   using BackwardFn = std::function<variable_list(variable_list&&)>;
   FunctionNode(std::string name, BackwardFn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  // `static_name` must outlive the node (a string literal, as every op's node name is): it is
+  // kept as a pointer, so a long name ("BinaryCrossEntropyBackward0") costs no allocation.
+  FunctionNode(const char* static_name, BackwardFn fn) : static_name_(static_name), fn_(std::move(fn)) {}
   ~FunctionNode() override;
   // Runs the callable; AutogradError (PyTorch's "backward through the graph a second time") once
   // the saved state was released. Concurrent calls on one node (backward from several threads over
   // a shared graph) are serialised against release_variables().
   variable_list apply(variable_list&& grads) override;
-  std::string name() const override { return name_; }
+  std::string name() const override { return static_name_ ? std::string(static_name_) : name_; }
   void release_variables() override;
 
  private:
+  const char* static_name_ = nullptr;
   std::string name_;
   std::mutex mu_;
   BackwardFn fn_;

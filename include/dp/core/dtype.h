@@ -23,7 +23,16 @@ inline constexpr DType kDouble = DType::Float64;
 inline constexpr DType kLong = DType::Int64;
 inline constexpr DType kInt = DType::Int32;
 
-size_t element_size(DType t);
+// Bytes per element. Inline (a table lookup): data_ptr() and every allocation ask for it.
+[[noreturn]] void throw_unknown_dtype(const char* where);
+inline size_t element_size(DType t) {
+  constexpr size_t kSizes[] = {1, 1, 4, 8, 2, 2, 4, 8};  // in DType's order
+  static_assert(static_cast<int>(DType::Int32) == 2 && static_cast<int>(DType::Float16) == 4 && static_cast<int>(DType::Float64) == 7,
+                "element_size's table follows DType's order");
+  const auto i = static_cast<size_t>(t);
+  if (i >= sizeof kSizes / sizeof kSizes[0]) [[unlikely]] throw_unknown_dtype("element_size");
+  return kSizes[i];
+}
 // "float32", "int64", ...
 const char* dtype_name(DType t);
 // PyTorch's spelling of the legacy tensor type, used in autograd messages: "torch.FloatTensor".

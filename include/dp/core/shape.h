@@ -231,8 +231,14 @@ inline std::ostream& operator<<(std::ostream& os, const Shape& s) { return os <<
 
 int64_t numel_of(IntArrayRef sizes);
 Shape contiguous_strides(IntArrayRef sizes);
-// Wraps a possibly negative dim into [0, ndim); throws IndexError naming op and range.
-int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
+// Wraps a possibly negative dim into [0, ndim); throws IndexError naming op and range. (A 0-dim
+// tensor accepts 0 and -1.) The in-range case is inline: size(d) and stride(d) call it constantly.
+int64_t wrap_dim_slow(int64_t dim, int64_t ndim, const char* op);
+inline int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+  if (dim >= 0 && dim < ndim) return dim;
+  if (dim < 0 && dim >= -ndim) return dim + ndim;
+  return wrap_dim_slow(dim, ndim, op);
+}
 // Broadcast two shapes by NumPy rules; throws ShapeError naming op and both shapes.
 Shape broadcast_shapes(IntArrayRef a, IntArrayRef b, const char* op);
 

@@ -211,7 +211,12 @@ class Tensor {
   std::string to_string() const;  // PyTorch-style print: tensor([[...]], dtype=…, device=…)
 
  private:
-  TensorImpl& impl() const;
+  // Inline: every accessor goes through it (an out-of-line call per sizes(), dtype(), ...).
+  TensorImpl& impl() const {
+    if (impl_ == nullptr) [[unlikely]] throw_undefined();
+    return *impl_;
+  }
+  [[noreturn]] static void throw_undefined();
   std::shared_ptr<TensorImpl> impl_;
 };
 

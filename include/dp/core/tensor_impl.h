@@ -49,6 +49,11 @@ struct TensorImpl {
   std::unique_ptr<AutogradMeta> autograd;
 
   TensorImpl(Storage s, Shape sz, Shape st, int64_t off, DType dt);
+  // A fresh contiguous tensor whose element count the caller already knows (make_empty): skips
+  // refresh_metadata's pass over sizes and strides.
+  struct Contiguous {};
+  TensorImpl(Contiguous, Storage s, Shape sz, Shape st, int64_t n, DType dt)
+      : storage(std::move(s)), sizes(std::move(sz)), strides(std::move(st)), dtype(dt), numel(n), is_contiguous(true) {}
   void refresh_metadata();  // recompute numel and is_contiguous after sizes/strides change
   Device device() const { return storage->device(); }
   AutogradMeta& autograd_meta();  // creates on first use

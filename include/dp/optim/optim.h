@@ -3,4 +3,5 @@
 #include "dp/optim/adam.h"
 #include "dp/optim/lr_scheduler.h"
 #include "dp/optim/optimizer.h"
+#include "dp/optim/serialize.h"
 #include "dp/optim/sgd.h"

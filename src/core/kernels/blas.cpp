@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <vector>
@@ -160,11 +161,72 @@ inline void raw_gemm(bool ta, bool tb, const Dims& d, double alpha, const double
   cblas_dgemm(CblasRowMajor, tr(ta), tr(tb), d.m, d.n, d.k, alpha, a, d.lda, b, d.ldb, beta, c, d.ldc);
 }
 
+// Tiny products (a small model's Linear layers: [30, 5] @ [5, 1]) cost OpenBLAS about 4,000
+// instructions of interface, packing and buffer set-up, plus two trips through the policy's mutex,
+// for a hundred multiply-adds. Up to kTinyWork multiply-adds they run here instead: one scalar dot
+// product per output element, in the calling thread, touching neither OpenBLAS nor the policy (so
+// safe from any thread). Each C(i, j) accumulates its k products in order, with fused
+// multiply-adds where the CPU has them (as OpenBLAS's kernels do), then C = alpha * acc + beta * C,
+// with C not read when beta == 0 (BLAS's rule: NaNs in C vanish). A float reduction is never
+// vectorised without -ffast-math, so the loop stays a short scalar one, which is what such sizes want.
+constexpr int64_t kTinyWork = 2048;
+
+bool is_tiny(int64_t m, int64_t n, int64_t k) { return m * n * std::max<int64_t>(k, 1) <= kTinyWork; }
+
+template <typename T>
+inline T mul_add(T a, T b, T acc) {
+#ifdef __FMA__
+  return std::fma(a, b, acc);
+#else
+  return acc + a * b;
+#endif
+}
+
+// sum_p x[p * incx] * y[p * incy], in order (unrolled by four, one accumulator).
+template <bool kUnit, typename T>
+inline T ordered_dot(const T* x, int64_t incx, const T* y, int64_t incy, int64_t k) {
+  if constexpr (kUnit) incx = incy = 1;
+  T acc = T(0);
+  int64_t p = 0;
+  for (; p + 4 <= k; p += 4, x += 4 * incx, y += 4 * incy) {
+    acc = mul_add(x[0], y[0], acc);
+    acc = mul_add(x[incx], y[incy], acc);
+    acc = mul_add(x[2 * incx], y[2 * incy], acc);
+    acc = mul_add(x[3 * incx], y[3 * incy], acc);
+  }
+  for (; p < k; ++p, x += incx, y += incy) acc = mul_add(*x, *y, acc);
+  return acc;
+}
+
+template <bool kUnit, typename T>
+void tiny_gemm_loop(int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t a_row, int64_t a_col, const T* b, int64_t b_row,
+                    int64_t b_col, T beta, T* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    const T* ai = a + i * a_row;
+    T* ci = c + i * ldc;
+    for (int64_t j = 0; j < n; ++j) {
+      const T acc = ordered_dot<kUnit>(ai, a_col, b + j * b_col, b_row, k);
+      ci[j] = beta == T(0) ? alpha * acc : mul_add(alpha, acc, beta * ci[j]);
+    }
+  }
+}
+
+template <typename T>
+void tiny_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+               T* c, int64_t ldc) {
+  // op(A)(i, p) = a[i * a_row + p * a_col], op(B)(p, j) = b[p * b_row + j * b_col] (storage as in blas.h).
+  const int64_t a_row = ta ? 1 : lda, a_col = ta ? lda : 1;
+  const int64_t b_row = tb ? 1 : ldb, b_col = tb ? ldb : 1;
+  if (a_col == 1 && b_row == 1) tiny_gemm_loop<true>(m, n, k, alpha, a, a_row, a_col, b, b_row, b_col, beta, c, ldc);  // x @ w.t()
+  else tiny_gemm_loop<false>(m, n, k, alpha, a, a_row, a_col, b, b_row, b_col, beta, c, ldc);
+}
+
 template <typename T>
 void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
                T* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   Dims d = check_dims(m, n, k, lda, ldb, ldc);
+  if (is_tiny(m, n, k)) return tiny_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   Guard g(static_cast<double>(m) * n * std::max<int64_t>(k, 1));
   raw_gemm(ta, tb, d, alpha, a, b, beta, c);
 }
@@ -174,6 +236,10 @@ void gemm_batched_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alph
                        int64_t ldb, T beta, T* const* c, int64_t ldc, int64_t count) {
   if (m == 0 || n == 0 || count == 0) return;
   Dims d = check_dims(m, n, k, lda, ldb, ldc);
+  if (is_tiny(m, n, k)) {
+    for (int64_t i = 0; i < count; ++i) tiny_gemm(ta, tb, m, n, k, alpha, a[i], lda, b[i], ldb, beta, c[i], ldc);
+    return;
+  }
   // Each GEMM decides on its own threads inside OpenBLAS; the policy is taken once for the batch.
   Guard g(static_cast<double>(m) * n * std::max<int64_t>(k, 1));
   for (int64_t i = 0; i < count; ++i) raw_gemm(ta, tb, d, alpha, a[i], b[i], beta, c[i]);

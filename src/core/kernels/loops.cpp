@@ -57,10 +57,14 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
 }
 
 void fill_kernel(const Tensor& dst, const Scalar& value) {
-  ElementwiseIter it({&dst}, dst.sizes());
   dispatch_all(dst.dtype(), "fill_", [&]<typename D>() {
     D v = value.is_floating_point() ? convert<D>(value.to_double()) : convert<D>(value.to_int());
     if (value.is_bool()) v = convert<D>(value.to_int() != 0);
+    if (dst.is_contiguous()) {  // fresh tensors (zeros, ones, full): one plain loop, no iterator set-up
+      if (dst.numel() > 0) std::fill_n(static_cast<D*>(dst.data_ptr()), dst.numel(), v);
+      return;
+    }
+    ElementwiseIter it({&dst}, dst.sizes());
     cpu_kernel<D>(it, [v]() { return v; });
   });
 }

@@ -101,7 +101,7 @@ void cpu_kernel(const ElementwiseIter& it, F f) {
     }
     auto run_strided = [&]<size_t... I>(std::index_sequence<I...>) {
       char* o = ptrs[0];
-      std::array<char*, N + 1> p{};
+      [[maybe_unused]] std::array<char*, N + 1> p{};  // unused for a 0-input kernel (fill)
       ((p[I + 1] = ptrs[I + 1]), ...);
       for (int64_t i = 0; i < n; ++i) {
         *reinterpret_cast<Out*>(o) = f_local(*reinterpret_cast<const In*>(p[I + 1])...);

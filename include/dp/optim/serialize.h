@@ -1,0 +1,39 @@
+#pragma once
+// Saving and loading an optimizer's state (Optimizer::state_dict: per-parameter buffers, step
+// counts, each group's hyper-parameters) as a safetensors checkpoint (dp/core/serialize.h):
+//
+//   dp::save(model, "model.safetensors");        // dp/nn/serialize.h
+//   dp::save(optimizer, "optim.safetensors");    // this header
+//   ...
+//   dp::load(model, "model.safetensors");
+//   dp::load(optimizer, "optim.safetensors");    // training continues exactly where it stopped
+//
+// The tensors are torch.optim's state layout ("state.0.exp_avg", "state.0.step", ...); the groups
+// (hyper-parameters and parameter indices) and the optimizer's name are JSON/strings in the file's
+// metadata ("param_groups", "optimizer"). Writes are atomic, as every dp::save: a failed or
+// interrupted save leaves the previous file in place. Loading checks the file first (IOError /
+// ValueError naming the file when it is missing, truncated or corrupt) and then the state against
+// the optimizer (ValueError naming the path and the problem: another optimizer's state, group or
+// parameter counts, shapes); on any error the optimizer is left unchanged.
+#include <concepts>
+#include <memory>
+#include <string>
+#include "dp/optim/optimizer.h"
+
+namespace dp {
+
+void save(const optim::Optimizer& optimizer, const std::string& path);
+void load(optim::Optimizer& optimizer, const std::string& path);
+
+// dp::save(std::make_shared<SGD>(...), path) works too (this constrained overload is preferred
+// over dp/nn/serialize.h's module one). To load through a shared_ptr, pass *optimizer: the
+// module overload load(shared_ptr<M>, path, strict = true) has another parameter list, so an
+// optimizer overload of load() taking a shared_ptr would make such calls ambiguous.
+template <typename O>
+  requires std::derived_from<O, optim::Optimizer>
+void save(const std::shared_ptr<O>& optimizer, const std::string& path) {
+  DP_CHECK(optimizer != nullptr, ValueError, "save: null optimizer");
+  save(static_cast<const optim::Optimizer&>(*optimizer), path);
+}
+
+}  // namespace dp
