@@ -1,6 +1,17 @@
-# The CUDA backend (issue: CUDA backend) compiles whenever nvcc is present. Until its sources exist
-# this only records whether the toolkit was found, so the build reports it.
+# The CUDA backend (issue 5). Included after the dparallel target is defined.
+#
+#  - src/cuda/caching_allocator.cpp is plain C++ (the caching allocator's logic over a raw-memory
+#    backend) and is always built, so it is tested on every machine.
+#  - When DP_WITH_CUDA is ON (the default) and nvcc is found, the rest of src/cuda is built too:
+#    the other *.cpp files (CUDA runtime API calls, compiled by the C++ compiler with dparallel's
+#    flags) go into dparallel, and the *.cu files (kernels) into the object library
+#    dparallel_cuda_kernels, whose objects are part of libdparallel. dparallel then defines
+#    DP_HAVE_CUDA=1 and links CUDA::cudart, both PUBLIC.
+#  - Kernels are compiled for sm_80 and sm_90 (SASS) plus compute_90 PTX, C++20. Keep the number
+#    of .cu files small: they are the slow part of a cold build.
 set(DP_HAVE_CUDA OFF)
+target_sources(dparallel PRIVATE ${PROJECT_SOURCE_DIR}/src/cuda/caching_allocator.cpp)
+
 if(DP_WITH_CUDA)
   include(CheckLanguage)
   if(NOT DEFINED CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
@@ -8,11 +19,53 @@ if(DP_WITH_CUDA)
   endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    file(GLOB_RECURSE DP_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/cuda/*.cpp)
-    if(DP_CUDA_SOURCES)
+    file(GLOB_RECURSE DP_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu)
+    file(GLOB_RECURSE DP_CUDA_HOST_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cpp)
+    list(REMOVE_ITEM DP_CUDA_HOST_SOURCES ${PROJECT_SOURCE_DIR}/src/cuda/caching_allocator.cpp)
+    if(DP_CUDA_KERNEL_SOURCES OR DP_CUDA_HOST_SOURCES)
+      if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+        set(CMAKE_CUDA_ARCHITECTURES "80-real;90")
+      endif()
+      if(NOT DEFINED CMAKE_CUDA_HOST_COMPILER)
+        set(CMAKE_CUDA_HOST_COMPILER ${CMAKE_CXX_COMPILER})
+      endif()
+      set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+      if(CCACHE_PROGRAM)
+        set(CMAKE_CUDA_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+      endif()
       enable_language(CUDA)
+      find_package(CUDAToolkit REQUIRED)
+      # CMake before 3.26 does not know nvcc's C++20 flag (and CUDA targets otherwise inherit
+      # CXX_STANDARD 20 and fail to generate): tell it.
+      if(NOT "cuda_std_20" IN_LIST CMAKE_CUDA_COMPILE_FEATURES)
+        set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+        set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+        list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+        set(CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
+      endif()
       set(DP_HAVE_CUDA ON)
+
+      target_sources(dparallel PRIVATE ${DP_CUDA_HOST_SOURCES})
+      if(DP_CUDA_KERNEL_SOURCES)
+        add_library(dparallel_cuda_kernels OBJECT ${DP_CUDA_KERNEL_SOURCES})
+        # The directory's options (cmake/Sanitizers.cmake: -fsanitize=…) are host-compiler flags
+        # nvcc rejects; kernel objects are built without them (uninstrumented host code is fine
+        # under ASan and TSan).
+        set_property(TARGET dparallel_cuda_kernels PROPERTY COMPILE_OPTIONS "")
+        target_include_directories(dparallel_cuda_kernels PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+        target_compile_definitions(dparallel_cuda_kernels PRIVATE DP_HAVE_CUDA=1)
+        target_compile_options(dparallel_cuda_kernels PRIVATE $<$<CONFIG:Release>:-O3>)
+        set_target_properties(dparallel_cuda_kernels PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF)
+        target_link_libraries(dparallel_cuda_kernels PRIVATE CUDA::cudart)
+        target_sources(dparallel PRIVATE $<TARGET_OBJECTS:dparallel_cuda_kernels>)
+        add_dependencies(dparallel dparallel_cuda_kernels)
+      endif()
+      target_compile_definitions(dparallel PUBLIC DP_HAVE_CUDA=1)
+      target_link_libraries(dparallel PUBLIC CUDA::cudart)
     endif()
   endif()
 endif()
 message(STATUS "dparallel: CUDA backend ${DP_HAVE_CUDA}")
+if(DP_HAVE_CUDA)
+  message(STATUS "dparallel: CUDA ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
+endif()

@@ -9,6 +9,9 @@
 #include "dp/core/device_registry.h"
 #include "dp/core/errors.h"
 #include "dp/core/storage.h"
+#if DP_HAVE_CUDA
+#include "dp/cuda/cuda.h"
+#endif
 
 namespace dp {
 namespace {
@@ -228,8 +231,12 @@ Allocator& allocator_for(Device d) {
     per_device[d.index].store(a, std::memory_order_release);
     return *a;
   }
-  check_device(d);  // throws: no CUDA backend allocator registered
+  check_device(d);  // throws for a CUDA device that does not exist (always, without the CUDA backend)
+#if DP_HAVE_CUDA
+  return cuda::device_allocator(d.index);
+#else
   throw DeviceError(detail::str("no allocator for device ", d.str()));
+#endif
 }
 
 MemoryStats memory_stats(Device d) { return allocator_for(d).stats(); }

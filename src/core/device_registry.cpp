@@ -7,6 +7,9 @@
 #include <string>
 #include <thread>
 #include "dp/core/errors.h"
+#if DP_HAVE_CUDA
+#include "dp/cuda/cuda.h"
+#endif
 
 namespace dp {
 namespace {
@@ -69,7 +72,11 @@ void set_cpu_device_count(int n) {
   r.cpu_count.store(n);
 }
 
-int cuda_device_count() { return 0; }  // replaced when the CUDA backend lands
+#if DP_HAVE_CUDA
+int cuda_device_count() { return cuda::device_count(); }  // 0 without a driver or a GPU
+#else
+int cuda_device_count() { return 0; }  // built without the CUDA backend
+#endif
 
 int device_count(DeviceType type) { return type == DeviceType::CPU ? cpu_device_count() : cuda_device_count(); }
 

@@ -1,0 +1,145 @@
+#pragma once
+// CUDA runtime basics: devices, streams, events, the caching allocator's statistics. Available when
+// dparallel is built with the CUDA backend (DP_HAVE_CUDA, see cmake/Cuda.cmake); this header needs
+// no CUDA headers (handles are the CUDA runtime's opaque pointer types).
+//
+// Devices: device_count() is the number of visible GPUs, 0 on any error (no driver, no device,
+// a stub libcuda), and is computed once. The current device is the CUDA runtime's, which is per
+// host thread (cudaSetDevice).
+//
+// Streams: a Stream is a cheap, copyable handle (device, cudaStream_t); one made by
+// Stream::create() owns its cudaStream_t (non-blocking, so it does not synchronise with the
+// legacy default stream) and destroys it when the last copy goes. Each host thread has a current
+// stream per device, the device's default stream until set_current_stream(); the caching
+// allocator allocates on the current stream.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include "dp/core/allocator.h"
+#include "dp/core/device.h"
+#include "dp/cuda/caching_allocator.h"
+
+struct CUstream_st;  // cudaStream_t == CUstream_st*
+struct CUevent_st;   // cudaEvent_t == CUevent_st*
+
+namespace dp::cuda {
+
+// Number of visible CUDA devices; 0 when the driver or a device is missing (never throws).
+int device_count();
+bool is_available();
+// The calling thread's current device. Throws DeviceError when no device is available.
+int current_device();
+// Makes `device` current for the calling thread. Throws DeviceError for an index out of range.
+void set_device(int device);
+// Waits for all work on `device` (the current one when -1). Not for hot paths.
+void synchronize(int device = -1);
+
+// Sets the current device for its scope, restores the previous one after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_;
+};
+
+class Event;
+
+class Stream {
+ public:
+  // The default (legacy, null) stream of the current device.
+  Stream();
+  static Stream default_stream(int device);
+  // A new non-blocking stream on `device` (priority: lower is higher, as in CUDA; 0 is normal).
+  static Stream create(int device, int priority = 0);
+
+  CUstream_st* handle() const { return handle_; }
+  int device() const { return device_; }
+  bool is_default() const { return handle_ == nullptr; }
+  detail::StreamId id() const { return reinterpret_cast<detail::StreamId>(handle_); }
+  // True if all work queued on the stream has completed.
+  bool query() const;
+  void synchronize() const;
+  // Work queued on this stream after this call waits for `event` (no host blocking).
+  void wait(const Event& event) const;
+
+  friend bool operator==(const Stream& a, const Stream& b) { return a.handle_ == b.handle_ && a.device_ == b.device_; }
+  friend bool operator!=(const Stream& a, const Stream& b) { return !(a == b); }
+
+ private:
+  Stream(int device, CUstream_st* handle, std::shared_ptr<CUstream_st> owner)
+      : device_(device), handle_(handle), owner_(std::move(owner)) {}
+  int device_;
+  CUstream_st* handle_;
+  std::shared_ptr<CUstream_st> owner_;  // null for the default stream
+};
+
+// The calling thread's current stream on `device` (the current device when -1).
+Stream current_stream(int device = -1);
+// Makes `stream` the calling thread's current stream on its device.
+void set_current_stream(const Stream& stream);
+
+// Sets the current device and that device's current stream for its scope.
+class StreamGuard {
+ public:
+  explicit StreamGuard(const Stream& stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  DeviceGuard device_;
+  Stream previous_;
+};
+
+// An event, created on first record() (as PyTorch's). Move-only; destroyed with the object.
+class Event {
+ public:
+  explicit Event(bool enable_timing = false) : timing_(enable_timing) {}
+  ~Event();
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  void record(const Stream& stream);
+  void record() { record(current_stream()); }  // on the current device's current stream
+  bool recorded() const { return event_ != nullptr; }
+  // True once the work before the record() has completed (true if never recorded).
+  bool query() const;
+  void synchronize() const;
+  // Milliseconds from this event to `end`; both recorded with enable_timing, `end` completed.
+  float elapsed_ms(const Event& end) const;
+  CUevent_st* handle() const { return event_; }
+  int device() const { return device_; }
+
+ private:
+  bool timing_;
+  int device_ = -1;
+  CUevent_st* event_ = nullptr;
+};
+
+// The caching allocator of `device` as a dp::Allocator (what dp::allocator_for(Device::cuda(i))
+// returns; it allocates on the calling thread's current stream), and its core.
+Allocator& device_allocator(int device);
+detail::CachingAllocatorCore& caching_allocator(int device);
+detail::CachingAllocatorStats memory_stats(int device);
+// Returns the device's unused cached segments to the driver (cudaFree).
+void empty_cache(int device);
+// Memory from the device's caching allocator at `ptr` is also used on `stream`: when freed, it is
+// reused only after the work queued on `stream` up to the free has completed.
+void record_stream(void* ptr, const Stream& stream);
+
+// Fills n 32-bit words at dst (device memory) with `value`, asynchronously on `stream`.
+void fill_u32(void* dst, uint32_t value, size_t n, const Stream& stream);
+
+namespace detail {
+// A kernel that spins for about `cycles` clock cycles on `stream` (as torch.cuda._sleep), for tests
+// that need work still running on a stream.
+void sleep_cycles(int64_t cycles, const Stream& stream);
+}  // namespace detail
+
+}  // namespace dp::cuda
