@@ -1,7 +1,10 @@
 #pragma once
 // Shared plumbing of the bench/ programs: running the PyTorch side in a subprocess, machine
-// information for the reports, number formatting and the marked tables in docs/benchmarks.md.
+// information for the reports, the command line, timing and statistics, number formatting and the
+// marked tables in docs/benchmarks.md.
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -9,9 +12,12 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "dp/core/errors.h"
 
 namespace bench {
 
@@ -87,6 +93,21 @@ inline std::string fmt(double v, int prec = 2) {
   return s.str();
 }
 
+// A table cell "median [min – max]", one decimal each.
+inline std::string range_cell(double median, double min, double max) {
+  return fmt(median, 1) + " [" + fmt(min, 1) + " – " + fmt(max, 1) + "]";
+}
+
+// How a report's description starts, from machine_info's fields: "Measured <date> on <CPU model>
+// (<n> hardware threads), commit `<first 12 hex digits>`", then " with local changes" if any.
+inline std::string measured_on(const json& m) {
+  std::ostringstream s;
+  s << "Measured " << m["date"].get<std::string>() << " on " << m["cpu_model"].get<std::string>() << " (" << m["cores"]
+    << " hardware threads), commit `" << m["git_commit"].get<std::string>().substr(0, 12) << "`"
+    << (m["git_dirty"].get<bool>() ? " with local changes" : "");
+  return s.str();
+}
+
 
 // Replaces what lies between the markers (or appends a marked block) in the markdown file.
 inline void update_markdown(const fs::path& file, const std::string& marker, const std::string& block) {
@@ -104,6 +125,15 @@ inline void update_markdown(const fs::path& file, const std::string& marker, con
   std::ofstream(file) << text;
 }
 
+// Writes a program's results: the report as bench/results/<json_name> and its table between the
+// `marker` markers in docs/benchmarks.md, both under the repository root.
+inline void write_results(const fs::path& root, const std::string& json_name, const json& report, const std::string& marker,
+                          const std::string& markdown) {
+  fs::create_directories(root / "bench" / "results");
+  std::ofstream(root / "bench" / "results" / json_name) << report.dump(2) << "\n";
+  update_markdown(root / "docs" / "benchmarks.md", marker, markdown);
+}
+
 
 inline std::vector<std::string> split_list(const std::string& list) {
   std::vector<std::string> out;
@@ -113,5 +143,81 @@ inline std::vector<std::string> split_list(const std::string& list) {
   return out;
 }
 
+// Steps through a program's arguments; its errors (dp::ValueError) start with the program's name:
+//
+//   for (bench::Args args("bench_x", argc, argv); args.next();) {
+//     if (args.is("--threads")) o.threads = std::stoi(args.value());
+//     else if (args.is("--no-pin")) o.pin = false;
+//     else args.unknown();
+//   }
+class Args {
+ public:
+  Args(std::string program, int argc, char** argv) : program_(std::move(program)), argc_(argc), argv_(argv) {}
+
+  // Moves to the next argument; false after the last one.
+  bool next() { return ++i_ < argc_; }
+  // Whether the current argument is `option`.
+  bool is(const std::string& option) const { return current() == option; }
+  bool is_help() const { return is("--help") || is("-h"); }
+  // The current option's value: the argument after it, which is used up.
+  std::string value() {
+    if (i_ + 1 >= argc_) throw dp::ValueError(program_ + ": " + current() + " needs a value");
+    return argv_[++i_];
+  }
+  [[noreturn]] void unknown() const { throw dp::ValueError(program_ + ": unknown option " + current() + " (see --help)"); }
+
+ private:
+  std::string current() const { return argv_[i_]; }
+
+  std::string program_;
+  int argc_;
+  char** argv_;
+  int i_ = 0;
+};
+
+// The options of the programs that time training steps of dparallel against PyTorch
+// (bench_training, bench_data_parallel): --models a,b, --warmup N, --steps N, --python PATH,
+// --root DIR, --no-torch, --no-write.
+struct TrainingOptions {
+  std::vector<std::string> models;
+  int warmup = 10;
+  int steps = 0;  // 0: per-model default
+  bool torch = true;
+  bool write = true;
+  std::string python = "/usr/bin/python3";
+  fs::path root = fs::path(__FILE__).parent_path().parent_path();  // the repository (this is bench/bench_common.h)
+
+  // Reads the current argument if it is one of these options (with its value); false if it is not.
+  bool read_option(Args& args) {
+    if (args.is("--models")) models = split_list(args.value());
+    else if (args.is("--warmup")) warmup = std::stoi(args.value());
+    else if (args.is("--steps")) steps = std::stoi(args.value());
+    else if (args.is("--python")) python = args.value();
+    else if (args.is("--root")) root = args.value();
+    else if (args.is("--no-torch")) torch = false;
+    else if (args.is("--no-write")) write = false;
+    else return false;
+    return true;
+  }
+};
+
+// Wall time of one call of fn in Unit: std::micro for µs, std::milli for ms.
+template <typename Unit, typename F>
+double time_call(F&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double, Unit>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct Stats {
+  double median, min, max;
+};
+
+// The median (of the middle two for an even count), min and max of a sample, which must not be empty.
+inline Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
+}
 
 }  // namespace bench

@@ -51,23 +51,16 @@
 
 namespace {
 
-namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace dp;
 
 constexpr double kSpeedupTarget = 1.7;   // DataParallel on 2 devices / plain, samples/s
 constexpr double kOverheadTarget = 1.03;  // DataParallel on 1 device / plain, time per step
 
-struct Options {
-  std::vector<std::string> models{"mlp", "cnn"};
+struct Options : bench::TrainingOptions {
   int devices_max = 2;
-  int warmup = 10;
-  int steps = 0;  // 0: per-model default
   int rounds = 4;
-  bool torch = true;
-  bool write = true;
-  std::string python = "/usr/bin/python3";
-  fs::path root = fs::path(__FILE__).parent_path().parent_path();
+  Options() { models = {"mlp", "cnn"}; }
 };
 
 struct ModelSpec {
@@ -201,15 +194,6 @@ std::vector<std::unique_ptr<Config>> make_configs(const ModelSpec& spec, const O
   return out;
 }
 
-struct Stats {
-  double median, min, max;
-};
-Stats stats(std::vector<double> t) {
-  std::sort(t.begin(), t.end());
-  const size_t n = t.size();
-  return {n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]), t.front(), t.back()};
-}
-
 // CPU time used by every thread of the process so far. Per step, CPU time / wall time says how many
 // cores the step kept busy, and CPU time itself is the work done, which another process's load on the
 // machine changes much less than wall time.
@@ -256,13 +240,10 @@ json run_model(const std::string& name, const ModelSpec& spec, const Options& o)
   manual_seed(0);
   const Tensor x = spec.input(), y = randint(0, 10, {spec.batch});
   auto configs = make_configs(spec, o, x, y);
-  using clock = std::chrono::steady_clock;
   auto timed = [&](Config& c, int n) {
     for (int i = 0; i < n; ++i) {
       const double cpu0 = process_cpu_ms();
-      auto t0 = clock::now();
-      c.step();
-      c.times_ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+      c.times_ms.push_back(bench::time_call<std::milli>(c.step));
       c.cpu_ms.push_back(process_cpu_ms() - cpu0);
     }
   };
@@ -285,8 +266,8 @@ json run_model(const std::string& name, const ModelSpec& spec, const Options& o)
   json result = {{"model", name}, {"batch", spec.batch}, {"steps", per_round * o.rounds}, {"configs", json::array()}};
   double plain_median = 0, plain_loss = 0;
   for (auto& c : configs) {
-    Stats s = stats(c->times_ms);
-    Stats cpu = stats(c->cpu_ms);
+    const bench::Stats s = bench::stats(c->times_ms);
+    const bench::Stats cpu = bench::stats(c->cpu_ms);
     if (c->name == "plain") plain_median = s.median, plain_loss = c->final_loss;
     json devs = json::array();
     for (Device d : c->devices) devs.push_back(d.str());
@@ -345,16 +326,13 @@ json run_model(const std::string& name, const ModelSpec& spec, const Options& o)
 }
 
 std::string cell(const json& r) {
-  return bench::fmt(r["median_ms"].get<double>(), 1) + " [" + bench::fmt(r["min_ms"].get<double>(), 1) + " – " +
-         bench::fmt(r["max_ms"].get<double>(), 1) + "]";
+  return bench::range_cell(r["median_ms"].get<double>(), r["min_ms"].get<double>(), r["max_ms"].get<double>());
 }
 
 std::string markdown(const json& report) {
   const json& m = report["machine"];
   std::ostringstream s;
-  s << "Measured " << m["date"].get<std::string>() << " on " << m["cpu_model"].get<std::string>() << " (" << m["cores"]
-    << " hardware threads), commit `" << m["git_commit"].get<std::string>().substr(0, 12) << "`"
-    << (m["git_dirty"].get<bool>() ? " with local changes" : "") << ", 1-minute load average " << m["load_average_1min_at_start"].get<std::string>()
+  s << bench::measured_on(m) << ", 1-minute load average " << m["load_average_1min_at_start"].get<std::string>()
     << " at the start and " << report["load_average_1min_at_end"].get<std::string>() << " at the end"
     << (report.contains("pytorch_version") ? ", PyTorch " + report["pytorch_version"].get<std::string>() : "") << ", scheduling "
     << report["scheduling"].get<std::string>() << ".\n"
@@ -384,27 +362,16 @@ std::string markdown(const json& report) {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ValueError("bench_data_parallel: " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--models") o.models = bench::split_list(value());
-    else if (a == "--devices-max") o.devices_max = std::stoi(value());
-    else if (a == "--warmup") o.warmup = std::stoi(value());
-    else if (a == "--steps") o.steps = std::stoi(value());
-    else if (a == "--rounds") o.rounds = std::stoi(value());
-    else if (a == "--python") o.python = value();
-    else if (a == "--root") o.root = value();
-    else if (a == "--no-torch") o.torch = false;
-    else if (a == "--no-write") o.write = false;
-    else if (a == "--help" || a == "-h") {
+  for (bench::Args args("bench_data_parallel", argc, argv); args.next();) {
+    if (o.read_option(args)) continue;
+    if (args.is("--devices-max")) o.devices_max = std::stoi(args.value());
+    else if (args.is("--rounds")) o.rounds = std::stoi(args.value());
+    else if (args.is_help()) {
       std::cout << "bench_data_parallel [--models mlp,cnn] [--devices-max 2] [--warmup 10] [--steps N] [--rounds 4]\n"
                    "                    [--no-torch] [--no-write] [--python /usr/bin/python3] [--root DIR]\n"
                    "--devices-max N  DataParallel on 1, 2, 4, ... up to N CPU devices (default 2; use the core count on bigger machines)\n";
       std::exit(0);
-    } else throw ValueError("bench_data_parallel: unknown option " + a + " (see --help)");
+    } else args.unknown();
   }
   DP_CHECK(o.devices_max >= 1 && o.rounds >= 1 && o.warmup >= 0, ValueError, "bench_data_parallel: --devices-max and --rounds must be >= 1");
   return o;
@@ -431,13 +398,9 @@ int main(int argc, char** argv) try {
     report["results"].push_back(r);
   }
   report["load_average_1min_at_end"] = bench::load_average();
-  std::string md = markdown(report);
+  const std::string md = markdown(report);
   std::cout << md;
-  if (o.write) {
-    fs::create_directories(o.root / "bench" / "results");
-    std::ofstream(o.root / "bench" / "results" / "data_parallel.json") << report.dump(2) << "\n";
-    bench::update_markdown(o.root / "docs" / "benchmarks.md", "bench_data_parallel", md);
-  }
+  if (o.write) bench::write_results(o.root, "data_parallel.json", report, "bench_data_parallel", md);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_data_parallel: %s\n", e.what());

@@ -45,21 +45,14 @@
 
 namespace {
 
-namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace dp;
 
-struct Options {
+struct Options : bench::TrainingOptions {
   int threads = 1;
-  std::vector<std::string> models{"seed", "mlp", "cnn"};
-  int warmup = 10;
   int blocks = 20;
   bool pin = true;
-  int steps = 0;  // 0: per-model default
-  bool torch = true;
-  bool write = true;
-  std::string python = "/usr/bin/python3";
-  fs::path root = fs::path(__FILE__).parent_path().parent_path();
+  Options() { models = {"seed", "mlp", "cnn"}; }
 };
 
 struct Workload {
@@ -214,18 +207,9 @@ bool set_cpus(const std::vector<int>& cpus) {
   return sched_setaffinity(0, sizeof set, &set) == 0;
 }
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 json summary(const std::vector<double>& times, const std::vector<double>& block_medians) {
-  return {{"median_us", median_of(times)},
-          {"min_us", *std::min_element(times.begin(), times.end())},
-          {"max_us", *std::max_element(times.begin(), times.end())},
-          {"steps", times.size()},
-          {"block_medians_us", block_medians}};
+  const bench::Stats s = bench::stats(times);
+  return {{"median_us", s.median}, {"min_us", s.min}, {"max_us", s.max}, {"steps", times.size()}, {"block_medians_us", block_medians}};
 }
 
 // Times one model on both sides, block by block. `torch` may be null (--no-torch, or it failed).
@@ -244,7 +228,6 @@ json run_model(const std::string& name, const Workload& wl, const Options& o, To
   for (int i = 0; i < o.warmup; ++i) step();
   if (torch && torch->call({{"cmd", "steps"}, {"n", o.warmup}, {"timed", false}}).is_null()) torch = nullptr;
 
-  using clock = std::chrono::steady_clock;
   std::vector<double> ours, theirs, ours_blocks, theirs_blocks, ratios;
   json block_cpus = json::array();
   for (int b = 0; b < blocks; ++b) {
@@ -257,13 +240,9 @@ json run_model(const std::string& name, const Workload& wl, const Options& o, To
       block_cpus.push_back(cpu);
     }
     std::vector<double> mine;
-    for (int i = 0; i < n; ++i) {
-      auto t0 = clock::now();
-      step();
-      mine.push_back(std::chrono::duration<double, std::micro>(clock::now() - t0).count());
-    }
+    for (int i = 0; i < n; ++i) mine.push_back(bench::time_call<std::micro>(step));
     ours.insert(ours.end(), mine.begin(), mine.end());
-    ours_blocks.push_back(median_of(mine));
+    ours_blocks.push_back(bench::stats(mine).median);
     if (!torch) continue;
     json answer = torch->call(request);
     if (answer.is_null()) {
@@ -272,7 +251,7 @@ json run_model(const std::string& name, const Workload& wl, const Options& o, To
     }
     std::vector<double> t = answer["times_us"].get<std::vector<double>>();
     theirs.insert(theirs.end(), t.begin(), t.end());
-    theirs_blocks.push_back(median_of(t));
+    theirs_blocks.push_back(bench::stats(t).median);
     ratios.push_back(theirs_blocks.back() / ours_blocks.back());
   }
   if (pin) set_cpus(cpus);
@@ -298,18 +277,15 @@ json run_model(const std::string& name, const Workload& wl, const Options& o, To
 
 std::string cell(const json& r) {
   if (r.is_null()) return "—";
-  return bench::fmt(r["median_us"].get<double>(), 1) + " [" + bench::fmt(r["min_us"].get<double>(), 1) + " – " +
-         bench::fmt(r["max_us"].get<double>(), 1) + "]";
+  return bench::range_cell(r["median_us"].get<double>(), r["min_us"].get<double>(), r["max_us"].get<double>());
 }
 std::string mib(const json& v) { return v.is_null() ? "—" : bench::fmt(v.get<double>(), 1); }
 
 std::string markdown(const json& report) {
   const json& m = report["machine"];
   std::ostringstream s;
-  s << "Measured " << m["date"].get<std::string>() << " on " << m["cpu_model"].get<std::string>() << " (" << m["cores"]
-    << " hardware threads), commit `" << m["git_commit"].get<std::string>().substr(0, 12) << "`"
-    << (m["git_dirty"].get<bool>() ? " with local changes" : "") << ", load average " << m["load_average_1min_at_start"].get<std::string>()
-    << " at the start, " << report["threads"] << " thread(s) on both sides.\n"
+  s << bench::measured_on(m) << ", load average " << m["load_average_1min_at_start"].get<std::string>() << " at the start, "
+    << report["threads"] << " thread(s) on both sides.\n"
     << "Cells: median [min – max] µs per training step (zero_grad, forward, loss, backward, SGD step) over " << report["blocks"]
     << " blocks of timed steps after " << report["warmup"] << " warm-up steps; the blocks alternate ours and PyTorch's (PyTorch in a "
     << "python3 process driven over a pipe)" << (report["pinned"].get<bool>() ? ", both sides of a block on the same CPU, the CPUs taken in turn" : "")
@@ -334,29 +310,18 @@ std::string markdown(const json& report) {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ValueError("bench_training: " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--threads") o.threads = std::stoi(value());
-    else if (a == "--models") o.models = bench::split_list(value());
-    else if (a == "--warmup") o.warmup = std::stoi(value());
-    else if (a == "--blocks") o.blocks = std::stoi(value());
-    else if (a == "--no-pin") o.pin = false;
-    else if (a == "--steps") o.steps = std::stoi(value());
-    else if (a == "--python") o.python = value();
-    else if (a == "--root") o.root = value();
-    else if (a == "--no-torch") o.torch = false;
-    else if (a == "--no-write") o.write = false;
-    else if (a == "--help" || a == "-h") {
+  for (bench::Args args("bench_training", argc, argv); args.next();) {
+    if (o.read_option(args)) continue;
+    if (args.is("--threads")) o.threads = std::stoi(args.value());
+    else if (args.is("--blocks")) o.blocks = std::stoi(args.value());
+    else if (args.is("--no-pin")) o.pin = false;
+    else if (args.is_help()) {
       std::cout << "bench_training [--threads 1] [--models seed,mlp,cnn] [--blocks 20] [--warmup 10] [--steps N] [--no-pin] [--no-torch] [--no-write]\n"
                    "  Times training steps of dparallel and PyTorch (python3 bench/pytorch_training.py --serve) in alternating\n"
                    "  blocks; with --threads 1 both sides of a block run on the same CPU, the CPUs taken in turn (--no-pin: not).\n"
                    "  Writes bench/results/training.json and the table in docs/benchmarks.md unless --no-write.\n";
       std::exit(0);
-    } else throw ValueError("bench_training: unknown option " + a + " (see --help)");
+    } else args.unknown();
   }
   DP_CHECK(o.threads >= 1, ValueError, "bench_training: --threads must be >= 1");
   DP_CHECK(o.blocks >= 1, ValueError, "bench_training: --blocks must be >= 1");
@@ -388,13 +353,9 @@ int main(int argc, char** argv) try {
               << (r.contains("ratio") ? ", ratio " + bench::fmt(r["ratio"].get<double>()) : "") << "\n";
     report["results"].push_back(r);
   }
-  std::string md = markdown(report);
+  const std::string md = markdown(report);
   std::cout << md;
-  if (o.write) {
-    fs::create_directories(o.root / "bench" / "results");
-    std::ofstream(o.root / "bench" / "results" / "training.json") << report.dump(2) << "\n";
-    bench::update_markdown(o.root / "docs" / "benchmarks.md", "bench_training", md);
-  }
+  if (o.write) bench::write_results(o.root, "training.json", report, "bench_training", md);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_training: %s\n", e.what());

@@ -51,32 +51,12 @@ struct DistributedModel : dp::nn::Module {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::vector<dp::Device> device_ids;
-  int steps = 30;
-  int64_t batch = 256;
-  double lr = 0.1;
-  uint64_t seed = 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw dp::ValueError(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--devices") device_ids = dp_examples::parse_devices(value());
-    else if (a == "--steps") steps = std::stoi(value());
-    else if (a == "--batch") batch = std::stoll(value());
-    else if (a == "--lr") lr = std::stod(value());
-    else if (a == "--seed") seed = std::stoull(value());
-    else if (a == "--help" || a == "-h") {
-      std::cout << "embedding_on_host [--devices LIST] [--steps 30] [--batch 256] [--lr 0.1] [--seed 0]\n"
-                << dp_examples::kDevicesHelp << "                 the Linear goes on the first device of the list\n";
-      return 0;
-    } else throw dp::ValueError("unknown option " + a + " (try --help)");
-  }
-  if (device_ids.empty()) device_ids = dp_examples::default_devices();
-  DP_CHECK(steps >= 1 && batch >= 1, ValueError, "--steps and --batch must be at least 1");
-  dp::manual_seed(seed);
-  const dp::Device device = device_ids[0];
+  dp_examples::StepOptions options{.steps = 30, .batch = 256, .lr = 0.1};
+  if (!options.parse(argc, argv, "embedding_on_host [--devices LIST] [--steps 30] [--batch 256] [--lr 0.1] [--seed 0]",
+                     "                 the Linear goes on the first device of the list\n"))
+    return 0;  // --help
+  dp::manual_seed(options.seed);
+  const dp::Device device = options.device_ids[0];
 
   auto model = std::make_shared<DistributedModel>(device);
   // Each token's class: a fixed random table the model has to learn (through the embedding).
@@ -89,11 +69,11 @@ int main(int argc, char** argv) try {
     std::printf("without .to(%s): DeviceError: %s\n", device.str().c_str(), e.what());
   }
 
-  dp::optim::Adam optimizer(model->parameters(), dp::optim::AdamOptions(lr));
+  dp::optim::Adam optimizer(model->parameters(), dp::optim::AdamOptions(options.lr));
   dp::nn::CrossEntropyLoss criterion;
   double first = 0, last = 0;
-  for (int step = 0; step < steps; ++step) {
-    dp::Tensor tokens = dp::randint(0, 1000, {batch});
+  for (int step = 0; step < options.steps; ++step) {
+    dp::Tensor tokens = dp::randint(0, 1000, {options.batch});
     dp::Tensor target = classes.index_select(0, tokens).to(device);
     optimizer.zero_grad();
     dp::Tensor loss = criterion(model->forward(tokens), target);

@@ -1,10 +1,17 @@
 #pragma once
-// The --devices option shared by the DataParallel examples: a comma-separated device list such as
-// "cpu:0,cpu:1" or "cuda:0,cuda:1". The default is what torch.nn.DataParallel uses (every CUDA
-// device) and, on a machine without one, two CPU devices so that the examples still split batches.
+// The command line shared by the DataParallel examples. Every example takes --devices: a
+// comma-separated device list such as "cpu:0,cpu:1" or "cuda:0,cuda:1". The default is what
+// torch.nn.DataParallel uses (every CUDA device) and, on a machine without one, two CPU devices so
+// that the examples still split batches. CommandLine reads --devices, --help and the options an
+// example declares; StepOptions are those of the examples that train a few steps on random batches.
 #include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 #include "dp/dp.h"
 
@@ -48,5 +55,98 @@ inline std::string join(const std::vector<dp::Device>& devices) {
   for (size_t i = 0; i < devices.size(); ++i) s += (i ? "," : "") + devices[i].str();
   return s;
 }
+
+// The examples' command line: --devices LIST and --help, plus the options an example declares, each
+// with the variable it sets (converted by std::stoi, stoll, stoull or stod, by the variable's type):
+//
+//   int epochs = 300;
+//   dp_examples::CommandLine cli("seed_training [--devices LIST] [--epochs 300]");
+//   cli.option("--epochs", epochs);
+//   if (!cli.parse(argc, argv)) return 0;  // --help printed the usage
+//   const std::vector<dp::Device> device_ids = cli.devices();
+class CommandLine {
+ public:
+  // usage: the first line --help prints; more_help: the lines it prints after the --devices ones.
+  explicit CommandLine(std::string usage, std::string more_help = "") : usage_(std::move(usage)), more_help_(std::move(more_help)) {}
+
+  CommandLine& option(const std::string& name, int& target) {
+    return add(name, [&target](const std::string& v) { target = std::stoi(v); });
+  }
+  CommandLine& option(const std::string& name, int64_t& target) {
+    return add(name, [&target](const std::string& v) { target = std::stoll(v); });
+  }
+  CommandLine& option(const std::string& name, uint64_t& target) {
+    return add(name, [&target](const std::string& v) { target = std::stoull(v); });
+  }
+  CommandLine& option(const std::string& name, double& target) {
+    return add(name, [&target](const std::string& v) { target = std::stod(v); });
+  }
+  // An option without a value: present, it sets target to true.
+  CommandLine& flag(const std::string& name, bool& target) {
+    flags_[name] = &target;
+    return *this;
+  }
+
+  // Reads the arguments in order (the --devices list is parsed where it stands). Returns false after
+  // --help, having printed the usage; throws dp::ValueError for an unknown option or a missing value.
+  bool parse(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw dp::ValueError(a + " needs a value");
+        return argv[++i];
+      };
+      if (a == "--devices") {
+        devices_ = parse_devices(value());
+      } else if (a == "--help" || a == "-h") {
+        std::cout << usage_ << "\n" << kDevicesHelp << more_help_;
+        return false;
+      } else if (auto o = options_.find(a); o != options_.end()) {
+        o->second(value());
+      } else if (auto f = flags_.find(a); f != flags_.end()) {
+        *f->second = true;
+      } else {
+        throw dp::ValueError("unknown option " + a + " (try --help)");
+      }
+    }
+    if (devices_.empty()) devices_ = default_devices();
+    return true;
+  }
+
+  // The --devices list, else default_devices() (once parse has run).
+  const std::vector<dp::Device>& devices() const { return devices_; }
+
+ private:
+  CommandLine& add(const std::string& name, std::function<void(const std::string&)> set) {
+    options_[name] = std::move(set);
+    return *this;
+  }
+
+  std::string usage_, more_help_;
+  std::map<std::string, std::function<void(const std::string&)>> options_;
+  std::map<std::string, bool*> flags_;
+  std::vector<dp::Device> devices_;
+};
+
+// The options of the examples that train a few steps on random batches: --devices, --steps,
+// --batch, --lr and --seed, with the example's defaults:
+//   dp_examples::StepOptions options{.steps = 5, .batch = 64, .lr = 0.05};
+struct StepOptions {
+  int steps;
+  int64_t batch;
+  double lr;
+  uint64_t seed = 0;
+  std::vector<dp::Device> device_ids;
+
+  // Reads the arguments (see CommandLine::parse); false after --help. Steps and batch must be >= 1.
+  bool parse(int argc, char** argv, const std::string& usage, const std::string& more_help = "") {
+    CommandLine cli(usage, more_help);
+    cli.option("--steps", steps).option("--batch", batch).option("--lr", lr).option("--seed", seed);
+    if (!cli.parse(argc, argv)) return false;
+    device_ids = cli.devices();
+    DP_CHECK(steps >= 1 && batch >= 1, ValueError, "--steps and --batch must be at least 1");
+    return true;
+  }
+};
 
 }  // namespace dp_examples

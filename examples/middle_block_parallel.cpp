@@ -72,33 +72,13 @@ double relative_difference(const dp::Tensor& a, const dp::Tensor& b) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::vector<dp::Device> device_ids;
-  int steps = 5;
-  int64_t batch = 64;
-  double lr = 0.05;
-  uint64_t seed = 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw dp::ValueError(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--devices") device_ids = dp_examples::parse_devices(value());
-    else if (a == "--steps") steps = std::stoi(value());
-    else if (a == "--batch") batch = std::stoll(value());
-    else if (a == "--lr") lr = std::stod(value());
-    else if (a == "--seed") seed = std::stoull(value());
-    else if (a == "--help" || a == "-h") {
-      std::cout << "middle_block_parallel [--devices LIST] [--steps 5] [--batch 64] [--lr 0.05] [--seed 0]\n" << dp_examples::kDevicesHelp;
-      return 0;
-    } else throw dp::ValueError("unknown option " + a + " (try --help)");
-  }
-  if (device_ids.empty()) device_ids = dp_examples::default_devices();
-  DP_CHECK(steps >= 1 && batch >= 1, ValueError, "--steps and --batch must be at least 1");
-  dp::manual_seed(seed);
-  const dp::Device device = device_ids[0];
+  dp_examples::StepOptions options{.steps = 5, .batch = 64, .lr = 0.05};
+  if (!options.parse(argc, argv, "middle_block_parallel [--devices LIST] [--steps 5] [--batch 64] [--lr 0.05] [--seed 0]"))
+    return 0;  // --help
+  dp::manual_seed(options.seed);
+  const dp::Device device = options.device_ids[0];
 
-  auto model = std::make_shared<MyModel>(device_ids);
+  auto model = std::make_shared<MyModel>(options.device_ids);
   auto plain = std::make_shared<PlainModel>();
   // The keys are the same, so the plain copy takes the parallel model's weights as they are (this
   // load would fail in PyTorch, whose keys are "block2.module.weight").
@@ -110,15 +90,15 @@ int main(int argc, char** argv) try {
   for (const auto& item : model->state_dict()) std::printf(" %s", item.key().c_str());
   std::printf("\nblock2 runs on %s\n", dp_examples::join(model->block2->device_ids()).c_str());
 
-  dp::optim::SGD optimizer(model->parameters(), dp::optim::SGDOptions(lr));
-  dp::optim::SGD plain_optimizer(plain->parameters(), dp::optim::SGDOptions(lr));
+  dp::optim::SGD optimizer(model->parameters(), dp::optim::SGDOptions(options.lr));
+  dp::optim::SGD plain_optimizer(plain->parameters(), dp::optim::SGDOptions(options.lr));
   dp::nn::MSELoss criterion;
   const auto names = model->named_parameters();
   const auto plain_params = plain->named_parameters();
 
   double worst = 0;
-  for (int step = 0; step < steps; ++step) {
-    dp::Tensor x = dp::randn({batch, 10}), y = dp::randn({batch, 20});
+  for (int step = 0; step < options.steps; ++step) {
+    dp::Tensor x = dp::randn({options.batch, 10}), y = dp::randn({options.batch, 20});
     optimizer.zero_grad();
     plain_optimizer.zero_grad();
     dp::Tensor loss = criterion(model->forward(x.to(device)), y.to(device));
@@ -143,7 +123,7 @@ int main(int argc, char** argv) try {
   double weights = 0;
   const auto plain_state = plain->state_dict();
   for (const auto& item : model->state_dict()) weights = std::max(weights, relative_difference(item.value(), *plain_state.find(item.key())));
-  std::printf("after %d steps: max weight difference %.2e\n", steps, weights);
+  std::printf("after %d steps: max weight difference %.2e\n", options.steps, weights);
   const bool ok = worst <= 1e-5 && weights <= 1e-5;
   std::printf("%s\n", ok ? "gradients match" : "gradients differ");
   return ok ? 0 : 1;

@@ -23,30 +23,15 @@
 #include "example_devices.h"
 
 int main(int argc, char** argv) try {
-  std::vector<dp::Device> device_ids;
   int epochs = 300;
   double lr = 1e-3;
   uint64_t seed = 0;
   bool loss_on_replicas = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw dp::ValueError(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--devices") device_ids = dp_examples::parse_devices(value());
-    else if (a == "--epochs") epochs = std::stoi(value());
-    else if (a == "--lr") lr = std::stod(value());
-    else if (a == "--seed") seed = std::stoull(value());
-    else if (a == "--loss-on-replicas") loss_on_replicas = true;
-    else if (a == "--help" || a == "-h") {
-      std::cout << "seed_training [--devices LIST] [--epochs 300] [--lr 1e-3] [--seed 0] [--loss-on-replicas]\n"
-                << dp_examples::kDevicesHelp
-                << "--loss-on-replicas  compute the loss on each replica (DataParallel::forward_loss)\n";
-      return 0;
-    } else throw dp::ValueError("unknown option " + a + " (try --help)");
-  }
-  if (device_ids.empty()) device_ids = dp_examples::default_devices();
+  dp_examples::CommandLine cli("seed_training [--devices LIST] [--epochs 300] [--lr 1e-3] [--seed 0] [--loss-on-replicas]",
+                               "--loss-on-replicas  compute the loss on each replica (DataParallel::forward_loss)\n");
+  cli.option("--epochs", epochs).option("--lr", lr).option("--seed", seed).flag("--loss-on-replicas", loss_on_replicas);
+  if (!cli.parse(argc, argv)) return 0;  // --help
+  const std::vector<dp::Device> device_ids = cli.devices();
   DP_CHECK(epochs >= 1, ValueError, "--epochs must be at least 1");
   dp::manual_seed(seed);
 

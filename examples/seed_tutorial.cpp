@@ -51,23 +51,12 @@ struct Model : dp::nn::Module {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::vector<dp::Device> device_ids;
   uint64_t seed = 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw dp::ValueError(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--devices") device_ids = dp_examples::parse_devices(value());
-    else if (a == "--seed") seed = std::stoull(value());
-    else if (a == "--help" || a == "-h") {
-      std::cout << "seed_tutorial [--devices LIST] [--seed 0]\n"
-                << dp_examples::kDevicesHelp << "--seed N         seed of the data, the shuffling and the weights\n";
-      return 0;
-    } else throw dp::ValueError("unknown option " + a + " (try --help)");
-  }
-  if (device_ids.empty()) device_ids = dp_examples::default_devices();
+  dp_examples::CommandLine cli("seed_tutorial [--devices LIST] [--seed 0]",
+                               "--seed N         seed of the data, the shuffling and the weights\n");
+  cli.option("--seed", seed);
+  if (!cli.parse(argc, argv)) return 0;  // --help
+  const std::vector<dp::Device> device_ids = cli.devices();
   dp::manual_seed(seed);
   // The tutorial's `device = torch.device("cuda:0")`: where the model and the inputs live.
   const dp::Device device = device_ids[0];

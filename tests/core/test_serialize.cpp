@@ -18,6 +18,8 @@
 #include <sstream>
 #include "dp/core/serialize.h"
 #include "support/golden.h"
+#include "support/run_command.h"
+#include "support/temp_files.h"
 
 namespace dp {
 namespace {
@@ -25,28 +27,8 @@ namespace {
 namespace fs = std::filesystem;
 using test::json;
 
-// A fresh directory per test, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dp_serialize_XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    if (p == nullptr) throw std::runtime_error("mkdtemp failed");
-    path = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
+using test::TempDir;  // a fresh directory per test, removed afterwards
+using test::read_bytes;
 
 // The tensor's elements as raw bytes (contiguous, on the host).
 std::string bytes_of(const Tensor& t) {
@@ -291,17 +273,6 @@ TEST(Serialize, RewritingPyTorchsFileIsByteIdentical) {
   EXPECT_EQ(read_bytes(dir.file("rebuilt.safetensors")), read_bytes(original));
 }
 
-// Runs a command; returns its exit status and output.
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return {-1, "popen failed"};
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 TEST(Serialize, PyTorchReadsOurFile) {
@@ -319,7 +290,7 @@ TEST(Serialize, PyTorchReadsOurFile) {
   save(in, path, g.at("metadata").get<std::map<std::string, std::string>>());
   const std::string checker = std::string(python) + " " + quoted(golden_path("check_safetensors.py")) + " ";
   const std::string expected = quoted(golden_path("safetensors.json")) + " safetensors_torch.safetensors";
-  auto [rc, out] = run(checker + quoted(path) + " " + expected);
+  auto [rc, out] = test::run_command(checker + quoted(path) + " " + expected);
   if (rc != 0 && out.find("No module named 'torch'") != std::string::npos) GTEST_SKIP() << "PyTorch is not importable by " << python << ": " << out;
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("OK: 15 tensors"), std::string::npos) << out;
@@ -328,12 +299,12 @@ TEST(Serialize, PyTorchReadsOurFile) {
   std::string bytes = read_bytes(path);
   bytes[bytes.size() - 3] ^= 0x10;
   { std::ofstream(dir.file("flipped.safetensors"), std::ios::binary) << bytes; }
-  auto [rc2, out2] = run(checker + quoted(dir.file("flipped.safetensors")) + " " + expected);
+  auto [rc2, out2] = test::run_command(checker + quoted(dir.file("flipped.safetensors")) + " " + expected);
   EXPECT_EQ(rc2, 1) << out2;
   auto meta = g.at("metadata").get<std::map<std::string, std::string>>();
   meta["format"] = "np";
   save(in, dir.file("meta.safetensors"), meta);
-  auto [rc3, out3] = run(checker + quoted(dir.file("meta.safetensors")) + " " + expected);
+  auto [rc3, out3] = test::run_command(checker + quoted(dir.file("meta.safetensors")) + " " + expected);
   EXPECT_EQ(rc3, 1) << out3;
   EXPECT_NE(out3.find("metadata"), std::string::npos) << out3;
 }

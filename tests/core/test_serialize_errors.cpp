@@ -17,48 +17,17 @@
 #include <thread>
 #include "dp/core/serialize.h"
 #include "dp/ops/factory.h"
+#include "support/temp_files.h"
 
 namespace dp {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dp_serialize_err_XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    if (p == nullptr) throw std::runtime_error("mkdtemp failed");
-    path = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  // Every entry in the directory (temporary files are hidden dot-files: listed too).
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
-
-std::string le64(uint64_t n) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(n >> (8 * i));
-  return s;
-}
+using test::TempDir;  // a fresh directory per test, removed afterwards
+using test::le64;
+using test::read_bytes;
+using test::write_bytes;
 
 // A file with the given header text (its real length) and data bytes.
 std::string file_of(const std::string& header, const std::string& data) { return le64(header.size()) + header + data; }

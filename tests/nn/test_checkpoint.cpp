@@ -21,42 +21,14 @@
 #include "dp/nn/serialize.h"
 #include "dp/optim/optim.h"
 #include "support/golden.h"
+#include "support/run_command.h"
+#include "support/temp_files.h"
 
 namespace dp {
 namespace {
 
 namespace fs = std::filesystem;
 using test::json;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dp_checkpoint_XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    if (p == nullptr) throw std::runtime_error("mkdtemp failed");
-    path = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 // Bitwise copies of every state_dict entry (the state_dict aliases the live tensors).
 nn::TensorDict snapshot(const nn::Module& m) {
@@ -112,7 +84,7 @@ std::string expect_error(const std::function<void()>& fn, std::initializer_list<
 // ---------------------------------------------------------------- models
 
 TEST(ModuleCheckpoint, RoundTripRestoresParametersAndBuffersExactly) {
-  TempDir dir;
+  test::TempDir dir;
   manual_seed(1);
   nn::Sequential model = make_model();
   optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
@@ -150,24 +122,13 @@ TEST(ModuleCheckpoint, RoundTripRestoresParametersAndBuffersExactly) {
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"});
 }
 
-// Runs a command; returns its exit status and output.
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return {-1, "popen failed"};
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
 // PyTorch reads our checkpoint: tests/golden/check_module_checkpoint.py builds the same
 // nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)), loads our file with
 // load_state_dict(strict=True) and prints its output for a fixed input, which must be ours.
 TEST(ModuleCheckpoint, PyTorchLoadsOurCheckpointStrictlyAndComputesTheSameOutput) {
   const char* python = "/usr/bin/python3";
   if (::access(python, X_OK) != 0) GTEST_SKIP() << python << " not found: cannot check our file with PyTorch";
-  TempDir dir;
+  test::TempDir dir;
   manual_seed(3);
   nn::Sequential model(nn::Linear(6, 16), nn::Tanh(), nn::Linear(16, 3));
   optim::Adam opt(model->parameters(), optim::AdamOptions(0.05));
@@ -180,7 +141,7 @@ TEST(ModuleCheckpoint, PyTorchLoadsOurCheckpointStrictlyAndComputesTheSameOutput
   const std::string path = dir.file("ours.safetensors");
   dp::save(model, path);
   const std::string script = std::string(DP_GOLDEN_DIR) + "/check_module_checkpoint.py";
-  auto [rc, out] = run(std::string(python) + " '" + script + "' '" + path + "'");
+  auto [rc, out] = test::run_command(std::string(python) + " '" + script + "' '" + path + "'");
   if (rc != 0 && out.find("No module named 'torch'") != std::string::npos) GTEST_SKIP() << "PyTorch is not importable: " << out;
   ASSERT_EQ(rc, 0) << out;
   const json result = json::parse(out.substr(out.rfind('\n', out.size() - 2) + 1));
@@ -192,13 +153,13 @@ TEST(ModuleCheckpoint, PyTorchLoadsOurCheckpointStrictlyAndComputesTheSameOutput
   nn::TensorDict renamed;
   for (const auto& item : model->state_dict()) renamed.insert(item.key() == "2.bias" ? std::string("2.b") : item.key(), item.value());
   save(renamed, dir.file("renamed.safetensors"), {{"format", "pt"}});
-  auto [rc2, out2] = run(std::string(python) + " '" + script + "' '" + dir.file("renamed.safetensors") + "'");
+  auto [rc2, out2] = test::run_command(std::string(python) + " '" + script + "' '" + dir.file("renamed.safetensors") + "'");
   EXPECT_NE(rc2, 0) << out2;
   EXPECT_NE(out2.find("2.bias"), std::string::npos) << out2;
 }
 
 TEST(ModuleCheckpoint, MismatchedCheckpointsNameEveryProblemAndChangeNothing) {
-  TempDir dir;
+  test::TempDir dir;
   nn::Sequential small(nn::Linear(5, 2), nn::ReLU(), nn::Linear(2, 1));
   const std::string path = dir.file("small.safetensors");
   dp::save(small, path);
@@ -242,13 +203,12 @@ TEST(ModuleCheckpoint, MismatchedCheckpointsNameEveryProblemAndChangeNothing) {
 }
 
 TEST(ModuleCheckpoint, TruncatedOrCorruptFilesFailClearlyAndChangeNothing) {
-  TempDir dir;
+  test::TempDir dir;
   nn::Sequential model(nn::Linear(16, 32), nn::ReLU(), nn::Linear(32, 4));
   const std::string good = dir.file("good.safetensors");
   dp::save(model, good);
-  const std::string bytes = read_bytes(good);
-  uint64_t header = 0;
-  for (int i = 0; i < 8; ++i) header |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  const std::string bytes = test::read_bytes(good);
+  const uint64_t header = test::header_length(bytes);
   ASSERT_LT(8 + header, bytes.size());
 
   nn::Sequential target(nn::Linear(16, 32), nn::ReLU(), nn::Linear(32, 4));
@@ -259,7 +219,7 @@ TEST(ModuleCheckpoint, TruncatedOrCorruptFilesFailClearlyAndChangeNothing) {
                      bytes.size() - 1}) {
     SCOPED_TRACE("truncated to " + std::to_string(cut) + " of " + std::to_string(bytes.size()) + " bytes");
     const std::string path = dir.file("cut" + std::to_string(cut) + ".safetensors");
-    write_bytes(path, bytes.substr(0, cut));
+    test::write_bytes(path, bytes.substr(0, cut));
     try {
       dp::load(target, path);
       ADD_FAILURE() << "a truncated file loaded";
@@ -295,7 +255,7 @@ TEST(ModuleCheckpoint, TruncatedOrCorruptFilesFailClearlyAndChangeNothing) {
                               Corruption{"shape", with_header(bad_shape), "0.weight"}}) {
     SCOPED_TRACE(c.name);
     const std::string path = dir.file("corrupt_" + c.name + ".safetensors");
-    write_bytes(path, c.file);
+    test::write_bytes(path, c.file);
     std::string msg = expect_error<ValueError>([&] { dp::load(target, path); }, {path, c.expect});
     EXPECT_TRUE(same_state(snapshot(*target), before));
   }
@@ -304,12 +264,12 @@ TEST(ModuleCheckpoint, TruncatedOrCorruptFilesFailClearlyAndChangeNothing) {
 // A save that fails part-way (an injected "No space left on device" after k bytes) leaves the
 // previous checkpoint in place, byte for byte, and no temporary file.
 TEST(ModuleCheckpoint, FailedSaveKeepsThePreviousCheckpoint) {
-  TempDir dir;
+  test::TempDir dir;
   const std::string path = dir.file("model.safetensors");
   manual_seed(5);
   nn::Sequential model = make_model();
   dp::save(model, path);
-  const std::string before = read_bytes(path);
+  const std::string before = test::read_bytes(path);
   const nn::TensorDict saved = snapshot(*model);
   optim::SGD opt(model->parameters(), optim::SGDOptions(0.5));
   train(model, opt, 2, 9);
@@ -319,7 +279,7 @@ TEST(ModuleCheckpoint, FailedSaveKeepsThePreviousCheckpoint) {
     detail::set_save_fault({k, 28 /* ENOSPC */, false});
     expect_error<IOError>([&] { dp::save(model, path); }, {path, "No space left on device"});
     detail::clear_save_fault();
-    EXPECT_EQ(read_bytes(path), before);
+    EXPECT_EQ(test::read_bytes(path), before);
     EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"});
   }
   nn::Sequential restored = make_model();
@@ -332,7 +292,7 @@ TEST(ModuleCheckpoint, FailedSaveKeepsThePreviousCheckpoint) {
 // version. (Killed mid-write, the hidden temporary file stays behind, as any crashed writer's
 // would; the next save does not care.)
 TEST(ModuleCheckpoint, KilledWhileSavingLeavesACompleteCheckpoint) {
-  TempDir dir;
+  test::TempDir dir;
   const std::string path = dir.file("model.safetensors");
   // Big enough (16 MB) that most of the writer's time is spent inside save().
   const int64_t n = 4 * 1024 * 1024;
@@ -406,7 +366,7 @@ TEST(ModuleCheckpoint, KilledWhileSavingLeavesACompleteCheckpoint) {
 // Trains `steps` more steps from a checkpoint in `dir` and returns the final state.
 template <typename MakeOpt>
 void check_resume(const MakeOpt& make_opt, const std::string& name) {
-  TempDir dir;
+  test::TempDir dir;
   // Uninterrupted reference: 4 steps, checkpoint, 4 more.
   manual_seed(11);
   nn::Sequential model = make_model();
@@ -451,7 +411,7 @@ TEST(OptimizerCheckpoint, AdamWWithGroupsResumesExactly) {
 }
 
 TEST(OptimizerCheckpoint, SharedPtrOverloads) {
-  TempDir dir;
+  test::TempDir dir;
   nn::Linear lin(3, 2);
   auto opt = std::make_shared<optim::Adam>(lin->parameters(), optim::AdamOptions(0.1));
   lin(ones({2, 3})).sum().backward();
@@ -464,7 +424,7 @@ TEST(OptimizerCheckpoint, SharedPtrOverloads) {
 }
 
 TEST(OptimizerCheckpoint, WrongOrDamagedFilesFailClearlyAndChangeNothing) {
-  TempDir dir;
+  test::TempDir dir;
   nn::Sequential model = make_model();
   auto params = model->parameters();
   optim::Adam adam(params, optim::AdamOptions(0.01));
@@ -491,8 +451,8 @@ TEST(OptimizerCheckpoint, WrongOrDamagedFilesFailClearlyAndChangeNothing) {
                            {"param group 0 has " + std::to_string(params.size()) + " parameters in the loaded state but 2", dir.file("adam.safetensors")});
 
   // Truncated.
-  const std::string bytes = read_bytes(dir.file("adam.safetensors"));
-  write_bytes(dir.file("cut.safetensors"), bytes.substr(0, bytes.size() - 10));
+  const std::string bytes = test::read_bytes(dir.file("adam.safetensors"));
+  test::write_bytes(dir.file("cut.safetensors"), bytes.substr(0, bytes.size() - 10));
   expect_error<IOError>([&] { dp::load(adam, dir.file("cut.safetensors")); }, {"truncated", dir.file("cut.safetensors")});
   expect_error<IOError>([&] { dp::load(adam, dir.file("absent.safetensors")); }, {dir.file("absent.safetensors")});
 }
