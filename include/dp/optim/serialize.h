@@ -25,15 +25,19 @@ namespace dp {
 void save(const optim::Optimizer& optimizer, const std::string& path);
 void load(optim::Optimizer& optimizer, const std::string& path);
 
-// dp::save(std::make_shared<SGD>(...), path) works too (this constrained overload is preferred
-// over dp/nn/serialize.h's module one). To load through a shared_ptr, pass *optimizer: the
-// module overload load(shared_ptr<M>, path, strict = true) has another parameter list, so an
-// optimizer overload of load() taking a shared_ptr would make such calls ambiguous.
+// Through a shared_ptr too: dp::save(std::make_shared<SGD>(...), path), dp::load(optimizer, path).
+// (dp/nn/serialize.h's shared_ptr overloads take modules only, so these never compete with them.)
 template <typename O>
   requires std::derived_from<O, optim::Optimizer>
 void save(const std::shared_ptr<O>& optimizer, const std::string& path) {
   DP_CHECK(optimizer != nullptr, ValueError, "save: null optimizer");
   save(static_cast<const optim::Optimizer&>(*optimizer), path);
+}
+template <typename O>
+  requires std::derived_from<O, optim::Optimizer>
+void load(const std::shared_ptr<O>& optimizer, const std::string& path) {
+  DP_CHECK(optimizer != nullptr, ValueError, "load: null optimizer");
+  load(static_cast<optim::Optimizer&>(*optimizer), path);
 }
 
 }  // namespace dp
