@@ -322,10 +322,19 @@ TEST(ModuleCheckpoint, KilledWhileSavingLeavesACompleteCheckpoint) {
     pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
+      // Two versions made up front, then saved in turn: the writer spends its time in save()
+      // (filling 16 MB per save would take most of it under a sanitizer, and the kills would
+      // land there instead).
       ::close(ready[0]);
+      set_version(round * 1000 + 1);
+      nn::Sequential other(nn::Linear(1024, 4096), nn::Linear(4096, 1));
+      {
+        NoGradGuard g;
+        for (Tensor& p : other->parameters()) p.fill_(static_cast<double>(round * 1000 + 2));
+      }
       for (int v = 1;; ++v) {
-        set_version(round * 1000 + v);
-        dp::save(model, path);
+        if (v % 2) dp::save(model, path);
+        else dp::save(other, path);
         if (v == 1 && ::write(ready[1], "x", 1) != 1) ::_exit(2);
       }
     }
