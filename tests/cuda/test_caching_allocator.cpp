@@ -514,6 +514,7 @@ TEST(CachingAllocatorCore, ManyThreadsAllocateAndFreeConcurrently) {
         }
         if (i % 97 == 0) backend.complete_stream(i % 2 ? kS0 : kS1);
         if (t == 0 && i % 500 == 0) (void)a.stats();
+        if (t == 1 && i % 300 == 0) a.empty_cache();  // releases segments while others allocate
       }
       for (void* p : mine) {
         {
