@@ -22,6 +22,18 @@ namespace {
   do {                                                                                                   \
     if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device is visible (cuda::device_count() == 0)"; \
   } while (0)
+
+// Launches both test kernels once and waits, so that (lazy) module loading cannot stall a later
+// launch behind running work and make "still running" checks flaky.
+void warm_up_kernels() {
+  cuda::Stream s = cuda::Stream::create(0);
+  void* p = nullptr;
+  DP_CUDA_CHECK(cudaMalloc(&p, 4 * sizeof(uint32_t)));
+  cuda::fill_u32(p, 0, 4, s);
+  cuda::detail::sleep_cycles(1, s);
+  s.synchronize();
+  DP_CUDA_CHECK(cudaFree(p));
+}
 #endif
 
 TEST(CudaRuntime, DeviceCountIsConsistentAndNeverThrows) {
@@ -114,6 +126,7 @@ TEST(CudaRuntime, CurrentStreamIsPerThreadAndDefaultsToTheDefaultStream) {
 
 TEST(CudaRuntime, EventsOrderWorkAcrossStreams) {
   DP_REQUIRE_GPU();
+  warm_up_kernels();
   constexpr size_t n = 1 << 20;
   cuda::Stream producer = cuda::Stream::create(0);
   cuda::Stream consumer = cuda::Stream::create(0);
@@ -184,6 +197,7 @@ TEST(CudaAllocator, RoundTripThroughDeviceMemory) {
 
 TEST(CudaAllocator, AllocatesOnTheCurrentStreamAndHonoursRecordStream) {
   DP_REQUIRE_GPU();
+  warm_up_kernels();
   Allocator& a = allocator_for(Device::cuda(0));
   cuda::Stream side = cuda::Stream::create(0);
   void* p = nullptr;
