@@ -69,7 +69,7 @@ TEST_F(TensorTo, ChecksTheDevice) {
   } catch (const DeviceError& e) {
     EXPECT_NE(std::string(e.what()).find("cpu:7 does not exist"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(t.to(Device("cuda:0")), DeviceError);
+  EXPECT_THROW(t.to(Device::cuda(cuda_device_count())), DeviceError);  // one past the last GPU (cuda:0 without one)
   EXPECT_THROW(t.to(Device("cpu:4000")), DeviceError);
 }
 

@@ -81,7 +81,7 @@ TEST_F(DataParallelTest, DeviceListsAreChecked) {
   EXPECT_THROW(nn::DataParallel<Model>(model, std::vector<Device>{Device::cpu()}), ValueError);
   EXPECT_THROW(nn::DataParallel<Model>(model, std::vector<Device>{Device("cpu:0"), Device("cpu:0")}), ValueError);
   EXPECT_THROW(nn::DataParallel<Model>(model, std::vector<Device>{Device("cpu:0"), Device("cpu:99")}), DeviceError);
-  EXPECT_THROW(nn::DataParallel<Model>(model, std::vector<Device>{Device("cpu:0"), Device("cuda:0")}), DeviceError);
+  EXPECT_THROW(nn::DataParallel<Model>(model, std::vector<Device>{Device("cpu:0"), Device("cuda:15")}), DeviceError);
   EXPECT_THROW(nn::DataParallel<Model>(std::shared_ptr<Model>(), cpu_devices(2)), ValueError);
   EXPECT_THROW(nn::DataParallel<Model>(model, DataParallelOptions(cpu_devices(2)).chunk_sizes({1, 2, 3})), ValueError);
 }

@@ -37,7 +37,7 @@ std::vector<BadCase> bad_cases() {
       {"UnknownSchedule", {"--schedule", "step"}, "--schedule"},
       {"UnknownProgress", {"--progress", "fancy"}, "--progress"},
       {"CpuDeviceDoesNotExist", {"--model", "seed", "--devices", "cpu:0,cpu:999"}, "cpu:999 does not exist"},
-      {"CudaDeviceDoesNotExist", {"--model", "seed", "--devices", "cuda:0,cuda:1"}, "cuda:0 does not exist"},
+      {"CudaDeviceDoesNotExist", {"--model", "seed", "--devices", "cuda:15,cuda:16"}, "cuda:15 does not exist"},
       {"HostIsNotADeviceId", {"--model", "seed", "--devices", "cpu"}, "is the host"},
       {"DuplicateDevice", {"--model", "seed", "--devices", "cpu:0,cpu:0"}, "cpu:0 is listed twice"},
       {"MalformedDevice", {"--model", "seed", "--devices", "gpu0"}, "'gpu0' is not a device"},
