@@ -6,38 +6,18 @@
 #include <cmath>
 #include <string>
 #include "core/kernels/elementwise_common.h"
+#include "core/kernels/elementwise_impl.h"
 #include "core/kernels/elementwise_kernels.h"
+#include "cuda/elementwise.h"
 
 namespace dp {
 namespace kernels {
 
+// The kernels are the shared templates of core/kernels/elementwise_impl.h on the CPU launcher;
+// an output on a CUDA device goes to their CUDA instantiation (src/cuda/elementwise.h).
 void activation_backward_kernel(ActGrad op, const Tensor& out, const Tensor& g, const Tensor& xy) {
-  dispatch_floating(out.dtype(), "activation_backward", [&]<typename T>() {
-    using M = opmath_t<T>;
-    switch (op) {
-      case ActGrad::ReluFromOut:
-        launch<T, T, T>(out, [](T d, T y) { return om(y) > M(0) ? d : st<T>(M(0)); }, g, xy);
-        return;
-      case ActGrad::SigmoidFromOut:
-        launch<T, T, T>(out, [](T d, T y) { return st<T>(om(d) * om(y) * (M(1) - om(y))); }, g, xy);
-        return;
-      case ActGrad::TanhFromOut:
-        launch<T, T, T>(out, [](T d, T y) { return st<T>(om(d) * (M(1) - om(y) * om(y))); }, g, xy);
-        return;
-      case ActGrad::Gelu:
-        launch<T, T, T>(out, [](T d, T x) { return st<T>(om(d) * gelu_grad_f(om(x))); }, g, xy);
-        return;
-      case ActGrad::GeluTanh:
-        launch<T, T, T>(out, [](T d, T x) { return st<T>(om(d) * gelu_tanh_grad_f(om(x))); }, g, xy);
-        return;
-      case ActGrad::Silu:
-        launch<T, T, T>(out, [](T d, T x) { return st<T>(om(d) * silu_grad_f(om(x))); }, g, xy);
-        return;
-      case ActGrad::Softplus:
-        launch<T, T, T>(out, [](T d, T x) { return st<T>(om(d) * softplus_grad_f(om(x))); }, g, xy);
-        return;
-    }
-  });
+  DP_ROUTE_CUDA(out, activation_backward_kernel(op, out, g, xy));
+  impl::activation_backward_kernel<CpuLaunch>(op, out, g, xy);
 }
 
 }  // namespace kernels

@@ -11,6 +11,9 @@
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "ops/common.h"
+#if DP_HAVE_CUDA
+#include "cuda/random.h"
+#endif
 
 namespace dp {
 namespace {
@@ -25,20 +28,31 @@ void check_dropout(const char* op, const Tensor& input, double p) {
 bool is_identity(const Tensor& input, double p, bool training) { return !training || p == 0.0 || input.numel() == 0; }
 
 void check_runnable(const char* op, const Tensor& input) {
-  kernels::check_cpu_tensor(op, input);
+  if (!input.is_cuda()) kernels::check_cpu_tensor(op, input);
   DP_CHECK(is_floating_point(input.dtype()), DTypeError, op, ": expected a floating point input, got ", input.describe());
 }
 
 // Draws the keep mask (probability 1 - p) and writes out = x * mask / (1 - p) in one pass;
 // p = 1 draws nothing (PyTorch multiplies by zero directly). x may be out.
+// On a CUDA device the same mask (same Philox words) is drawn by cuda::dropout_forward.
+void apply_mask(const Tensor& x, const Tensor& mask, double scale, const Tensor& out) {
+#if DP_HAVE_CUDA
+  if (x.is_cuda()) return cuda::dropout_apply(x, mask, scale, out);
+#endif
+  kernels::dropout_apply_kernel(x, mask, scale, out);
+}
+
 void dropout_into(const Tensor& x, double p, Generator* gen, const Tensor& mask, const Tensor& out) {
   if (p >= 1.0) {
     kernels::fill_kernel(mask, false);
-    kernels::dropout_apply_kernel(x, mask, 0.0, out);
+    apply_mask(x, mask, 0.0, out);
     return;
   }
   Generator& g = gen ? *gen : default_generator(x.device());
   const uint64_t first = g.reserve(static_cast<uint64_t>((x.numel() + 3) / 4));
+#if DP_HAVE_CUDA
+  if (x.is_cuda()) return cuda::dropout_forward(x, 1.0 - p, 1.0 / (1.0 - p), g.seed(), first, mask, out);
+#endif
   kernels::dropout_forward_kernel(x, 1.0 - p, 1.0 / (1.0 - p), g.seed(), first, mask, out);
 }
 
@@ -63,7 +77,7 @@ Tensor dropout(const Tensor& input, double p, bool training, Generator* gen) {
         return variable_list{dp::mul(g, dp::mul(kernels::convert_nograd(mask, dt), scale))};
       }
       Tensor gi = make_empty(mask.sizes(), dt, mask.device());
-      kernels::dropout_apply_kernel(kernels::contiguous_nograd(kernels::convert_nograd(g, dt)), mask, scale, gi);
+      apply_mask(kernels::contiguous_nograd(kernels::convert_nograd(g, dt)), mask, scale, gi);
       return variable_list{gi};
     });
   }

@@ -2,224 +2,108 @@
 // the differentiable ops.
 #include <cmath>
 #include "core/kernels/elementwise_common.h"
+#include "core/kernels/elementwise_impl.h"
 #include "core/kernels/elementwise_kernels.h"
+#include "cuda/elementwise.h"
 
 namespace dp {
 namespace kernels {
-namespace {
 
-bool is_one(const Scalar& s) { return !s.is_bool() && s.to_double() == 1.0; }
-
-}  // namespace
-
+// The kernels are the shared templates of core/kernels/elementwise_impl.h on the CPU launcher;
+// an output on a CUDA device goes to their CUDA instantiation (src/cuda/elementwise.h).
 void add_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  if (out.dtype() == kBool) {
-    const bool al = alpha.to<bool>();
-    launch<bool, bool, bool>(out, [al](bool x, bool y) { return x || (al && y); }, a, b);
-    return;
-  }
-  dispatch_numeric(out.dtype(), "add", [&]<typename T>() {
-    using M = opmath_t<T>;
-    if (is_one(alpha)) {
-      launch<T, T, T>(out, [](T x, T y) { return st<T>(wadd(om(x), om(y))); }, a, b);
-    } else {
-      const M al = om(scalar_to<T>(alpha));
-      launch<T, T, T>(out, [al](T x, T y) { return st<T>(wadd(om(x), wmul(al, om(y)))); }, a, b);
-    }
-  });
+  DP_ROUTE_CUDA(out, add_kernel(out, a, b, alpha));
+  impl::add_kernel<CpuLaunch>(out, a, b, alpha);
 }
 
 void add_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s, const Scalar& alpha) {
-  if (out.dtype() == kBool) {
-    const bool c = alpha.to<bool>() && s.to<bool>();
-    launch<bool, bool>(out, [c](bool x) { return x || c; }, a);
-    return;
-  }
-  dispatch_numeric(out.dtype(), "add", [&]<typename T>() {
-    using M = opmath_t<T>;
-    const M c = wmul(om(scalar_to<T>(alpha)), om(scalar_to<T>(s)));
-    launch<T, T>(out, [c](T x) { return st<T>(wadd(om(x), c)); }, a);
-  });
+  DP_ROUTE_CUDA(out, add_scalar_kernel(out, a, s, alpha));
+  impl::add_scalar_kernel<CpuLaunch>(out, a, s, alpha);
 }
 
 void rsub_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s) {
-  dispatch_numeric(out.dtype(), "rsub", [&]<typename T>() {
-    using M = opmath_t<T>;
-    const M c = om(scalar_to<T>(s));
-    launch<T, T>(out, [c](T x) { return st<T>(wsub(c, om(x))); }, a);
-  });
+  DP_ROUTE_CUDA(out, rsub_scalar_kernel(out, a, s));
+  impl::rsub_scalar_kernel<CpuLaunch>(out, a, s);
 }
 
 void mul_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
-  if (out.dtype() == kBool) {
-    launch<bool, bool, bool>(out, [](bool x, bool y) { return x && y; }, a, b);
-    return;
-  }
-  dispatch_numeric(out.dtype(), "mul", [&]<typename T>() {
-    launch<T, T, T>(out, [](T x, T y) { return st<T>(wmul(om(x), om(y))); }, a, b);
-  });
+  DP_ROUTE_CUDA(out, mul_kernel(out, a, b));
+  impl::mul_kernel<CpuLaunch>(out, a, b);
 }
 
 void mul_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s) {
-  if (out.dtype() == kBool) {
-    const bool c = s.to<bool>();
-    launch<bool, bool>(out, [c](bool x) { return x && c; }, a);
-    return;
-  }
-  dispatch_numeric(out.dtype(), "mul", [&]<typename T>() {
-    using M = opmath_t<T>;
-    const M c = om(scalar_to<T>(s));
-    launch<T, T>(out, [c](T x) { return st<T>(wmul(om(x), c)); }, a);
-  });
+  DP_ROUTE_CUDA(out, mul_scalar_kernel(out, a, s));
+  impl::mul_scalar_kernel<CpuLaunch>(out, a, s);
 }
 
 void div_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
-  dispatch_floating(out.dtype(), "div", [&]<typename T>() {
-    launch<T, T, T>(out, [](T x, T y) { return st<T>(om(x) / om(y)); }, a, b);
-  });
+  DP_ROUTE_CUDA(out, div_kernel(out, a, b));
+  impl::div_kernel<CpuLaunch>(out, a, b);
 }
 
 void div_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s) {
-  dispatch_floating(out.dtype(), "div", [&]<typename T>() {
-    using M = opmath_t<T>;
-    const M c = om(scalar_to<T>(s));
-    launch<T, T>(out, [c](T x) { return st<T>(om(x) / c); }, a);
-  });
+  DP_ROUTE_CUDA(out, div_scalar_kernel(out, a, s));
+  impl::div_scalar_kernel<CpuLaunch>(out, a, s);
 }
 
 void rdiv_scalar_kernel(const Tensor& out, const Scalar& s, const Tensor& a) {
-  dispatch_floating(out.dtype(), "div", [&]<typename T>() {
-    using M = opmath_t<T>;
-    const M c = om(scalar_to<T>(s));
-    launch<T, T>(out, [c](T x) { return st<T>(c / om(x)); }, a);
-  });
+  DP_ROUTE_CUDA(out, rdiv_scalar_kernel(out, s, a));
+  impl::rdiv_scalar_kernel<CpuLaunch>(out, s, a);
 }
 
 void pow_kernel(const Tensor& out, const Tensor& a, const Tensor& e) {
-  dispatch_numeric(out.dtype(), "pow", [&]<typename T>() {
-    if constexpr (is_float_v<T>) {
-      launch<T, T, T>(out, [](T x, T y) { return st<T>(std::pow(om(x), om(y))); }, a, e);
-    } else {
-      launch<T, T, T>(out, [](T x, T y) { return int_pow(x, y); }, a, e);
-    }
-  });
+  DP_ROUTE_CUDA(out, pow_kernel(out, a, e));
+  impl::pow_kernel<CpuLaunch>(out, a, e);
 }
 
 void pow_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& e) {
-  dispatch_numeric(out.dtype(), "pow", [&]<typename T>() {
-    if constexpr (is_float_v<T>) {
-      using M = opmath_t<T>;
-      const double d = e.to_double();
-      // The exponents PyTorch computes without pow (exact squares and cubes, sqrt, reciprocals).
-      if (d == 2.0) launch<T, T>(out, [](T x) { return st<T>(om(x) * om(x)); }, a);
-      else if (d == 3.0) launch<T, T>(out, [](T x) { return st<T>(om(x) * om(x) * om(x)); }, a);
-      else if (d == 1.0) launch<T, T>(out, [](T x) { return x; }, a);
-      else if (d == 0.5) launch<T, T>(out, [](T x) { return st<T>(std::sqrt(om(x))); }, a);
-      else if (d == -0.5) launch<T, T>(out, [](T x) { return st<T>(M(1) / std::sqrt(om(x))); }, a);
-      else if (d == -1.0) launch<T, T>(out, [](T x) { return st<T>(M(1) / om(x)); }, a);
-      else if (d == -2.0) launch<T, T>(out, [](T x) { return st<T>(M(1) / (om(x) * om(x))); }, a);
-      else {
-        const M c = om(scalar_to<T>(e));
-        launch<T, T>(out, [c](T x) { return st<T>(std::pow(om(x), c)); }, a);
-      }
-    } else {
-      DP_CHECK(e.to_int() >= 0, ValueError, "pow: Integers to negative integer powers are not allowed.");
-      const T c = scalar_to<T>(e);
-      launch<T, T>(out, [c](T x) { return int_pow(x, c); }, a);
-    }
-  });
+  DP_ROUTE_CUDA(out, pow_scalar_kernel(out, a, e));
+  impl::pow_scalar_kernel<CpuLaunch>(out, a, e);
 }
 
 void rpow_scalar_kernel(const Tensor& out, const Scalar& base, const Tensor& e) {
-  dispatch_numeric(out.dtype(), "pow", [&]<typename T>() {
-    if constexpr (is_float_v<T>) {
-      using M = opmath_t<T>;
-      const M c = om(scalar_to<T>(base));
-      launch<T, T>(out, [c](T y) { return st<T>(std::pow(c, om(y))); }, e);
-    } else {
-      const T c = scalar_to<T>(base);
-      launch<T, T>(out, [c](T y) { return int_pow(c, y); }, e);
-    }
-  });
+  DP_ROUTE_CUDA(out, rpow_scalar_kernel(out, base, e));
+  impl::rpow_scalar_kernel<CpuLaunch>(out, base, e);
 }
 
 void maximum_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
-  if (out.dtype() == kBool) {
-    launch<bool, bool, bool>(out, [](bool x, bool y) { return x || y; }, a, b);
-    return;
-  }
-  dispatch_numeric(out.dtype(), "maximum", [&]<typename T>() {
-    launch<T, T, T>(out, [](T x, T y) {
-      auto u = om(x), v = om(y);
-      if constexpr (is_float_v<T>) return st<T>(u != u ? u : (v != v ? v : (u > v ? u : v)));
-      else return u > v ? x : y;
-    }, a, b);
-  });
+  DP_ROUTE_CUDA(out, maximum_kernel(out, a, b));
+  impl::maximum_kernel<CpuLaunch>(out, a, b);
 }
 
 void minimum_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
-  if (out.dtype() == kBool) {
-    launch<bool, bool, bool>(out, [](bool x, bool y) { return x && y; }, a, b);
-    return;
-  }
-  dispatch_numeric(out.dtype(), "minimum", [&]<typename T>() {
-    launch<T, T, T>(out, [](T x, T y) {
-      auto u = om(x), v = om(y);
-      if constexpr (is_float_v<T>) return st<T>(u != u ? u : (v != v ? v : (u < v ? u : v)));
-      else return u < v ? x : y;
-    }, a, b);
-  });
+  DP_ROUTE_CUDA(out, minimum_kernel(out, a, b));
+  impl::minimum_kernel<CpuLaunch>(out, a, b);
 }
 
 void extremum_weight_kernel(const Tensor& out, const Tensor& a, const Tensor& b, bool is_max) {
-  dispatch_floating(out.dtype(), "maximum_backward", [&]<typename T>() {
-    using M = opmath_t<T>;
-    if (is_max) launch<T, T, T>(out, [](T x, T y) { return st<T>(om(x) > om(y) ? M(1) : om(x) == om(y) ? M(0.5) : M(0)); }, a, b);
-    else launch<T, T, T>(out, [](T x, T y) { return st<T>(om(x) < om(y) ? M(1) : om(x) == om(y) ? M(0.5) : M(0)); }, a, b);
-  });
+  DP_ROUTE_CUDA(out, extremum_weight_kernel(out, a, b, is_max));
+  impl::extremum_weight_kernel<CpuLaunch>(out, a, b, is_max);
 }
 
 void lerp_kernel(const Tensor& out, const Tensor& a, const Tensor& end, const Scalar& weight) {
-  dispatch_floating(out.dtype(), "lerp", [&]<typename T>() {
-    using M = opmath_t<T>;
-    const M w = om(scalar_to<T>(weight));
-    // PyTorch's formula: from the nearer end, so lerp(a, b, 1) == b exactly.
-    if (std::abs(w) < M(0.5)) {
-      launch<T, T, T>(out, [w](T x, T y) { return st<T>(om(x) + w * (om(y) - om(x))); }, a, end);
-    } else {
-      const M w1 = M(1) - w;
-      launch<T, T, T>(out, [w1](T x, T y) { return st<T>(om(y) - (om(y) - om(x)) * w1); }, a, end);
-    }
-  });
+  DP_ROUTE_CUDA(out, lerp_kernel(out, a, end, weight));
+  impl::lerp_kernel<CpuLaunch>(out, a, end, weight);
 }
 
 void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
-  dispatch_all(out.dtype(), "where", [&]<typename T>() {
-    launch<T, bool, T, T>(out, [](bool c, T x, T y) { return c ? x : y; }, cond, a, b);
-  });
+  DP_ROUTE_CUDA(out, where_kernel(out, cond, a, b));
+  impl::where_kernel<CpuLaunch>(out, cond, a, b);
 }
 
 void where_scalar_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const Scalar& b) {
-  dispatch_all(out.dtype(), "where", [&]<typename T>() {
-    const T v = scalar_to<T>(b);
-    launch<T, bool, T>(out, [v](bool c, T x) { return c ? x : v; }, cond, a);
-  });
+  DP_ROUTE_CUDA(out, where_scalar_kernel(out, cond, a, b));
+  impl::where_scalar_kernel<CpuLaunch>(out, cond, a, b);
 }
 
 void addcmul_kernel(const Tensor& out, const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& value) {
-  dispatch_numeric(out.dtype(), "addcmul_", [&]<typename T>() {
-    using M = opmath_t<T>;
-    const M v = om(scalar_to<T>(value));
-    launch<T, T, T, T>(out, [v](T s, T x, T y) { return st<T>(wadd(om(s), wmul(v, wmul(om(x), om(y))))); }, self, a, b);
-  });
+  DP_ROUTE_CUDA(out, addcmul_kernel(out, self, a, b, value));
+  impl::addcmul_kernel<CpuLaunch>(out, self, a, b, value);
 }
 
 void addcdiv_kernel(const Tensor& out, const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& value) {
-  dispatch_floating(out.dtype(), "addcdiv_", [&]<typename T>() {
-    using M = opmath_t<T>;
-    const M v = om(scalar_to<T>(value));
-    launch<T, T, T, T>(out, [v](T s, T x, T y) { return st<T>(om(s) + v * (om(x) / om(y))); }, self, a, b);
-  });
+  DP_ROUTE_CUDA(out, addcdiv_kernel(out, self, a, b, value));
+  impl::addcdiv_kernel<CpuLaunch>(out, self, a, b, value);
 }
 
 }  // namespace kernels

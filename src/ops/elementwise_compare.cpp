@@ -1,59 +1,28 @@
 // Comparisons (bool results, computed in the promoted dtype), logical_not, equal, allclose.
 #include <cmath>
 #include "core/kernels/elementwise_common.h"
+#include "core/kernels/elementwise_impl.h"
 #include "core/kernels/elementwise_kernels.h"
+#include "cuda/elementwise.h"
 
 namespace dp {
 namespace kernels {
-namespace {
 
-template <typename T, typename Fn>
-void compare_loop(CmpOp op, const Fn& run) {
-  switch (op) {
-    case CmpOp::Eq: run([](auto x, auto y) { return x == y; }); return;
-    case CmpOp::Ne: run([](auto x, auto y) { return x != y; }); return;
-    case CmpOp::Lt: run([](auto x, auto y) { return x < y; }); return;
-    case CmpOp::Le: run([](auto x, auto y) { return x <= y; }); return;
-    case CmpOp::Gt: run([](auto x, auto y) { return x > y; }); return;
-    case CmpOp::Ge: run([](auto x, auto y) { return x >= y; }); return;
-  }
-}
-
-const char* cmp_name(CmpOp op) {
-  switch (op) {
-    case CmpOp::Eq: return "eq";
-    case CmpOp::Ne: return "ne";
-    case CmpOp::Lt: return "lt";
-    case CmpOp::Le: return "le";
-    case CmpOp::Gt: return "gt";
-    case CmpOp::Ge: return "ge";
-  }
-  return "compare";
-}
-
-}  // namespace
-
+// The kernels are the shared templates of core/kernels/elementwise_impl.h on the CPU launcher;
+// an output on a CUDA device goes to their CUDA instantiation (src/cuda/elementwise.h).
 void compare_kernel(CmpOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  dispatch_all(a.dtype(), cmp_name(op), [&]<typename T>() {
-    compare_loop<T>(op, [&](auto cmp) {
-      launch<bool, T, T>(out, [cmp](T x, T y) { return cmp(om(x), om(y)); }, a, b);
-    });
-  });
+  DP_ROUTE_CUDA(out, compare_kernel(op, out, a, b));
+  impl::compare_kernel<CpuLaunch>(op, out, a, b);
 }
 
 void compare_scalar_kernel(CmpOp op, const Tensor& out, const Tensor& a, const Scalar& s) {
-  dispatch_all(a.dtype(), cmp_name(op), [&]<typename T>() {
-    const auto c = om(scalar_to<T>(s));
-    compare_loop<T>(op, [&](auto cmp) {
-      launch<bool, T>(out, [cmp, c](T x) { return cmp(om(x), c); }, a);
-    });
-  });
+  DP_ROUTE_CUDA(out, compare_scalar_kernel(op, out, a, s));
+  impl::compare_scalar_kernel<CpuLaunch>(op, out, a, s);
 }
 
 void logical_not_kernel(const Tensor& out, const Tensor& a) {
-  dispatch_all(a.dtype(), "logical_not", [&]<typename T>() {
-    launch<bool, T>(out, [](T x) { return !convert<bool>(x); }, a);
-  });
+  DP_ROUTE_CUDA(out, logical_not_kernel(out, a));
+  impl::logical_not_kernel<CpuLaunch>(out, a);
 }
 
 }  // namespace kernels

@@ -2,114 +2,28 @@
 // the unary kernel (shared with the activations) and the differentiable ops.
 #include <cmath>
 #include "core/kernels/elementwise_common.h"
+#include "core/kernels/elementwise_impl.h"
 #include "core/kernels/elementwise_kernels.h"
+#include "cuda/elementwise.h"
 
 namespace dp {
 namespace kernels {
-namespace {
 
-// Floating element functions, computed in M (float for the 16-bit types, else T).
-struct ExpF { template <typename M> static DP_INLINE M f(M x) { return m_exp(x); } };
-struct LogF { template <typename M> static DP_INLINE M f(M x) { return m_log(x); } };
-struct Log1pF { template <typename M> static DP_INLINE M f(M x) { return m_log1p(x); } };
-struct SqrtF { template <typename M> static DP_INLINE M f(M x) { return std::sqrt(x); } };
-struct RsqrtF { template <typename M> static DP_INLINE M f(M x) { return M(1) / std::sqrt(x); } };
-struct SinF { template <typename M> static DP_INLINE M f(M x) { return std::sin(x); } };
-struct CosF { template <typename M> static DP_INLINE M f(M x) { return std::cos(x); } };
-struct ReciprocalF { template <typename M> static DP_INLINE M f(M x) { return M(1) / x; } };
-struct SigmoidF { template <typename M> static DP_INLINE M f(M x) { return sigmoid_f(x); } };
-struct TanhF { template <typename M> static DP_INLINE M f(M x) { return m_tanh(x); } };
-struct GeluF { template <typename M> static DP_INLINE M f(M x) { return gelu_f(x); } };
-struct GeluTanhF { template <typename M> static DP_INLINE M f(M x) { return gelu_tanh_f(x); } };
-struct SiluF { template <typename M> static DP_INLINE M f(M x) { return silu_f(x); } };
-struct SoftplusF { template <typename M> static DP_INLINE M f(M x) { return softplus_f(x); } };
-
-template <typename F>
-void floating_unary(const Tensor& out, const Tensor& a, const char* name) {
-  dispatch_floating(out.dtype(), name, [&]<typename T>() {
-    using M = opmath_t<T>;
-    launch<T, T>(out, [](T x) { return st<T>(F::template f<M>(om(x))); }, a);
-  });
-}
-
-}  // namespace
-
+// The kernels are the shared templates of core/kernels/elementwise_impl.h on the CPU launcher;
+// an output on a CUDA device goes to their CUDA instantiation (src/cuda/elementwise.h).
 void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& a) {
-  switch (op) {
-    case UnaryOp::Neg:
-      dispatch_numeric(out.dtype(), "neg", [&]<typename T>() { launch<T, T>(out, [](T x) { return st<T>(wneg(om(x))); }, a); });
-      return;
-    case UnaryOp::Abs:
-      dispatch_numeric(out.dtype(), "abs", [&]<typename T>() {
-        if constexpr (std::is_unsigned_v<T>) launch<T, T>(out, [](T x) { return x; }, a);
-        else if constexpr (is_float_v<T>) launch<T, T>(out, [](T x) { return st<T>(std::abs(om(x))); }, a);
-        else launch<T, T>(out, [](T x) { return x < 0 ? wneg(x) : x; }, a);
-      });
-      return;
-    case UnaryOp::Sign:
-      if (out.dtype() == kBool) {
-        launch<bool, bool>(out, [](bool x) { return x; }, a);
-        return;
-      }
-      dispatch_numeric(out.dtype(), "sign", [&]<typename T>() {
-        using M = opmath_t<T>;
-        launch<T, T>(out, [](T x) { return st<T>(M((M(0) < om(x)) - (om(x) < M(0)))); }, a);
-      });
-      return;
-    case UnaryOp::Square:
-      dispatch_numeric(out.dtype(), "square", [&]<typename T>() { launch<T, T>(out, [](T x) { return st<T>(wmul(om(x), om(x))); }, a); });
-      return;
-    case UnaryOp::Relu:
-      dispatch_numeric(out.dtype(), "relu", [&]<typename T>() {
-        using M = opmath_t<T>;
-        if constexpr (is_float_v<T>) launch<T, T>(out, [](T x) { return (om(x) > M(0) || om(x) != om(x)) ? x : st<T>(M(0)); }, a);
-        else launch<T, T>(out, [](T x) { return x > st<T>(0) ? x : st<T>(0); }, a);
-      });
-      return;
-    case UnaryOp::Exp: floating_unary<ExpF>(out, a, "exp"); return;
-    case UnaryOp::Log: floating_unary<LogF>(out, a, "log"); return;
-    case UnaryOp::Log1p: floating_unary<Log1pF>(out, a, "log1p"); return;
-    case UnaryOp::Sqrt: floating_unary<SqrtF>(out, a, "sqrt"); return;
-    case UnaryOp::Rsqrt: floating_unary<RsqrtF>(out, a, "rsqrt"); return;
-    case UnaryOp::Sin: floating_unary<SinF>(out, a, "sin"); return;
-    case UnaryOp::Cos: floating_unary<CosF>(out, a, "cos"); return;
-    case UnaryOp::Reciprocal: floating_unary<ReciprocalF>(out, a, "reciprocal"); return;
-    case UnaryOp::Sigmoid: floating_unary<SigmoidF>(out, a, "sigmoid"); return;
-    case UnaryOp::Tanh: floating_unary<TanhF>(out, a, "tanh"); return;
-    case UnaryOp::Gelu: floating_unary<GeluF>(out, a, "gelu"); return;
-    case UnaryOp::GeluTanh: floating_unary<GeluTanhF>(out, a, "gelu"); return;
-    case UnaryOp::Silu: floating_unary<SiluF>(out, a, "silu"); return;
-    case UnaryOp::Softplus: floating_unary<SoftplusF>(out, a, "softplus"); return;
-  }
+  DP_ROUTE_CUDA(out, unary_kernel(op, out, a));
+  impl::unary_kernel<CpuLaunch>(op, out, a);
 }
 
 void clamp_kernel(const Tensor& out, const Tensor& a, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) {
-  dispatch_numeric(out.dtype(), "clamp", [&]<typename T>() {
-    using M = opmath_t<T>;
-    // NaN compares false both ways, so it passes through unchanged.
-    if (lo && hi) {
-      const M l = om(scalar_to<T>(*lo)), h = om(scalar_to<T>(*hi));
-      launch<T, T>(out, [l, h](T x) {
-        M r = om(x) < l ? l : om(x);
-        return st<T>(h < r ? h : r);
-      }, a);
-    } else if (lo) {
-      const M l = om(scalar_to<T>(*lo));
-      launch<T, T>(out, [l](T x) { return st<T>(om(x) < l ? l : om(x)); }, a);
-    } else {
-      const M h = om(scalar_to<T>(*hi));
-      launch<T, T>(out, [h](T x) { return st<T>(h < om(x) ? h : om(x)); }, a);
-    }
-  });
+  DP_ROUTE_CUDA(out, clamp_kernel(out, a, lo, hi));
+  impl::clamp_kernel<CpuLaunch>(out, a, lo, hi);
 }
 
 void clamp_mask_kernel(const Tensor& out, const Tensor& a, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) {
-  dispatch_floating(a.dtype(), "clamp_backward", [&]<typename T>() {
-    using M = opmath_t<T>;
-    const M l = lo ? M(lo->to_double()) : -std::numeric_limits<M>::infinity();
-    const M h = hi ? M(hi->to_double()) : std::numeric_limits<M>::infinity();
-    launch<bool, T>(out, [l, h](T x) { return om(x) >= l && om(x) <= h; }, a);
-  });
+  DP_ROUTE_CUDA(out, clamp_mask_kernel(out, a, lo, hi));
+  impl::clamp_mask_kernel<CpuLaunch>(out, a, lo, hi);
 }
 
 }  // namespace kernels

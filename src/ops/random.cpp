@@ -19,6 +19,9 @@
 #include "dp/core/device_registry.h"
 #include "dp/ops/factory.h"
 #include "ops/common.h"
+#if DP_HAVE_CUDA
+#include "cuda/random.h"
+#endif
 
 namespace dp {
 
@@ -76,6 +79,21 @@ uint64_t blocks_for(int64_t n, int per_block) { return static_cast<uint64_t>((n 
 
 // Runs `fill(T* contiguous_out, n)` into t, going through a contiguous buffer when t is not
 // contiguous, and bumps the version counter.
+// On a CUDA device: the Philox kernel (same stream layout) into a contiguous buffer.
+bool cuda_fill([[maybe_unused]] Tensor& t, [[maybe_unused]] int kind, [[maybe_unused]] uint64_t seed, [[maybe_unused]] uint64_t first,
+               [[maybe_unused]] double a, [[maybe_unused]] double b) {
+#if DP_HAVE_CUDA
+  if (!t.is_cuda()) return false;
+  Tensor dst = t.is_contiguous() ? t : make_empty(t.sizes(), t.dtype(), t.device());
+  cuda::random_fill(static_cast<cuda::RandomKind>(kind), dst, seed, first, a, b);
+  if (!dst.is_same(t)) kernels::copy_kernel(t, dst);
+  t.bump_version();
+  return true;
+#else
+  return false;
+#endif
+}
+
 template <typename F>
 void fill_elements(Tensor& t, const char* op, F&& fill) {
   Tensor dst = t.is_contiguous() ? t : make_empty(t.sizes(), t.dtype(), t.device());
@@ -110,6 +128,7 @@ void uniform_fill(Tensor& t, double from, double to, Generator& g) {
   const uint64_t first = g.reserve(blocks_for(n, per_block));
   const uint64_t seed = g.seed();
   const double range = to - from;
+  if (cuda_fill(t, 0, seed, first, from, to)) return;
   fill_elements(t, "uniform_", [&]<typename T>(T* p, int64_t count) {
     if constexpr (kernels::is_float_v<T>) {
       for_blocks(seed, first, count, per_block, [&](int64_t i, const uint32_t* w, int k) {
@@ -131,6 +150,7 @@ void normal_fill(Tensor& t, double mean, double std, Generator& g) {
   const int64_t n = t.numel();
   const uint64_t first = g.reserve(blocks_for(n, 2));
   const uint64_t seed = g.seed();
+  if (cuda_fill(t, 1, seed, first, mean, std)) return;
   fill_elements(t, "normal_", [&]<typename T>(T* p, int64_t count) {
     if constexpr (kernels::is_float_v<T>) {
       for_blocks(seed, first, count, 2, [p, mean, std, r = 0.0, theta = 0.0](int64_t i, const uint32_t* w, int k) mutable {
@@ -255,6 +275,10 @@ Tensor& bernoulli_(Tensor& t, double p, Generator* gen) {
   const int64_t n = t.numel();
   const uint64_t first = g.reserve(blocks_for(n, 2));
   const uint64_t seed = g.seed();
+  if (cuda_fill(t, 2, seed, first, p, 0.0)) {
+    inplace_epilogue(t, "BernoulliBackward1");
+    return t;
+  }
   fill_elements(t, "bernoulli_", [&]<typename T>(T* out, int64_t count) {
     for_blocks(seed, first, count, 2, [&](int64_t i, const uint32_t* w, int k) {
       out[i] = kernels::convert<T>(u53(word64(w, k)) < p);

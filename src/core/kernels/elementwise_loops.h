@@ -118,3 +118,19 @@ void launch(const Tensor& out, const F& f, const Ts&... in) {
 }
 
 }  // namespace dp::kernels
+
+namespace dp::kernels {
+
+// The CPU launcher of the shared kernel templates (core/kernels/elementwise_impl.h). A CUDA
+// operand reaching it (a CPU output with a CUDA input) is a device mismatch, never a host read of
+// device memory.
+[[noreturn]] void throw_cuda_operand_on_cpu(const Tensor& out, const Tensor& in);
+struct CpuLaunch {
+  template <typename Out, typename... In, typename F, typename... Ts>
+  static void run(const Tensor& out, const F& f, const Ts&... in) {
+    (((in.device().type == DeviceType::CUDA) ? throw_cuda_operand_on_cpu(out, in) : void()), ...);
+    launch<Out, In...>(out, f, in...);
+  }
+};
+
+}  // namespace dp::kernels

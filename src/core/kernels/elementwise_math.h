@@ -119,6 +119,9 @@ DP_HOST_DEVICE inline T int_pow(T base, T exp) {
 
 DP_HOST_DEVICE DP_INLINE float f32_from_bits(int32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
 DP_HOST_DEVICE DP_INLINE int32_t f32_to_bits(float f) { int32_t b; std::memcpy(&b, &f, 4); return b; }
+// +inf and a quiet NaN from their bits (std::numeric_limits is host-only for nvcc).
+DP_HOST_DEVICE DP_INLINE float f32_inf() { return f32_from_bits(0x7f800000); }
+DP_HOST_DEVICE DP_INLINE float f32_qnan() { return f32_from_bits(0x7fc00000); }
 
 // c ? a : b as bit operations: a conditional expression whose arms the compiler sees as possibly
 // trapping (-ftrapping-math) would keep a branch in the loop and stop vectorisation.
@@ -156,7 +159,7 @@ DP_HOST_DEVICE DP_INLINE float vexp(float x) {
   const int32_t ni = static_cast<int32_t>(n);
   const int32_t n1 = ni >> 1, n2 = ni - n1;
   const float res = y * f32_from_bits((n1 + 127) << 23) * f32_from_bits((n2 + 127) << 23);
-  float out = sel(x > hi, std::numeric_limits<float>::infinity(), res);
+  float out = sel(x > hi, f32_inf(), res);
   out = sel(x < lo, 0.0f, out);
   return sel(x != x, x, out);
 }
@@ -185,9 +188,9 @@ DP_HOST_DEVICE DP_INLINE float vlog(float x) {
   y += -2.12194440e-4f * ef;
   y += -0.5f * z;
   float out = t + y + 0.693359375f * ef;
-  out = sel(x == std::numeric_limits<float>::infinity(), x, out);
-  out = sel(x == 0.0f, -std::numeric_limits<float>::infinity(), out);
-  out = sel(x < 0.0f, std::numeric_limits<float>::quiet_NaN(), out);
+  out = sel(x == f32_inf(), x, out);
+  out = sel(x == 0.0f, -f32_inf(), out);
+  out = sel(x < 0.0f, f32_qnan(), out);
   return sel(x != x, x, out);
 }
 
@@ -198,7 +201,7 @@ DP_HOST_DEVICE DP_INLINE float vlog1p(float x) {
   const float q = x / sel(d == 0.0f, 1.0f, d);
   float out = vlog(u) * q;
   out = sel(d == 0.0f, x, out);
-  return sel(x == std::numeric_limits<float>::infinity(), x, out);
+  return sel(x == f32_inf(), x, out);
 }
 
 DP_HOST_DEVICE DP_INLINE float vtanh(float x) {

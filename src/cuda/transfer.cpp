@@ -1,0 +1,198 @@
+// Host <-> device and device <-> device copies, the pinned staging pool, and the launch helpers
+// of cuda/launch.cuh that need no device code.
+#include "cuda/transfer.h"
+#include <cuda_runtime_api.h>
+#include <cstring>
+#include <mutex>
+#include <vector>
+#include "dp/autograd/grad_mode.h"
+#include "dp/core/pooled.h"
+#include "dp/core/storage.h"
+#include "dp/core/tensor_impl.h"
+#include "dp/cuda/check.h"
+#include "dp/cuda/cuda.h"
+#include "dp/ops/factory.h"
+#include "core/kernels/loops.h"
+#include "cuda/elementwise.h"
+
+namespace dp::cuda {
+
+namespace detail {
+
+unsigned grid_for(int64_t n, int device) {
+  static int sms[64] = {};
+  int& s = sms[device & 63];
+  if (s == 0) {
+    int v = 0;
+    DP_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
+    s = v > 0 ? v : 1;
+  }
+  const int64_t want = (n + 255) / 256;
+  const int64_t cap = int64_t{s} * 16;  // 16 blocks of 256 threads per SM, grid-stride beyond
+  return static_cast<unsigned>(want < cap ? (want > 0 ? want : 1) : cap);
+}
+
+Tensor on_device_of(const char* what, const Tensor& out, const Tensor& in) {
+  if (in.device() == out.device()) return in;
+  DP_CHECK(in.device().is_cpu() && in.numel() == 1, DeviceError, what, ": expected all tensors to be on the same device, but found at least two devices, ",
+           out.device().str(), " and ", in.device().str(), "!");
+  NoGradGuard no_grad;
+  Tensor d = make_empty(in.sizes(), in.dtype(), out.device());
+  copy_across(d, in, false);
+  return d;
+}
+
+}  // namespace detail
+
+namespace {
+
+// Pinned staging blocks, reused once the copy that last used them has completed.
+struct Staging {
+  void* ptr;
+  size_t bytes;
+  cudaEvent_t done;  // recorded after the copy out of the block
+};
+std::mutex staging_mu;
+std::vector<Staging>& staging_pool() {
+  static auto* p = new std::vector<Staging>();  // outlives static destruction
+  return *p;
+}
+
+Staging take_staging(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(staging_mu);
+    auto& pool = staging_pool();
+    for (size_t i = 0; i < pool.size(); ++i) {
+      if (pool[i].bytes >= bytes && cudaEventQuery(pool[i].done) == cudaSuccess) {
+        Staging s = pool[i];
+        pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
+        return s;
+      }
+    }
+  }
+  Staging s{nullptr, bytes < 4096 ? 4096 : bytes, nullptr};
+  DP_CUDA_CHECK(cudaHostAlloc(&s.ptr, s.bytes, cudaHostAllocDefault));
+  DP_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+  return s;
+}
+
+void give_staging(Staging s) {
+  std::lock_guard<std::mutex> lock(staging_mu);
+  staging_pool().push_back(s);
+}
+
+bool dense_same_layout(const Tensor& a, const Tensor& b) {
+  return a.is_contiguous() && b.is_contiguous() && a.sizes() == b.sizes() && a.dtype() == b.dtype();
+}
+
+// Contiguous host bytes -> contiguous device bytes.
+void h2d(void* dst, const void* src, size_t bytes, int dev, bool non_blocking) {
+  if (bytes == 0) return;
+  cudaStream_t stream = current_stream(dev).handle();
+  if (non_blocking && is_pinned(src)) {
+    DP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+    return;
+  }
+  Staging s = take_staging(bytes);
+  std::memcpy(s.ptr, src, bytes);
+  DP_CUDA_CHECK(cudaMemcpyAsync(dst, s.ptr, bytes, cudaMemcpyHostToDevice, stream));
+  DP_CUDA_CHECK(cudaEventRecord(s.done, stream));
+  give_staging(s);
+}
+
+// Contiguous device bytes -> contiguous host bytes.
+void d2h(void* dst, const void* src, size_t bytes, int dev, bool non_blocking) {
+  if (bytes == 0) return;
+  cudaStream_t stream = current_stream(dev).handle();
+  DP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+  if (!(non_blocking && is_pinned(dst))) DP_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+}  // namespace
+
+bool is_pinned(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attr.type == cudaMemoryTypeHost;
+}
+
+Tensor empty_pinned(IntArrayRef sizes, DType dtype) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  const size_t bytes = static_cast<size_t>(n) * element_size(dtype);
+  void* p = nullptr;
+  DP_CUDA_CHECK(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault));
+  auto storage = ::dp::detail::make_pooled<StorageImpl>(p, bytes, Device::cpu(), [](void* q) { cudaFreeHost(q); });
+  Shape sz(sizes.begin(), sizes.end());
+  Shape st(sz.size(), 1);
+  for (int64_t d = static_cast<int64_t>(sz.size()) - 2; d >= 0; --d) st[d] = st[d + 1] * std::max<int64_t>(sz[d + 1], 1);
+  return Tensor(::dp::detail::make_pooled<TensorImpl>(std::move(storage), sz, st, 0, dtype));
+}
+
+void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
+  if (dst.numel() == 0) return;
+  NoGradGuard no_grad;
+  const Device dd = dst.device(), sd = src.device();
+  if (dd.is_cuda() && sd.is_cuda() && dd == sd) {
+    copy_kernel(dst, src);
+    return;
+  }
+  if (dd.is_cuda() && !sd.is_cuda()) {
+    // Host -> device: the source made dense in dst's dtype and shape on the host, one transfer,
+    // then a device-side layout copy if dst is strided.
+    Tensor h = src;
+    if (!(h.is_contiguous() && h.dtype() == dst.dtype() && h.sizes() == dst.sizes())) {
+      h = make_empty(dst.sizes(), dst.dtype(), Device::cpu());
+      kernels::copy_kernel(h, src);
+      non_blocking = false;  // a temporary host buffer is never pinned
+    }
+    DeviceGuard guard(dd.index);
+    Tensor d = dst.is_contiguous() ? dst : make_empty(dst.sizes(), dst.dtype(), dd);
+    h2d(d.data_ptr(), h.data_ptr(), h.nbytes(), dd.index, non_blocking);
+    if (!d.is_same(dst)) copy_kernel(dst, d);
+    return;
+  }
+  if (!dd.is_cuda() && sd.is_cuda()) {
+    // Device -> host: dense in dst's dtype and shape on the device first, one transfer, then a host
+    // layout copy if dst is strided.
+    DeviceGuard guard(sd.index);
+    Tensor s = src;
+    if (!(s.is_contiguous() && s.dtype() == dst.dtype() && s.sizes() == dst.sizes())) {
+      s = make_empty(dst.sizes(), dst.dtype(), sd);
+      copy_kernel(s, src);
+    }
+    if (dst.is_contiguous()) {
+      d2h(dst.data_ptr(), s.data_ptr(), s.nbytes(), sd.index, non_blocking);
+    } else {
+      Tensor h = make_empty(dst.sizes(), dst.dtype(), Device::cpu());
+      d2h(h.data_ptr(), s.data_ptr(), s.nbytes(), sd.index, false);
+      kernels::copy_kernel(dst, h);
+    }
+    return;
+  }
+  // Between two CUDA devices: dense in dst's dtype and shape on the source device, then a peer copy
+  // on dst's current stream after the source's current stream has caught up.
+  Tensor s = src;
+  {
+    DeviceGuard guard(sd.index);
+    if (!(s.is_contiguous() && s.dtype() == dst.dtype() && s.sizes() == dst.sizes())) {
+      s = make_empty(dst.sizes(), dst.dtype(), sd);
+      copy_kernel(s, src);
+    }
+  }
+  Event ready;
+  ready.record(current_stream(sd.index));
+  DeviceGuard guard(dd.index);
+  Stream ds = current_stream(dd.index);
+  ds.wait(ready);
+  Tensor d = dst.is_contiguous() ? dst : make_empty(dst.sizes(), dst.dtype(), dd);
+  DP_CUDA_CHECK(cudaMemcpyPeerAsync(d.data_ptr(), dd.index, s.data_ptr(), sd.index, s.nbytes(), ds.handle()));
+  // The source block may be freed now: its allocator must not reuse it before the copy is done.
+  record_stream(s.storage()->data(), ds);
+  if (!d.is_same(dst)) copy_kernel(dst, d);
+}
+
+}  // namespace dp::cuda
