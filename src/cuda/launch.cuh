@@ -7,7 +7,9 @@
 //  - Contiguous fast path: out and every input contiguous with out's element count: a grid-stride
 //    loop over typed pointers, 32-bit indices when the count fits.
 //  - Otherwise an OffsetCalculator (offset_calculator.h) turns the linear index into each operand's
-//    byte offset, over the coalesced dims; 32-bit index math when the count fits.
+//    byte offset, over the coalesced dims, with 32-bit index math (byte offsets are 64-bit); a
+//    larger tensor is split along its outer dims into pieces that fit, so each functor has two
+//    kernels only (the CUDA compile time is per instantiated kernel).
 //  - The kernel is queued on the current stream of out's device; nothing waits for it (no
 //    device-wide synchronisation). Inputs must be on out's device; a CPU input with one element
 //    (a 0-dim "scalar tensor", as PyTorch allows) is copied to the device first; anything else is
@@ -88,7 +90,7 @@ struct CudaLaunch {
     if (n == 0) return;
     const int dev = out.device().index;
     DeviceGuard guard(dev);
-    // Inputs on out's device (a tuple of owned handles keeps copied scalars alive).
+    // Inputs on out's device (owned handles keep copied scalars alive until the launch).
     const Tensor ins[N - 1] = {on_device_of("element-wise op", out, in_)...};
     cudaStream_t stream = current_stream(dev).handle();
     const unsigned blocks = grid_for(n, dev);
@@ -103,14 +105,25 @@ struct CudaLaunch {
           contiguous_kernel<Out><<<grid_for(m, dev), kThreads, 0, stream>>>(static_cast<uint32_t>(m), f, static_cast<Out*>(out.data_ptr()) + i0,
                                                                             static_cast<const In*>(ins[K].data_ptr()) + i0...);
         }
+      } else if (n > INT32_MAX) {
+        // 32-bit index math only: split along the outermost dim of size > 1 into pieces of at most
+        // 2^30 elements (a piece still too large is split again along a deeper dim).
+        int64_t d = 0;
+        while (out.sizes()[d] == 1) ++d;
+        const int64_t rows = out.sizes()[d], inner = n / rows;
+        const int64_t step = inner >= (int64_t{1} << 30) ? 1 : (int64_t{1} << 30) / inner;
+        for (int64_t r0 = 0; r0 < rows; r0 += step) {
+          const int64_t len = rows - r0 < step ? rows - r0 : step;
+          auto piece = [&](const Tensor& t) {
+            const int64_t td = d - (out.dim() - t.dim());  // t's dim aligned from the right
+            return (td < 0 || t.sizes()[td] == 1) ? t : t.narrow(td, r0, len);
+          };
+          run<Out, In...>(out.narrow(d, r0, len), f, piece(ins[K])...);
+        }
       } else {
         const Tensor* ops[N] = {&out, &ins[K]...};
-        Pointers<N> p{{static_cast<char*>(out.data_ptr()), static_cast<char*>(const_cast<void*>(ins[K].data_ptr()))...}};
-        if (n <= INT32_MAX) {
-          strided_kernel<Out><<<blocks, kThreads, 0, stream>>>(static_cast<uint32_t>(n), f, p, offsets_for<N, uint32_t>(out, ops), Types<In...>{});
-        } else {
-          strided_kernel<Out><<<blocks, kThreads, 0, stream>>>(static_cast<uint64_t>(n), f, p, offsets_for<N, uint64_t>(out, ops), Types<In...>{});
-        }
+        Pointers<N> p{{static_cast<char*>(out.data_ptr()), static_cast<char*>(ins[K].data_ptr())...}};
+        strided_kernel<Out><<<blocks, kThreads, 0, stream>>>(static_cast<uint32_t>(n), f, p, offsets_for<N, uint32_t>(out, ops), Types<In...>{});
       }
     }(std::make_index_sequence<N - 1>{});
     DP_CUDA_CHECK(cudaGetLastError());
