@@ -18,6 +18,7 @@
 #include "dp/autograd/function.h"
 #include "dp/core/device_registry.h"
 #include "dp/ops/factory.h"
+#include "dp/ops/shape.h"
 #include "ops/common.h"
 #if DP_HAVE_CUDA
 #include "cuda/random.h"
@@ -198,6 +199,13 @@ Tensor randn(IntArrayRef sizes, TensorOptions opts, Generator* gen) {
 
 Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts, Generator* gen) {
   check_factory("randint", sizes, opts);
+  if (opts.device_.is_cuda()) {
+    // Drawn on the host from the CUDA device's generator (the same numbers a host draw from that
+    // state gives), then copied over.
+    Generator& dg = pick(gen, opts.device_);
+    const Device dev = opts.device_;
+    return finish(to(randint(low, high, sizes, opts.device(Device::cpu()).requires_grad(false), &dg), dev, opts.dtype_), opts);
+  }
   DP_CHECK(low < high, ValueError, "randint: random_ expects 'from' to be less than 'to', but got from=", low, " >= to=", high);
   // The range must fit the dtype (floating types take any range; large values round).
   kernels::dispatch_all(opts.dtype_, "randint", [&]<typename T>() {
@@ -226,6 +234,11 @@ Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts,
 Tensor randperm(int64_t n, TensorOptions opts, Generator* gen) {
   DP_CHECK(n >= 0, ValueError, "randperm: n must be non-negative, got ", n);
   check_factory("randperm", {n}, opts);
+  if (opts.device_.is_cuda()) {  // drawn on the host from the device's generator, copied over
+    Generator& dg = pick(gen, opts.device_);
+    const Device dev = opts.device_;
+    return finish(to(randperm(n, opts.device(Device::cpu()).requires_grad(false), &dg), dev, opts.dtype_), opts);
+  }
   Generator& g = pick(gen, opts.device_);
   std::vector<int64_t> perm(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) perm[i] = i;
