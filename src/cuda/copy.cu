@@ -49,10 +49,11 @@ __global__ void __launch_bounds__(kThreads) fill_bits_kernel(uint32_t n, T* out,
 
 }  // namespace
 
-void copy_kernel(const Tensor& dst, const Tensor& src) {
+void copy_kernel(const Tensor& dst, const Tensor& src_in) {
   const int64_t n = dst.numel();
   if (n == 0) return;
   DeviceGuard guard(dst.device().index);
+  const Tensor src = detail::on_device_of("copy_", dst, src_in);
   if (dst.dtype() == src.dtype()) {
     copy_same(dst, src);
     return;
@@ -60,7 +61,7 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
   // Converting: the source broadcast into a contiguous buffer of its dtype (if it is not one
   // already), a contiguous conversion, then a layout copy into dst (if it is not contiguous).
   Tensor s = src.is_contiguous() && src.numel() == n ? src : make_empty(dst.sizes(), src.dtype(), dst.device());
-  if (!s.is_same(src)) copy_same(s, detail::on_device_of("copy_", dst, src));
+  if (!s.is_same(src)) copy_same(s, src);
   Tensor d = dst.is_contiguous() ? dst : make_empty(dst.sizes(), dst.dtype(), dst.device());
   cudaStream_t stream = current_stream(dst.device().index).handle();
   constexpr int64_t kChunk = int64_t{1} << 30;

@@ -47,10 +47,12 @@ Tensor on_device_of(const char* what, const Tensor& out, const Tensor& in) {
 namespace {
 
 // Pinned staging blocks, reused once the copy that last used them has completed.
+// Per device: an event can only be recorded on a stream of the device it was created on.
 struct Staging {
   void* ptr;
   size_t bytes;
   cudaEvent_t done;  // recorded after the copy out of the block
+  int device;
 };
 std::mutex staging_mu;
 std::vector<Staging>& staging_pool() {
@@ -58,19 +60,20 @@ std::vector<Staging>& staging_pool() {
   return *p;
 }
 
-Staging take_staging(size_t bytes) {
+Staging take_staging(size_t bytes, int device) {
   {
     std::lock_guard<std::mutex> lock(staging_mu);
     auto& pool = staging_pool();
     for (size_t i = 0; i < pool.size(); ++i) {
-      if (pool[i].bytes >= bytes && cudaEventQuery(pool[i].done) == cudaSuccess) {
+      if (pool[i].device == device && pool[i].bytes >= bytes && cudaEventQuery(pool[i].done) == cudaSuccess) {
         Staging s = pool[i];
         pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
         return s;
       }
     }
   }
-  Staging s{nullptr, bytes < 4096 ? 4096 : bytes, nullptr};
+  Staging s{nullptr, bytes < 4096 ? 4096 : bytes, nullptr, device};
+  DeviceGuard guard(device);
   DP_CUDA_CHECK(cudaHostAlloc(&s.ptr, s.bytes, cudaHostAllocDefault));
   DP_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
   return s;
@@ -93,7 +96,7 @@ void h2d(void* dst, const void* src, size_t bytes, int dev, bool non_blocking) {
     DP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
     return;
   }
-  Staging s = take_staging(bytes);
+  Staging s = take_staging(bytes, dev);
   std::memcpy(s.ptr, src, bytes);
   DP_CUDA_CHECK(cudaMemcpyAsync(dst, s.ptr, bytes, cudaMemcpyHostToDevice, stream));
   DP_CUDA_CHECK(cudaEventRecord(s.done, stream));
