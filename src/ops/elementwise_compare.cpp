@@ -46,7 +46,9 @@ Tensor compare(const char* op, kernels::CmpOp k, const Tensor& a, const Scalar& 
 }
 
 // True when every element of a fresh contiguous bool tensor is true.
-bool all_true(const Tensor& t) {
+bool all_true(const Tensor& t_in) {
+  // A CUDA mask is read on the host (no CUDA reduction yet); the copy waits for the device.
+  const Tensor t = t_in.is_cuda() ? t_in.to(Device::cpu()) : t_in;
   const bool* p = static_cast<const bool*>(t.data_ptr());
   const int64_t n = t.numel();
   bool ok = true;
@@ -91,6 +93,8 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
            ops::torch_type_name(b.dtype()));
   DP_CHECK(rtol >= 0, ValueError, "allclose: rtol must be greater than or equal to zero, but got ", rtol);
   DP_CHECK(atol >= 0, ValueError, "allclose: atol must be greater than or equal to zero, but got ", atol);
+  // CUDA operands are compared on the host (the check below is a host loop; no CUDA reduction yet).
+  if (a.is_cuda() || b.is_cuda()) return allclose(a.to(Device::cpu()), b.to(Device::cpu()), rtol, atol);
   Tensor out = ops::new_output_like(a, b, "allclose", kBool, a.device());
   kernels::dispatch_all(a.dtype(), "allclose", [&]<typename T>() {
     kernels::launch<bool, T, T>(out, [rtol, atol](T x, T y) {

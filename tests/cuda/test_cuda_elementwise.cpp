@@ -439,6 +439,16 @@ TEST(CudaElementwise, DeviceMismatchIsAClearError) {
   expect_close(dp::add(s, d), dp::add(s, h), "cpu scalar tensor + cuda");
 }
 
+TEST(CudaElementwise, EqualAndAllcloseOnDeviceTensors) {
+  DP_REQUIRE_GPU();
+  Tensor h = sample({5, 6}, kFloat32, 60);
+  Tensor d = h.to(kGpu);
+  EXPECT_TRUE(dp::equal(d, h.to(kGpu)));
+  EXPECT_FALSE(dp::equal(d, dp::add(d, 1e-3)));
+  EXPECT_TRUE(dp::allclose(d, dp::add(d, 1e-7)));
+  EXPECT_FALSE(dp::allclose(d, dp::add(d, 1.0)));
+}
+
 TEST(CudaElementwise, LargeTensorsAndEmptyOnes) {
   DP_REQUIRE_GPU();
   Tensor h = sample({1 << 20}, kFloat32, 50);
