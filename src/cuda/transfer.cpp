@@ -84,10 +84,6 @@ void give_staging(Staging s) {
   staging_pool().push_back(s);
 }
 
-bool dense_same_layout(const Tensor& a, const Tensor& b) {
-  return a.is_contiguous() && b.is_contiguous() && a.sizes() == b.sizes() && a.dtype() == b.dtype();
-}
-
 // Contiguous host bytes -> contiguous device bytes.
 void h2d(void* dst, const void* src, size_t bytes, int dev, bool non_blocking) {
   if (bytes == 0) return;
