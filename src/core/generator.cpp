@@ -14,16 +14,13 @@
 #include "dp/core/generator.h"
 #include <map>
 #include <memory>
+#include "core/kernels/philox.h"
 #include "dp/core/errors.h"
 
 namespace dp {
 
 namespace {
 
-constexpr uint32_t kPhiloxM0 = 0xD2511F53u;
-constexpr uint32_t kPhiloxM1 = 0xCD9E8D57u;
-constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;
-constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;
 constexpr uint64_t kDefaultSeed = 67280421310721ull;
 
 uint64_t splitmix64(uint64_t x) {
@@ -53,30 +50,7 @@ DefaultGenerators& defaults() {
 
 }  // namespace
 
-void philox4x32(uint64_t seed, uint64_t counter, uint32_t out[4]) {
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) {
-      k0 += kPhiloxW0;
-      k1 += kPhiloxW1;
-    }
-    const uint64_t p0 = static_cast<uint64_t>(kPhiloxM0) * c0;
-    const uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * c2;
-    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
-    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
-    const uint32_t n0 = hi1 ^ c1 ^ k0;
-    const uint32_t n2 = hi0 ^ c3 ^ k1;
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
-  }
-  out[0] = c0;
-  out[1] = c1;
-  out[2] = c2;
-  out[3] = c3;
-}
+void philox4x32(uint64_t seed, uint64_t counter, uint32_t out[4]) { kernels::philox4x32_rounds(seed, counter, out); }
 
 void Generator::manual_seed(uint64_t seed) {
   std::lock_guard<std::mutex> lock(mu_);

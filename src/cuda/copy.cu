@@ -4,7 +4,7 @@
 #include "core/kernels/elementwise_impl.h"
 #include "cuda/elementwise.h"
 #include "cuda/launch.cuh"
-#include "cuda/philox.h"
+#include "core/kernels/philox.h"
 #include "cuda/random.h"
 
 namespace dp::cuda {
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kThreads) uniform_kernel(uint64_t n, T* out, u
   const uint64_t stride = uint64_t(gridDim.x) * kThreads;
   for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     uint32_t w[4];
-    detail::philox4x32(seed, first + i / per_block, w);
+    kernels::philox4x32_rounds(seed, first + i / per_block, w);
     const int k = static_cast<int>(i % per_block);
     double u;
     if constexpr (wide) u = u53(word64(w, k));
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) normal_kernel(uint64_t n, T* out, ui
   const uint64_t stride = uint64_t(gridDim.x) * kThreads;
   for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     uint32_t w[4];
-    detail::philox4x32(seed, first + i / 2, w);
+    kernels::philox4x32_rounds(seed, first + i / 2, w);
     const double u1 = static_cast<double>((word64(w, 0) >> 11) + 1) * k2pow53inv;  // (0, 1]
     const double u2 = u53(word64(w, 1));
     const double r = sqrt(-2.0 * log(u1));
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kThreads) bernoulli_kernel(uint64_t n, T* out,
   const uint64_t stride = uint64_t(gridDim.x) * kThreads;
   for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     uint32_t w[4];
-    detail::philox4x32(seed, first + i / 2, w);
+    kernels::philox4x32_rounds(seed, first + i / 2, w);
     out[i] = kernels::convert<T>(u53(word64(w, static_cast<int>(i % 2))) < p);
   }
 }
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) dropout_kernel(uint64_t n, const T* 
   const uint64_t stride = uint64_t(gridDim.x) * kThreads;
   for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     uint32_t w[4];
-    detail::philox4x32(seed, first + i / 4, w);
+    kernels::philox4x32_rounds(seed, first + i / 4, w);
     const uint32_t kept = static_cast<uint32_t>(w[i % 4] < threshold);
     mask[i] = kept != 0;
     out[i] = kernels::st<T>(kernels::om(x[i]) * (static_cast<kernels::opmath_t<T>>(kept) * scale));

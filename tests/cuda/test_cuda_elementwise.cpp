@@ -8,6 +8,7 @@
 #include <vector>
 #include "dp/dp.h"
 #include "core/kernels/elementwise_kernels.h"
+#include "support/cuda.h"
 #if DP_HAVE_CUDA
 #include "dp/cuda/cuda.h"
 #include "cuda/transfer.h"
@@ -15,15 +16,6 @@
 
 namespace dp {
 namespace {
-
-#if DP_HAVE_CUDA
-#define DP_REQUIRE_GPU()                                                                                 \
-  do {                                                                                                   \
-    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device is visible (cuda::device_count() == 0)"; \
-  } while (0)
-#else
-#define DP_REQUIRE_GPU() GTEST_SKIP() << "built without the CUDA backend (DP_HAVE_CUDA is off)"
-#endif
 
 const Device kGpu = Device::cuda(0);
 

@@ -8,6 +8,7 @@
 #include "dp/core/allocator.h"
 #include "dp/core/device_registry.h"
 #include "dp/core/errors.h"
+#include "support/cuda.h"
 #if DP_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #include "dp/cuda/check.h"
@@ -18,11 +19,6 @@ namespace dp {
 namespace {
 
 #if DP_HAVE_CUDA
-#define DP_REQUIRE_GPU()                                                                                 \
-  do {                                                                                                   \
-    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device is visible (cuda::device_count() == 0)"; \
-  } while (0)
-
 // Launches both test kernels once and waits, so that (lazy) module loading cannot stall a later
 // launch behind running work and make "still running" checks flaky.
 void warm_up_kernels() {

@@ -1,16 +1,18 @@
 #pragma once
-// Philox4x32-10 for host and device: the same function as dp::philox4x32 (src/core/generator.cpp),
-// written DP_HOST_DEVICE so kernels draw the CPU's numbers (tests/cuda/test_cuda_host_math.cpp
-// checks the two agree).
+// Philox4x32-10, the one definition for host and device: dp::philox4x32 (src/core/generator.cpp,
+// every CPU random op) calls it, and the CUDA kernels (src/cuda/copy.cu) inline it, so both draw
+// the same numbers from the same (seed, counter).
 #include <cstdint>
 #include "dp/core/macros.h"
 
-namespace dp::cuda::detail {
+namespace dp::kernels {
 
-DP_HOST_DEVICE DP_INLINE void philox4x32(uint64_t seed, uint64_t counter, uint32_t out[4]) {
+DP_HOST_DEVICE DP_INLINE void philox4x32_rounds(uint64_t seed, uint64_t counter, uint32_t out[4]) {
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
+#ifdef __CUDACC__
 #pragma unroll
+#endif
   for (int round = 0; round < 10; ++round) {
     if (round > 0) {
       k0 += 0x9E3779B9u;
@@ -33,4 +35,4 @@ DP_HOST_DEVICE DP_INLINE void philox4x32(uint64_t seed, uint64_t counter, uint32
   out[3] = c3;
 }
 
-}  // namespace dp::cuda::detail
+}  // namespace dp::kernels
