@@ -2,6 +2,7 @@
 // of cuda/launch.cuh that need no device code.
 #include "cuda/transfer.h"
 #include <cuda_runtime_api.h>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -20,12 +21,14 @@ namespace dp::cuda {
 namespace detail {
 
 unsigned grid_for(int64_t n, int device) {
-  static int sms[64] = {};
-  int& s = sms[device & 63];
+  // Read once per device; atomics because replicas launch from several worker threads at once.
+  static std::atomic<int> sms[64] = {};
+  int s = sms[device & 63].load(std::memory_order_relaxed);
   if (s == 0) {
     int v = 0;
     DP_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
     s = v > 0 ? v : 1;
+    sms[device & 63].store(s, std::memory_order_relaxed);
   }
   const int64_t want = (n + 255) / 256;
   const int64_t cap = int64_t{s} * 16;  // 16 blocks of 256 threads per SM, grid-stride beyond
