@@ -15,6 +15,7 @@ namespace dp {
 namespace {
 
 constexpr int kMaxCpuDevices = 4096;
+constexpr int kMaxCudaDevices = 64;
 
 int default_cpu_count() {
   if (const char* env = std::getenv("DP_CPU_DEVICES")) {
@@ -32,6 +33,7 @@ struct Registry {
   std::atomic<int> cpu_count{-1};
   std::atomic<bool> workers_started{false};
   std::array<std::atomic<Worker*>, kMaxCpuDevices> cpu_workers{};
+  std::array<std::atomic<Worker*>, kMaxCudaDevices> cuda_workers{};
   // Workers are owned here and joined at exit; queue draining makes shutdown clean.
   std::vector<std::unique_ptr<Worker>> owned;
   ~Registry() {
@@ -45,6 +47,25 @@ struct Registry {
 Registry& registry() {
   static Registry r;
   return r;
+}
+
+// A GPU's worker: the thread that runs the backward of nodes on that GPU (as PyTorch's engine has
+// one thread per device) and DataParallel's replica on it. Its first task makes the GPU its
+// current device, so the kernels it launches go to that GPU's current stream.
+Worker* cuda_worker(Registry& r, Device d) {
+  check_device(d);  // "cuda:i does not exist" without the CUDA backend or that GPU
+  DP_CHECK(d.index < kMaxCudaDevices, DeviceError, "no worker for ", d.str(), ": at most ", kMaxCudaDevices, " CUDA devices are supported");
+  if (Worker* w = r.cuda_workers[d.index].load(std::memory_order_acquire)) return w;
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (Worker* w = r.cuda_workers[d.index].load()) return w;
+  r.owned.push_back(std::make_unique<Worker>(d));
+  Worker* w = r.owned.back().get();
+#if DP_HAVE_CUDA
+  w->post([index = d.index] { cuda::set_device(index); });
+#endif
+  r.cuda_workers[d.index].store(w, std::memory_order_release);
+  r.workers_started.store(true);
+  return w;
 }
 
 }  // namespace
@@ -103,8 +124,8 @@ void check_device(Device d) {
 
 Worker* worker_for(Device d) {
   if (d.is_cpu() && d.index < 0) return nullptr;
-  DP_CHECK(d.is_cpu(), DeviceError, "no worker for ", d.str(), ": the CUDA backend is not available");
   Registry& r = registry();
+  if (d.is_cuda()) return cuda_worker(r, d);
   // The index is checked against the array before it is used (a Device can hold up to 32767).
   if (d.index < kMaxCpuDevices) {
     if (Worker* w = r.cpu_workers[d.index].load(std::memory_order_acquire)) return w;

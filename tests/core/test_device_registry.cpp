@@ -31,6 +31,16 @@ TEST(DeviceRegistry, CountAndDevices) {
 #endif
 }
 
+TEST(DeviceRegistry, WorkerOfAMissingGpuIsAClearError) {
+  const Device missing = Device::cuda(cuda_device_count());  // one past the last GPU (cuda:0 without one)
+  try {
+    worker_for(missing);
+    FAIL() << "expected DeviceError";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find(missing.str() + " does not exist"), std::string::npos) << e.what();
+  }
+}
+
 TEST(DeviceRegistry, CheckDeviceMessages) {
   set_cpu_device_count(std::max(cpu_device_count(), 2));
   int n = cpu_device_count();

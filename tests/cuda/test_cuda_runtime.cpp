@@ -102,6 +102,17 @@ TEST(CudaRuntime, CurrentDeviceIsPerThread) {
   cuda::set_device(0);
 }
 
+TEST(CudaRuntime, EachGpuHasOneWorkerWhoseCurrentDeviceIsThatGpu) {
+  DP_REQUIRE_GPU();
+  for (int i = 0; i < cuda::device_count(); ++i) {
+    Worker* w = worker_for(Device::cuda(i));
+    ASSERT_NE(w, nullptr);
+    EXPECT_EQ(w, worker_for(Device::cuda(i)));  // started once
+    EXPECT_EQ(w->device(), Device::cuda(i));
+    EXPECT_EQ(w->submit([] { return cuda::current_device(); }).get(), i);
+  }
+}
+
 TEST(CudaRuntime, CurrentStreamIsPerThreadAndDefaultsToTheDefaultStream) {
   DP_REQUIRE_GPU();
   cuda::set_device(0);

@@ -17,7 +17,9 @@ std::vector<Device> devices(DeviceType type);
 
 // Throws DeviceError if d does not exist ("cpu:7 does not exist: there are 2 CPU devices …").
 void check_device(Device d);
-// The worker thread of an indexed device, started on first use; nullptr for the host ("cpu").
+// The worker thread of an indexed device (cpu:i or cuda:i), started on first use; nullptr for the
+// host ("cpu"). A GPU's worker has that GPU as its current CUDA device. DeviceError for a device
+// that does not exist.
 Worker* worker_for(Device d);
 
 }  // namespace dp
