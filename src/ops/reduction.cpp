@@ -86,19 +86,7 @@ void column_sums(const T* p, int64_t rows, int64_t inner, T* out) {
     acc = heap_acc.data();
   }
   std::fill(acc, acc + inner, 0.0);
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    const T* q0 = p + r * inner;
-    const T* q1 = q0 + inner;
-    const T* q2 = q1 + inner;
-    const T* q3 = q2 + inner;
-    for (int64_t j = 0; j < inner; ++j)
-      acc[j] += (static_cast<double>(q0[j]) + static_cast<double>(q1[j])) + (static_cast<double>(q2[j]) + static_cast<double>(q3[j]));
-  }
-  for (; r < rows; ++r) {
-    const T* q = p + r * inner;
-    for (int64_t j = 0; j < inner; ++j) acc[j] += static_cast<double>(q[j]);
-  }
+  kernels::add_rows_by_four(acc, p, inner, rows, inner);
   for (int64_t j = 0; j < inner; ++j) out[j] = static_cast<T>(acc[j]);
 }
 

@@ -192,6 +192,26 @@ const char* torch_type_name(DType t);
 
 // A contiguous tensor with t's values (t itself when already contiguous); no autograd.
 Tensor contiguous_nograd(const Tensor& t);
+// acc[j] += sum over `rows` rows of q[r * row_stride + j], j < n: four rows per pass over the
+// accumulators (a quarter of their loads and stores), grouped ((r0 + r1) + (r2 + r3)). The one
+// column-sum loop of sum/mean over leading dims and of sum_to's bias-gradient fast path, so both
+// give the same bits.
+template <typename A, typename T>
+inline void add_rows_by_four(A* acc, const T* q, int64_t row_stride, int64_t rows, int64_t n) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const T* q0 = q + r * row_stride;
+    const T* q1 = q0 + row_stride;
+    const T* q2 = q1 + row_stride;
+    const T* q3 = q2 + row_stride;
+    for (int64_t j = 0; j < n; ++j) acc[j] += (convert<A>(q0[j]) + convert<A>(q1[j])) + (convert<A>(q2[j]) + convert<A>(q3[j]));
+  }
+  for (; r < rows; ++r) {
+    const T* qr = q + r * row_stride;
+    for (int64_t j = 0; j < n; ++j) acc[j] += convert<A>(qr[j]);
+  }
+}
+
 // t converted to dtype (t itself when it already has it); no autograd.
 Tensor convert_nograd(const Tensor& t, DType dtype);
 // A tensor viewing t's storage with the given sizes and strides; no autograd.

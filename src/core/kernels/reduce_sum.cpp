@@ -36,22 +36,7 @@ struct SumOp : ReduceOpBase<SumOp<T, O>, T, sum_acc_t<T>> {
   A step(A a, T v, int64_t) const { return a + convert<A>(v); }
   A combine(A a, A b) const { return a + b; }
   A row(const T* p, int64_t n, int64_t) const { return sum_row<A>(p, n); }
-  // Four rows per pass over the accumulators (a quarter of their loads and stores).
-  void accumulate(A* a, const T* q, int64_t rs, int64_t rows, int64_t n, int64_t) const {
-    int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
-      const T* q0 = q + r * rs;
-      const T* q1 = q0 + rs;
-      const T* q2 = q1 + rs;
-      const T* q3 = q2 + rs;
-      for (int64_t j = 0; j < n; ++j)
-        a[j] += (convert<A>(q0[j]) + convert<A>(q1[j])) + (convert<A>(q2[j]) + convert<A>(q3[j]));
-    }
-    for (; r < rows; ++r) {
-      const T* qr = q + r * rs;
-      for (int64_t j = 0; j < n; ++j) a[j] += convert<A>(qr[j]);
-    }
-  }
+  void accumulate(A* a, const T* q, int64_t rs, int64_t rows, int64_t n, int64_t) const { add_rows_by_four(a, q, rs, rows, n); }
   void store(A a, int64_t o) const {
     if constexpr (std::is_same_v<A, double>) out[o] = convert<O>(a / divisor);
     else out[o] = convert<O>(a);
