@@ -9,6 +9,34 @@
 #    DP_HAVE_CUDA=1 and links CUDA::cudart, both PUBLIC.
 #  - Kernels are compiled for sm_80 and sm_90 (SASS) plus compute_90 PTX, C++20. Keep the number
 #    of .cu files small: they are the slow part of a cold build.
+# dp_find_optional_cuda_library(NAME lib header wheel_dir): cuDNN and NCCL are optional. They are
+# looked for beside the CUDA toolkit, under $ENV{NAME_ROOT}, and in the Python wheels a PyTorch
+# install brings (site-packages/nvidia/cudnn, nvidia/nccl: that is where the lent GPU machines have
+# them). Found: dparallel links it and defines DP_HAVE_NAME=1 (PRIVATE; the public headers do not
+# depend on it); else DP_HAVE_NAME=0 and the code paths that need it say so when used.
+function(dp_find_optional_cuda_library name lib header wheel_dir)
+  set(hints ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT} $ENV{${name}_ROOT})
+  find_program(DP_PYTHON3 NAMES python3)
+  if(DP_PYTHON3)
+    execute_process(COMMAND ${DP_PYTHON3} -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+                    OUTPUT_VARIABLE site OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(site)
+      list(APPEND hints ${site}/${wheel_dir})
+    endif()
+  endif()
+  find_path(DP_${name}_INCLUDE_DIR ${header} HINTS ${CUDAToolkit_INCLUDE_DIRS} ${hints} PATH_SUFFIXES include)
+  find_library(DP_${name}_LIBRARY NAMES ${lib} lib${lib}.so.9 lib${lib}.so.2 HINTS ${hints} PATH_SUFFIXES lib lib64)
+  if(DP_${name}_INCLUDE_DIR AND DP_${name}_LIBRARY)
+    target_include_directories(dparallel PRIVATE ${DP_${name}_INCLUDE_DIR})
+    target_link_libraries(dparallel PRIVATE ${DP_${name}_LIBRARY})
+    target_compile_definitions(dparallel PRIVATE DP_HAVE_${name}=1)
+    message(STATUS "dparallel: ${name} ${DP_${name}_LIBRARY}")
+  else()
+    target_compile_definitions(dparallel PRIVATE DP_HAVE_${name}=0)
+    message(STATUS "dparallel: ${name} not found; the CUDA paths that need it are off")
+  endif()
+endfunction()
+
 set(DP_HAVE_CUDA OFF)
 target_sources(dparallel PRIVATE ${PROJECT_SOURCE_DIR}/src/cuda/caching_allocator.cpp)
 
@@ -61,7 +89,9 @@ if(DP_WITH_CUDA)
         add_dependencies(dparallel dparallel_cuda_kernels)
       endif()
       target_compile_definitions(dparallel PUBLIC DP_HAVE_CUDA=1)
-      target_link_libraries(dparallel PUBLIC CUDA::cudart)
+      target_link_libraries(dparallel PUBLIC CUDA::cudart PRIVATE CUDA::cublas CUDA::cublasLt)
+      dp_find_optional_cuda_library(CUDNN cudnn cudnn.h nvidia/cudnn)
+      dp_find_optional_cuda_library(NCCL nccl nccl.h nvidia/nccl)
     endif()
   endif()
 endif()
