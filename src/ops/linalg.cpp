@@ -9,6 +9,9 @@
 //    and row dims fold into one row dim ([B, n, k] @ [k, m], and linear on any rank), it is one GEMM.
 //  - float16/bfloat16: converted to float32, computed there, rounded back once.
 //  - uint8/int32/int64: a reference loop (wrapping arithmetic, as PyTorch's CPU integer GEMM).
+//  - CUDA tensors: cuda::matmul_kernel (cuBLAS, src/cuda/blas.h) with the same contract;
+//    float32/float64/float16/bfloat16 only, as PyTorch's CUDA products. Linear and addmm with a bias
+//    row go to cuda::matmul_bias_kernel (the bias added by the GEMM's epilogue).
 // Backward formulas are written with dp ops, so they are differentiable again.
 #include "dp/core/pooled.h"
 #include "dp/ops/linalg.h"
@@ -20,6 +23,7 @@
 
 #include "core/kernels/blas.h"
 #include "core/kernels/dispatch.h"
+#include "core/kernels/elementwise_kernels.h"
 #include "core/kernels/loops.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
@@ -27,6 +31,9 @@
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
+#if DP_HAVE_CUDA
+#include "cuda/blas.h"
+#endif
 
 namespace dp {
 namespace {
@@ -87,7 +94,7 @@ void check_inputs(const char* op, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts) ops::check_defined(op, *t);
   ops::check_same_device(op, ts);
   for (const Tensor* t : ts)
-    if (t->defined()) DP_CHECK(t->is_cpu(), NotImplementedError, op, ": not implemented for ", t->device().str(), " tensors");
+    if (t->defined()) DP_CHECK(t->is_cpu() || t->is_cuda(), NotImplementedError, op, ": not implemented for ", t->device().str(), " tensors");
 }
 
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b, const char* an = "m1", const char* bn = "m2") {
@@ -247,8 +254,15 @@ void scale_inplace(const Tensor& C, const Scalar& s) {
 }
 
 // C [*batch, m, n] (contiguous) = alpha * A @ B + beta * C (beta == 0: C's contents are ignored).
-void matmul_kernel(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar& alpha, const Scalar& beta, const char* op) {
+// tf32_ok: a float32 product on CUDA may use TF32 when dp::cuda::allow_tf32() (not for dot).
+void matmul_kernel(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar& alpha, const Scalar& beta, const char* op,
+                   bool tf32_ok = true) {
   check_product_dtype(op, C.dtype());
+#if DP_HAVE_CUDA
+  if (C.is_cuda()) return cuda::matmul_kernel(C, A, B, alpha.to_double(), beta.to_double(), op, tf32_ok);
+#else
+  (void)tf32_ok;
+#endif
   if (C.numel() == 0) return;
   if (A.size(-1) == 0) {  // empty sum: beta * C
     if (is_zero(beta)) kernels::fill_kernel(C, 0);
@@ -377,8 +391,17 @@ Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar&
   DP_CHECK(broadcasts_to(self.sizes(), out_shape), ShapeError, "addmm: self of shape ",
            self.size_str(), " cannot be broadcast to the result shape ", shape_str(out_shape));
   Tensor out = make_empty(out_shape, a.dtype(), a.device());
-  if (!is_zero(beta)) kernels::copy_kernel(out, self);  // the bias row, broadcast: the GEMM adds onto it
-  matmul_kernel(out, a, b, alpha, beta, "addmm");
+  bool done = false;
+#if DP_HAVE_CUDA
+  if (out.is_cuda() && is_one(alpha) && is_one(beta)) {  // Linear's form: the bias row added by the GEMM's epilogue
+    cuda::matmul_bias_kernel(out, a, b, self, "addmm");
+    done = true;
+  }
+#endif
+  if (!done) {
+    if (!is_zero(beta)) kernels::copy_kernel(out, self);  // the bias row, broadcast: the GEMM adds onto it
+    matmul_kernel(out, a, b, alpha, beta, "addmm");
+  }
   const bool gs = autograd::needs_grad(self), ga = autograd::needs_grad(a), gb = autograd::needs_grad(b);
   if (gs || ga || gb) {
     SavedVariable sa = gb ? SavedVariable(a, false) : SavedVariable();
@@ -530,7 +553,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   }
   Tensor C = make_empty(out2, x.dtype(), x.device());
   Layout lx{}, lw{};
-  bool direct = (x.dtype() == kFloat32 || x.dtype() == kFloat64) && X2.numel() > 0 && out_f > 0;
+  bool direct = x.is_cpu() && (x.dtype() == kFloat32 || x.dtype() == kFloat64) && X2.numel() > 0 && out_f > 0;
   if (direct) {
     const auto ox = blas_layout(rows, in, X2.stride(0), X2.stride(1));
     const auto ow = blas_layout(in, out_f, w.stride(1), w.stride(0));  // w.t() as BLAS reads it
@@ -559,8 +582,15 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     });
   } else {
     Tensor WT = raw_view(w, {in, out_f}, {w.stride(1), w.stride(0)}, w.storage_offset());
-    if (b.defined()) kernels::copy_kernel(C, b);  // bias rows first; the GEMM accumulates onto them (beta = 1)
-    matmul_kernel(C, X2, WT, 1, b.defined() ? 1 : 0, "linear");
+#if DP_HAVE_CUDA
+    if (C.is_cuda() && b.defined()) {
+      cuda::matmul_bias_kernel(C, X2, WT, b, "linear");  // one cuBLASLt call with the bias epilogue where it can
+    } else
+#endif
+    {
+      if (b.defined()) kernels::copy_kernel(C, b);  // bias rows first; the GEMM accumulates onto them (beta = 1)
+      matmul_kernel(C, X2, WT, 1, b.defined() ? 1 : 0, "linear");
+    }
   }
   Tensor out = C;
   if (x.dim() != 2) {
@@ -577,7 +607,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
                      [sx, sw, gx, gw, gbias, rows, in, out_f, b_shape](variable_list&& g) {
                        // A plain backward (no create_graph) in float32/float64 goes straight to the
                        // GEMMs: no views, shape checks or graph for the formulas below.
-                       if (!GradMode::is_enabled() && (g[0].dtype() == kFloat32 || g[0].dtype() == kFloat64) &&
+                       // (CPU only: it calls OpenBLAS on host pointers.)
+                       if (!GradMode::is_enabled() && g[0].is_cpu() && (g[0].dtype() == kFloat32 || g[0].dtype() == kFloat64) &&
                            rows > 0 && in > 0 && out_f > 0)
                          return linear_backward_direct(g[0], gw ? sx.unpack() : Tensor(), gx ? sw.unpack() : Tensor(), rows, in,
                                                        out_f, gbias ? &b_shape : nullptr);
@@ -600,29 +631,37 @@ Tensor dot(const Tensor& a, const Tensor& b) {
   check_product_dtype("dot", a.dtype());
   const int64_t n = a.size(0);
   Tensor out = make_empty({}, a.dtype(), a.device());
-  kernels::dispatch_numeric(a.dtype(), "dot", [&]<typename T>() {
-    T* o = static_cast<T*>(out.data_ptr());
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      Tensor ac = (n <= 1 || a.stride(0) >= 1) ? a : raw_copy(a, a.dtype());
-      Tensor bc = (n <= 1 || b.stride(0) >= 1) ? b : raw_copy(b, b.dtype());
-      const int64_t ia = n <= 1 ? 1 : ac.stride(0), ib = n <= 1 ? 1 : bc.stride(0);
-      *o = kernels::blas::dot(n, static_cast<const T*>(ac.data_ptr()), ia, static_cast<const T*>(bc.data_ptr()), ib);
-    } else {
-      const T* pa = static_cast<const T*>(a.data_ptr());
-      const T* pb = static_cast<const T*>(b.data_ptr());
-      const int64_t sa = a.stride(0), sb = b.stride(0);
-      if constexpr (kernels::is_reduced_float_v<T>) {
-        float acc = 0.0f;
-        for (int64_t i = 0; i < n; ++i) acc += static_cast<float>(pa[i * sa]) * static_cast<float>(pb[i * sb]);
-        *o = T(acc);
+  if (out.is_cuda()) {
+    // [1, n] @ [n, 1] through the CUDA GEMM (16-bit floats accumulate in fp32); never TF32, as
+    // PyTorch's CUDA dot (cublasSdot) is exact fp32.
+    const Tensor A = raw_view(a, {1, n}, {n * a.stride(0), a.stride(0)}, a.storage_offset());
+    const Tensor B = raw_view(b, {n, 1}, {b.stride(0), 1}, b.storage_offset());
+    matmul_kernel(raw_view(out, {1, 1}, {1, 1}, 0), A, B, 1, 0, "dot", /*tf32_ok=*/false);
+  } else {
+    kernels::dispatch_numeric(a.dtype(), "dot", [&]<typename T>() {
+      T* o = static_cast<T*>(out.data_ptr());
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        Tensor ac = (n <= 1 || a.stride(0) >= 1) ? a : raw_copy(a, a.dtype());
+        Tensor bc = (n <= 1 || b.stride(0) >= 1) ? b : raw_copy(b, b.dtype());
+        const int64_t ia = n <= 1 ? 1 : ac.stride(0), ib = n <= 1 ? 1 : bc.stride(0);
+        *o = kernels::blas::dot(n, static_cast<const T*>(ac.data_ptr()), ia, static_cast<const T*>(bc.data_ptr()), ib);
       } else {
-        uint64_t acc = 0;
-        for (int64_t i = 0; i < n; ++i)
-          acc += static_cast<uint64_t>(static_cast<int64_t>(pa[i * sa])) * static_cast<uint64_t>(static_cast<int64_t>(pb[i * sb]));
-        *o = static_cast<T>(acc);
+        const T* pa = static_cast<const T*>(a.data_ptr());
+        const T* pb = static_cast<const T*>(b.data_ptr());
+        const int64_t sa = a.stride(0), sb = b.stride(0);
+        if constexpr (kernels::is_reduced_float_v<T>) {
+          float acc = 0.0f;
+          for (int64_t i = 0; i < n; ++i) acc += static_cast<float>(pa[i * sa]) * static_cast<float>(pb[i * sb]);
+          *o = T(acc);
+        } else {
+          uint64_t acc = 0;
+          for (int64_t i = 0; i < n; ++i)
+            acc += static_cast<uint64_t>(static_cast<int64_t>(pa[i * sa])) * static_cast<uint64_t>(static_cast<int64_t>(pb[i * sb]));
+          *o = static_cast<T>(acc);
+        }
       }
-    }
-  });
+    });
+  }
   const bool ga = autograd::needs_grad(a), gb = autograd::needs_grad(b);
   if (ga || gb) {
     SavedVariable sa = gb ? SavedVariable(a, false) : SavedVariable();
@@ -643,33 +682,40 @@ Tensor outer(const Tensor& a, const Tensor& b) {
   const DType rt = promote_types(a.dtype(), b.dtype());
   const int64_t n = a.size(0), m = b.size(0);
   Tensor out = make_empty({n, m}, rt, a.device());
-  kernels::dispatch_all(rt, "outer", [&]<typename R>() {
-    kernels::dispatch_all(a.dtype(), "outer", [&]<typename TA>() {
-      kernels::dispatch_all(b.dtype(), "outer", [&]<typename TB>() {
-        const TA* pa = static_cast<const TA*>(a.data_ptr());
-        const TB* pb = static_cast<const TB*>(b.data_ptr());
-        const int64_t sa = n > 1 ? a.stride(0) : 0, sb = m > 1 ? b.stride(0) : 0;
-        R* o = static_cast<R*>(out.data_ptr());
-        std::vector<R> brow(m);
-        for (int64_t j = 0; j < m; ++j) brow[j] = kernels::convert<R>(pb[j * sb]);
-        for (int64_t i = 0; i < n; ++i) {
-          const R x = kernels::convert<R>(pa[i * sa]);
-          R* orow = o + i * m;
-          if constexpr (std::is_same_v<R, bool>) {
-            for (int64_t j = 0; j < m; ++j) orow[j] = x && brow[j];
-          } else if constexpr (kernels::is_reduced_float_v<R>) {
-            const float xf = static_cast<float>(x);
-            for (int64_t j = 0; j < m; ++j) orow[j] = R(xf * static_cast<float>(brow[j]));
-          } else if constexpr (std::is_floating_point_v<R>) {
-            for (int64_t j = 0; j < m; ++j) orow[j] = x * brow[j];
-          } else {  // integers wrap, as in PyTorch
-            const uint64_t xu = static_cast<uint64_t>(static_cast<int64_t>(x));
-            for (int64_t j = 0; j < m; ++j) orow[j] = static_cast<R>(xu * static_cast<uint64_t>(static_cast<int64_t>(brow[j])));
+  if (out.is_cuda()) {
+    // One broadcast multiply on the device: a as a column [n, 1] times b as a row [1, m], both in rt.
+    const Tensor ac = a.dtype() == rt ? a : raw_copy(a, rt), bc = b.dtype() == rt ? b : raw_copy(b, rt);
+    kernels::mul_kernel(out, raw_view(ac, {n, 1}, {ac.stride(0), 1}, ac.storage_offset()),
+                        raw_view(bc, {1, m}, {m * bc.stride(0), bc.stride(0)}, bc.storage_offset()));
+  } else {
+    kernels::dispatch_all(rt, "outer", [&]<typename R>() {
+      kernels::dispatch_all(a.dtype(), "outer", [&]<typename TA>() {
+        kernels::dispatch_all(b.dtype(), "outer", [&]<typename TB>() {
+          const TA* pa = static_cast<const TA*>(a.data_ptr());
+          const TB* pb = static_cast<const TB*>(b.data_ptr());
+          const int64_t sa = n > 1 ? a.stride(0) : 0, sb = m > 1 ? b.stride(0) : 0;
+          R* o = static_cast<R*>(out.data_ptr());
+          std::vector<R> brow(m);
+          for (int64_t j = 0; j < m; ++j) brow[j] = kernels::convert<R>(pb[j * sb]);
+          for (int64_t i = 0; i < n; ++i) {
+            const R x = kernels::convert<R>(pa[i * sa]);
+            R* orow = o + i * m;
+            if constexpr (std::is_same_v<R, bool>) {
+              for (int64_t j = 0; j < m; ++j) orow[j] = x && brow[j];
+            } else if constexpr (kernels::is_reduced_float_v<R>) {
+              const float xf = static_cast<float>(x);
+              for (int64_t j = 0; j < m; ++j) orow[j] = R(xf * static_cast<float>(brow[j]));
+            } else if constexpr (std::is_floating_point_v<R>) {
+              for (int64_t j = 0; j < m; ++j) orow[j] = x * brow[j];
+            } else {  // integers wrap, as in PyTorch
+              const uint64_t xu = static_cast<uint64_t>(static_cast<int64_t>(x));
+              for (int64_t j = 0; j < m; ++j) orow[j] = static_cast<R>(xu * static_cast<uint64_t>(static_cast<int64_t>(brow[j])));
+            }
           }
-        }
+        });
       });
     });
-  });
+  }
   const bool ga = autograd::needs_grad(a), gb = autograd::needs_grad(b);
   if (ga || gb) {
     SavedVariable sa = gb ? SavedVariable(a, false) : SavedVariable();

@@ -1,5 +1,6 @@
 #pragma once
-// Shared by the LSTM ops (rnn_lstm.cpp: the fused op; rnn_composite.cpp: the dp-op version).
+// Shared by the LSTM ops (rnn_lstm.cpp: the fused op; rnn_composite.cpp: the dp-op version;
+// cuda/lstm.cpp: the fused op on CUDA devices).
 #include <array>
 #include "dp/autograd/node.h"
 #include "dp/core/tensor.h"
@@ -12,7 +13,18 @@ struct LstmDims {
   bool bias;
 };
 
-// Checks lstm_layer's arguments (defined, CPU, float32/float64, one dtype, one device, shapes)
+// The fused op's buffers (rnn_lstm.cpp on the CPU, cuda/lstm.cpp on CUDA devices): all contiguous.
+struct ForwardBuffers {
+  Tensor gates, out, cells, hn, cn;  // gates [T, B, 4H] (activations after the run), cells [T, B, H]
+};
+struct BackwardArgs {
+  Tensor x, h0, c0, w_ih, w_hh, acts, cells, out;  // contiguous
+  Tensor d_out, d_hn, d_cn;                         // contiguous, may be undefined
+  Tensor dx, dh0, dc0, dw_ih, dw_hh, db;            // outputs; dx/dw_ih/dw_hh/db undefined if not needed
+  bool need_dh0 = false;
+};
+
+// Checks lstm_layer's arguments (defined, CPU or CUDA, float32/float64, one dtype, one device, shapes)
 // and returns the sizes; errors name `op` and the offending shapes, dtypes or devices.
 LstmDims check_lstm_layer_args(const char* op, const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
                                const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh);

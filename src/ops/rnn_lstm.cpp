@@ -12,6 +12,9 @@
 //   dh = dgates[t] @ W_hh                                        one GEMM per step
 // then over the whole sequence: d_input = dgates @ W_ih, dW_ih = dgates^T @ x, dW_hh = dgates^T @
 // h_prev (two GEMMs: h_prev is output shifted by one step, plus h0), db = column sums of dgates.
+//
+// On CUDA devices the same algorithm runs in cuda/lstm.cpp (cuBLAS GEMMs, fused gate kernels in
+// cuda/lstm.cu) on the current stream of the input's device.
 #include <algorithm>
 #include <array>
 #include <vector>
@@ -24,6 +27,9 @@
 #include "dp/ops/rnn.h"
 #include "ops/common.h"
 #include "ops/rnn_internal.h"
+#if DP_HAVE_CUDA
+#include "cuda/lstm.h"
+#endif
 
 namespace dp {
 namespace rnn_detail {
@@ -38,7 +44,7 @@ LstmDims check_lstm_layer_args(const char* op, const Tensor& input, const Tensor
   DP_CHECK(b_ih.defined() == b_hh.defined(), ValueError, op, ": b_ih and b_hh must both be given or both be undefined (no bias), got ",
            b_ih.defined() ? "only b_ih" : "only b_hh");
   ops::check_same_device(op, {&input, &h0, &c0, &w_ih, &w_hh, &b_ih, &b_hh});
-  kernels::check_cpu_tensor(op, input);
+  if (!input.is_cuda()) kernels::check_cpu_tensor(op, input);  // CUDA: cuda/lstm.cpp
   const DType dt = input.dtype();
   DP_CHECK(dt == kFloat32 || dt == kFloat64, DTypeError, op, ": expected a float32 or float64 input, got ", input.describe());
   const std::pair<const char*, const Tensor*> others[] = {{"h0", &h0}, {"c0", &c0}, {"w_ih", &w_ih}, {"w_hh", &w_hh}, {"b_ih", &b_ih}, {"b_hh", &b_hh}};
@@ -71,6 +77,8 @@ using autograd::SavedVariable;
 using autograd::variable_list;
 using kernels::m_tanh;
 using kernels::sigmoid_f;
+using rnn_detail::BackwardArgs;
+using rnn_detail::ForwardBuffers;
 using rnn_detail::LstmDims;
 
 // Row-major C[m, n] = op(A) @ op(B) + beta * C (beta 0 or 1), with the degenerate sizes BLAS
@@ -167,10 +175,6 @@ void column_sums(int64_t rows, int64_t n, const T* m, T* out) {
   }
 }
 
-struct ForwardBuffers {
-  Tensor gates, out, cells, hn, cn;  // gates [T, B, 4H] (activations after the run), cells [T, B, H]
-};
-
 template <typename T>
 void forward_impl(const LstmDims& d, bool reverse, const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
                   const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, ForwardBuffers& buf) {
@@ -203,13 +207,6 @@ void forward_impl(const LstmDims& d, bool reverse, const Tensor& x, const Tensor
   std::copy_n(out + t * BH, BH, buf.hn.data_ptr<T>());  // (copy_n: the pointers may be null when B = 0)
   std::copy_n(cells + t * BH, BH, buf.cn.data_ptr<T>());
 }
-
-struct BackwardArgs {
-  Tensor x, h0, c0, w_ih, w_hh, acts, cells, out;  // contiguous
-  Tensor d_out, d_hn, d_cn;                         // contiguous, may be undefined
-  Tensor dx, dh0, dc0, dw_ih, dw_hh, db;            // outputs; dx/dw_ih/dw_hh/db undefined if not needed
-  bool need_dh0 = false;
-};
 
 template <typename T>
 void backward_impl(const LstmDims& d, bool reverse, BackwardArgs& a) {
@@ -272,9 +269,13 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor&
     Tensor x = kernels::contiguous_nograd(input), h = kernels::contiguous_nograd(h0), c = kernels::contiguous_nograd(c0);
     Tensor wi = kernels::contiguous_nograd(w_ih), wh = kernels::contiguous_nograd(w_hh);
     Tensor bi = d.bias ? kernels::contiguous_nograd(b_ih) : Tensor(), bh = d.bias ? kernels::contiguous_nograd(b_hh) : Tensor();
-    kernels::dispatch_floating(dt, "lstm_layer", [&]<typename T>() {
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) forward_impl<T>(d, reverse, x, h, c, wi, wh, bi, bh, buf);
-    });
+#if DP_HAVE_CUDA
+    if (dev.is_cuda()) cuda::lstm_layer_forward(d, reverse, x, h, c, wi, wh, bi, bh, buf);
+    else
+#endif
+      kernels::dispatch_floating(dt, "lstm_layer", [&]<typename T>() {
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) forward_impl<T>(d, reverse, x, h, c, wi, wh, bi, bh, buf);
+      });
   }
   if (autograd::needs_grad(input, h0, c0, w_ih, w_hh, b_ih, b_hh)) {
     const std::array<bool, 7> needed = {autograd::needs_grad(input), autograd::needs_grad(h0),   autograd::needs_grad(c0),
@@ -311,9 +312,13 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor&
           if (needed[3]) a.dw_ih = make_empty({4 * d.H, d.I}, dt, dev);
           if (needed[4]) a.dw_hh = make_empty({4 * d.H, d.H}, dt, dev);
           if (needed[5] || needed[6]) a.db = make_empty({4 * d.H}, dt, dev);
-          kernels::dispatch_floating(dt, "lstm_layer backward", [&]<typename T>() {
-            if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) backward_impl<T>(d, reverse, a);
-          });
+#if DP_HAVE_CUDA
+          if (dev.is_cuda()) cuda::lstm_layer_backward(d, reverse, a);
+          else
+#endif
+            kernels::dispatch_floating(dt, "lstm_layer backward", [&]<typename T>() {
+              if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) backward_impl<T>(d, reverse, a);
+            });
           Tensor db_hh;
           if (needed[6]) db_hh = needed[5] ? a.db.clone() : a.db;  // two distinct gradients, equal values
           return {a.dx, needed[1] ? a.dh0 : Tensor(), needed[2] ? a.dc0 : Tensor(), a.dw_ih, a.dw_hh, needed[5] ? a.db : Tensor(), db_hh};
