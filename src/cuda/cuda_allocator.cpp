@@ -53,9 +53,10 @@ class CudaBackend final : public detail::RawMemoryBackend {
     size_t free_b = 0, total_b = 0;
     int previous = -1;
     if (cudaGetDevice(&previous) != cudaSuccess) return {-1, -1};
-    if (previous != device_ && cudaSetDevice(device_) != cudaSuccess) return {-1, -1};
+    const int gpu = physical_device(device_);  // device_ is logical (DP_CUDA_VIRTUAL_DEVICES)
+    if (previous != gpu && cudaSetDevice(gpu) != cudaSuccess) return {-1, -1};
     const cudaError_t err = cudaMemGetInfo(&free_b, &total_b);
-    if (previous != device_) (void)cudaSetDevice(previous);
+    if (previous != gpu) (void)cudaSetDevice(previous);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       return {-1, -1};

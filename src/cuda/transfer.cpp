@@ -26,7 +26,7 @@ unsigned grid_for(int64_t n, int device) {
   int s = sms[device & 63].load(std::memory_order_relaxed);
   if (s == 0) {
     int v = 0;
-    DP_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
+    DP_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, physical_device(device)));
     s = v > 0 ? v : 1;
     sms[device & 63].store(s, std::memory_order_relaxed);
   }
@@ -191,9 +191,19 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   Stream ds = current_stream(dd.index);
   ds.wait(ready);
   Tensor d = dst.is_contiguous() ? dst : make_empty(dst.sizes(), dst.dtype(), dd);
-  DP_CUDA_CHECK(cudaMemcpyPeerAsync(d.data_ptr(), dd.index, s.data_ptr(), sd.index, s.nbytes(), ds.handle()));
-  // The source block may be freed now: its allocator must not reuse it before the copy is done.
-  record_stream(s.storage()->data(), ds);
+  // Logical devices map to GPUs (virtual devices share one: then a plain device-to-device copy).
+  const int dst_gpu = physical_device(dd.index), src_gpu = physical_device(sd.index);
+  if (dst_gpu == src_gpu) {
+    DP_CUDA_CHECK(cudaMemcpyAsync(d.data_ptr(), s.data_ptr(), s.nbytes(), cudaMemcpyDeviceToDevice, ds.handle()));
+  } else {
+    enable_peer_access(dd.index, sd.index);
+    DP_CUDA_CHECK(cudaMemcpyPeerAsync(d.data_ptr(), dst_gpu, s.data_ptr(), src_gpu, s.nbytes(), ds.handle()));
+  }
+  // The source block may be freed now: its device's current stream waits for the copy, so its
+  // allocator (which reuses blocks in that stream's order) cannot hand it out before the copy is done.
+  Event copied;
+  copied.record(ds);
+  current_stream(sd.index).wait(copied);
   if (!d.is_same(dst)) copy_kernel(dst, d);
 }
 

@@ -3,18 +3,30 @@
 // dparallel is built with the CUDA backend (DP_HAVE_CUDA, see cmake/Cuda.cmake); this header needs
 // no CUDA headers (handles are the CUDA runtime's opaque pointer types).
 //
-// Devices: device_count() is the number of visible GPUs, 0 on any error (no driver, no device,
-// a stub libcuda), and is computed once. The current device is the CUDA runtime's, which is per
-// host thread (cudaSetDevice).
+// Devices: device_count() is the number of logical CUDA devices, 0 on any error (no driver, no
+// device, a stub libcuda), and is computed once. Normally the logical devices are the visible GPUs.
+// The current device is per host thread, as the CUDA runtime's (cudaSetDevice).
+//
+// Virtual devices (for testing and development): DP_CUDA_VIRTUAL_DEVICES=N presents the visible
+// GPUs as N logical devices cuda:0 .. cuda:N-1, logical i on physical GPU i % P, so every
+// multi-device path (DataParallel, scatter/gather, gradient reduction) runs on a one-GPU machine.
+// Each logical device has its own caching-allocator pool, worker thread and streams; its default
+// stream is a created (non-blocking) stream rather than the GPU's legacy default stream, so two
+// logical devices' work does not serialise through it. Everything that talks to the CUDA runtime
+// with a device id uses physical_device(i). Not for performance: logical devices on one GPU share
+// its memory and SMs. A malformed value (not an integer in [1, 64]) is a ValueError from the first
+// call that counts devices.
 //
 // Streams: a Stream is a cheap, copyable handle (device, cudaStream_t); one made by
 // Stream::create() owns its cudaStream_t (non-blocking, so it does not synchronise with the
 // legacy default stream) and destroys it when the last copy goes. Each host thread has a current
 // stream per device, the device's default stream until set_current_stream(); the caching
-// allocator allocates on the current stream.
+// allocator allocates on the current stream. A device's default stream is the legacy default
+// stream, or with virtual devices one created stream per logical device shared by all threads.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include "dp/core/allocator.h"
 #include "dp/core/device.h"
 #include "dp/cuda/caching_allocator.h"
@@ -24,15 +36,38 @@ struct CUevent_st;   // cudaEvent_t == CUevent_st*
 
 namespace dp::cuda {
 
-// Number of visible CUDA devices; 0 when the driver or a device is missing (never throws).
+// Number of logical CUDA devices (the visible GPUs unless DP_CUDA_VIRTUAL_DEVICES is set); 0 when
+// the driver or a device is missing. Throws only a ValueError for a malformed DP_CUDA_VIRTUAL_DEVICES.
 int device_count();
+// Number of visible GPUs (physical devices), whatever DP_CUDA_VIRTUAL_DEVICES says.
+int physical_device_count();
+// The physical GPU (the CUDA runtime's device id) that logical device `device` runs on.
+int physical_device(int device);
+// True when DP_CUDA_VIRTUAL_DEVICES is set (logical devices may share a GPU).
+bool virtual_devices_enabled();
 bool is_available();
 // The calling thread's current device. Throws DeviceError when no device is available.
 int current_device();
 // Makes `device` current for the calling thread. Throws DeviceError for an index out of range.
 void set_device(int device);
-// Waits for all work on `device` (the current one when -1). Not for hot paths.
+// Waits for all work on `device` (the current one when -1; with virtual devices, on its whole
+// GPU). Not for hot paths.
 void synchronize(int device = -1);
+
+// Lets kernels and copies on `device` access `peer`'s memory directly (cudaDeviceEnablePeerAccess),
+// once per pair. True when they can: the same GPU (virtual devices) or peers; false otherwise, and
+// then copies between them are staged by the driver. Never throws for an unsupported pair.
+bool enable_peer_access(int device, int peer);
+
+// What DataParallel's imbalance warning compares, read with cudaGetDeviceProperties (a logical
+// device reports its whole GPU).
+struct DeviceInfo {
+  std::string name;
+  int64_t total_memory = 0;  // bytes
+  int multi_processor_count = 0;
+  int major = 0, minor = 0;  // compute capability
+};
+DeviceInfo device_info(int device);
 
 // Sets the current device for its scope, restores the previous one after.
 class DeviceGuard {
@@ -50,7 +85,7 @@ class Event;
 
 class Stream {
  public:
-  // The default (legacy, null) stream of the current device.
+  // The default stream of the current device (see above).
   Stream();
   static Stream default_stream(int device);
   // A new non-blocking stream on `device` (priority: lower is higher, as in CUDA; 0 is normal).
@@ -58,7 +93,8 @@ class Stream {
 
   CUstream_st* handle() const { return handle_; }
   int device() const { return device_; }
-  bool is_default() const { return handle_ == nullptr; }
+  // True for a device's default stream (the legacy one, or a virtual device's own).
+  bool is_default() const;
   detail::StreamId id() const { return reinterpret_cast<detail::StreamId>(handle_); }
   // True if all work queued on the stream has completed.
   bool query() const;
