@@ -100,9 +100,10 @@ Conv2dGeometry make_geometry(const char* op, IntArrayRef in, IntArrayRef w, cons
   return g;
 }
 
-// After check_defined and the same-device check: a CPU float32/float64 tensor.
+// After check_defined and the same-device check: a float32/float64 tensor on the CPU or a CUDA
+// device (the kernels route CUDA tensors to cuDNN, src/cuda/conv.cpp).
 void check_tensor(const char* op, const Tensor& t, const char* what) {
-  DP_CHECK(t.is_cpu(), NotImplementedError, op, ": not implemented for ", t.device().str(), " tensors (", what, " ", t.describe(), ")");
+  DP_CHECK(t.is_cpu() || t.is_cuda(), NotImplementedError, op, ": not implemented for ", t.device().str(), " tensors (", what, " ", t.describe(), ")");
   DP_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64, DTypeError, op, ": expected a float32 or float64 ", what, ", but got ",
            dtype_name(t.dtype()), " ", t.size_str());
 }

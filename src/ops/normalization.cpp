@@ -26,7 +26,7 @@ void check_norm_dtype(const char* op, const Tensor& t, const char* what) {
 void check_layer_norm_inputs(const Tensor& input, IntArrayRef shape, const Tensor& weight, const Tensor& bias) {
   const char* op = "layer_norm";
   ops::check_defined(op, input);
-  kernels::check_cpu_tensor(op, input);
+  if (!input.is_cuda()) kernels::check_cpu_tensor(op, input);  // CUDA: src/cuda/norm_pool.cu
   ops::check_same_device(op, {&input, &weight, &bias});
   DP_CHECK(!shape.empty(), ShapeError,
            "layer_norm: Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, but got normalized_shape = []");

@@ -15,6 +15,9 @@
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
+#if DP_HAVE_CUDA
+#include "cuda/norm_pool.h"
+#endif
 
 namespace dp {
 namespace {
@@ -25,7 +28,7 @@ using autograd::variable_list;
 void check_batch_norm_inputs(const Tensor& input, const Tensor& rm, const Tensor& rv, const Tensor& w, const Tensor& b, bool training) {
   const char* op = "batch_norm";
   ops::check_defined(op, input);
-  kernels::check_cpu_tensor(op, input);
+  if (!input.is_cuda()) kernels::check_cpu_tensor(op, input);  // CUDA: src/cuda/norm_pool.cu
   ops::check_same_device(op, {&input, &rm, &rv, &w, &b});
   DP_CHECK(input.dim() >= 2, ShapeError, "batch_norm: expected an input of at least 2 dimensions [N, C, *], got ", input.describe());
   DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64, DTypeError, "batch_norm: expected an input of dtype float32 or float64, got ",
@@ -61,6 +64,14 @@ void check_batch_norm_inputs(const Tensor& input, const Tensor& rm, const Tensor
 // (through a contiguous copy written back when it is not contiguous).
 void update_running(const Tensor& running, const Tensor& stat, double factor, double momentum) {
   Tensor dst = running.is_contiguous() ? running : kernels::contiguous_nograd(running);
+#if DP_HAVE_CUDA
+  if (running.is_cuda()) {  // on the device, queued after the statistics (no host round trip)
+    cuda::batch_norm_update_running(dst, stat, factor, momentum);
+    if (!dst.is_same(running)) kernels::copy_kernel(running, dst);
+    running.bump_version();
+    return;
+  }
+#endif
   const double* s = stat.data_ptr<double>();
   const int64_t C = running.numel();
   kernels::dispatch_floating(running.dtype(), "batch_norm", [&]<typename T>() {
@@ -150,6 +161,10 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     mean = channel_f64(running_mean);
     invstd = channel_f64(running_var);
   }
+#if DP_HAVE_CUDA
+  if (input.is_cuda()) cuda::batch_norm_invstd(invstd, eps, training && count == 0);
+  else
+#endif
   {
     double* p = invstd.data_ptr<double>();
     for (int64_t c = 0; c < C; ++c) p[c] = (training && count == 0) ? 0.0 : 1.0 / std::sqrt(p[c] + eps);

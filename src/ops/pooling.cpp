@@ -27,7 +27,7 @@ std::pair<int64_t, int64_t> pair_of(IntArrayRef v) { return v.size() == 1 ? std:
 
 void check_input(const char* op, const Tensor& x) {
   ops::check_defined(op, x);
-  DP_CHECK(x.is_cpu(), NotImplementedError, op, ": not implemented for ", x.device().str(), " tensors");
+  DP_CHECK(x.is_cpu() || x.is_cuda(), NotImplementedError, op, ": not implemented for ", x.device().str(), " tensors");
   DP_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat64, DTypeError, op, ": expected a float32 or float64 input, but got ", dtype_name(x.dtype()),
            " ", x.size_str());
   bool ok = x.dim() == 3 || x.dim() == 4;
@@ -223,7 +223,7 @@ Tensor adaptive_avg_pool2d(const Tensor& input, IntArrayRef output_size) {
   auto [oh, ow] = pair_of(output_size);
   DP_CHECK(oh >= 0 && ow >= 0, ValueError, op, ": elements of output_size must be greater than or equal to 0 but received ", shape_str(output_size));
   ops::check_defined(op, input);
-  DP_CHECK(input.is_cpu(), NotImplementedError, op, ": not implemented for ", input.device().str(), " tensors");
+  DP_CHECK(input.is_cpu() || input.is_cuda(), NotImplementedError, op, ": not implemented for ", input.device().str(), " tensors");
   DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64, DTypeError, op, ": expected a float32 or float64 input, but got ",
            dtype_name(input.dtype()), " ", input.size_str());
   DP_CHECK(input.dim() == 3 || input.dim() == 4, ShapeError, op, "(): Expected 3D or 4D tensor, but got ", input.size_str());

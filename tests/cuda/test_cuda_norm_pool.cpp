@@ -1,0 +1,408 @@
+// Pooling, batch norm and layer norm on CUDA (src/cuda/norm_pool.cu) against the CPU.
+//  - Host tests (any machine): the pooling window arithmetic of cuda/pool_windows.h that the CUDA
+//    kernels use (forward windows equal the CPU's loops; the backward gathers visit every output
+//    whose window holds an input), and the split plan of the two-level reductions.
+//  - GPU tests (skip without one): every op forward and backward on cuda:0 equals the CPU result
+//    (float32 / float64, odd sizes, padding, dilation, ceil_mode, ties and NaN for max pooling,
+//    running statistics, eval mode). Outputs are allocated over NaN-poisoned cached memory, so an
+//    element a kernel forgets to write shows up.
+#include <gtest/gtest.h>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+#include "dp/dp.h"
+#include "support/cuda.h"
+#if DP_HAVE_CUDA
+#include "cuda/norm_pool.h"
+#endif
+#include "cuda/pool_windows.h"
+
+namespace dp {
+namespace {
+
+// ------------------------------------------------------------------ host: window arithmetic
+
+// PyTorch's pooling_output_shape (as src/ops/pooling.cpp).
+int64_t pooled_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
+  const int64_t num = in + 2 * pad - dilation * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  const int64_t q = num >= 0 ? num / stride : -((-num + stride - 1) / stride);
+  int64_t out = q + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+TEST(CudaPoolWindows, MaxWindowsMatchTheCpuLoopAndBackwardRangesCoverThem) {
+  int cases = 0;
+  for (int64_t size = 1; size <= 9; ++size)
+    for (int64_t k = 1; k <= 4; ++k)
+      for (int64_t stride = 1; stride <= 3; ++stride)
+        for (int64_t pad = 0; pad <= k / 2; ++pad)
+          for (int64_t dil = 1; dil <= 3; ++dil)
+            for (bool ceil_mode : {false, true}) {
+              const int64_t out = pooled_size(size, k, pad, stride, dil, ceil_mode);
+              if (out < 1) continue;
+              ++cases;
+              for (int64_t o = 0; o < out; ++o) {
+                // The CPU kernel's loop (src/core/kernels/pool_kernels.cpp).
+                int64_t i0 = o * stride - pad;
+                const int64_t i1 = std::min(i0 + (k - 1) * dil + 1, size);
+                while (i0 < 0) i0 += dil;
+                const auto w = cuda::pool::max_window<int64_t>(o, size, k, stride, pad, dil);
+                ASSERT_EQ(w.first, i0);
+                ASSERT_EQ(w.end, i1);
+                // Every input the window reads has o in its backward range (both index types).
+                for (int64_t i = i0; i < i1; i += dil) {
+                  const auto r = cuda::pool::max_outputs_over<int64_t>(i, out, k, stride, pad, dil);
+                  const auto r32 = cuda::pool::max_outputs_over<int32_t>(static_cast<int32_t>(i), static_cast<int32_t>(out), static_cast<int32_t>(k),
+                                                                         static_cast<int32_t>(stride), static_cast<int32_t>(pad), static_cast<int32_t>(dil));
+                  ASSERT_TRUE(r.first <= o && o < r.end) << "size " << size << " k " << k << " s " << stride << " p " << pad << " d " << dil << " o " << o
+                                                         << " i " << i;
+                  ASSERT_EQ(r.first, r32.first);
+                  ASSERT_EQ(r.end, r32.end);
+                }
+              }
+            }
+  EXPECT_GT(cases, 500);
+}
+
+TEST(CudaPoolWindows, AvgBackwardRangesAreExactlyTheWindowsHoldingAnInput) {
+  for (int64_t size = 1; size <= 9; ++size)
+    for (int64_t k = 1; k <= 4; ++k)
+      for (int64_t stride = 1; stride <= 3; ++stride)
+        for (int64_t pad = 0; pad <= k / 2; ++pad)
+          for (bool ceil_mode : {false, true}) {
+            const int64_t out = pooled_size(size, k, pad, stride, 1, ceil_mode);
+            if (out < 1) continue;
+            for (int64_t i = 0; i < size; ++i) {
+              std::set<int64_t> want;
+              for (int64_t o = 0; o < out; ++o) {
+                const auto w = cuda::pool::avg_window<int64_t>(o, size, k, stride, pad);
+                if (w.first <= i && i < w.end) want.insert(o);
+              }
+              const auto r = cuda::pool::avg_outputs_over<int64_t>(i, out, k, stride, pad);
+              std::set<int64_t> got;
+              for (int64_t o = r.first; o < r.end; ++o) got.insert(o);
+              ASSERT_EQ(got, want) << "size " << size << " k " << k << " s " << stride << " p " << pad << " i " << i;
+            }
+          }
+}
+
+TEST(CudaPoolWindows, AvgDivisorsFollowTheCpuRules) {
+  // A 3x3 window at the top-left corner with padding 1 of a 4x4 input: 2x2 inside, 3x3 padded.
+  const auto h = cuda::pool::avg_window<int64_t>(0, 4, 3, 2, 1), w = cuda::pool::avg_window<int64_t>(0, 4, 3, 2, 1);
+  EXPECT_EQ(cuda::pool::avg_divisor<int64_t>(h, w, true, false, 0), 9);
+  EXPECT_EQ(cuda::pool::avg_divisor<int64_t>(h, w, false, false, 0), 4);
+  EXPECT_EQ(cuda::pool::avg_divisor<int64_t>(h, w, true, true, 5), 5);
+  // With ceil_mode a window may run past the padded input: clipped to it for the divisor.
+  const auto e = cuda::pool::avg_window<int64_t>(2, 5, 3, 2, 0);  // starts at 4, padded input ends at 5
+  EXPECT_EQ(e.first, 4);
+  EXPECT_EQ(e.end, 5);
+  EXPECT_EQ(e.padded_len, 1);
+}
+
+TEST(CudaPoolWindows, AdaptiveBackwardRangesAreExactlyTheWindowsHoldingAnInput) {
+  for (int64_t in = 1; in <= 13; ++in)
+    for (int64_t out = 0; out <= 15; ++out)
+      for (int64_t i = 0; i < in; ++i) {
+        std::set<int64_t> want;
+        for (int64_t o = 0; o < out; ++o) {
+          const auto w = cuda::pool::adaptive_window<int64_t>(o, out, in);
+          ASSERT_LT(w.first, w.end);
+          if (w.first <= i && i < w.end) want.insert(o);
+        }
+        const auto r = cuda::pool::adaptive_outputs_over<int64_t>(i, out, in);
+        std::set<int64_t> got;
+        for (int64_t o = r.first; o < r.end; ++o) got.insert(o);
+        ASSERT_EQ(got, want) << "in " << in << " out " << out << " i " << i;
+      }
+}
+
+#if DP_HAVE_CUDA
+TEST(CudaNormPlan, ReductionSplits) {
+  // Many channels fill the device alone: one block each.
+  EXPECT_EQ(cuda::reduction_splits(1 << 20, 1024, 132), 1);
+  // Few channels with many values: blocks enough for four per SM, never under 1024 values each.
+  EXPECT_EQ(cuda::reduction_splits(1 << 20, 4, 132), 132);
+  EXPECT_EQ(cuda::reduction_splits(4096, 4, 132), 4);
+  EXPECT_EQ(cuda::reduction_splits(100, 1, 132), 1);
+  EXPECT_EQ(cuda::reduction_splits(0, 3, 132), 1);
+  // Capped at 1024.
+  EXPECT_EQ(cuda::reduction_splits(int64_t{1} << 40, 1, 1000), 1024);
+}
+#endif
+
+// ------------------------------------------------------------------ GPU: against the CPU
+
+const Device kGpu = Device::cuda(0);
+
+Tensor sample(IntArrayRef sizes, DType dt, uint64_t seed, double lo = -2.0, double hi = 2.0) {
+  Generator g(seed);
+  Tensor t = rand(sizes, TensorOptions().dtype(kFloat64), &g);
+  return dp::add(dp::mul(t, hi - lo), lo).to(dt);
+}
+
+// Fills and frees blocks of many sizes on the GPU, so the caching allocator hands NaN-filled memory
+// to the outputs that follow (an unwritten element stays NaN).
+void poison() {
+#if DP_HAVE_CUDA
+  std::vector<Tensor> blocks;
+  for (int k = 4; k <= 22; ++k) blocks.push_back(dp::full({int64_t{1} << k}, NAN, TensorOptions().dtype(kFloat64).device(kGpu)));
+#endif
+}
+
+double tol_for(DType dt) { return dt == kFloat64 ? 1e-11 : 2e-6; }
+
+std::vector<double> values(const Tensor& t) {
+  Tensor c = t.to(Device::cpu(), kFloat64).contiguous();
+  const double* p = c.data_ptr<double>();
+  return std::vector<double>(p, p + c.numel());
+}
+
+// ||gpu - cpu|| / ||cpu|| below tol, NaN exactly where the CPU has NaN.
+void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what, double tol) {
+  ASSERT_TRUE(gpu.defined()) << what;
+  ASSERT_TRUE(gpu.is_cuda()) << what;
+  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
+  ASSERT_EQ(gpu.sizes(), cpu.sizes()) << what;
+  const auto g = values(gpu), c = values(cpu);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (std::isnan(c[i])) {
+      EXPECT_TRUE(std::isnan(g[i])) << what << " element " << i;
+      continue;
+    }
+    ASSERT_FALSE(std::isnan(g[i])) << what << " element " << i << " is NaN (not written?), CPU " << c[i];
+    num += (g[i] - c[i]) * (g[i] - c[i]);
+    den += c[i] * c[i];
+  }
+  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  EXPECT_LE(rel, tol) << what << ": relative error " << rel;
+}
+
+void expect_equal(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  ASSERT_TRUE(gpu.is_cuda()) << what;
+  ASSERT_EQ(gpu.sizes(), cpu.sizes()) << what;
+  EXPECT_TRUE(dp::equal(gpu.cpu(), cpu)) << what;
+}
+
+// Runs f on CPU leaves and on their GPU copies, backpropagates the same random upstream gradient,
+// and compares outputs and the gradients of every input that requires grad.
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+void compare_with_cpu(const Fn& f, const std::vector<Tensor>& cpu_inputs, const std::string& what, double tol, uint64_t seed = 99) {
+  std::vector<Tensor> xc, xg;
+  for (const Tensor& t : cpu_inputs) {
+    if (!t.defined()) {
+      xc.emplace_back();
+      xg.emplace_back();
+      continue;
+    }
+    const bool rg = t.requires_grad();
+    xc.push_back(t.detach().set_requires_grad(rg));
+    xg.push_back(t.detach().to(kGpu).set_requires_grad(rg));
+  }
+  Tensor yc = f(xc);
+  poison();
+  Tensor yg = f(xg);
+  expect_close(yg, yc, what + " forward", tol);
+  if (!yc.requires_grad()) return;
+  Tensor go = sample(yc.sizes(), yc.dtype(), seed);
+  yc.backward(go);
+  poison();
+  yg.backward(go.to(kGpu));
+  for (size_t i = 0; i < xc.size(); ++i) {
+    if (!xc[i].defined() || !xc[i].requires_grad()) continue;
+    expect_close(xg[i].grad(), xc[i].grad(), what + " grad of input " + std::to_string(i), tol);
+  }
+}
+
+// ---- pooling ----
+
+struct PoolCase {
+  Shape in;
+  int64_t k, s, p, d;
+  bool ceil_mode;
+};
+
+const std::vector<PoolCase>& pool_cases() {
+  static const std::vector<PoolCase> cases = {
+      {{2, 3, 8, 8}, 2, 2, 0, 1, false},    // the 2x2 CNN case
+      {{2, 3, 7, 9}, 3, 2, 1, 1, false},    // odd sizes, padding
+      {{1, 2, 11, 6}, 3, 1, 1, 2, true},    // dilation, stride 1, ceil_mode
+      {{3, 4, 5, 5}, 2, 2, 1, 1, true},     // ceil_mode window past the input
+      {{2, 5, 13, 17}, 4, 3, 2, 1, false},  // large padding
+      {{3, 9, 7}, 3, 2, 0, 1, true},        // unbatched
+      {{1, 1, 1, 1}, 1, 1, 0, 1, false},
+  };
+  return cases;
+}
+
+TEST(CudaPool, MaxPoolForwardIndicesAndBackward) {
+  DP_REQUIRE_GPU();
+  for (DType dt : {kFloat32, kFloat64}) {
+    for (const PoolCase& c : pool_cases()) {
+      if (c.d > 1 && c.p > c.k / 2) continue;
+      const std::string what = "max_pool2d " + shape_str(c.in) + " k" + std::to_string(c.k) + " s" + std::to_string(c.s) + " p" +
+                               std::to_string(c.p) + " d" + std::to_string(c.d) + " " + dtype_name(dt);
+      Tensor x = sample(c.in, dt, 7);
+      auto [yc, ic] = max_pool2d_with_indices(x, {c.k}, {c.s}, {c.p}, {c.d}, c.ceil_mode);
+      poison();
+      auto [yg, ig] = max_pool2d_with_indices(x.to(kGpu), {c.k}, {c.s}, {c.p}, {c.d}, c.ceil_mode);
+      expect_equal(yg, yc, what + " values");
+      expect_equal(ig, ic, what + " indices");
+      compare_with_cpu([&](const std::vector<Tensor>& in) { return max_pool2d(in[0], {c.k}, {c.s}, {c.p}, {c.d}, c.ceil_mode); },
+                       {x.set_requires_grad(true)}, what, tol_for(dt));
+    }
+  }
+}
+
+TEST(CudaPool, MaxPoolTiesAndNaNPickTheCpuIndex) {
+  DP_REQUIRE_GPU();
+  // Values from {0, 1, 2}: many ties; the first maximum of each window wins. One NaN wins its windows.
+  Tensor x = dp::empty({2, 3, 9, 10});
+  float* p = x.data_ptr<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] = static_cast<float>((i * 7 + i / 10) % 3);
+  p[17] = NAN;
+  for (int64_t s : {1, 2}) {
+    auto [yc, ic] = max_pool2d_with_indices(x, {3}, {s}, {1});
+    auto [yg, ig] = max_pool2d_with_indices(x.to(kGpu), {3}, {s}, {1});
+    expect_equal(ig, ic, "tie indices, stride " + std::to_string(s));
+    expect_close(yg, yc, "tie values", 0.0);
+    // Overlapping windows that pick the same element add their gradients there.
+    compare_with_cpu([&](const std::vector<Tensor>& in) { return max_pool2d(in[0], {3}, {s}, {1}); }, {x.set_requires_grad(true)},
+                     "max_pool2d ties backward", 1e-6);
+  }
+}
+
+TEST(CudaPool, AvgPoolEveryOption) {
+  DP_REQUIRE_GPU();
+  for (DType dt : {kFloat32, kFloat64}) {
+    for (const PoolCase& c : pool_cases()) {
+      for (bool cip : {true, false}) {
+        for (std::optional<int64_t> div : {std::optional<int64_t>(), std::optional<int64_t>(3)}) {
+          const std::string what = "avg_pool2d " + shape_str(c.in) + " k" + std::to_string(c.k) + " s" + std::to_string(c.s) + " p" +
+                                   std::to_string(c.p) + (c.ceil_mode ? " ceil" : "") + (cip ? " cip" : "") + (div ? " div3 " : " ") +
+                                   dtype_name(dt);
+          Tensor x = sample(c.in, dt, 11).set_requires_grad(true);
+          compare_with_cpu([&](const std::vector<Tensor>& in) { return avg_pool2d(in[0], {c.k}, {c.s}, {c.p}, c.ceil_mode, cip, div); }, {x}, what,
+                           tol_for(dt));
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaPool, AdaptiveAvgPool) {
+  DP_REQUIRE_GPU();
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{2, 3, 8, 8}, {1, 1}}, {{2, 3, 7, 9}, {3, 4}}, {{1, 2, 5, 6}, {7, 11}}, {{3, 10, 9}, {4, 2}}, {{2, 64, 14, 14}, {7, 7}}};
+  for (DType dt : {kFloat32, kFloat64}) {
+    for (const auto& [in, out] : cases) {
+      Tensor x = sample(in, dt, 5).set_requires_grad(true);
+      compare_with_cpu([&](const std::vector<Tensor>& v) { return adaptive_avg_pool2d(v[0], out); }, {x},
+                       "adaptive_avg_pool2d " + shape_str(in) + " -> " + shape_str(out) + " " + dtype_name(dt), tol_for(dt));
+    }
+  }
+}
+
+// ---- layer norm ----
+
+TEST(CudaLayerNorm, ForwardAndBackwardAgainstCpu) {
+  DP_REQUIRE_GPU();
+  const std::vector<std::pair<Shape, Shape>> cases = {{{4, 7, 33}, {33}},  {{5, 3, 10}, {3, 10}}, {{3, 1000}, {1000}},
+                                                      {{2, 2049}, {2049}}, {{300, 16}, {16}},     {{1, 1}, {1}}};
+  for (DType dt : {kFloat32, kFloat64}) {
+    for (const auto& [in, shape] : cases) {
+      for (int affine = 0; affine < 3; ++affine) {  // none, weight only, weight and bias
+        // A large common offset: the variance must not cancel away.
+        Tensor x = sample(in, dt, 21, 95.0, 105.0).set_requires_grad(true);
+        Tensor w = affine >= 1 ? sample(shape, dt, 22, 0.5, 1.5).set_requires_grad(true) : Tensor();
+        Tensor b = affine >= 2 ? sample(shape, dt, 23).set_requires_grad(true) : Tensor();
+        compare_with_cpu([&](const std::vector<Tensor>& v) { return layer_norm(v[0], shape, v[1], v[2], 1e-5); }, {x, w, b},
+                         "layer_norm " + shape_str(in) + " over " + shape_str(shape) + " affine " + std::to_string(affine) + " " + dtype_name(dt),
+                         dt == kFloat64 ? 1e-10 : 2e-5);
+      }
+    }
+  }
+}
+
+// ---- batch norm ----
+
+struct BnCase {
+  Shape in;
+};
+
+TEST(CudaBatchNorm, TrainingForwardBackwardAndRunningStats) {
+  DP_REQUIRE_GPU();
+  // [N, C] (channels apart in memory), [N, C, L], [N, C, H, W], and few channels with many values
+  // per channel (several blocks per channel: the two-level reduction).
+  const std::vector<Shape> shapes = {{16, 5}, {3, 1000}, {4, 3, 7}, {2, 6, 5, 9}, {8, 3, 129, 131}, {1, 2, 3, 1}};
+  for (DType dt : {kFloat32, kFloat64}) {
+    for (const Shape& s : shapes) {
+      for (bool affine : {true, false}) {
+        const int64_t C = s[1];
+        const std::string what = "batch_norm train " + shape_str(s) + (affine ? " affine " : " ") + dtype_name(dt);
+        Tensor x = sample(s, dt, 31, 45.0, 55.0).set_requires_grad(true);
+        Tensor w = affine ? sample({C}, dt, 32, 0.5, 1.5).set_requires_grad(true) : Tensor();
+        Tensor b = affine ? sample({C}, dt, 33).set_requires_grad(true) : Tensor();
+        Tensor rm_c = sample({C}, dt, 34), rv_c = sample({C}, dt, 35, 0.5, 2.0);
+        Tensor rm_g = rm_c.to(kGpu), rv_g = rv_c.to(kGpu);
+        compare_with_cpu(
+            [&](const std::vector<Tensor>& v) {
+              const bool gpu = v[0].is_cuda();
+              return batch_norm(v[0], gpu ? rm_g : rm_c, gpu ? rv_g : rv_c, v[1], v[2], true, 0.1, 1e-5);
+            },
+            {x, w, b}, what, dt == kFloat64 ? 1e-10 : 3e-5);
+        expect_close(rm_g, rm_c, what + " running_mean", dt == kFloat64 ? 1e-12 : 1e-6);
+        expect_close(rv_g, rv_c, what + " running_var", dt == kFloat64 ? 1e-12 : 1e-5);
+      }
+    }
+  }
+}
+
+TEST(CudaBatchNorm, EvalModeAndFloat64RunningStatsOnFloat32Input) {
+  DP_REQUIRE_GPU();
+  for (const Shape& s : std::vector<Shape>{{16, 5}, {4, 3, 7}, {2, 6, 5, 9}}) {
+    const int64_t C = s[1];
+    Tensor x = sample(s, kFloat32, 41).set_requires_grad(true);
+    Tensor w = sample({C}, kFloat32, 42, 0.5, 1.5).set_requires_grad(true);
+    Tensor b = sample({C}, kFloat32, 43).set_requires_grad(true);
+    Tensor rm = sample({C}, kFloat64, 44), rv = sample({C}, kFloat64, 45, 0.5, 2.0);
+    Tensor rm_g = rm.to(kGpu), rv_g = rv.to(kGpu);
+    compare_with_cpu(
+        [&](const std::vector<Tensor>& v) {
+          const bool gpu = v[0].is_cuda();
+          return batch_norm(v[0], gpu ? rm_g : rm, gpu ? rv_g : rv, v[1], v[2], false, 0.1, 1e-5);
+        },
+        {x, w, b}, "batch_norm eval " + shape_str(s), 2e-6);
+    // Eval leaves the running statistics alone.
+    EXPECT_TRUE(dp::equal(rm_g.cpu(), rm));
+    EXPECT_TRUE(dp::equal(rv_g.cpu(), rv));
+  }
+}
+
+TEST(CudaBatchNorm, NonContiguousRunningStatsAreUpdatedInPlace) {
+  DP_REQUIRE_GPU();
+  Tensor x = sample({6, 4, 5}, kFloat32, 51);
+  Tensor buf_c = sample({4, 2}, kFloat32, 52, 0.5, 1.5), buf_g = buf_c.to(kGpu);
+  Tensor rm_c = buf_c.select(1, 0), rv_c = buf_c.select(1, 1);  // stride 2
+  Tensor rm_g = buf_g.select(1, 0), rv_g = buf_g.select(1, 1);
+  const uint32_t v0 = rm_g.version();
+  Tensor yc = batch_norm(x, rm_c, rv_c, Tensor(), Tensor(), true, 0.3, 1e-5);
+  Tensor yg = batch_norm(x.to(kGpu), rm_g, rv_g, Tensor(), Tensor(), true, 0.3, 1e-5);
+  expect_close(yg, yc, "batch_norm strided running stats output", 2e-6);
+  expect_close(buf_g, buf_c, "batch_norm strided running stats", 1e-6);
+  EXPECT_GT(rm_g.version(), v0);
+}
+
+TEST(CudaBatchNorm, EmptyBatchLeavesRunningStatsAlone) {
+  DP_REQUIRE_GPU();
+  Tensor rm = dp::zeros({3}, TensorOptions().device(kGpu)), rv = dp::ones({3}, TensorOptions().device(kGpu));
+  Tensor y = batch_norm(dp::empty({0, 3, 4}, TensorOptions().device(kGpu)), rm, rv, Tensor(), Tensor(), true);
+  EXPECT_EQ(y.sizes(), (Shape{0, 3, 4}));
+  EXPECT_TRUE(dp::equal(rm.cpu(), dp::zeros({3})));
+  EXPECT_TRUE(dp::equal(rv.cpu(), dp::ones({3})));
+}
+
+}  // namespace
+}  // namespace dp
