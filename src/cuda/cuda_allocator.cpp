@@ -18,7 +18,14 @@ class CudaBackend final : public detail::RawMemoryBackend {
   void* allocate(size_t bytes) override {
     DeviceGuard guard(device_);
     void* p = nullptr;
+    // cudaMalloc is a "potentially unsafe" call during stream capture: in Global or ThreadLocal
+    // mode it would invalidate a capture this thread takes part in. A new segment for a graph's
+    // private pool is fine (as PyTorch's cudaMallocMaybeCapturing): the graph records its address
+    // and the segment is never freed while the graph lives. So the call runs in Relaxed mode.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    DP_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     const cudaError_t err = cudaMalloc(&p, bytes);
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       return nullptr;

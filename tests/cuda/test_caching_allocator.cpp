@@ -537,6 +537,216 @@ TEST(CachingAllocatorCore, ManyThreadsAllocateAndFreeConcurrently) {
   EXPECT_EQ(backend.live_events(), 0u);
 }
 
+// ---------------------------------------------------------------- private pools (CUDA graphs)
+
+constexpr StreamId kCap = 0x3000;  // the capturing side stream
+
+TEST(CachingAllocatorPrivatePool, CaptureAllocationsComeFromThePoolAndAreNotReusedOutsideIt) {
+  FakeBackend backend(256 * MiB);
+  Core a("cuda:0", backend);
+  void* eager = a.allocate(4 * KiB, kCap);  // before the capture, on the stream that will capture
+  a.free(eager);                            // cached in the default pool
+  const PoolId pool = a.create_pool();
+  EXPECT_NE(pool, 0u);
+  a.begin_capture(kCap, pool);
+  EXPECT_EQ(a.capture_pool(kCap), pool);
+  EXPECT_EQ(a.capture_pool(kS0), 0u);
+  void* g1 = a.allocate(4 * KiB, kCap);  // not the cached default-pool block: a new segment
+  EXPECT_NE(g1, eager);
+  EXPECT_EQ(backend.allocate_calls, 2);
+  void* other = a.allocate(4 * KiB, kS0);  // another stream during the capture: default pool
+  a.end_capture(kCap);
+  EXPECT_EQ(a.capture_pool(kCap), 0u);
+  a.free(g1);  // freed after the capture: kept for the graph
+  EXPECT_EQ(a.stats().private_pool_free, int64_t(2 * MiB));
+  void* after = a.allocate(4 * KiB, kCap);  // eager work on the same stream: the default pool's block
+  EXPECT_EQ(after, eager);
+  void* more = a.allocate(8 * KiB, kCap);
+  EXPECT_NE(as_char(more), as_char(g1));  // never inside the graph's segment
+  EXPECT_TRUE(as_char(more) < as_char(g1) || as_char(more) >= as_char(g1) + 2 * MiB);
+  for (void* p : {other, after, more}) a.free(p);
+  // The graph's segment is not released by empty_cache while the pool lives.
+  a.empty_cache();
+  EXPECT_EQ(a.stats().segments, 1);
+  EXPECT_EQ(a.stats().reserved, int64_t(2 * MiB));
+  a.release_pool(pool);  // the graph is gone: its memory is ordinary cache again
+  EXPECT_EQ(a.stats().private_pools, 0);
+  EXPECT_EQ(a.stats().private_pool_free, 0);
+  EXPECT_EQ(a.stats().cached_segments, 1);
+  EXPECT_EQ(a.allocate(4 * KiB, kCap), g1);  // reusable by anyone on its stream now
+  a.free(g1);
+  a.empty_cache();
+  EXPECT_EQ(backend.used(), 0u);
+}
+
+TEST(CachingAllocatorPrivatePool, BlocksFreedDuringTheCaptureAreReusedWithinIt) {
+  FakeBackend backend(256 * MiB);
+  Core a("cuda:0", backend);
+  const PoolId pool = a.create_pool();
+  a.begin_capture(kCap, pool);
+  void* t1 = a.allocate(64 * KiB, kCap);
+  void* keep = a.allocate(64 * KiB, kCap);
+  a.free(t1);                             // a temporary of the captured step
+  void* t2 = a.allocate(64 * KiB, kCap);  // reuses it: the replay runs in the same order
+  EXPECT_EQ(t2, t1);
+  a.free(t2);
+  a.end_capture(kCap);
+  // Outside the capture the freed temporary is not handed out, on any stream.
+  for (StreamId s : {kCap, kS0}) {
+    void* q = a.allocate(64 * KiB, s);
+    EXPECT_NE(q, t1);
+    a.free(q);
+  }
+  // A second capture into the same pool (a shared pool) reuses the graph's free blocks.
+  a.begin_capture(kCap, pool);
+  EXPECT_EQ(a.allocate(64 * KiB, kCap), t1);
+  a.free(t1);
+  a.end_capture(kCap);
+  a.free(keep);
+  a.release_pool(pool);
+  a.empty_cache();
+  EXPECT_EQ(backend.used(), 0u);
+  EXPECT_EQ(a.stats().reserved, 0);
+}
+
+TEST(CachingAllocatorPrivatePool, DefaultPoolBlocksFreedDuringCaptureOnTheCapturingStreamAreKeptForTheGraph) {
+  FakeBackend backend(256 * MiB);
+  Core a("cuda:0", backend);
+  void* warm = a.allocate(16 * KiB, kCap);   // e.g. a gradient from the warm-up step
+  void* shared = a.allocate(16 * KiB, kS0);  // e.g. an input the captured step reads on kCap
+  a.record_stream(shared, kCap);
+  void* unrelated = a.allocate(16 * KiB, kS1);
+  void* pin1 = a.allocate(16 * KiB, kCap);  // keep the segments split so freed blocks stay visible
+  void* pin2 = a.allocate(16 * KiB, kS0);
+  void* pin3 = a.allocate(16 * KiB, kS1);
+  const PoolId pool = a.create_pool();
+  a.begin_capture(kCap, pool);
+  a.free(warm);       // the graph may have read it: kept for the graph
+  a.free(shared);     // used on the capturing stream: kept too (its event is deferred)
+  a.free(unrelated);  // nothing to do with the capture: back to the default pool
+  EXPECT_EQ(backend.events_recorded, 0);  // no event recorded during the capture
+  EXPECT_EQ(a.stats().pending_event_blocks, 1);
+  EXPECT_EQ(a.allocate(16 * KiB, kCap), warm);  // reused within the capture
+  a.free(warm);
+  a.end_capture(kCap);
+  EXPECT_EQ(backend.events_recorded, 1);  // the deferred event, recorded once the capture ended
+  backend.complete_stream(kCap);
+  // Eager work gets neither block back; the unrelated one is reused normally.
+  void* e1 = a.allocate(16 * KiB, kCap);
+  void* e2 = a.allocate(16 * KiB, kS0);
+  void* e3 = a.allocate(16 * KiB, kS1);
+  EXPECT_NE(e1, warm);
+  EXPECT_NE(e2, shared);
+  EXPECT_EQ(e3, unrelated);
+  EXPECT_EQ(a.stats().pending_event_blocks, 0);
+  a.release_pool(pool);  // both come back to the default pool, merged with their free neighbours
+  EXPECT_EQ(a.allocate(16 * KiB, kCap), warm);
+  EXPECT_EQ(a.allocate(16 * KiB, kS0), shared);
+  for (void* p : {warm, shared, e1, e2, e3, pin1, pin2, pin3}) a.free(p);
+  a.empty_cache();
+  EXPECT_EQ(backend.used(), 0u);
+  EXPECT_EQ(backend.live_events(), 0u);
+}
+
+TEST(CachingAllocatorPrivatePool, LiveBlocksOfAReleasedPoolReturnToTheDefaultPoolWhenFreed) {
+  FakeBackend backend(256 * MiB);
+  Core a("cuda:0", backend);
+  const PoolId pool = a.create_pool();
+  a.begin_capture(kCap, pool);
+  void* out = a.allocate(4 * MiB, kCap);  // a graph output the user still holds
+  a.end_capture(kCap);
+  a.release_pool(pool);
+  EXPECT_EQ(a.stats().private_pools, 0);
+  a.free(out);
+  EXPECT_EQ(a.stats().private_pool_free, 0);
+  EXPECT_EQ(a.stats().cached_segments, 1);
+  EXPECT_EQ(a.allocate(4 * MiB, kCap), out);
+  a.free(out);
+  a.empty_cache();
+  EXPECT_EQ(backend.used(), 0u);
+}
+
+TEST(CachingAllocatorPrivatePool, SharedPoolLivesUntilItsLastUse) {
+  FakeBackend backend(256 * MiB);
+  Core a("cuda:0", backend);
+  const PoolId pool = a.create_pool();
+  a.retain_pool(pool);  // a second graph shares it
+  a.begin_capture(kCap, pool);
+  a.free(a.allocate(4 * KiB, kCap));
+  a.end_capture(kCap);
+  a.release_pool(pool);
+  EXPECT_EQ(a.stats().private_pools, 1);
+  EXPECT_EQ(a.stats().private_pool_free, int64_t(2 * MiB));
+  a.release_pool(pool);
+  EXPECT_EQ(a.stats().private_pools, 0);
+  EXPECT_THROW(a.release_pool(pool), ValueError);
+  EXPECT_THROW(a.retain_pool(pool), ValueError);
+  EXPECT_THROW(a.begin_capture(kCap, pool), ValueError);
+  a.empty_cache();
+  EXPECT_EQ(backend.used(), 0u);
+}
+
+TEST(CachingAllocatorPrivatePool, CaptureMisuseAndEmptyCacheDuringCaptureAreErrors) {
+  FakeBackend backend(256 * MiB);
+  Core a("cuda:3", backend);
+  const PoolId pool = a.create_pool();
+  EXPECT_THROW(a.end_capture(kCap), ValueError);  // not capturing
+  a.begin_capture(kCap, pool);
+  EXPECT_EQ(a.stats().captures_underway, 1);
+  EXPECT_THROW(a.begin_capture(kCap, pool), ValueError);  // already capturing
+  EXPECT_THROW(a.release_pool(pool), ValueError);          // its last use, while capturing into it
+  try {
+    a.empty_cache();
+    FAIL() << "expected DeviceError";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("empty_cache on cuda:3: a CUDA graph capture is underway"), std::string::npos) << e.what();
+  }
+  a.end_capture(kCap);
+  EXPECT_EQ(a.stats().captures_underway, 0);
+  a.release_pool(pool);
+}
+
+TEST(CachingAllocatorPrivatePool, OutOfMemoryDuringCaptureIsNotRetriedAndSaysWhy) {
+  FakeBackend backend(24 * MiB);
+  Core a("cuda:0", backend);
+  a.free(a.allocate(20 * MiB, kS0));  // cached: a retry would release it, but not during a capture
+  const PoolId pool = a.create_pool();
+  a.begin_capture(kCap, pool);
+  try {
+    a.allocate(8 * MiB, kCap);
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("a CUDA graph capture is underway"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(backend.free_calls, 0);
+  EXPECT_EQ(a.stats().num_alloc_retries, 0);
+  a.end_capture(kCap);
+  void* p = a.allocate(8 * MiB, kCap);  // after the capture: released and retried
+  EXPECT_NE(p, nullptr);
+  a.free(p);
+  a.release_pool(pool);
+}
+
+TEST(CachingAllocatorPrivatePool, PendingEventsAreNotQueriedDuringCapture) {
+  FakeBackend backend(256 * MiB);
+  Core a("cuda:0", backend);
+  void* p = a.allocate(4 * KiB, kS0);
+  void* keep = a.allocate(4 * KiB, kS0);
+  a.record_stream(p, kS1);
+  a.free(p);  // an event on kS1
+  backend.complete_stream(kS1);
+  const PoolId pool = a.create_pool();
+  a.begin_capture(kCap, pool);
+  void* q = a.allocate(4 * KiB, kS0);  // would reuse p, but its event is not queried now
+  EXPECT_NE(q, p);
+  EXPECT_EQ(a.stats().pending_event_blocks, 1);
+  a.end_capture(kCap);
+  void* r = a.allocate(4 * KiB, kS0);
+  EXPECT_EQ(r, p);
+  for (void* x : {keep, q, r}) a.free(x);
+  a.release_pool(pool);
+}
+
 TEST(CachingAllocatorCore, FormatBytes) {
   EXPECT_EQ(format_bytes(0), "0 bytes");
   EXPECT_EQ(format_bytes(1023), "1023 bytes");

@@ -17,6 +17,20 @@
 //  - when the backend is out of memory: wait for pending events, free every cached segment that is
 //    wholly unused, and retry once; then throw dp::OutOfMemory saying the device, the bytes asked
 //    for, and what is allocated, reserved and reserved-but-free.
+// CUDA graphs (dp/cuda/graph.h) get private pools, as PyTorch's graph memory pools:
+//  - create_pool() makes one; begin_capture(stream, pool) routes every allocation on `stream` to
+//    it until end_capture(stream). Its blocks are never handed to allocations outside a capture
+//    into that pool, so the addresses a graph recorded stay the graph's while it lives;
+//  - a block freed during a capture goes back to the capture's pool (reused only by later
+//    allocations of that capture, which replay in the same order) when it was allocated in it, or
+//    when it belongs to the default pool but was allocated or record_stream()ed on the capturing
+//    stream: the graph may use it, so it is kept for the graph;
+//  - while any capture is underway, events are neither queried nor waited for (CUDA forbids that
+//    during capture): frees that need events are deferred until the last capture ends, and an
+//    out-of-memory is not retried (releasing segments would synchronise the device);
+//  - release_pool() drops a use (retain_pool() adds one, for graphs sharing a pool); at zero the
+//    pool's free blocks return to the default pool (merged, reusable, released by empty_cache), and
+//    its live blocks do so when freed.
 // Thread-safe: one mutex; backend calls are made under it.
 #include <cstddef>
 #include <cstdint>
@@ -26,11 +40,13 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace dp::cuda::detail {
 
 using StreamId = std::uintptr_t;  // a cudaStream_t's value (0: the default stream)
 using EventId = void*;            // a cudaEvent_t
+using PoolId = std::uint64_t;     // a private pool (0: the default pool)
 
 // Raw device memory and stream events. The allocator calls it under its mutex.
 class RawMemoryBackend {
@@ -61,6 +77,9 @@ struct CachingAllocatorStats {
   int64_t segments = 0;           // segments held
   int64_t cached_segments = 0;    // of them wholly unused (what empty_cache() would release)
   int64_t pending_event_blocks = 0;  // freed blocks waiting for their record_stream uses
+  int64_t private_pools = 0;         // live private pools (CUDA graphs)
+  int64_t private_pool_free = 0;     // bytes in free blocks kept for private pools
+  int64_t captures_underway = 0;
 };
 
 class CachingAllocatorCore {
@@ -87,8 +106,19 @@ class CachingAllocatorCore {
   void free(void* ptr);
   // `ptr` (from allocate) is used on `stream` too: when freed, it is reused only after that use.
   void record_stream(void* ptr, StreamId stream);
-  // Waits for pending events and returns every wholly unused segment to the backend.
+  // Waits for pending events and returns every wholly unused segment of the default pool to the
+  // backend. DeviceError while a capture is underway (that would synchronise the device).
   void empty_cache();
+
+  // Private pools (see the top of this file). create_pool: a new pool with one use.
+  PoolId create_pool();
+  void retain_pool(PoolId pool);
+  void release_pool(PoolId pool);
+  // Allocations on `stream` come from `pool` until end_capture(stream). One capture per stream.
+  void begin_capture(StreamId stream, PoolId pool);
+  void end_capture(StreamId stream);
+  // The pool allocations on `stream` come from now (0 when the stream is not capturing).
+  PoolId capture_pool(StreamId stream) const;
   CachingAllocatorStats stats() const;
   void reset_peak();
   // The size of the block behind a live allocation (its rounded size); 0 if unknown.
@@ -97,11 +127,12 @@ class CachingAllocatorCore {
 
  private:
   struct Block {
-    Block(char* p, size_t n, StreamId s, bool is_small) : ptr(p), size(n), stream(s), small(is_small) {}
+    Block(char* p, size_t n, StreamId s, bool is_small, PoolId pl) : ptr(p), size(n), stream(s), small(is_small), pool(pl) {}
     char* ptr;
     size_t size;
     StreamId stream;
     bool small;
+    PoolId pool;  // 0: the default pool
     bool allocated = false;
     size_t requested = 0;
     Block* prev = nullptr;  // neighbours in the same segment
@@ -109,22 +140,25 @@ class CachingAllocatorCore {
     int event_count = 0;
     std::set<StreamId> stream_uses;
   };
-  struct ByStreamSizePtr {
+  struct ByPoolStreamSizePtr {
     bool operator()(const Block* a, const Block* b) const {
+      if (a->pool != b->pool) return a->pool < b->pool;
       if (a->stream != b->stream) return a->stream < b->stream;
       if (a->size != b->size) return a->size < b->size;
       return a->ptr < b->ptr;
     }
   };
-  using Pool = std::set<Block*, ByStreamSizePtr>;
+  using Pool = std::set<Block*, ByPoolStreamSizePtr>;
 
   Pool& pool_for(bool small) { return small ? small_pool_ : large_pool_; }
-  Block* find_free_block(bool small, StreamId stream, size_t size);
-  void free_block(Block* b);           // back into its pool, merged with free neighbours
-  bool mergeable(const Block* b) const;
+  Block* find_free_block(bool small, PoolId pool, StreamId stream, size_t size);
+  void free_block(Block* b);           // back into its pool, merged with free neighbours of that pool
+  bool mergeable(const Block* b, PoolId pool) const;
+  void record_free_events(Block* b);   // one event per stream use; the block is free once all completed
   void process_events();               // blocks whose events completed go back to the pools
   void synchronize_and_free_events();
-  void release_cached_segments();
+  void release_cached_segments();      // of the default pool
+  void return_pool_blocks(PoolId pool);  // a released pool's free blocks into the default pool
   [[noreturn]] void throw_oom(size_t nbytes, size_t segment_bytes);
 
   std::string device_name_;
@@ -133,6 +167,10 @@ class CachingAllocatorCore {
   Pool small_pool_, large_pool_;
   std::unordered_map<void*, Block*> live_;
   std::deque<std::pair<EventId, Block*>> events_;
+  std::vector<Block*> deferred_;                  // freed during a capture, waiting to record events
+  std::unordered_map<PoolId, int> pools_;         // live private pools and their use counts
+  std::unordered_map<StreamId, PoolId> captures_;  // capturing streams and their pools
+  PoolId next_pool_ = 1;
   CachingAllocatorStats stats_;
 };
 
