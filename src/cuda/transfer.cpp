@@ -3,6 +3,7 @@
 #include "cuda/transfer.h"
 #include <cuda_runtime_api.h>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "dp/core/tensor_impl.h"
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
+#include "dp/cuda/graph.h"
 #include "dp/ops/factory.h"
 #include "core/kernels/loops.h"
 #include "cuda/elementwise.h"
@@ -63,6 +65,57 @@ std::vector<Staging>& staging_pool() {
   return *p;
 }
 
+// Bytes of idle staging blocks kept per device: DP_CUDA_PINNED_CACHE_MB (MiB, default 256; 0
+// keeps none). Page-locked memory is taken from the host's RAM, so the cache must not grow with
+// every new largest copy: beyond the cap, idle blocks whose copy has completed are released.
+size_t pinned_cache_cap() {
+  static const size_t cap = [] {
+    const char* env = std::getenv("DP_CUDA_PINNED_CACHE_MB");
+    if (env == nullptr || *env == '\0') return size_t(256) << 20;
+    char* end = nullptr;
+    const long long mb = std::strtoll(env, &end, 10);
+    DP_CHECK(end != env && *end == '\0' && mb >= 0, ValueError, "DP_CUDA_PINNED_CACHE_MB must be a whole number of MiB >= 0, got '",
+             env, "'");
+    return static_cast<size_t>(mb) << 20;
+  }();
+  return cap;
+}
+
+// Under staging_mu: takes out of the pool the oldest idle blocks of `device` whose copies have
+// completed until the device's cached bytes are within the cap; the caller frees them unlocked
+// (cudaFreeHost may wait for the device).
+std::vector<Staging> over_cap_locked(int device) {
+  auto& pool = staging_pool();
+  size_t cached = 0;
+  for (const Staging& s : pool)
+    if (s.device == device) cached += s.bytes;
+  std::vector<Staging> out;
+  const size_t cap = pinned_cache_cap();
+  for (size_t i = 0; i < pool.size() && cached > cap;) {
+    if (pool[i].device != device) {
+      ++i;
+      continue;
+    }
+    const cudaError_t q = cudaEventQuery(pool[i].done);
+    if (q != cudaSuccess) {
+      (void)cudaGetLastError();  // cudaErrorNotReady: still in use
+      ++i;
+      continue;
+    }
+    cached -= pool[i].bytes;
+    out.push_back(pool[i]);
+    pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  return out;
+}
+
+void release_staging(const std::vector<Staging>& blocks) {
+  for (const Staging& s : blocks) {
+    (void)cudaEventDestroy(s.done);
+    (void)cudaFreeHost(s.ptr);
+  }
+}
+
 Staging take_staging(size_t bytes, int device) {
   {
     std::lock_guard<std::mutex> lock(staging_mu);
@@ -83,8 +136,26 @@ Staging take_staging(size_t bytes, int device) {
 }
 
 void give_staging(Staging s) {
-  std::lock_guard<std::mutex> lock(staging_mu);
-  staging_pool().push_back(s);
+  std::vector<Staging> release;
+  {
+    std::lock_guard<std::mutex> lock(staging_mu);
+    staging_pool().push_back(s);
+    release = over_cap_locked(s.device);
+  }
+  release_staging(release);
+}
+
+// Copies to or from the host synchronise with it or read host memory when queued: neither can be
+// captured into a CUDA graph (and a failed call would invalidate the capture), so they are refused
+// with the reason.
+void check_not_capturing(const char* what, const Device& dst, const Device& src) {
+  for (const Device& d : {dst, src}) {
+    if (!d.is_cuda()) continue;
+    DP_CHECK(!is_current_stream_capturing(d.index), DeviceError, "copy from ", src.str(), " to ", dst.str(), " (", what,
+             ") during CUDA graph capture on ", d.str(),
+             ": copies involving the host cannot be captured (they synchronise with it or stage through pinned memory); "
+             "copy into the graph's static input tensors before replay, outside the capture");
+  }
 }
 
 // Contiguous host bytes -> contiguous device bytes.
@@ -142,6 +213,7 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
     copy_kernel(dst, src);
     return;
   }
+  if (dd != sd) check_not_capturing(dd.is_cuda() && sd.is_cuda() ? "between devices" : "to or from the host", dd, sd);
   if (dd.is_cuda() && !sd.is_cuda()) {
     // Host -> device: the source made dense in dst's dtype and shape on the host, one transfer,
     // then a device-side layout copy if dst is strided.
