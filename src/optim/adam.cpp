@@ -5,6 +5,11 @@
 #include "dp/ops/factory.h"
 #include "optim/kernels/fused_updates.h"
 #include "optim/update_target.h"
+#if DP_HAVE_CUDA
+#include "dp/cuda/graph.h"
+#include "cuda/optim.h"
+#include "optim/cuda_updates.h"
+#endif
 
 namespace dp::optim {
 
@@ -44,9 +49,19 @@ void adam_step(std::vector<OptimizerParamGroup>& groups,
   NoGradGuard no_grad;
   for (auto& group : groups) {
     kernels::AdamScalars s = adam_scalars(detail::options_as<Options>(group.options(), name), decoupled);
+#if DP_HAVE_CUDA
+    detail::CudaUpdateBatch<cuda::optim::AdamTensor> on_cuda;
+#endif
     for (Tensor& p : group.params()) {
       Tensor g = detail::contiguous_grad(p);
       if (!g.defined()) continue;
+#if DP_HAVE_CUDA
+      // Checked before any state changes. (PyTorch's capturable=True keeps the step on the device.)
+      DP_CHECK(!p.is_cuda() || !cuda::is_current_stream_capturing(p.device().index), NotImplementedError, name,
+               ": step() during CUDA graph capture on ", p.device().str(),
+               ": the step count and bias corrections are host values and would be frozen into the graph; "
+               "capture SGD, or run this optimizer's step outside the graph");
+#endif
       auto& slot = state[p.unsafe_impl()];
       if (!slot) {
         auto fresh = std::make_unique<AdamParamState>();
@@ -61,6 +76,14 @@ void adam_step(std::vector<OptimizerParamGroup>& groups,
       detail::check_state_buffer(p, st.exp_avg_sq, name, "exp_avg_sq");
       if (s.amsgrad) detail::check_state_buffer(p, st.max_exp_avg_sq, name, "max_exp_avg_sq");
       s.step = ++st.step;
+#if DP_HAVE_CUDA
+      if (p.is_cuda()) {
+        Tensor w = on_cuda.target(name, p, g);
+        on_cuda.add(p, w, {w.data_ptr(), g.data_ptr(), st.exp_avg.data_ptr(), st.exp_avg_sq.data_ptr(),
+                           s.amsgrad ? st.max_exp_avg_sq.data_ptr() : nullptr, w.numel(), st.step});
+        continue;
+      }
+#endif
       detail::update_in_place(p, [&](const Tensor& w) {
         if (w.dtype() == kFloat32)
           kernels::adam_update(w.data_ptr<float>(), g.data_ptr<float>(), st.exp_avg.data_ptr<float>(),
@@ -72,6 +95,12 @@ void adam_step(std::vector<OptimizerParamGroup>& groups,
                                w.numel(), s);
       });
     }
+#if DP_HAVE_CUDA
+    // One multi-tensor launch per (device, dtype) of the group, each tensor with its own step.
+    on_cuda.finish([&](DType dtype, int device, const std::vector<cuda::optim::AdamTensor>& list) {
+      cuda::optim::adam_update(dtype, device, list, s);
+    });
+#endif
   }
 }
 

@@ -2,6 +2,7 @@
 #include "dp/optim/optimizer.h"
 #include <unordered_set>
 #include "dp/autograd/grad_mode.h"
+#include "dp/core/device_registry.h"
 #include "dp/ops/factory.h"
 #include "optim/options_json.h"
 #include "optim/update_target.h"
@@ -10,6 +11,28 @@ namespace dp::optim {
 namespace {
 std::string describe_param(const Tensor& p) {
   return dp::detail::str(p.size_str(), " ", dtype_name(p.dtype()), " on ", p.device().str());
+}
+
+// The fused updates run on CPU devices and, with the CUDA backend, on CUDA devices that exist.
+void check_param_device(const Tensor& p, const char* optimizer, size_t i, size_t gi) {
+  if (p.is_cpu()) return;
+#if DP_HAVE_CUDA
+  if (p.is_cuda()) {
+    try {
+      check_device(p.device());
+    } catch (const DeviceError& e) {
+      throw DeviceError(dp::detail::str(optimizer, ": parameter ", i, " of param group ", gi, " is ", describe_param(p), ": ", e.what()));
+    }
+    return;
+  }
+#endif
+#if DP_HAVE_CUDA
+  const char* where = "CPU and CUDA devices";
+#else
+  const char* where = "CPU devices only (this build has no CUDA backend)";
+#endif
+  throw DeviceError(dp::detail::str(optimizer, ": parameter ", i, " of param group ", gi, " is ", describe_param(p),
+                                    "; this optimizer's fused updates run on ", where));
 }
 }  // namespace
 
@@ -65,8 +88,7 @@ void Optimizer::add_param_group(const OptimizerParamGroup& group) {
              describe_param(p), "); optimize the leaf it was computed from, or detach() it");
     DP_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64, DTypeError, name(), ": parameter ", i, " of param group ", gi,
              " is ", describe_param(p), "; the fused updates support float32 and float64 parameters");
-    DP_CHECK(p.is_cpu(), DeviceError, name(), ": parameter ", i, " of param group ", gi, " is ", describe_param(p),
-             "; this optimizer's fused updates run on CPU devices only");
+    check_param_device(p, name(), i, gi);
     DP_CHECK(seen.insert(p.unsafe_impl()).second, ValueError, name(), ": parameter ", i, " of param group ", gi, " (",
              describe_param(p), ") appears more than once (some parameters appear in more than one parameter group, or twice in one)");
   }

@@ -3,6 +3,10 @@
 #include "dp/ops/factory.h"
 #include "optim/kernels/fused_updates.h"
 #include "optim/update_target.h"
+#if DP_HAVE_CUDA
+#include "cuda/optim.h"
+#include "optim/cuda_updates.h"
+#endif
 
 namespace dp::optim {
 
@@ -56,6 +60,9 @@ Tensor SGD::step(LossClosure closure) {
     s.weight_decay = o.weight_decay();
     s.nesterov = o.nesterov();
     s.maximize = o.maximize();
+#if DP_HAVE_CUDA
+    detail::CudaUpdateBatch<cuda::optim::SgdTensor> on_cuda;
+#endif
     for (Tensor& p : group.params()) {
       Tensor g = detail::contiguous_grad(p);
       if (!g.defined()) continue;
@@ -71,6 +78,13 @@ Tensor SGD::step(LossClosure closure) {
         buf = st.momentum_buffer;
         detail::check_state_buffer(p, buf, "SGD", "momentum_buffer");
       }
+#if DP_HAVE_CUDA
+      if (p.is_cuda()) {
+        Tensor w = on_cuda.target("SGD", p, g);
+        on_cuda.add(p, w, {w.data_ptr(), g.data_ptr(), buf.defined() ? buf.data_ptr() : nullptr, w.numel(), initialized});
+        continue;
+      }
+#endif
       detail::update_in_place(p, [&](const Tensor& w) {
         if (w.dtype() == kFloat32)
           kernels::sgd_update(w.data_ptr<float>(), g.data_ptr<float>(), buf.defined() ? buf.data_ptr<float>() : nullptr,
@@ -80,6 +94,12 @@ Tensor SGD::step(LossClosure closure) {
                               initialized, w.numel(), s);
       });
     }
+#if DP_HAVE_CUDA
+    // One multi-tensor launch per (device, dtype) of the group, on each device's current stream.
+    on_cuda.finish([&](DType dtype, int device, const std::vector<cuda::optim::SgdTensor>& list) {
+      cuda::optim::sgd_update(dtype, device, list, s);
+    });
+#endif
   }
   return loss;
 }
