@@ -30,7 +30,6 @@ namespace {
 // Sums x over the dims in mask. The result has shape `out_shape` (the reduction's shape, with or
 // without kept dims, or for sum_to the target shape, which has the same elements in the same order).
 Tensor sum_impl(const Tensor& x, const std::vector<bool>& mask, bool keepdim, const Shape& out_shape, const char* node) {
-  kernels::check_cpu_tensor("sum", x);
   const DType out_dt = is_floating_point(x.dtype()) ? x.dtype() : kInt64;
   Tensor out = make_empty(out_shape, out_dt, x.device());
   Shape kernel_shape = kernels::reduced_shape(x.sizes(), mask, keepdim);
@@ -55,7 +54,6 @@ Tensor sum_dims(const Tensor& a, IntArrayRef dims, bool keepdim, std::optional<D
 
 Tensor mean_dims(const Tensor& a, IntArrayRef dims, bool keepdim, const char* node) {
   ops::check_defined("mean", a);
-  kernels::check_cpu_tensor("mean", a);
   DP_CHECK(is_floating_point(a.dtype()), DTypeError,
            "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: ",
            kernels::torch_type_name(a.dtype()));
@@ -92,7 +90,8 @@ void column_sums(const T* p, int64_t rows, int64_t inner, T* out) {
 
 // sum_to's common case in backward formulas (a bias's gradient: [rows, n] -> [n]) without the
 // general reduction's plan, masks and graph: a contiguous float32/float64 tensor that needs no
-// gradient, summed over a prefix of its dims (the target keeps every later dim as it is).
+// gradient, summed over a prefix of its dims (the target keeps every later dim as it is). CPU only:
+// on a CUDA device the general reduction already handles this shape with one kernel.
 // Returns an undefined tensor when the case does not apply (or the shapes are invalid: the general
 // path reports that).
 Tensor sum_leading_dims(const Tensor& a, IntArrayRef shape, int64_t lead) {

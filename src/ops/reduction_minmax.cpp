@@ -36,7 +36,6 @@ Tensor value_selecting_backward(const Tensor& g, int64_t dim, const Tensor& indi
 Tensor max_all(const Tensor& a, bool is_max) {
   const char* name = is_max ? "max" : "min";
   ops::check_defined(name, a);
-  kernels::check_cpu_tensor(name, a);
   DP_CHECK(a.numel() > 0, IndexError, name,
            "(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
   std::vector<bool> mask(static_cast<size_t>(a.dim()), true);
@@ -54,7 +53,6 @@ Tensor max_all(const Tensor& a, bool is_max) {
 std::pair<Tensor, Tensor> max_dim(const Tensor& a, int64_t dim, bool keepdim, bool is_max) {
   const char* name = is_max ? "max" : "min";
   ops::check_defined(name, a);
-  kernels::check_cpu_tensor(name, a);
   const int64_t d = wrap_dim(dim, a.dim(), name);
   std::vector<bool> mask(static_cast<size_t>(a.dim()), false);
   if (a.dim() > 0) {
@@ -78,7 +76,6 @@ std::pair<Tensor, Tensor> max_dim(const Tensor& a, int64_t dim, bool keepdim, bo
 Tensor arg_extreme(const Tensor& a, std::optional<int64_t> dim, bool keepdim, bool is_max) {
   const char* name = is_max ? "argmax" : "argmin";
   ops::check_defined(name, a);
-  kernels::check_cpu_tensor(name, a);
   DP_CHECK(a.dtype() != kBool, DTypeError, name, "(): \"", name, "_cpu\" not implemented for 'Bool'");
   if (!dim) {
     DP_CHECK(a.numel() > 0, IndexError, name, "(): Expected reduction dim to be specified for input.numel() == 0.");
@@ -112,7 +109,6 @@ Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) { retur
 
 Tensor amax(const Tensor& a, IntArrayRef dims, bool keepdim) {
   ops::check_defined("amax", a);
-  kernels::check_cpu_tensor("amax", a);
   std::vector<bool> mask = kernels::make_dim_mask(dims, a.dim(), "amax");
   if (a.numel() == 0) {
     DP_CHECK(!dims.empty(), IndexError,

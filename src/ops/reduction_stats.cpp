@@ -33,7 +33,6 @@ Tensor var_backward(const Tensor& gk, const Tensor& x, const std::vector<bool>& 
 Tensor var_std(const Tensor& a, IntArrayRef dims, int64_t correction, bool keepdim, bool take_sqrt) {
   const char* name = take_sqrt ? "std" : "var";
   ops::check_defined(name, a);
-  kernels::check_cpu_tensor(name, a);
   DP_CHECK(is_floating_point(a.dtype()), DTypeError, name, "(): std and var only support floating point and complex dtypes, got ",
            kernels::torch_type_name(a.dtype()));
   std::vector<bool> mask = kernels::make_dim_mask(dims, a.dim(), name);
@@ -71,7 +70,6 @@ Tensor std(const Tensor& a, IntArrayRef dims, int64_t correction, bool keepdim) 
 
 Tensor logsumexp(const Tensor& a, IntArrayRef dims, bool keepdim) {
   ops::check_defined("logsumexp", a);
-  kernels::check_cpu_tensor("logsumexp", a);
   // Integer inputs give the default float type (PyTorch 1.13 promotes them).
   Tensor x = is_floating_point(a.dtype()) ? a : kernels::convert_nograd(a, default_float_dtype());
   std::vector<bool> mask = kernels::make_dim_mask(dims, x.dim(), "logsumexp");
@@ -93,7 +91,6 @@ Tensor logsumexp(const Tensor& a, IntArrayRef dims, bool keepdim) {
 
 Tensor norm(const Tensor& a, double p) {
   ops::check_defined("norm", a);
-  kernels::check_cpu_tensor("norm", a);
   DP_CHECK(is_floating_point(a.dtype()), DTypeError, "norm(): input dtype should be either floating point or complex. Got ",
            kernels::torch_type_name(a.dtype()), " instead.");
   DP_CHECK(!std::isnan(p), ValueError, "norm(): the order p must not be nan");

@@ -51,7 +51,6 @@ variable_list softmax_double_backward(const Tensor& gg, const Tensor& g, const T
 Tensor softmax_impl(const Tensor& a, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   ops::check_defined(name, a);
-  kernels::check_cpu_tensor(name, a);
   DP_CHECK(is_floating_point(a.dtype()), DTypeError, name, "(): \"softmax_kernel_impl\" not implemented for '",
            kernels::torch_type_name(a.dtype()), "' (softmax needs a floating point input, got ", a.describe(), ")");
   const int64_t d = a.dim() == 0 ? (wrap_dim(dim, 0, name), 0) : wrap_dim(dim, a.dim(), name);

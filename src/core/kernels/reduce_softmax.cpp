@@ -7,6 +7,7 @@
 // float16/bfloat16 compute in float32.
 #include "core/kernels/reduce.h"
 #include "core/kernels/reduce_vec.h"
+#include "cuda/reduce.h"
 
 namespace dp::kernels {
 namespace {
@@ -179,6 +180,7 @@ void softmax_kernel(const Tensor& out, const Tensor& in, int64_t dim, bool log) 
   const char* name = log ? "log_softmax" : "softmax";
   DP_CHECK(in.is_contiguous() && out.is_contiguous() && in.sizes() == out.sizes(), ValueError, name, ": kernel needs contiguous tensors of one shape");
   if (in.numel() == 0) return;
+  DP_ROUTE_CUDA(out, softmax_kernel(out, in, dim, log));
   dispatch_floating(in.dtype(), name, [&]<typename T>() {
     if constexpr (is_reduced_float_v<T>) {
       Tensor x32 = convert_nograd(in, kFloat32);
@@ -197,6 +199,7 @@ void softmax_backward_kernel(const Tensor& gin, const Tensor& g, const Tensor& y
                g.dtype() == y.dtype() && gin.dtype() == y.dtype(),
            ValueError, name, ": kernel needs contiguous tensors of one shape and dtype");
   if (y.numel() == 0) return;
+  DP_ROUTE_CUDA(gin, softmax_backward_kernel(gin, g, y, dim, log));
   dispatch_floating(y.dtype(), name, [&]<typename T>() {
     if constexpr (is_reduced_float_v<T>) {
       Tensor g32 = convert_nograd(g, kFloat32), y32 = convert_nograd(y, kFloat32);

@@ -1,0 +1,78 @@
+#pragma once
+// Helpers of the CUDA reduction, softmax and autograd tests: random inputs made on the host, and
+// the comparison of a CUDA result with the CPU's (same dtype and shape; NaN and infinities at the
+// same places; finite values within a norm-wise relative error ||gpu - cpu|| / ||cpu|| per dtype,
+// exact for integers and bool).
+#include <gtest/gtest.h>
+#include <cmath>
+#include <string>
+#include <vector>
+#include "dp/dp.h"
+
+namespace dp::test {
+
+inline const Device kGpu = Device::cuda(0);
+
+inline std::vector<double> host_values(const Tensor& t) {
+  Tensor c = t.to(Device::cpu(), kFloat64).contiguous();
+  const double* p = c.data_ptr<double>();
+  return std::vector<double>(p, p + c.numel());
+}
+
+// float32 results accumulate in float on the GPU and in double on the CPU; 16-bit results may
+// round the other way at one ulp.
+inline double rel_tol_for(DType dt) {
+  switch (dt) {
+    case DType::Float64: return 1e-10;
+    case DType::Float32: return 2e-5;
+    case DType::Float16: return 2e-3;
+    case DType::BFloat16: return 1e-2;
+    default: return 0.0;
+  }
+}
+
+inline void expect_matches_cpu(const Tensor& gpu, const Tensor& cpu, const std::string& what, double tol = -1.0) {
+  ASSERT_TRUE(gpu.defined() && cpu.defined()) << what;
+  ASSERT_TRUE(gpu.is_cuda()) << what << ": " << gpu.describe();
+  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
+  ASSERT_EQ(gpu.sizes(), cpu.sizes()) << what;
+  if (tol < 0) tol = rel_tol_for(cpu.dtype());
+  const auto g = host_values(gpu), c = host_values(cpu);
+  double diff2 = 0, ref2 = 0;
+  int bad = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (std::isnan(c[i]) || std::isinf(c[i])) {
+      const bool same = std::isnan(c[i]) ? std::isnan(g[i]) : g[i] == c[i];
+      if (!same && ++bad <= 5) ADD_FAILURE() << what << " element " << i << ": " << g[i] << " on the GPU, " << c[i] << " on the CPU";
+      continue;
+    }
+    if (tol == 0.0) {
+      if (g[i] != c[i] && ++bad <= 5) ADD_FAILURE() << what << " element " << i << ": " << g[i] << " on the GPU, " << c[i] << " on the CPU";
+      continue;
+    }
+    if (!std::isfinite(g[i]) && ++bad <= 5) ADD_FAILURE() << what << " element " << i << ": " << g[i] << " on the GPU, " << c[i] << " on the CPU";
+    diff2 += (g[i] - c[i]) * (g[i] - c[i]);
+    ref2 += c[i] * c[i];
+  }
+  if (tol > 0.0) {
+    const double rel = std::sqrt(diff2) / std::max(std::sqrt(ref2), 1e-30);
+    EXPECT_LE(rel, tol) << what << ": relative error " << rel;
+  }
+}
+
+// Uniform in [lo, hi) (non-zero almost surely), made on the host from a seeded generator.
+inline Tensor host_sample(IntArrayRef sizes, DType dt, uint64_t seed, double lo = -2.0, double hi = 2.0) {
+  Generator g(seed);
+  Tensor t = rand(sizes, TensorOptions().dtype(kFloat64), &g);
+  return dp::add(dp::mul(t, hi - lo), lo).to(dt);
+}
+
+// Every float element a NaN, so a result element the kernel fails to write shows up.
+inline Tensor poisoned(IntArrayRef sizes, DType dt, Device device) {
+  Tensor t = empty(sizes, TensorOptions().dtype(dt).device(device));
+  if (is_floating_point(dt)) t.copy_(full(sizes, std::nan(""), TensorOptions().dtype(dt)));
+  else t.copy_(full(sizes, -77, TensorOptions().dtype(dt)));
+  return t;
+}
+
+}  // namespace dp::test

@@ -1,0 +1,540 @@
+// CUDA reductions (src/cuda/reduce.cu): sum, mean, max / min (values, values + indices, argmax /
+// argmin), amax, var / std, logsumexp and norm against the CPU, over dims lists, keepdim, every
+// layout (contiguous, transposed, sliced, broadcast), every dtype the CPU takes, empty and 0-dim
+// tensors, NaN / inf, index ties, large reductions that split across blocks; determinism, the
+// current stream, and kernels writing every output element (poisoned outputs).
+// The launch plan (cuda/reduce_config.h: integer division, plan -> kernel parameters, kernel shape
+// and split) is plain C++ and is tested on any machine; everything else needs a GPU and skips,
+// saying why, without one.
+#include <gtest/gtest.h>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+#include "dp/dp.h"
+#include "core/kernels/reduce.h"
+#include "cuda/reduce_config.h"
+#include "reduce_compare.h"
+#include "support/cuda.h"
+#if DP_HAVE_CUDA
+#include "dp/cuda/cuda.h"
+#include "cuda/reduce.h"
+#endif
+
+namespace dp {
+namespace {
+
+using cuda::detail::choose_reduce_launch;
+using cuda::detail::IntDivider;
+using cuda::detail::make_reduce_params;
+using cuda::detail::ReduceLaunch;
+using kernels::ReducePlan;
+using test::expect_matches_cpu;
+using test::host_sample;
+using test::kGpu;
+
+// ================================================================ host: the launch plan
+
+TEST(CudaReducePlan, IntDividerMatchesDivision) {
+  std::mt19937 rng(7);
+  std::vector<uint32_t> divisors = {1, 2, 3, 5, 7, 10, 31, 32, 33, 1000, 65535, 65536, 65537, 1u << 30, (1u << 30) + 1, INT32_MAX - 1, INT32_MAX};
+  for (int i = 0; i < 200; ++i) divisors.push_back(1 + rng() % INT32_MAX);
+  for (uint32_t d : divisors) {
+    const IntDivider div(d);
+    std::vector<uint32_t> ns = {0, 1, d - 1, d, d + 1, 2 * (d % (1u << 30)), INT32_MAX - 1, INT32_MAX};
+    for (int i = 0; i < 300; ++i) ns.push_back(rng() % (uint32_t{INT32_MAX} + 1));
+    for (uint32_t n : ns) {
+      if (n > uint32_t{INT32_MAX}) continue;
+      ASSERT_EQ(div.div(n), n / d) << n << " / " << d;
+    }
+  }
+  EXPECT_THROW(IntDivider(0), ValueError);
+  EXPECT_THROW(IntDivider(uint32_t{INT32_MAX} + 1), ValueError);
+}
+
+// Every (output, reduced) index maps to the offsets the CPU's plan walk gives, with 32-bit and
+// 64-bit index math.
+void expect_params_walk_plan(const ReducePlan& plan) {
+  std::vector<std::pair<int64_t, int64_t>> kept;
+  kernels::for_each_offset(plan.ksize.data(), plan.kin.data(), plan.kout.data(), static_cast<int>(plan.ksize.size()),
+                           [&](int64_t i, int64_t o) { kept.emplace_back(i, o); });
+  std::vector<int64_t> red;
+  kernels::for_each_offset(plan.rsize.data(), plan.rin.data(), nullptr, static_cast<int>(plan.rsize.size()),
+                           [&](int64_t i, int64_t) { red.push_back(i); });
+  ASSERT_EQ(static_cast<int64_t>(kept.size()), plan.out_numel);
+  ASSERT_EQ(static_cast<int64_t>(red.size()), plan.red_numel);
+  for (bool idx32 : {true, false}) {
+    auto p = make_reduce_params(plan, "test");
+    EXPECT_TRUE(p.idx32);
+    p.idx32 = idx32;
+    for (int64_t o = 0; o < plan.out_numel; ++o) {
+      int64_t i = -1, w = -1;
+      p.kept_offsets(o, i, w);
+      ASSERT_EQ(i, kept[o].first) << "output " << o << " idx32 " << idx32;
+      ASSERT_EQ(w, kept[o].second) << "output " << o << " idx32 " << idx32;
+    }
+    for (int64_t r = 0; r < plan.red_numel; ++r) ASSERT_EQ(p.reduced_offset(r), red[r]) << "reduced " << r << " idx32 " << idx32;
+  }
+}
+
+TEST(CudaReducePlan, ParamsWalkTheSameOffsetsAsThePlan) {
+  // [4, 3, 5, 2] contiguous, reduce dims 1 and 3 (not mergeable: two reduced dims).
+  expect_params_walk_plan(kernels::make_reduce_plan({4, 3, 5, 2}, {30, 10, 2, 1}, {false, true, false, true}, {5, 0, 1, 0}, true));
+  // A permuted layout (strides not decreasing), keepdim-style output strides.
+  expect_params_walk_plan(kernels::make_reduce_plan({3, 4, 5}, {1, 15, 3}, {false, true, false}, {5, 0, 1}, true));
+  // Broadcast (stride 0) kept and reduced dims.
+  expect_params_walk_plan(kernels::make_reduce_plan({6, 7, 2}, {0, 2, 1}, {true, false, true}, {0, 1, 0}, true));
+  // Everything reduced; nothing reduced; a 0-dim input.
+  expect_params_walk_plan(kernels::make_reduce_plan({5, 6}, {6, 1}, {true, true}, {0, 0}, true));
+  expect_params_walk_plan(kernels::make_reduce_plan({5, 6}, {6, 1}, {false, false}, {6, 1}, true));
+  expect_params_walk_plan(kernels::make_reduce_plan(Shape{}, Shape{}, std::vector<bool>{}, Shape{}, true));
+  // Reduced index order without reordering (what index reductions rely on: row-major r).
+  expect_params_walk_plan(kernels::make_reduce_plan({3, 4, 5}, {1, 15, 3}, {true, false, true}, {0, 1, 0}, false));
+}
+
+TEST(CudaReducePlan, TooManyDimsIsANotImplementedErrorNamingTheOp) {
+  // 34 dims of size 2, alternately kept and reduced: nothing merges, 17 kept and 17 reduced.
+  const int nd = 34;
+  std::vector<int64_t> sizes(nd, 2), strides(nd), ost(nd, 0);
+  std::vector<bool> reduced(nd);
+  for (int d = 0; d < nd; ++d) {
+    strides[d] = int64_t{1} << (nd - 1 - d);
+    reduced[d] = d % 2 == 1;
+  }
+  for (int d = 0, k = 0; d < nd; ++d)
+    if (!reduced[d]) ost[d] = int64_t{1} << (16 - k++);
+  const ReducePlan plan = kernels::make_reduce_plan(sizes, strides, reduced, ost, true);
+  ASSERT_EQ(plan.ksize.size(), 17u);
+  try {
+    make_reduce_params(plan, "logsumexp");
+    FAIL() << "expected NotImplementedError";
+  } catch (const NotImplementedError& e) {
+    EXPECT_NE(std::string(e.what()).find("logsumexp"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("17"), std::string::npos) << e.what();
+  }
+}
+
+void expect_launch_invariants(const ReducePlan& plan, const ReduceLaunch& l) {
+  EXPECT_EQ(l.block_x * l.block_y, cuda::detail::kReduceThreads);
+  EXPECT_GE(l.block_x, l.rows ? 32 : 1);
+  const int64_t per_group = l.rows ? l.block_y : l.block_x;
+  EXPECT_GE(l.groups * per_group, plan.out_numel);
+  EXPECT_LT((l.groups - 1) * per_group, std::max<int64_t>(plan.out_numel, 1));
+  EXPECT_GE(l.grid_x, 1);
+  EXPECT_LE(l.grid_x, l.groups);
+  EXPECT_GE(l.splits, 1);
+  EXPECT_LE(l.splits, cuda::detail::kMaxGridY);
+  EXPECT_GE(l.splits * l.chunk, plan.red_numel);      // every reduced element in some split
+  if (l.splits > 1) EXPECT_LT((l.splits - 1) * l.chunk, plan.red_numel);  // no empty split
+}
+
+ReducePlan contiguous_plan(const Shape& sizes, const std::vector<bool>& reduced) {
+  const Shape st = contiguous_strides(sizes);
+  Shape ost(sizes.size(), 0);
+  int64_t s = 1;
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d)
+    if (!reduced[d]) {
+      ost[d] = s;
+      s *= sizes[d];
+    }
+  return kernels::make_reduce_plan(sizes, st, reduced, ost, true);
+}
+
+TEST(CudaReducePlan, KernelShapeAndSplit) {
+  constexpr int kSms = 132;
+  {  // softmax-like: the last dim, short rows: a small group per row, no split
+    const ReducePlan p = contiguous_plan({1000, 512}, {false, true});
+    const ReduceLaunch l = choose_reduce_launch(p, kSms);
+    expect_launch_invariants(p, l);
+    EXPECT_TRUE(l.rows);
+    EXPECT_EQ(l.block_x, 64);
+    EXPECT_EQ(l.splits, 1);
+  }
+  {  // everything of a long vector: a block, split across the GPU
+    const ReducePlan p = contiguous_plan({1 << 24}, {true});
+    const ReduceLaunch l = choose_reduce_launch(p, kSms);
+    expect_launch_invariants(p, l);
+    EXPECT_TRUE(l.rows);
+    EXPECT_EQ(l.block_x, 256);
+    EXPECT_EQ(l.splits, 8 * kSms);
+  }
+  {  // leading dim of a tall matrix (a bias gradient): columns, rows split in and across blocks
+    const ReducePlan p = contiguous_plan({100000, 64}, {true, false});
+    const ReduceLaunch l = choose_reduce_launch(p, kSms);
+    expect_launch_invariants(p, l);
+    EXPECT_FALSE(l.rows);
+    EXPECT_EQ(l.block_y, 8);
+    EXPECT_GT(l.splits, 1);
+  }
+  {  // leading dim with many outputs: one thread per output, whole columns
+    const ReducePlan p = contiguous_plan({8, 1 << 20}, {true, false});
+    const ReduceLaunch l = choose_reduce_launch(p, kSms);
+    expect_launch_invariants(p, l);
+    EXPECT_FALSE(l.rows);
+    EXPECT_EQ(l.block_y, 1);
+    EXPECT_EQ(l.splits, 1);
+  }
+  {  // nothing to reduce (a size-1 dim): columns of one element
+    const ReducePlan p = contiguous_plan({5, 1, 7}, {false, true, false});
+    const ReduceLaunch l = choose_reduce_launch(p, kSms);
+    expect_launch_invariants(p, l);
+    EXPECT_FALSE(l.rows);
+    EXPECT_EQ(l.block_y, 1);
+  }
+  {  // a transposed input reduced along its strided dim: columns (the kept dim is contiguous)
+    const ReducePlan p = kernels::make_reduce_plan({64, 1000}, {1, 64}, {false, true}, {1, 0}, true);
+    const ReduceLaunch l = choose_reduce_launch(p, kSms);
+    expect_launch_invariants(p, l);
+    EXPECT_FALSE(l.rows);
+  }
+  {  // an empty reduction: one split of nothing
+    const ReducePlan p = contiguous_plan({5, 0}, {false, true});
+    const ReduceLaunch l = choose_reduce_launch(p, kSms);
+    expect_launch_invariants(p, l);
+    EXPECT_EQ(l.splits, 1);
+    EXPECT_EQ(l.chunk, 0);
+  }
+  // Invariants over a sweep of shapes and SM counts.
+  for (int sms : {1, 8, 132}) {
+    for (int64_t a : {1, 3, 64, 1000, 70000})
+      for (int64_t b : {1, 2, 31, 257, 5000}) {
+        for (auto mask : {std::vector<bool>{true, false}, std::vector<bool>{false, true}, std::vector<bool>{true, true}}) {
+          const ReducePlan p = contiguous_plan({a, b}, mask);
+          expect_launch_invariants(p, choose_reduce_launch(p, sms));
+        }
+      }
+  }
+}
+
+// ================================================================ GPU: against the CPU
+
+// Input values for dtype dt: uniform non-zero floats; integers in [-50, 50) (uint8 [0, 100));
+// bool about half true.
+Tensor host_input(const Shape& sizes, DType dt, uint64_t seed) {
+  if (is_floating_point(dt)) return host_sample(sizes, dt, seed);
+  if (dt == kBool) return dp::gt(host_sample(sizes, kFloat32, seed), Scalar(0.0));
+  if (dt == kUInt8) return host_sample(sizes, kFloat32, seed, 0, 100).to(dt);
+  return host_sample(sizes, kFloat32, seed, -50, 50).to(dt);
+}
+
+// A layout of a 3-dim shape: the view applied to a base tensor of base_shape (the same view on
+// the host and on the GPU, so the GPU kernels see the strides).
+struct Layout {
+  const char* name;
+  std::function<Shape(const Shape&)> base_shape;
+  std::function<Tensor(const Tensor&, const Shape&)> view;
+};
+
+const std::vector<Layout>& layouts() {
+  static const std::vector<Layout> l = {
+      {"contiguous", [](const Shape& s) { return s; }, [](const Tensor& t, const Shape&) { return t; }},
+      {"permuted", [](const Shape& s) { return Shape{s[2], s[0], s[1]}; }, [](const Tensor& t, const Shape&) { return t.permute({1, 2, 0}); }},
+      {"sliced", [](const Shape& s) { return Shape{s[0], s[1], 2 * s[2]}; }, [](const Tensor& t, const Shape&) { return t.slice(2, 0, std::nullopt, 2); }},
+      {"broadcast", [](const Shape& s) { return Shape{s[0], 1, s[2]}; }, [](const Tensor& t, const Shape& s) { return t.expand(s); }},
+  };
+  return l;
+}
+
+const std::vector<Shape>& dim_lists() {
+  static const std::vector<Shape> d = {{}, {0}, {1}, {2}, {-1}, {0, 2}, {1, 2}, {0, 1}, {2, 0, 1}};
+  return d;
+}
+
+using Reduction = std::function<Tensor(const Tensor&)>;
+
+// f on the host input and on its GPU copy (same layout), compared.
+void check_layouts(const std::string& what, const Shape& shape, DType dt, uint64_t seed, const Reduction& f, double tol = -1.0) {
+  for (const Layout& lay : layouts()) {
+    const Tensor base = host_input(lay.base_shape(shape), dt, seed);
+    const Tensor h = lay.view(base, shape);
+    const Tensor d = lay.view(base.to(kGpu), shape);
+    ASSERT_EQ(h.sizes(), shape);
+    expect_matches_cpu(f(d), f(h), what + " " + lay.name + " " + dtype_name(dt), tol);
+  }
+}
+
+std::string dims_str(const Shape& dims, bool keepdim) { return "dims " + shape_str(dims) + (keepdim ? " keepdim" : ""); }
+
+const std::vector<DType> kFloats = {kFloat32, kFloat64, kFloat16, kBFloat16};
+const std::vector<DType> kAll = {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kBool};
+
+TEST(CudaReduce, SumAndMeanEveryDimsListLayoutAndDtype) {
+  DP_REQUIRE_GPU();
+  const Shape shape = {6, 17, 33};
+  for (DType dt : kAll)
+    for (const Shape& dims : dim_lists())
+      for (bool keepdim : {false, true}) {
+        check_layouts("sum " + dims_str(dims, keepdim), shape, dt, 1, [&](const Tensor& t) { return dp::sum(t, dims, keepdim); });
+        if (is_floating_point(dt))
+          check_layouts("mean " + dims_str(dims, keepdim), shape, dt, 2, [&](const Tensor& t) { return dp::mean(t, dims, keepdim); });
+      }
+  // sum(dtype=...) converts on the device first.
+  Tensor x = host_input({5, 7}, kInt32, 3);
+  expect_matches_cpu(dp::sum(x.to(kGpu), {1}, false, kFloat64), dp::sum(x, {1}, false, kFloat64), "sum int32 as float64");
+}
+
+TEST(CudaReduce, LargeReductionsThatSplitAcrossBlocks) {
+  DP_REQUIRE_GPU();
+  struct Case {
+    Shape shape;
+    Shape dims;
+  };
+  // Rows split across blocks, columns split in and across blocks, tiny outputs of tall inputs,
+  // two reduced dims that do not merge, a plain full reduction.
+  const std::vector<Case> cases = {{{3, 300000}, {1}}, {{300000, 3}, {0}}, {{100000, 64}, {0}}, {{2, 3000, 70}, {0, 2}},
+                                   {{1 << 22}, {}},    {{64, 65536}, {0}},  {{4097, 3}, {}},     {{5, 2049}, {1}}};
+  for (const Case& c : cases)
+    for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
+      const Tensor h = host_sample(c.shape, dt, 11, 0.5, 2.0);  // positive: no cancellation in the relative error
+      const Tensor d = h.to(kGpu);
+      const std::string what = shape_str(c.shape) + " " + dims_str(c.dims, false) + " " + dtype_name(dt);
+      expect_matches_cpu(dp::sum(d, c.dims), dp::sum(h, c.dims), "sum " + what);
+      expect_matches_cpu(dp::mean(d, c.dims), dp::mean(h, c.dims), "mean " + what);
+      expect_matches_cpu(dp::amax(d, c.dims), dp::amax(h, c.dims), "amax " + what);
+      expect_matches_cpu(dp::var(d, c.dims), dp::var(h, c.dims), "var " + what, dt == kFloat32 ? 1e-4 : -1.0);
+      expect_matches_cpu(dp::logsumexp(d, c.dims), dp::logsumexp(h, c.dims), "logsumexp " + what);
+    }
+  // Integer sums of many elements: exact.
+  const Tensor hi = host_input({1 << 21}, kInt32, 12);
+  expect_matches_cpu(dp::sum(hi.to(kGpu)), dp::sum(hi), "sum int32 2^21");
+}
+
+TEST(CudaReduce, EmptyAndZeroDimTensors) {
+  DP_REQUIRE_GPU();
+  for (DType dt : {kFloat32, kFloat64, kInt64}) {
+    const Tensor e = zeros({0, 5}, TensorOptions().dtype(dt));
+    const Tensor de = e.to(kGpu);
+    expect_matches_cpu(dp::sum(de, {0}), dp::sum(e, {0}), "sum over an empty dim");
+    expect_matches_cpu(dp::sum(de, {1}), dp::sum(e, {1}), "sum of empty rows");
+    expect_matches_cpu(dp::sum(de), dp::sum(e), "sum of an empty tensor");
+    if (is_floating_point(dt)) {
+      expect_matches_cpu(dp::mean(de, {0}), dp::mean(e, {0}), "mean over an empty dim (nan)");
+      expect_matches_cpu(dp::var(de, {0}), dp::var(e, {0}), "var over an empty dim (nan)");
+      expect_matches_cpu(dp::logsumexp(de, {0}), dp::logsumexp(e, {0}), "logsumexp over an empty dim (-inf)");
+      expect_matches_cpu(dp::norm(de), dp::norm(e), "norm of an empty tensor");
+    }
+    const Tensor s = host_input({}, dt, 13);
+    const Tensor ds = s.to(kGpu);
+    expect_matches_cpu(dp::sum(ds), dp::sum(s), "sum 0-dim");
+    expect_matches_cpu(dp::sum(ds, {0}, true), dp::sum(s, {0}, true), "sum 0-dim dim 0");
+    expect_matches_cpu(dp::max(ds), dp::max(s), "max 0-dim");
+    expect_matches_cpu(dp::max(ds, 0).second, dp::max(s, 0).second, "max 0-dim dim 0 index");
+    expect_matches_cpu(dp::argmax(ds), dp::argmax(s), "argmax 0-dim");
+  }
+  // The CPU's errors for empty inputs, on the GPU too.
+  const Tensor de = zeros({0, 3}, TensorOptions().device(kGpu));
+  EXPECT_THROW(dp::max(de), IndexError);
+  EXPECT_THROW(dp::max(de, 0), IndexError);
+  EXPECT_THROW(dp::argmax(de), IndexError);
+  EXPECT_THROW(dp::amax(de, {}), IndexError);
+}
+
+TEST(CudaReduce, MaxMinValuesAndIndices) {
+  DP_REQUIRE_GPU();
+  const Shape shape = {6, 17, 33};
+  for (DType dt : kAll)
+    for (const Shape& dims : dim_lists())
+      for (bool keepdim : {false, true}) {
+        check_layouts("amax " + dims_str(dims, keepdim), shape, dt, 4, [&](const Tensor& t) { return dp::amax(t, dims, keepdim); });
+        if (dims.size() != 1) continue;
+        for (bool is_max : {true, false}) {
+          auto f = [&](const Tensor& t) { return is_max ? dp::max(t, dims[0], keepdim) : dp::min(t, dims[0], keepdim); };
+          const std::string what = std::string(is_max ? "max" : "min") + " " + dims_str(dims, keepdim);
+          check_layouts(what + " values", shape, dt, 5, [&](const Tensor& t) { return f(t).first; });
+          check_layouts(what + " indices", shape, dt, 5, [&](const Tensor& t) { return f(t).second; });
+          if (dt != kBool)
+            check_layouts((is_max ? "argmax " : "argmin ") + dims_str(dims, keepdim), shape, dt, 5,
+                          [&](const Tensor& t) { return is_max ? dp::argmax(t, dims[0], keepdim) : dp::argmin(t, dims[0], keepdim); });
+        }
+      }
+  for (DType dt : kAll) {
+    check_layouts("max all", shape, dt, 6, [](const Tensor& t) { return dp::max(t); });
+    check_layouts("min all", shape, dt, 6, [](const Tensor& t) { return dp::min(t); });
+    if (dt == kBool) continue;
+    for (bool keepdim : {false, true}) {
+      check_layouts("argmax flat", shape, dt, 6, [&](const Tensor& t) { return dp::argmax(t, std::nullopt, keepdim); });
+      check_layouts("argmin flat", shape, dt, 6, [&](const Tensor& t) { return dp::argmin(t, std::nullopt, keepdim); });
+    }
+  }
+}
+
+TEST(CudaReduce, IndexTiesGiveTheFirstIndexAcrossThreadsAndBlocks) {
+  DP_REQUIRE_GPU();
+  // Few distinct values: many ties within a warp, a block and across split blocks.
+  for (const Shape& shape : {Shape{7, 1000}, Shape{3, 300000}, Shape{300000, 3}, Shape{1 << 20}}) {
+    const Tensor h = host_sample(shape, kFloat32, 21, 0, 3).to(kInt64).to(kFloat32);  // 0, 1, 2
+    const Tensor d = h.to(kGpu);
+    for (int64_t dim = 0; dim < h.dim(); ++dim) {
+      expect_matches_cpu(dp::max(d, dim).second, dp::max(h, dim).second, "max ties indices " + shape_str(shape));
+      expect_matches_cpu(dp::min(d, dim).second, dp::min(h, dim).second, "min ties indices " + shape_str(shape));
+    }
+    expect_matches_cpu(dp::argmax(d), dp::argmax(h), "argmax ties flat " + shape_str(shape));
+    expect_matches_cpu(dp::argmin(d), dp::argmin(h), "argmin ties flat " + shape_str(shape));
+    // All equal: index 0 everywhere.
+    const Tensor z = zeros(shape, TensorOptions().device(kGpu));
+    EXPECT_EQ(dp::argmax(z).item<int64_t>(), 0);
+    EXPECT_EQ(dp::argmin(z).item<int64_t>(), 0);
+    EXPECT_EQ(dp::sum(dp::max(z, 0).second).item<int64_t>(), 0);
+  }
+}
+
+// x with NaN at a few places (and +-inf elsewhere).
+Tensor with_specials(const Shape& shape, uint64_t seed) {
+  Tensor h = host_sample(shape, kFloat64, seed);
+  double* p = h.data_ptr<double>();
+  const int64_t n = h.numel();
+  p[n / 3] = std::numeric_limits<double>::quiet_NaN();
+  p[n / 3 + 5] = std::numeric_limits<double>::quiet_NaN();
+  p[n / 2] = std::numeric_limits<double>::infinity();
+  p[n - 1] = -std::numeric_limits<double>::infinity();
+  return h;
+}
+
+TEST(CudaReduce, NanAndInfinityPropagateAsOnTheCpu) {
+  DP_REQUIRE_GPU();
+  for (DType dt : kFloats) {
+    const Tensor h = with_specials({9, 40}, 31).to(dt);
+    const Tensor d = h.to(kGpu);
+    for (int64_t dim : {0, 1}) {
+      const std::string what = std::string(dtype_name(dt)) + " dim " + std::to_string(dim);
+      expect_matches_cpu(dp::sum(d, {dim}), dp::sum(h, {dim}), "sum " + what);
+      expect_matches_cpu(dp::mean(d, {dim}), dp::mean(h, {dim}), "mean " + what);
+      expect_matches_cpu(dp::amax(d, {dim}), dp::amax(h, {dim}), "amax " + what);
+      expect_matches_cpu(dp::max(d, dim).first, dp::max(h, dim).first, "max values " + what);
+      expect_matches_cpu(dp::max(d, dim).second, dp::max(h, dim).second, "max indices (first NaN) " + what);
+      expect_matches_cpu(dp::min(d, dim).second, dp::min(h, dim).second, "min indices (first NaN) " + what);
+      expect_matches_cpu(dp::var(d, {dim}), dp::var(h, {dim}), "var " + what);
+      expect_matches_cpu(dp::logsumexp(d, {dim}), dp::logsumexp(h, {dim}), "logsumexp " + what);
+    }
+    expect_matches_cpu(dp::max(d), dp::max(h), "max all NaN");
+    expect_matches_cpu(dp::argmin(d), dp::argmin(h), "argmin all: the first NaN");
+    expect_matches_cpu(dp::norm(d, 2.0), dp::norm(h, 2.0), "norm NaN");
+  }
+  // logsumexp's special rows: all -inf (-inf), a +inf (+inf), -inf next to numbers.
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor h = tensor<double>({-inf, -inf, -inf, 1.0, inf, 2.0, -inf, 3.0, 0.5}, {3, 3});
+  for (DType dt : kFloats)
+    expect_matches_cpu(dp::logsumexp(h.to(kGpu, dt), {1}), dp::logsumexp(h.to(dt), {1}), std::string("logsumexp special rows ") + dtype_name(dt));
+}
+
+TEST(CudaReduce, VarStdWithCorrections) {
+  DP_REQUIRE_GPU();
+  const Shape shape = {6, 17, 33};
+  for (DType dt : kFloats)
+    for (int64_t correction : {0, 1, 2, 7})
+      for (const Shape& dims : {Shape{}, Shape{0}, Shape{2}, Shape{0, 2}, Shape{1, 2}})
+        for (bool keepdim : {false, true}) {
+          const std::string what = "correction " + std::to_string(correction) + " " + dims_str(dims, keepdim);
+          check_layouts("var " + what, shape, dt, 41, [&](const Tensor& t) { return dp::var(t, dims, correction, keepdim); });
+          check_layouts("std " + what, shape, dt, 42, [&](const Tensor& t) { return dp::std(t, dims, correction, keepdim); });
+        }
+  // N <= correction: x / 0 = inf, and 0 / 0 = nan for a single element.
+  const Tensor h = host_sample({4, 3}, kFloat32, 43);
+  expect_matches_cpu(dp::var(h.to(kGpu), {1}, 3), dp::var(h, {1}, 3), "var N == correction (inf)");
+  expect_matches_cpu(dp::var(h.to(kGpu), {1}, 5), dp::var(h, {1}, 5), "var N < correction (inf)");
+  expect_matches_cpu(dp::std(h.to(kGpu).narrow(1, 0, 1), {1}), dp::std(h.narrow(1, 0, 1), {1}), "std of one element (nan)");
+  // Values far from 0 (a large mean): Welford keeps the spread.
+  const Tensor off = dp::add(host_sample({8, 5000}, kFloat32, 44), 1000.0);
+  expect_matches_cpu(dp::var(off.to(kGpu), {1}), dp::var(off, {1}), "var with a large mean", 1e-3);
+}
+
+TEST(CudaReduce, LogsumexpAndNorms) {
+  DP_REQUIRE_GPU();
+  const Shape shape = {6, 17, 33};
+  for (DType dt : kFloats)
+    for (const Shape& dims : dim_lists())
+      for (bool keepdim : {false, true})
+        check_layouts("logsumexp " + dims_str(dims, keepdim), shape, dt, 51, [&](const Tensor& t) { return dp::logsumexp(t, dims, keepdim); });
+  // Integer input: promoted to the default float type on the device.
+  const Tensor hi = host_input({5, 9}, kInt64, 52);
+  expect_matches_cpu(dp::logsumexp(hi.to(kGpu), {1}), dp::logsumexp(hi, {1}), "logsumexp int64");
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dt : kFloats)
+    for (double p : {0.0, 1.0, 2.0, 3.0, 0.5, inf, -inf})
+      check_layouts("norm p=" + std::to_string(p), shape, dt, 53, [&](const Tensor& t) { return dp::norm(t, p); });
+}
+
+#if DP_HAVE_CUDA
+
+// Calls the CUDA entries directly into NaN-poisoned outputs (keepdim and not): every output
+// element must be written.
+TEST(CudaReduce, KernelsWriteEveryOutputElement) {
+  DP_REQUIRE_GPU();
+  const Shape shape = {5, 33, 7};
+  const Tensor h = host_sample(shape, kFloat32, 61);
+  const Tensor d = h.to(kGpu);
+  for (const Shape& dims : dim_lists())
+    for (bool keepdim : {false, true}) {
+      const std::vector<bool> mask = kernels::make_dim_mask(dims, 3, "test");
+      const Shape os = kernels::reduced_shape(shape, mask, keepdim);
+      const std::string what = dims_str(dims, keepdim);
+      auto run = [&](const char* name, const std::function<void(const Tensor&)>& k, const Tensor& ref) {
+        Tensor out = test::poisoned(os, kFloat32, kGpu);
+        k(out);
+        expect_matches_cpu(out, ref, std::string(name) + " " + what);
+      };
+      run("sum", [&](const Tensor& o) { cuda::sum_kernel(o, d, mask, keepdim); }, dp::sum(h, dims, keepdim));
+      run("mean", [&](const Tensor& o) { cuda::mean_kernel(o, d, mask, keepdim); }, dp::mean(h, dims, keepdim));
+      run("amax", [&](const Tensor& o) { cuda::minmax_kernel(o, d, mask, keepdim, true); }, dp::amax(h, dims, keepdim));
+      run("var", [&](const Tensor& o) { cuda::var_kernel(o, d, mask, keepdim, 1, false); }, dp::var(h, dims, 1, keepdim));
+      run("logsumexp", [&](const Tensor& o) { cuda::logsumexp_kernel(o, d, mask, keepdim); }, dp::logsumexp(h, dims, keepdim));
+    }
+  for (int64_t dim = 0; dim < 3; ++dim) {
+    std::vector<bool> mask(3, false);
+    mask[dim] = true;
+    const Shape os = kernels::reduced_shape(shape, mask, false);
+    Tensor v = test::poisoned(os, kFloat32, kGpu), i = test::poisoned(os, kInt64, kGpu);
+    cuda::minmax_index_kernel(v, i, d, dim, false, false);
+    auto ref = dp::min(h, dim);
+    expect_matches_cpu(v, ref.first, "min values dim " + std::to_string(dim));
+    expect_matches_cpu(i, ref.second, "min indices dim " + std::to_string(dim));
+  }
+}
+
+TEST(CudaReduce, SameBitsEveryRun) {
+  DP_REQUIRE_GPU();
+  const Tensor d = host_sample({1 << 22}, kFloat32, 71).to(kGpu);
+  const Tensor m = host_sample({300000, 3}, kFloat32, 72).to(kGpu);
+  EXPECT_TRUE(dp::equal(dp::sum(d), dp::sum(d)));
+  EXPECT_TRUE(dp::equal(dp::var(d, {0}), dp::var(d, {0})));
+  EXPECT_TRUE(dp::equal(dp::logsumexp(d, {0}), dp::logsumexp(d, {0})));
+  EXPECT_TRUE(dp::equal(dp::sum(m, {0}), dp::sum(m, {0})));
+  EXPECT_TRUE(dp::equal(dp::norm(m), dp::norm(m)));
+}
+
+TEST(CudaReduce, RunsOnTheCurrentStream) {
+  DP_REQUIRE_GPU();
+  Tensor x = zeros({1 << 20}, TensorOptions().device(kGpu));
+  cuda::synchronize(0);
+  cuda::Stream side = cuda::Stream::create(0);
+  Tensor s;
+  {
+    cuda::StreamGuard guard(side);
+    cuda::detail::sleep_cycles(int64_t(20) * 1000 * 1000, side);  // the fill below waits for this
+    dp::fill_(x, Scalar(1.0));
+    s = dp::sum(x);  // reads x after the fill only when queued on `side` too
+    side.synchronize();
+  }
+  EXPECT_EQ(s.item<double>(), static_cast<double>(1 << 20));
+}
+
+TEST(CudaReduce, InputOnAnotherDeviceIsADeviceError) {
+  DP_REQUIRE_GPU();
+  const Tensor h = host_sample({4, 5}, kFloat32, 81);
+  Tensor out = empty({4}, TensorOptions().device(kGpu));
+  const std::vector<bool> mask = {false, true};
+  try {
+    cuda::sum_kernel(out, h, mask, false);
+    FAIL() << "expected DeviceError";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("sum"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+  }
+}
+
+#endif  // DP_HAVE_CUDA
+
+}  // namespace
+}  // namespace dp
