@@ -10,6 +10,7 @@
 // cudnn::set_allow_tf32(true). Without cuDNN at build time (DP_HAVE_CUDNN=0) these throw
 // NotImplementedError saying so.
 #include <cstdint>
+#include <string>
 #include "core/kernels/conv_kernels.h"
 #include "dp/core/tensor.h"
 

@@ -119,8 +119,8 @@ void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what,
 }
 
 // float32 through cuDNN's FMA algorithms (implicit GEMM, Winograd, FFT) differs from the CPU's
-// GEMM by rounding only: well under 1e-3 relative.
-double tol_for(DType dt) { return dt == kFloat64 ? 1e-11 : 5e-5; }
+// GEMM by rounding only (Winograd and FFT round more than a GEMM): well under 1e-3 relative.
+double tol_for(DType dt) { return dt == kFloat64 ? 1e-11 : 1e-4; }
 
 struct ConvCase {
   Shape x, w;
@@ -219,7 +219,7 @@ TEST(CudaConv, RepeatedShapesReuseTheCachedAlgorithm) {
   Tensor first = conv2d(x, w, Tensor(), {1}, {1}).cpu();
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(dp::equal(conv2d(x, w, Tensor(), {1}, {1}).cpu(), first));
   Tensor half = conv2d(x.narrow(0, 0, 2), w, Tensor(), {1}, {1}).cpu();
-  expect_close(half.to(kGpu), first.narrow(0, 0, 2), "batch of 2 after batch of 4", 1e-6);
+  expect_close(half.to(kGpu), first.narrow(0, 0, 2), "batch of 2 after batch of 4", tol_for(kFloat32));
 }
 
 #if DP_HAVE_CUDA

@@ -1,6 +1,7 @@
 #pragma once
 // Fused CPU kernels of layer_norm and batch_norm (float32 / float64), used by
-// src/ops/normalization*.cpp. No autograd inside. Every tensor argument is contiguous; the
+// src/ops/normalization*.cpp. No autograd inside. The layer / batch norm entries send CUDA tensors
+// to src/cuda/norm_pool.cu (same contract). Every tensor argument is contiguous; the
 // statistics (mean, rstd / invstd) are float64 whatever the input dtype, so the backward reads
 // them at full precision. Large calls split rows (layer norm) or channels (batch norm) over a few
 // threads, except on a device worker (DataParallel replicas already use the cores); the result

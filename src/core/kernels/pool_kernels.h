@@ -1,6 +1,7 @@
 #pragma once
 // 2-D pooling kernels (no autograd; src/ops/pooling.cpp checks arguments and records gradients).
-// Every tensor is CPU, contiguous, float32 or float64 (indices int64), viewed as `planes` planes
+// Every tensor is contiguous, float32 or float64 (indices int64), on the CPU or on one CUDA device
+// (routed to src/cuda/norm_pool.cu, same semantics), viewed as `planes` planes
 // (N * C) of H x W input / OH x OW output. Window semantics are PyTorch's CPU kernels', element
 // for element (clipping, divisors, NaN handling, index ties).
 #include <cstdint>
