@@ -4,6 +4,14 @@
 // an IndexError naming the op, the value and the valid range, and never a partial write or a
 // crash. Accumulating ops (scatter_add, index_add, embedding's backward) run serially, so repeated
 // indices add up exactly. Rows that are contiguous are moved with memcpy / a plain loop.
+//
+// On a CUDA device the same ops run as two kernels (cuda/index.h): a gather over an iteration shape
+// (index_select, gather, embedding) and an atomic scatter-add (index_add, scatter_add, embedding's
+// backward, one_hot), given views of the operands with that shape (the indexed dim at stride 0 in
+// the indexed tensor, index values times its stride added by the kernel). Indices are checked by
+// the kernels; a bad one is reported after the op's stream has caught up (the wait cuda/index.h
+// explains) and turned into the CPU's IndexError by re-reading the indices on the host. In-place
+// ops check before they write; backward passes reuse checked indices and do not wait.
 #include "dp/core/pooled.h"
 #include "dp/ops/index.h"
 
@@ -14,11 +22,15 @@
 
 #include "core/kernels/dispatch.h"
 #include "core/kernels/loops.h"
+#include "core/kernels/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
+#if DP_HAVE_CUDA
+#include "cuda/index.h"
+#endif
 
 namespace dp {
 namespace {
@@ -62,7 +74,6 @@ int64_t size_at(const Tensor& t, int64_t d) { return t.dim() == 0 ? 1 : t.sizes(
 void check_inputs(const char* op, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts) ops::check_defined(op, *t);
   ops::check_same_device(op, ts);
-  for (const Tensor* t : ts) DP_CHECK(t->is_cpu(), NotImplementedError, op, ": not implemented for ", t->device().str(), " tensors");
 }
 
 void check_index_dtype(const char* op, const Tensor& index) {
@@ -115,6 +126,56 @@ std::vector<int64_t> read_indices(const char* op, const Tensor& index, int64_t d
   return v;
 }
 
+// ---------------------------------------------------------------------------------------------
+// CUDA: operand views for the kernels of cuda/index.h, and their error path.
+
+// st with the entry of the indexed dim set to 0 (the kernel adds index * stride itself).
+Shape zero_at(Shape st, int64_t dim) {
+  st[dim] = 0;
+  return st;
+}
+
+// The strides of a 0-/1-D index seen with an nd-dim iteration shape: it runs along dim only.
+Shape index_strides_along(const Tensor& index, int64_t nd, int64_t dim) {
+  Shape st(static_cast<size_t>(nd), 0);
+  st[dim] = index.dim() == 0 ? 0 : index.stride(0);
+  return st;
+}
+
+#if DP_HAVE_CUDA
+// A kernel met an index outside [0, size): the CPU's message, from the indices read on the host.
+[[noreturn]] void throw_cuda_bad_index(const char* op, const Tensor& index, int64_t dim, int64_t size) {
+  read_indices(op, index.cpu(), dim, size);
+  throw IndexError(detail::str(op, ": an index is out of bounds for dimension ", dim, " with size ", size));
+}
+
+// Checks every index of a CUDA `index` before an in-place op writes anything (as on the CPU, a bad
+// index must leave self untouched).
+void precheck_cuda(const char* op, const Tensor& index, int64_t dim, int64_t size) {
+  if (cuda::index_out_of_range(kernels::contiguous_nograd(index), size)) throw_cuda_bad_index(op, index, dim, size);
+}
+
+// cuda::index_gather / index_scatter_add over the iteration view `it`; with check, a bad index is
+// the CPU's IndexError (also when `it` is empty but `index` is not: the CPU checks every index).
+void cuda_gather(const char* op, const Tensor& it, const Tensor& src, const Tensor& iv, const Tensor& index, int64_t step, int64_t dim,
+                 int64_t size, bool check) {
+  if (it.numel() == 0) {
+    if (check) precheck_cuda(op, index, dim, size);
+    return;
+  }
+  if (cuda::index_gather(it, src, iv, step, size, check)) throw_cuda_bad_index(op, index, dim, size);
+}
+
+void cuda_scatter_add(const char* op, const Tensor& it, const Tensor& src, const Tensor& iv, const Tensor& index, int64_t step, int64_t dim,
+                      int64_t size, int64_t skip, bool check) {
+  if (it.numel() == 0) {
+    if (check) precheck_cuda(op, index, dim, size);
+    return;
+  }
+  if (cuda::index_scatter_add(it, src, iv, step, size, skip, check)) throw_cuda_bad_index(op, index, dim, size);
+}
+#endif
+
 template <typename T>
 inline T add_values(T x, T y) {
   if constexpr (std::is_same_v<T, bool>) return x || y;
@@ -162,6 +223,19 @@ void index_select_kernel(const Tensor& out, const Tensor& a, int64_t dim, const 
   for (int64_t j = 0; j < n; ++j) kernels::copy_kernel(raw_select(out, dim, j), raw_select(a, dim, idx[j]));
 }
 
+// out (contiguous, out.size(dim) == index.numel(); a.dim() >= 1) = a picked along dim by index.
+void index_select_into(const char* op, const Tensor& out, const Tensor& a, int64_t dim, const Tensor& index, bool check) {
+#if DP_HAVE_CUDA
+  if (a.is_cuda()) {
+    const Tensor src = raw_view(a, out.sizes(), zero_at(a.strides(), dim), a.storage_offset());
+    const Tensor iv = raw_view(index, out.sizes(), index_strides_along(index, out.dim(), dim), index.storage_offset());
+    return cuda_gather(op, out, src, iv, index, a.stride(dim), dim, a.size(dim), check);
+  }
+#endif
+  (void)check;  // the CPU reads every index anyway
+  index_select_kernel(out, a, dim, read_indices(op, index, dim, a.size(dim)));
+}
+
 // self[..., idx[j], ...] += src[..., j, ...] along dim, serially.
 void index_add_kernel(const Tensor& self, int64_t dim, const std::vector<int64_t>& idx, const Tensor& src) {
   if (src.numel() == 0) return;
@@ -189,15 +263,38 @@ void index_add_kernel(const Tensor& self, int64_t dim, const std::vector<int64_t
   });
 }
 
+// self (0-dim seen as [1]) [..., index[j], ...] += src[..., j, ...] along dim. In-place callers on
+// CUDA check the indices first (precheck_cuda) and pass check = false.
+void index_add_into(const char* op, const Tensor& self_in, int64_t dim, const Tensor& index, const Tensor& src_in, bool check) {
+  const Tensor self = as_1d(self_in), src = as_1d(src_in);
+#if DP_HAVE_CUDA
+  if (self.is_cuda()) {
+    const Tensor it = raw_view(self, src.sizes(), zero_at(self.strides(), dim), self.storage_offset());
+    const Tensor iv = raw_view(index, src.sizes(), index_strides_along(index, src.dim(), dim), index.storage_offset());
+    return cuda_scatter_add(op, it, src, iv, index, self.stride(dim), dim, self.size(dim), -1, check);
+  }
+#endif
+  (void)check;
+  index_add_kernel(self, dim, read_indices(op, index, dim, self.size(dim)), src);
+}
+
 // Checks done by the callers: index.dim() == a.dim(), index.size(d) <= a.size(d) for d != dim,
 // index.size(d) <= out_shape[d]. out[p] = a[p with dim := index[p]] for p in index's extent;
-// zeros elsewhere in out_shape.
-Tensor gather_kernel(const char* op, const Tensor& a_in, int64_t dim, const Tensor& index_in, IntArrayRef out_shape) {
+// zeros elsewhere in out_shape. check = false: the indices were checked before (backward).
+Tensor gather_kernel(const char* op, const Tensor& a_in, int64_t dim, const Tensor& index_in, IntArrayRef out_shape, bool check) {
   const Tensor a = as_1d(a_in), index = as_1d(index_in);
-  std::vector<int64_t> idx = read_indices(op, index, dim, a.size(dim));
   Tensor out = make_empty(out_shape, a.dtype(), a.device());
   if (!IntArrayRef(index_in.sizes()).equals(out_shape)) kernels::fill_kernel(out, 0);
   const Tensor o1 = as_1d(out);
+#if DP_HAVE_CUDA
+  if (a.is_cuda()) {
+    const Tensor it = raw_view(o1, index.sizes(), o1.strides(), o1.storage_offset());
+    const Tensor src = raw_view(a, index.sizes(), zero_at(a.strides(), dim), a.storage_offset());
+    cuda_gather(op, it, src, index, index, a.stride(dim), dim, a.size(dim), check);
+    return out;
+  }
+#endif
+  std::vector<int64_t> idx = read_indices(op, index, dim, a.size(dim));
   Shape a_st = a.strides();
   const int64_t step = a_st[dim];
   a_st[dim] = 0;
@@ -209,9 +306,17 @@ Tensor gather_kernel(const char* op, const Tensor& a_in, int64_t dim, const Tens
   return out;
 }
 
-// self[p with dim := index[p]] += src[p] for p in index's extent, serially.
-void scatter_add_kernel(const char* op, const Tensor& self_in, int64_t dim, const Tensor& index_in, const Tensor& src_in) {
+// self[p with dim := index[p]] += src[p] for p in index's extent, serially (atomics on CUDA).
+void scatter_add_kernel(const char* op, const Tensor& self_in, int64_t dim, const Tensor& index_in, const Tensor& src_in, bool check) {
   const Tensor self = as_1d(self_in), index = as_1d(index_in), src = as_1d(src_in);
+#if DP_HAVE_CUDA
+  if (self.is_cuda()) {
+    const Tensor it = raw_view(self, index.sizes(), zero_at(self.strides(), dim), self.storage_offset());
+    const Tensor sv = raw_view(src, index.sizes(), src.strides(), src.storage_offset());
+    return cuda_scatter_add(op, it, sv, index, index, self.stride(dim), dim, self.size(dim), -1, check);
+  }
+#endif
+  (void)check;
   std::vector<int64_t> idx = read_indices(op, index, dim, self.size(dim));
   Shape s_st = self.strides();
   const int64_t step = s_st[dim];
@@ -262,6 +367,12 @@ int64_t check_index_add(const char* op, const Tensor& self, int64_t dim, const T
   return dim;
 }
 
+// The ops behind the public functions; check = false skips the CUDA range check (and its wait)
+// where the indices were checked already: the backward passes.
+Tensor index_select_op(const Tensor& a, int64_t dim, const Tensor& index, bool check);
+Tensor scatter_add_op(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src, bool check);
+Tensor index_add_op(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src, bool check);
+
 // The gradient of scatter_add w.r.t. src, src-shaped: g gathered over index's extent, zeros
 // beyond it (src may be larger than index). Differentiable: its backward scatters back.
 Tensor gather_padded(const char* op, const Tensor& g, int64_t dim, const Tensor& index, IntArrayRef out_shape);
@@ -272,12 +383,12 @@ void record_gather(const Tensor& out, const Tensor& a, int64_t dim, const Tensor
   Shape a_shape = a.sizes();
   autograd::record("GatherBackward0", {a}, {out}, [si, dim, a_shape](variable_list&& g) {
     Tensor z = raw_zeros(a_shape, g[0].dtype(), g[0].device());
-    return variable_list{dp::scatter_add(z, dim, si.unpack(), g[0])};
+    return variable_list{scatter_add_op(z, dim, si.unpack(), g[0], false)};
   });
 }
 
 Tensor gather_padded(const char* op, const Tensor& g, int64_t dim, const Tensor& index, IntArrayRef out_shape) {
-  Tensor out = gather_kernel(op, g, dim, index, out_shape);
+  Tensor out = gather_kernel(op, g, dim, index, out_shape, false);
   record_gather(out, g, dim, index);
   return out;
 }
@@ -296,7 +407,7 @@ autograd::FunctionNode::BackwardFn index_add_backward(int64_t dim, const Tensor&
   SavedVariable si(index, false);
   return [si, dim, g_self, g_src](variable_list&& g) {
     Tensor ds = g_self ? g[0] : Tensor();
-    Tensor dsrc = g_src ? dp::index_select(g[0], dim, si.unpack()) : Tensor();
+    Tensor dsrc = g_src ? index_select_op(g[0], dim, si.unpack(), false) : Tensor();
     return variable_list{ds, dsrc};
   };
 }
@@ -309,8 +420,13 @@ void rebase_inplace(Tensor& self, const Tensor& src, const char* name, autograd:
   autograd::rebase_history(self, node);
 }
 
-// Flattened int64 copy of an index tensor.
+// Flattened copy of an index tensor: int64 on the host; on CUDA a contiguous [N] view (int32 or
+// int64, both fine for index_add) without reading the values.
 Tensor flat_index(const Tensor& indices) {
+  if (indices.is_cuda()) {
+    const Tensor c = kernels::contiguous_nograd(indices);
+    return raw_view(c, {c.numel()}, {1}, c.storage_offset());
+  }
   std::vector<int64_t> v = read_index_values("embedding", indices);
   Tensor t = make_empty({static_cast<int64_t>(v.size())}, kInt64, indices.device());
   if (!v.empty()) std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(int64_t));
@@ -319,52 +435,100 @@ Tensor flat_index(const Tensor& indices) {
 
 // Dense gradient of embedding w.r.t. weight [num_weights, D]: rows of g added at their indices,
 // serially (repeated indices add up); the padding row gets nothing. Written with dp ops, so it
-// is differentiable w.r.t. g.
+// is differentiable w.r.t. g. On CUDA without grad mode (the usual backward) it is one atomic
+// scatter-add kernel that skips the padding index (float sums in an unspecified order, as
+// PyTorch's index_add; PyTorch's embedding backward sorts the indices to be deterministic).
 Tensor embedding_dense_backward(const Tensor& g, const Tensor& indices, int64_t num_weights, int64_t padding_idx) {
   const int64_t D = g.size(-1), N = indices.numel();
+#if DP_HAVE_CUDA
+  if (g.is_cuda() && !GradMode::is_enabled()) {
+    Tensor gw = raw_zeros({num_weights, D}, g.dtype(), g.device());
+    const int64_t nd = g.dim();
+    Shape ws(static_cast<size_t>(nd), 0);
+    ws.back() = 1;
+    Shape is = indices.strides();
+    is.push_back(0);
+    const Tensor it = raw_view(gw, g.sizes(), ws, 0);
+    const Tensor iv = raw_view(indices, g.sizes(), is, indices.storage_offset());
+    cuda_scatter_add("embedding backward", it, g, iv, indices, D, 0, num_weights, padding_idx, false);
+    return gw;
+  }
+#endif
   Tensor g2 = dp::reshape(g, {N, D});
   Tensor idx = flat_index(indices);
   if (padding_idx >= 0) {
-    Tensor mask = make_empty({N, 1}, kBool, g.device());
-    bool* pm = static_cast<bool*>(mask.data_ptr());
-    const int64_t* pi = static_cast<const int64_t*>(idx.data_ptr());
-    for (int64_t i = 0; i < N; ++i) pm[i] = pi[i] == padding_idx;
+    Tensor mask;
+    if (idx.is_cuda()) {
+      mask = dp::reshape(dp::eq(idx, padding_idx), {N, 1});
+    } else {
+      mask = make_empty({N, 1}, kBool, g.device());
+      bool* pm = static_cast<bool*>(mask.data_ptr());
+      const int64_t* pi = static_cast<const int64_t*>(idx.data_ptr());
+      for (int64_t i = 0; i < N; ++i) pm[i] = pi[i] == padding_idx;
+    }
     g2 = dp::masked_fill(g2, mask, 0);
   }
-  return dp::index_add(raw_zeros({num_weights, D}, g.dtype(), g.device()), 0, idx, g2);
+  return index_add_op(raw_zeros({num_weights, D}, g.dtype(), g.device()), 0, idx, g2, false);
 }
 
-}  // namespace
-
-// -----------------------------------------------------------------------------------------------
-
-Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
+Tensor index_select_op(const Tensor& a, int64_t dim, const Tensor& index, bool check) {
   check_inputs("index_select", {&a, &index});
   check_index_dtype("index_select", index);
   DP_CHECK(index.dim() <= 1, IndexError, "index_select: Index is supposed to be a vector, got a ", index.dim(), "-D tensor of shape ",
            index.size_str());
   dim = wrap_dim(dim, std::max<int64_t>(a.dim(), 1), "index_select");
-  std::vector<int64_t> idx = read_indices("index_select", index, dim, size_at(a, dim));
   Tensor out;
   if (a.dim() == 0) {
-    DP_CHECK(idx.size() == 1, IndexError, "index_select: Index to scalar can have only 1 value, got ", idx.size(), " value(s)");
-    out = raw_copy(a);
+    // Only index 0 exists; the CPU checks the values first, then their count.
+    if (a.is_cuda()) {
+      DP_CHECK(index.numel() == 1, IndexError, "index_select: Index to scalar can have only 1 value, got ", index.numel(), " value(s)");
+      out = make_empty({}, a.dtype(), a.device());
+      index_select_into("index_select", raw_view(out, {1}, {1}, 0), as_1d(a), 0, index, check);
+    } else {
+      std::vector<int64_t> idx = read_indices("index_select", index, dim, 1);
+      DP_CHECK(idx.size() == 1, IndexError, "index_select: Index to scalar can have only 1 value, got ", idx.size(), " value(s)");
+      out = raw_copy(a);
+    }
   } else {
     Shape out_shape = a.sizes();
-    out_shape[dim] = static_cast<int64_t>(idx.size());
+    out_shape[dim] = index.numel();
     out = make_empty(out_shape, a.dtype(), a.device());
-    index_select_kernel(out, a, dim, idx);
+    index_select_into("index_select", out, a, dim, index, check);
   }
   if (autograd::needs_grad(a)) {
     SavedVariable si(index, false);
     Shape a_shape = a.sizes();
     autograd::record("IndexSelectBackward0", {a}, {out}, [si, dim, a_shape](variable_list&& g) {
       Tensor z = raw_zeros(a_shape, g[0].dtype(), g[0].device());
-      return variable_list{dp::index_add(z, dim, si.unpack(), g[0])};
+      return variable_list{index_add_op(z, dim, si.unpack(), g[0], false)};
     });
   }
   return out;
 }
+
+Tensor scatter_add_op(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src, bool check) {
+  dim = check_scatter("scatter_add", a, dim, index, src);
+  Tensor out = raw_copy(a);
+  scatter_add_kernel("scatter_add", out, dim, index, src, check);
+  const bool ga = autograd::needs_grad(a), gs = autograd::needs_grad(src);
+  if (ga || gs) autograd::record("ScatterAddBackward0", {a, src}, {out}, scatter_add_backward(dim, index, src.sizes(), ga, gs));
+  return out;
+}
+
+Tensor index_add_op(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src, bool check) {
+  dim = check_index_add("index_add", a, dim, index, src);
+  Tensor out = raw_copy(a);
+  index_add_into("index_add", out, dim, index, src, check);
+  const bool ga = autograd::needs_grad(a), gs = autograd::needs_grad(src);
+  if (ga || gs) autograd::record("IndexAddBackward0", {a, src}, {out}, index_add_backward(dim, index, ga, gs));
+  return out;
+}
+
+}  // namespace
+
+// -----------------------------------------------------------------------------------------------
+
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) { return index_select_op(a, dim, index, true); }
 
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   check_inputs("gather", {&a, &index});
@@ -375,46 +539,36 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   for (int64_t d = 0; d < a.dim(); ++d)
     DP_CHECK(d == dim || index.size(d) <= a.size(d), ShapeError, "gather: Size does not match at dimension ", d, " expected index ",
              index.size_str(), " to be smaller than self ", a.size_str(), " apart from dimension ", dim);
-  Tensor out = gather_kernel("gather", a, dim, index, index.sizes());
+  Tensor out = gather_kernel("gather", a, dim, index, index.sizes(), true);
   record_gather(out, a, dim, index);
   return out;
 }
 
-Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
-  dim = check_scatter("scatter_add", a, dim, index, src);
-  Tensor out = raw_copy(a);
-  scatter_add_kernel("scatter_add", out, dim, index, src);
-  const bool ga = autograd::needs_grad(a), gs = autograd::needs_grad(src);
-  if (ga || gs) autograd::record("ScatterAddBackward0", {a, src}, {out}, scatter_add_backward(dim, index, src.sizes(), ga, gs));
-  return out;
-}
+Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) { return scatter_add_op(a, dim, index, src, true); }
 
 Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   dim = check_scatter("scatter_add_", self, dim, index, src);
   autograd::check_inplace(self, "scatter_add_");
   const bool ga = autograd::needs_grad(self), gs = autograd::needs_grad(src);
-  scatter_add_kernel("scatter_add_", self, dim, index, src);
+#if DP_HAVE_CUDA
+  if (self.is_cuda()) precheck_cuda("scatter_add_", index, dim, size_at(self, dim));
+#endif
+  scatter_add_kernel("scatter_add_", self, dim, index, src, false);
   self.bump_version();
   if (ga || gs) rebase_inplace(self, src, "ScatterAddBackward0", scatter_add_backward(dim, index, src.sizes(), ga, gs));
   return self;
 }
 
-Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
-  dim = check_index_add("index_add", a, dim, index, src);
-  std::vector<int64_t> idx = read_indices("index_add", index, dim, size_at(a, dim));
-  Tensor out = raw_copy(a);
-  index_add_kernel(as_1d(out), dim, idx, as_1d(src));
-  const bool ga = autograd::needs_grad(a), gs = autograd::needs_grad(src);
-  if (ga || gs) autograd::record("IndexAddBackward0", {a, src}, {out}, index_add_backward(dim, index, ga, gs));
-  return out;
-}
+Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) { return index_add_op(a, dim, index, src, true); }
 
 Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   dim = check_index_add("index_add_", self, dim, index, src);
   autograd::check_inplace(self, "index_add_");
-  std::vector<int64_t> idx = read_indices("index_add_", index, dim, size_at(self, dim));
   const bool ga = autograd::needs_grad(self), gs = autograd::needs_grad(src);
-  index_add_kernel(as_1d(self), dim, idx, as_1d(src));
+#if DP_HAVE_CUDA
+  if (self.is_cuda()) precheck_cuda("index_add_", index, dim, size_at(self, dim));
+#endif
+  index_add_into("index_add_", self, dim, index, src, false);
   self.bump_version();
   if (ga || gs) rebase_inplace(self, src, "IndexAddBackward0", index_add_backward(dim, index, ga, gs));
   return self;
@@ -429,21 +583,36 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
   const int64_t V = weight.size(0), D = weight.size(1);
   DP_CHECK(padding_idx == -1 || (padding_idx >= 0 && padding_idx < V), ValueError, "embedding: padding_idx must be within num_embeddings (got ",
            padding_idx, " for ", V, " embeddings; -1 means none)");
-  std::vector<int64_t> idx = read_indices("embedding", indices, 0, V);
   Shape out_shape = indices.sizes();
   out_shape.push_back(D);
   Tensor out = make_empty(out_shape, weight.dtype(), weight.device());
-  const int64_t N = static_cast<int64_t>(idx.size());
-  if (out.numel() > 0) {
-    if (D <= 1 || weight.stride(1) == 1) {  // contiguous rows: one memcpy each
-      const size_t es = weight.element_size(), row = static_cast<size_t>(D) * es;
-      const int64_t rs = weight.stride(0);
-      const char* src = static_cast<const char*>(weight.data_ptr());
-      char* dst = static_cast<char*>(out.data_ptr());
-      for (int64_t i = 0; i < N; ++i) std::memcpy(dst + i * row, src + idx[i] * rs * static_cast<int64_t>(es), row);
-    } else {
-      Tensor out2 = raw_view(out, {N, D}, {D, 1}, 0);
-      for (int64_t i = 0; i < N; ++i) kernels::copy_kernel(raw_select(out2, 0, i), raw_select(weight, 0, idx[i]));
+#if DP_HAVE_CUDA
+  if (weight.is_cuda()) {
+    // One gather over out's shape: the row from the index (strides of indices, 0 along D), the
+    // column from weight's dim 1.
+    Shape ws(out_shape.size(), 0);
+    ws.back() = weight.stride(1);
+    Shape is = indices.strides();
+    is.push_back(0);
+    const Tensor src = raw_view(weight, out_shape, ws, weight.storage_offset());
+    const Tensor iv = raw_view(indices, out_shape, is, indices.storage_offset());
+    cuda_gather("embedding", out, src, iv, indices, weight.stride(0), 0, V, true);
+  } else
+#endif
+  {
+    std::vector<int64_t> idx = read_indices("embedding", indices, 0, V);
+    const int64_t N = static_cast<int64_t>(idx.size());
+    if (out.numel() > 0) {
+      if (D <= 1 || weight.stride(1) == 1) {  // contiguous rows: one memcpy each
+        const size_t es = weight.element_size(), row = static_cast<size_t>(D) * es;
+        const int64_t rs = weight.stride(0);
+        const char* src = static_cast<const char*>(weight.data_ptr());
+        char* dst = static_cast<char*>(out.data_ptr());
+        for (int64_t i = 0; i < N; ++i) std::memcpy(dst + i * row, src + idx[i] * rs * static_cast<int64_t>(es), row);
+      } else {
+        Tensor out2 = raw_view(out, {N, D}, {D, 1}, 0);
+        for (int64_t i = 0; i < N; ++i) kernels::copy_kernel(raw_select(out2, 0, i), raw_select(weight, 0, idx[i]));
+      }
     }
   }
   if (autograd::needs_grad(weight)) {
@@ -460,7 +629,9 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   DP_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, DTypeError, "one_hot: one_hot is only applicable to index tensors (int64 or int32), got ",
            dtype_name(indices.dtype()));
   DP_CHECK(num_classes >= -1, ValueError, "one_hot: num_classes must be -1 (infer) or non-negative, got ", num_classes);
-  std::vector<int64_t> v = read_index_values("one_hot", indices);
+  // The values are needed on the host for the checks and to infer num_classes (on CUDA: a copy and
+  // a wait; one_hot prepares labels, it is not in a training step's inner loop).
+  std::vector<int64_t> v = read_index_values("one_hot", indices.is_cuda() ? indices.cpu() : indices);
   for (int64_t x : v)
     DP_CHECK(x >= 0, IndexError, "one_hot: class value ", x, " is negative; class values must be in [0, num_classes",
              num_classes >= 0 ? detail::str(" = ", num_classes) : std::string(), ")");
@@ -474,6 +645,24 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   Shape out_shape = indices.sizes();
   out_shape.push_back(num_classes);
   Tensor out = raw_zeros(out_shape, kInt64, indices.device());
+#if DP_HAVE_CUDA
+  if (indices.is_cuda()) {
+    // A one scattered at each class position: iteration shape indices.shape + [1], the class dim
+    // (stride 1 in out) picked by the index.
+    Tensor one = make_empty({}, kInt64, indices.device());
+    kernels::fill_kernel(one, 1);
+    Shape it_shape = indices.sizes();
+    it_shape.push_back(1);
+    const size_t nd = it_shape.size();
+    Shape is = indices.strides();
+    is.push_back(0);
+    const Tensor it = raw_view(out, it_shape, zero_at(out.strides(), static_cast<int64_t>(nd) - 1), out.storage_offset());
+    const Tensor ones = raw_view(one, it_shape, Shape(nd, 0), one.storage_offset());
+    const Tensor iv = raw_view(indices, it_shape, is, indices.storage_offset());
+    cuda_scatter_add("one_hot", it, ones, iv, indices, 1, static_cast<int64_t>(nd) - 1, num_classes, -1, false);
+    return out;
+  }
+#endif
   int64_t* p = static_cast<int64_t*>(out.data_ptr());
   for (size_t i = 0; i < v.size(); ++i) p[static_cast<int64_t>(i) * num_classes + v[i]] = 1;
   return out;
@@ -484,12 +673,19 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, const Scalar& value) {
   DP_CHECK(mask.dtype() == kBool, DTypeError, "masked_fill: only supports boolean masks, but got mask with dtype ", dtype_name(mask.dtype()));
   Shape out_shape = broadcast_shapes(a.sizes(), mask.sizes(), "masked_fill");
   Tensor out = make_empty(out_shape, a.dtype(), a.device());
-  kernels::copy_kernel(out, a);
-  kernels::ElementwiseIter it({&out, &out, &mask}, out_shape);
-  kernels::dispatch_all(a.dtype(), "masked_fill", [&]<typename T>() {
-    const T v = scalar_to<T>(value);
-    kernels::cpu_kernel<T, T, bool>(it, [v](T x, bool m) { return m ? v : x; });
-  });
+#if DP_HAVE_CUDA
+  if (a.is_cuda()) {
+    cuda::masked_fill(out, a, mask, value);
+  } else
+#endif
+  {
+    kernels::copy_kernel(out, a);
+    kernels::ElementwiseIter it({&out, &out, &mask}, out_shape);
+    kernels::dispatch_all(a.dtype(), "masked_fill", [&]<typename T>() {
+      const T v = scalar_to<T>(value);
+      kernels::cpu_kernel<T, T, bool>(it, [v](T x, bool m) { return m ? v : x; });
+    });
+  }
   if (autograd::needs_grad(a)) {
     SavedVariable sm(mask, false);
     Shape a_shape = a.sizes();

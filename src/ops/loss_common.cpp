@@ -16,14 +16,16 @@ namespace loss {
 
 void check_input(const char* op, const Tensor& input) {
   ops::check_defined(op, input);
-  kernels::check_cpu_tensor(op, input);
-  DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64, DTypeError, op, ": \"", op, "\" not implemented for '",
-           kernels::torch_type_name(input.dtype()), "' (input must be float32 or float64, got ", input.describe(), ")");
+  // The CUDA kernels also take 16-bit floats (computing in float32); the CPU loops do not.
+  const bool half_on_cuda = input.is_cuda() && (input.dtype() == kFloat16 || input.dtype() == kBFloat16);
+  DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 || half_on_cuda, DTypeError, op, ": \"", op, "\" not implemented for '",
+           kernels::torch_type_name(input.dtype()), "' (input must be float32 or float64",
+           input.is_cuda() ? ", or float16 / bfloat16 on a CUDA device" : " on the CPU; float16 / bfloat16 on a CUDA device", ", got ",
+           input.describe(), ")");
 }
 
 void check_companion(const char* op, const Tensor& input, const Tensor& t, const char* what) {
   ops::check_same_device(op, {&input, &t});
-  kernels::check_cpu_tensor(op, t);
   DP_CHECK(t.dtype() == input.dtype(), DTypeError, op, ": expected ", what, " of dtype ", dtype_name(input.dtype()),
            " (the input's), but found ", dtype_name(t.dtype()), " (", what, " ", t.describe(), ")");
 }
@@ -42,6 +44,7 @@ Tensor scalar_result(double v, DType dtype, Device device) {
 
 double scalar_value(const Tensor& g) {
   DP_CHECK(g.numel() == 1, ShapeError, "loss backward: expected a one-element gradient, got ", g.size_str());
+  // (CUDA losses never come here: their kernels read the gradient on the device, see LossGrad.)
   // The usual case (the loss's own dtype, on a CPU device) is read in place: one element needs no
   // contiguous copy or conversion.
   if (g.is_cpu() && g.dtype() == kFloat32) return static_cast<const float*>(g.data_ptr())[0];
@@ -90,6 +93,21 @@ void check_class_weight(const char* op, const Tensor& input, const Tensor& weigh
 void throw_target_out_of_bounds(const char* op, int64_t target, int64_t n_classes, int64_t ignore_index) {
   throw IndexError(detail::str(op, ": Target ", target, " is out of bounds (expected a class index in [0, ", n_classes,
                                ") or ignore_index ", ignore_index, ")"));
+}
+
+void throw_first_bad_target(const char* op, const Tensor& target, int64_t n_classes, int64_t ignore_index) {
+  const Tensor h = kernels::contiguous_nograd(kernels::convert_nograd(target.cpu(), kInt64));
+  const int64_t* p = static_cast<const int64_t*>(h.data_ptr());
+  for (int64_t i = 0; i < h.numel(); ++i)
+    if (p[i] != ignore_index && (p[i] < 0 || p[i] >= n_classes)) throw_target_out_of_bounds(op, p[i], n_classes, ignore_index);
+  throw IndexError(detail::str(op, ": a target is out of bounds (expected class indices in [0, ", n_classes, ") or ignore_index ",
+                               ignore_index, ")"));
+}
+
+Tensor device_scalar(double v, DType dtype, Device device) {
+  Tensor t = make_empty({}, dtype, device);
+  kernels::fill_kernel(t, v);
+  return t;
 }
 
 Tensor per_sample_to_input(const Tensor& g, const ClassGeometry& geo) {

@@ -9,10 +9,13 @@
 #include "dp/autograd/function.h"
 #include "dp/ops/loss.h"
 #include "ops/common.h"
+#if DP_HAVE_CUDA
+#include "cuda/loss.h"
+#endif
 
 namespace dp::loss {
 
-// input: defined, on the CPU, float32 or float64.
+// input: defined, float32 or float64 (on a CUDA device also float16 or bfloat16).
 void check_input(const char* op, const Tensor& input);
 // A floating tensor used with `input` (target, weight, pos_weight) must have input's dtype and
 // device. `what` names it in the message.
@@ -41,6 +44,11 @@ void check_class_target_dtype(const char* op, const Tensor& target);
 void check_class_weight(const char* op, const Tensor& input, const Tensor& weight, int64_t n_classes);
 // The message for a target outside [0, C).
 [[noreturn]] void throw_target_out_of_bounds(const char* op, int64_t target, int64_t n_classes, int64_t ignore_index);
+// A CUDA kernel reported a bad target: the CPU's IndexError for the first one, from the targets
+// read on the host.
+[[noreturn]] void throw_first_bad_target(const char* op, const Tensor& target, int64_t n_classes, int64_t ignore_index);
+// A 0-dim tensor holding v on `device`, filled there (no host-to-device copy).
+Tensor device_scalar(double v, DType dtype, Device device);
 // The gradient of per-sample losses ([N, d1, ...] or []) shaped to broadcast against the input
 // ([N, 1, d1, ...]); dp ops (differentiable).
 Tensor per_sample_to_input(const Tensor& g, const ClassGeometry& geo);

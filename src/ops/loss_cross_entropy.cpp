@@ -14,6 +14,7 @@
 // (vectorised, into an L1 scratch row) and, with smoothing, a weighted sum pass; S > 1: the same
 // passes run down C over blocks of contiguous positions, vectorised across positions.
 // Under create_graph the backward is the same formula with dp ops (softmax of the saved input).
+// On a CUDA device the passes are the kernels of cuda/loss.h (one warp per sample for [N, C]).
 #include <algorithm>
 #include <vector>
 #include "core/kernels/reduce_vec.h"
@@ -371,6 +372,144 @@ GradIn grad_in(const Tensor& g, Reduction red, double scale, DType dtype) {
   return r;
 }
 
+// The constants of the create_graph backward, grad = G * (B * softmax(x) - A): A (input-shaped) =
+// coef, B (per sample) = its sum over classes; 0 for ignored samples. Host tensors.
+void build_coefs(const Tensor& A, const Tensor& B, const Tensor& tt, const Tensor& w, const Params& p, double wsum) {
+  dispatch_index(A.dtype(), tt.dtype(), [&]<typename T, typename I>() {
+    T* a = static_cast<T*>(A.data_ptr());
+    T* b = static_cast<T*>(B.data_ptr());
+    const T* wp = ptr_or_null<T>(w);
+    const I* tg = static_cast<const I*>(tt.data_ptr());
+    const int64_t C = p.geo.c, S = p.geo.s;
+    const T keep = static_cast<T>(1.0 - p.eps), per_class = static_cast<T>(p.eps / static_cast<double>(C));
+    for (int64_t n = 0; n < p.geo.n; ++n)
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t i = n * S + s;
+        const int64_t tv = static_cast<int64_t>(tg[i]);
+        const bool on = tv != p.ignore && tv >= 0 && tv < C;
+        for (int64_t c = 0; c < C; ++c) a[(n * C + c) * S + s] = on ? per_class * (wp ? wp[c] : T(1)) : T(0);
+        if (!on) {
+          b[i] = T(0);
+          continue;
+        }
+        const T wt = wp ? wp[tv] : T(1);
+        a[(n * C + tv) * S + s] += keep * wt;
+        b[i] = keep * wt + per_class * static_cast<T>(wsum);
+      }
+  });
+}
+
+// The class-probability backward with dp ops (create_graph): differentiable again.
+variable_list prob_backward_composite(const Tensor& g, const Tensor& xi, const Tensor& ti, const Tensor& w, const Params& p, Reduction red,
+                                      double scale, bool need_x, bool need_t) {
+  const int64_t cd = p.geo.class_dim;
+  Tensor wb;
+  if (w.defined()) {
+    Shape ws(xi.dim(), 1);
+    ws[cd] = p.geo.c;
+    wb = w.reshape(ws);
+  }
+  Tensor gb = red == Reduction::None ? loss::per_sample_to_input(g, p.geo) : dp::mul(g, scale);
+  Tensor gx, gt;
+  if (need_x) {
+    Tensor q = dp::add(dp::mul(ti, 1.0 - p.eps), p.eps / static_cast<double>(p.geo.c));
+    Tensor wq = wb.defined() ? dp::mul(q, wb) : q;
+    Tensor s = dp::sum(wq, {cd}, true);
+    gx = dp::mul(gb, dp::sub(dp::mul(dp::softmax(xi, cd), s), wq));
+  }
+  if (need_t) {
+    gt = dp::mul(dp::mul(gb, dp::log_softmax(xi, cd)), -(1.0 - p.eps));
+    if (wb.defined()) gt = dp::mul(gt, wb);
+  }
+  return variable_list{gx, gt};
+}
+
+// ---------------------------------------------------------------- CUDA
+
+#if DP_HAVE_CUDA
+// The kernels of cuda/loss.h. Per-sample log-sum-exps (and, for probabilities, sum_c w_c q_c) are
+// saved in float32 (float64 for float64 inputs); Mean's total weight stays on the device. Under
+// create_graph the backward is the CPU's dp-op formula; for class indices its constants are built
+// on the host from copies of the targets and weights (a wait, in that rare path only).
+
+cuda::ClassShape class_shape(const ClassGeometry& geo) { return cuda::ClassShape{geo.n, geo.c, geo.s}; }
+
+Tensor cross_entropy_index_cuda(const Tensor& input, const Tensor& t, const Tensor& w, const Params& p, Reduction red) {
+  const Tensor x = kernels::contiguous_nograd(input);
+  const bool reduced = red != Reduction::None;
+  const DType acc = cuda::loss_acc_dtype(x.dtype());
+  Tensor out = make_empty(reduced ? Shape{} : p.geo.out_shape, x.dtype(), x.device());
+  Tensor tw = reduced ? make_empty({}, acc, x.device()) : Tensor();
+  Tensor lse = make_empty({p.geo.n * p.geo.s}, acc, x.device());
+  if (cuda::cross_entropy_index_forward(out, red, tw, lse, x, t, w, class_shape(p.geo), p.ignore, p.eps))
+    loss::throw_first_bad_target(kOp, t, p.geo.c, p.ignore);
+  if (autograd::needs_grad(input)) {
+    SavedVariable sx(input, false), st(t, false);
+    autograd::record("CrossEntropyLossBackward0", {input}, {out}, [sx, st, w, lse, tw, p, red](variable_list&& grads) {
+      const Tensor& g = grads[0];
+      const Tensor xi = sx.unpack(), tt = st.unpack();
+      if (GradMode::is_enabled()) {
+        const Tensor wh = w.defined() ? kernels::convert_nograd(w.cpu(), kFloat64) : Tensor();
+        Tensor A = make_empty(xi.sizes(), kFloat64, Device::cpu());
+        Tensor B = make_empty(p.geo.out_shape, kFloat64, Device::cpu());
+        build_coefs(A, B, tt.cpu(), wh, p, p.eps > 0 ? weight_sum(wh, p.geo.c) : 0.0);
+        A = A.to(xi.device(), xi.dtype());
+        B = B.to(xi.device(), xi.dtype());
+        Tensor gb = red == Reduction::None ? loss::per_sample_to_input(g, p.geo)
+                    : red == Reduction::Mean ? dp::div(g, kernels::convert_nograd(tw, g.dtype()))
+                                             : g;
+        Tensor sm = dp::softmax(xi, p.geo.class_dim);
+        return variable_list{dp::mul(gb, dp::sub(dp::mul(loss::per_sample_to_input(B, p.geo), sm), A))};
+      }
+      const Tensor xc = kernels::contiguous_nograd(xi);
+      Tensor gi = make_empty(xc.sizes(), xc.dtype(), xc.device());
+      cuda::LossGrad lg;
+      lg.g = loss::plain(g, xc.dtype());
+      lg.per_sample = red == Reduction::None;
+      if (red == Reduction::Mean) lg.divisor = tw;
+      cuda::cross_entropy_index_backward(gi, lg, xc, tt, w, lse, class_shape(p.geo), p.ignore, p.eps);
+      return variable_list{gi};
+    });
+  }
+  return out;
+}
+
+Tensor cross_entropy_prob_cuda(const Tensor& input, const Tensor& target, const Tensor& w, const Params& p, Reduction red) {
+  const Tensor x = kernels::contiguous_nograd(input);
+  const Tensor t = kernels::contiguous_nograd(target);
+  const int64_t samples = p.geo.n * p.geo.s;
+  const DType acc = cuda::loss_acc_dtype(x.dtype());
+  const bool reduced = red != Reduction::None;
+  Tensor out = make_empty(reduced ? Shape{} : p.geo.out_shape, x.dtype(), x.device());
+  Tensor lse = make_empty({samples}, acc, x.device());
+  Tensor rs = make_empty({samples}, acc, x.device());
+  // PyTorch: the mean over samples, NaN for an empty input.
+  const double scale = red != Reduction::Mean ? 1.0 : x.numel() == 0 ? std::nan("") : 1.0 / static_cast<double>(samples);
+  cuda::cross_entropy_prob_forward(out, reduced, scale, lse, rs, x, t, w, class_shape(p.geo), p.eps);
+  const bool need_x = autograd::needs_grad(input), need_t = autograd::needs_grad(target);
+  if (need_x || need_t) {
+    SavedVariable sx(input, false), st(target, false);
+    autograd::record("CrossEntropyLossBackward0", {input, target}, {out},
+                     [sx, st, w, lse, rs, p, red, samples, need_x, need_t](variable_list&& grads) {
+                       const Tensor& g = grads[0];
+                       const Tensor xi = sx.unpack(), ti = st.unpack();
+                       const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(samples) : 1.0;
+                       if (GradMode::is_enabled()) return prob_backward_composite(g, xi, ti, w, p, red, scale, need_x, need_t);
+                       const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
+                       Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
+                       Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
+                       cuda::LossGrad lg;
+                       lg.g = loss::plain(g, xc.dtype());
+                       lg.per_sample = red == Reduction::None;
+                       lg.scale = scale;
+                       cuda::cross_entropy_prob_backward(gi, gt, lg, xc, tc, w, lse, rs, class_shape(p.geo), p.eps);
+                       return variable_list{gi, gt};
+                     });
+  }
+  return out;
+}
+#endif
+
 // ---------------------------------------------------------------- the op, class indices
 
 Tensor cross_entropy_index(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index, Reduction red,
@@ -382,9 +521,12 @@ Tensor cross_entropy_index(const Tensor& input, const Tensor& target, const Tens
   p.ignore = ignore_index;
   loss::check_class_weight(kOp, input, weight, p.geo.c);
 
-  const Tensor x = kernels::contiguous_nograd(input);
   const Tensor t = kernels::contiguous_nograd(target);
   const Tensor w = weight.defined() ? kernels::contiguous_nograd(weight) : Tensor();
+#if DP_HAVE_CUDA
+  if (input.is_cuda()) return cross_entropy_index_cuda(input, t, w, p, red);
+#endif
+  const Tensor x = kernels::contiguous_nograd(input);
   const double wsum = eps > 0 ? weight_sum(w, p.geo.c) : 0.0;
   Tensor out = red == Reduction::None ? make_empty(p.geo.out_shape, x.dtype(), x.device()) : Tensor();
   Tensor lse = make_empty({p.geo.n * p.geo.s}, x.dtype(), x.device());
@@ -407,28 +549,7 @@ Tensor cross_entropy_index(const Tensor& input, const Tensor& target, const Tens
         // grad = G * (B * softmax(x) - A) with the constants A (coef) and B (its per-sample sum).
         Tensor A = make_empty(xi.sizes(), xi.dtype(), xi.device());
         Tensor B = make_empty(p.geo.out_shape, xi.dtype(), xi.device());
-        dispatch_index(xi.dtype(), tt.dtype(), [&]<typename T, typename I>() {
-          T* a = static_cast<T*>(A.data_ptr());
-          T* b = static_cast<T*>(B.data_ptr());
-          const T* wp = ptr_or_null<T>(w);
-          const I* tg = static_cast<const I*>(tt.data_ptr());
-          const int64_t C = p.geo.c, S = p.geo.s;
-          const T keep = static_cast<T>(1.0 - p.eps), per_class = static_cast<T>(p.eps / static_cast<double>(C));
-          for (int64_t n = 0; n < p.geo.n; ++n)
-            for (int64_t s = 0; s < S; ++s) {
-              const int64_t i = n * S + s;
-              const int64_t tv = static_cast<int64_t>(tg[i]);
-              const bool on = tv != p.ignore && tv >= 0 && tv < C;
-              for (int64_t c = 0; c < C; ++c) a[(n * C + c) * S + s] = on ? per_class * (wp ? wp[c] : T(1)) : T(0);
-              if (!on) {
-                b[i] = T(0);
-                continue;
-              }
-              const T wt = wp ? wp[tv] : T(1);
-              a[(n * C + tv) * S + s] += keep * wt;
-              b[i] = keep * wt + per_class * static_cast<T>(wsum);
-            }
-        });
+        build_coefs(A, B, tt, w, p, wsum);
         Tensor gb = red == Reduction::None ? loss::per_sample_to_input(g, p.geo) : dp::mul(g, scale);
         Tensor sm = dp::softmax(xi, p.geo.class_dim);
         return variable_list{dp::mul(gb, dp::sub(dp::mul(loss::per_sample_to_input(B, p.geo), sm), A))};
@@ -472,6 +593,9 @@ Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tenso
   p.eps = eps;
   p.ignore = ignore_index;
   loss::check_class_weight(kOp, input, weight, p.geo.c);
+#if DP_HAVE_CUDA
+  if (input.is_cuda()) return cross_entropy_prob_cuda(input, target, weight.defined() ? kernels::contiguous_nograd(weight) : Tensor(), p, red);
+#endif
 
   const Tensor x = kernels::contiguous_nograd(input);
   const Tensor t = kernels::contiguous_nograd(target);
@@ -499,28 +623,7 @@ Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tenso
                        const Tensor& g = grads[0];
                        const Tensor xi = sx.unpack(), ti = st.unpack();
                        const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(samples) : 1.0;
-                       if (GradMode::is_enabled()) {
-                         const int64_t cd = p.geo.class_dim;
-                         Tensor wb;
-                         if (w.defined()) {
-                           Shape ws(xi.dim(), 1);
-                           ws[cd] = p.geo.c;
-                           wb = w.reshape(ws);
-                         }
-                         Tensor gb = red == Reduction::None ? loss::per_sample_to_input(g, p.geo) : dp::mul(g, scale);
-                         Tensor gx, gt;
-                         if (need_x) {
-                           Tensor q = dp::add(dp::mul(ti, 1.0 - p.eps), p.eps / static_cast<double>(p.geo.c));
-                           Tensor wq = wb.defined() ? dp::mul(q, wb) : q;
-                           Tensor s = dp::sum(wq, {cd}, true);
-                           gx = dp::mul(gb, dp::sub(dp::mul(dp::softmax(xi, cd), s), wq));
-                         }
-                         if (need_t) {
-                           gt = dp::mul(dp::mul(gb, dp::log_softmax(xi, cd)), -(1.0 - p.eps));
-                           if (wb.defined()) gt = dp::mul(gt, wb);
-                         }
-                         return variable_list{gx, gt};
-                       }
+                       if (GradMode::is_enabled()) return prob_backward_composite(g, xi, ti, w, p, red, scale, need_x, need_t);
                        const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
                        Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
                        Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();

@@ -3,6 +3,8 @@
 // Backward: a zero-filled gradient with -weight[t] * g scattered at the targets. The gradient does
 // not depend on the input, so under create_graph it is that same kernel's result (for a unit
 // gradient) times g with dp ops: differentiable w.r.t. g, with no path back to the input.
+// On a CUDA device: the kernels of cuda/loss.h. Mean's total weight stays on the device (a 0-dim
+// tensor the backward divides by), so neither pass reads a value on the host.
 #include <cstring>
 #include "dp/ops/elementwise.h"
 #include "ops/loss_common.h"
@@ -84,6 +86,45 @@ Tensor nll_grad(const Shape& in_shape, DType dtype, Device device, const Tensor&
   return gi;
 }
 
+#if DP_HAVE_CUDA
+cuda::ClassShape class_shape(const ClassGeometry& geo) { return cuda::ClassShape{geo.n, geo.c, geo.s}; }
+
+Tensor nll_loss_cuda(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore, Reduction red, const ClassGeometry& geo) {
+  const Tensor x = kernels::contiguous_nograd(input);
+  const Tensor t = kernels::contiguous_nograd(target);
+  const Tensor w = weight.defined() ? kernels::contiguous_nograd(weight) : Tensor();
+  const bool reduced = red != Reduction::None;
+  Tensor out = make_empty(reduced ? Shape{} : geo.out_shape, x.dtype(), x.device());
+  Tensor tw = reduced ? make_empty({}, cuda::loss_acc_dtype(x.dtype()), x.device()) : Tensor();
+  if (cuda::nll_loss_forward(out, red, tw, x, t, w, class_shape(geo), ignore)) loss::throw_first_bad_target(kOp, t, geo.c, ignore);
+  if (autograd::needs_grad(input)) {
+    SavedVariable st(t, false);
+    autograd::record("NllLossBackward0", {input}, {out}, [st, w, geo, ignore, red, tw, in_shape = x.sizes(), dtype = x.dtype(), device = x.device()](
+                                                             variable_list&& grads) {
+      const Tensor& g = grads[0];
+      const Tensor tt = st.unpack();
+      cuda::LossGrad lg;
+      if (red == Reduction::Mean) lg.divisor = tw;
+      Tensor gi = make_empty(in_shape, dtype, device);
+      if (GradMode::is_enabled()) {
+        // grad = K * g with K the gradient for a unit g (Mean's 1 / total weight included).
+        {
+          NoGradGuard no_grad;
+          lg.g = loss::device_scalar(1.0, dtype, device);
+          cuda::nll_loss_backward(gi, lg, tt, w, class_shape(geo), ignore);
+        }
+        return variable_list{dp::mul(gi, red == Reduction::None ? loss::per_sample_to_input(g, geo) : g)};
+      }
+      lg.g = loss::plain(g, dtype);
+      lg.per_sample = red == Reduction::None;
+      cuda::nll_loss_backward(gi, lg, tt, w, class_shape(geo), ignore);
+      return variable_list{gi};
+    });
+  }
+  return out;
+}
+#endif
+
 }  // namespace
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index, Reduction reduction) {
@@ -93,6 +134,9 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
   loss::check_class_target_dtype(kOp, target);
   const ClassGeometry geo = loss::class_geometry(kOp, input, target);
   loss::check_class_weight(kOp, input, weight, geo.c);
+#if DP_HAVE_CUDA
+  if (input.is_cuda()) return nll_loss_cuda(input, target, weight, ignore_index, reduction, geo);
+#endif
 
   const Tensor x = kernels::contiguous_nograd(input);
   const Tensor t = kernels::contiguous_nograd(target);

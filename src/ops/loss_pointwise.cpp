@@ -7,6 +7,8 @@
 // those shapes so they vectorise.
 // Backward: one fused pass writing d(loss)/d(input) and/or d(loss)/d(target). Under create_graph
 // the same formulas are written with dp ops, so they can be differentiated again.
+// On a CUDA device the forward and backward passes are the kernels of cuda/loss.h (the sum of a
+// reduced loss stays on the device; the backward reads the gradient there).
 #include <algorithm>
 #include "core/kernels/elementwise_math.h"
 #include "dp/ops/elementwise.h"
@@ -328,6 +330,36 @@ variable_list composite_backward(Kind k, const Tensor& g, const Tensor& x, const
   return {gx, gt};
 }
 
+// ---- CUDA ----
+
+#if DP_HAVE_CUDA
+cuda::PointwiseKind cuda_kind(Kind k) {
+  switch (k) {
+    case Kind::Mse: return cuda::PointwiseKind::Mse;
+    case Kind::L1: return cuda::PointwiseKind::L1;
+    case Kind::Bce: return cuda::PointwiseKind::Bce;
+    case Kind::BceLogits: return cuda::PointwiseKind::BceLogits;
+  }
+  return cuda::PointwiseKind::Mse;
+}
+
+// The forward on the device: the losses (None) or their scaled sum, as a 0-dim tensor there.
+// Returns whether a BCE input lay outside [0, 1] (the kernel's flag).
+bool cuda_forward(Kind k, const Tensor& out, Reduction red, const Tensor& x, const Tensor& t, const Tensor& w, const Tensor& pw) {
+  const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(x.numel()) : 1.0;  // Mean of nothing: 0 * inf = NaN
+  return cuda::pointwise_loss_forward(cuda_kind(k), out, red != Reduction::None, scale, x, t, w, pw);
+}
+
+void cuda_backward(Kind k, const Tensor& gi, const Tensor& gt, const Tensor& g, Reduction red, int64_t numel, const Tensor& x, const Tensor& t,
+                   const Tensor& w, const Tensor& pw) {
+  cuda::LossGrad lg;
+  lg.g = loss::plain(g, x.dtype());
+  lg.per_sample = red == Reduction::None;
+  lg.scale = red == Reduction::Mean ? 1.0 / static_cast<double>(numel) : 1.0;
+  cuda::pointwise_loss_backward(cuda_kind(k), gi, gt, lg, x, t, w, pw);
+}
+#endif
+
 // ---- the op ----
 
 void check_side(const char* op, const Tensor& input, const Tensor& side, const char* what) {
@@ -371,7 +403,14 @@ Tensor pointwise_loss(Kind k, const Tensor& input, const Tensor& target, const T
 
   Tensor out = red == Reduction::None ? make_empty(x.sizes(), x.dtype(), x.device()) : Tensor();
   bool bad = false;
-  double total = kernels::dispatch_floating(x.dtype(), op, [&]<typename T>() -> double {
+  double total = 0;
+#if DP_HAVE_CUDA
+  if (x.is_cuda()) {
+    if (red != Reduction::None) out = make_empty({}, x.dtype(), x.device());
+    bad = cuda_forward(k, out, red, x, t, w, pw);
+  } else
+#endif
+  total = kernels::dispatch_floating(x.dtype(), op, [&]<typename T>() -> double {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       switch (k) {
         case Kind::Mse: return forward_kernel<Kind::Mse, T>(out, x, t, w, pw, bad);
@@ -383,8 +422,9 @@ Tensor pointwise_loss(Kind k, const Tensor& input, const Tensor& target, const T
     return 0.0;
   });
   DP_CHECK(!bad, ValueError, op, ": all elements of input should be between 0 and 1 (input ", input.describe(), ")");
-  if (red == Reduction::Mean) out = loss::scalar_result(total / static_cast<double>(numel), x.dtype(), x.device());
-  else if (red == Reduction::Sum) out = loss::scalar_result(total, x.dtype(), x.device());
+  const bool on_host = !x.is_cuda();  // the CUDA kernels wrote the 0-dim result already
+  if (on_host && red == Reduction::Mean) out = loss::scalar_result(total / static_cast<double>(numel), x.dtype(), x.device());
+  else if (on_host && red == Reduction::Sum) out = loss::scalar_result(total, x.dtype(), x.device());
 
   const bool need_x = autograd::needs_grad(input);
   const bool need_t = autograd::needs_grad(target);
@@ -398,6 +438,12 @@ Tensor pointwise_loss(Kind k, const Tensor& input, const Tensor& target, const T
                        const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
                        Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
                        Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
+#if DP_HAVE_CUDA
+                       if (xc.is_cuda()) {
+                         cuda_backward(k, gi, gt, g, red, numel, xc, tc, w, pw);
+                         return {gi, gt};
+                       }
+#endif
                        kernels::dispatch_floating(xc.dtype(), op_name(k), [&]<typename T>() {
                          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
                            Tensor gfull;
