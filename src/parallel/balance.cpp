@@ -1,6 +1,9 @@
 #include "dp/parallel/balance.h"
 #include <mutex>
 #include "dp/core/warning.h"
+#if DP_HAVE_CUDA
+#include "dp/cuda/cuda.h"
+#endif
 
 namespace dp::parallel {
 namespace {
@@ -42,9 +45,18 @@ DevicePropertiesProvider set_device_properties_provider(DevicePropertiesProvider
 }
 
 std::optional<DeviceProperties> device_properties(Device device) {
-  std::lock_guard<std::mutex> lock(provider_mutex());
-  if (!provider()) return std::nullopt;
-  return provider()(device);
+  {
+    std::lock_guard<std::mutex> lock(provider_mutex());
+    if (provider()) return provider()(device);
+  }
+#if DP_HAVE_CUDA
+  // The real GPU's (a virtual device reports its whole GPU, so virtual devices never look imbalanced).
+  if (device.is_cuda() && device.index >= 0 && device.index < cuda::device_count()) {
+    const cuda::DeviceInfo info = cuda::device_info(device.index);
+    return DeviceProperties{info.total_memory, info.multi_processor_count};
+  }
+#endif
+  return std::nullopt;
 }
 
 void check_balance(const std::vector<Device>& devices) {

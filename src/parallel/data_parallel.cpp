@@ -2,12 +2,23 @@
 #include "dp/parallel/data_parallel.h"
 #include <algorithm>
 #include "dp/core/device_registry.h"
+#if DP_HAVE_CUDA
+#include "dp/cuda/cuda.h"
+#endif
 
 namespace dp::parallel::detail {
 namespace {
 
+// "cuda" without an index: the calling thread's current CUDA device (as PyTorch's _get_device_index).
+Device current_cuda() {
+#if DP_HAVE_CUDA
+  if (cuda::is_available()) return Device::cuda(cuda::current_device());
+#endif
+  return Device::cuda(0);  // no GPU: check_device names the problem
+}
+
 Device normalize(Device d, const char* what) {
-  if (d.is_cuda() && !d.has_index()) d = Device::cuda(0);  // "cuda": the current device (0 until streams exist)
+  if (d.is_cuda() && !d.has_index()) d = current_cuda();
   DP_CHECK(d.has_index(), ValueError, "DataParallel: ", what, " must be indexed devices such as cpu:0 or cuda:1, not the host device '",
            d.str(), "' (CPU devices are cpu:0 ... cpu:", cpu_device_count() - 1, ")");
   check_device(d);
@@ -35,7 +46,7 @@ DataParallelCore::DataParallelCore(const nn::ModulePtr& module, const DataParall
   if (device_ids_.empty()) return;
   if (options.output_device()) {
     Device out = *options.output_device();
-    if (out.is_cuda() && !out.has_index()) out = Device::cuda(0);
+    if (out.is_cuda() && !out.has_index()) out = current_cuda();
     check_device(out);
     output_device_ = out;
   } else {

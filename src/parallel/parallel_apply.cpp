@@ -4,9 +4,14 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <typeinfo>
+#include "dp/parallel/detail/run.h"
+#if DP_HAVE_CUDA
+#include "dp/cuda/cuda.h"
+#endif
 
 namespace dp::parallel::detail {
 namespace {
@@ -39,6 +44,26 @@ std::vector<Worker*> workers_of(const std::vector<Device>& devices) {
   out.reserve(devices.size());
   for (Device d : devices) out.push_back(worker_for(d));
   return out;
+}
+
+std::vector<std::exception_ptr> run_replicas(const std::vector<Device>& devices, const std::function<void(size_t)>& fn) {
+#if DP_HAVE_CUDA
+  std::vector<std::optional<cuda::Stream>> streams(devices.size());
+  bool any = false;
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (devices[i].is_cuda()) {
+      streams[i] = cuda::current_stream(devices[i].index);
+      any = true;
+    }
+  if (any) {
+    return run_on_workers(workers_of(devices), [&](size_t i) {
+      if (!streams[i]) return fn(i);
+      cuda::StreamGuard guard(*streams[i]);
+      fn(i);
+    });
+  }
+#endif
+  return run_on_workers(workers_of(devices), fn);
 }
 
 void rethrow_first_replica_error(const std::vector<std::exception_ptr>& errors, const std::vector<Device>& devices) {

@@ -9,6 +9,7 @@
 #include "dp/ops/shape.h"
 #include "dp/parallel/comm.h"
 #include "dp/parallel/detail/run.h"
+#include "parallel/comm_cuda.h"
 #include "parallel/placement.h"
 
 namespace dp::parallel {
@@ -74,8 +75,13 @@ void run_range(const std::vector<Job>& jobs, int64_t begin, int64_t end) {
 
 }  // namespace
 
-std::vector<Tensor> reduce_sum(const std::vector<std::vector<Tensor>>& inputs, const std::vector<TensorSpec>& specs, Device destination) {
+std::vector<Tensor> reduce_sum(const std::vector<std::vector<Tensor>>& inputs, const std::vector<TensorSpec>& specs, Device destination,
+                               size_t buffer_size) {
   NoGradGuard no_grad;
+  bool on_cuda = destination.is_cuda();
+  for (const auto& per_device : inputs)
+    for (const Tensor& t : per_device) on_cuda = on_cuda || (t.defined() && t.is_cuda());
+  if (on_cuda) return cuda_reduce_sum(inputs, specs, destination, buffer_size);
   const size_t count = specs.size();
   std::vector<Job> jobs(count);
   std::vector<Tensor> results(count);
@@ -86,7 +92,6 @@ std::vector<Tensor> reduce_sum(const std::vector<std::vector<Tensor>>& inputs, c
     for (const auto& per_device : inputs) {
       const Tensor& t = per_device[i];
       if (!t.defined()) continue;
-      DP_CHECK(host_memory(t.device()), NotImplementedError, "reduce_add_coalesced: inputs on ", t.device().str(), " need the CUDA backend");
       ins.push_back(t.is_contiguous() ? t : t.contiguous());
     }
     if (ins.empty()) {  // nothing reached this tensor on any device: its sum is zero
@@ -165,7 +170,7 @@ std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>&
                i, ", but expected ", dtype_name(first[i].dtype()));
     }
   }
-  std::vector<Tensor> out = detail::reduce_sum(inputs, specs, destination);
+  std::vector<Tensor> out = detail::reduce_sum(inputs, specs, destination, buffer_size);
   // A lone input already on the destination is returned as a fresh tensor, never as the input.
   for (size_t i = 0; i < out.size(); ++i)
     if (inputs.size() == 1 && out[i].is_same(inputs[0][i])) out[i] = inputs[0][i].clone();

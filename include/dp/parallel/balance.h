@@ -20,8 +20,10 @@ struct DeviceProperties {
 // The text is PyTorch's, naming devices by index.
 std::optional<std::string> imbalance_warning(const std::vector<Device>& devices, const std::vector<DeviceProperties>& properties);
 
-// Where DataParallel reads CUDA devices' properties. The CUDA backend installs the real one; until
-// then (and in tests) a table can be installed. nullopt: unknown (no check).
+// Where DataParallel reads CUDA devices' properties. With no provider installed (the default),
+// device_properties() reads the real GPU's (cudaGetDeviceProperties: memory and multiprocessor
+// count) when dparallel has the CUDA backend; tests install a table. nullopt: unknown (no check).
+// set_device_properties_provider returns the previous provider ({} restores the real one).
 using DevicePropertiesProvider = std::function<std::optional<DeviceProperties>(Device)>;
 DevicePropertiesProvider set_device_properties_provider(DevicePropertiesProvider provider);
 std::optional<DeviceProperties> device_properties(Device device);

@@ -42,8 +42,11 @@ Tensor gather(const std::vector<Tensor>& tensors, Device destination, int64_t di
 // Copies every tensor (all on devices[0]) to each device: result[j][i] is tensors[i] on devices[j];
 // result[0] are the inputs themselves; the others are fresh tensors with their own version
 // counters. Between host-memory devices each tensor is copied straight into its own result (a
-// memory copy has no per-transfer cost to amortise); device-to-device transfers pack tensors per
-// dtype into buckets of at most buffer_size bytes. Not differentiable (see replicate()).
+// memory copy has no per-transfer cost to amortise). Between CUDA devices tensors are packed per
+// dtype into buckets of at most buffer_size bytes, one transfer per bucket and device (NCCL between
+// distinct GPUs when available, else peer or device-to-device copies); the results on each device
+// are then views into that device's bucket buffers (sharing its version counter), as PyTorch's.
+// Not differentiable (see replicate()).
 std::vector<std::vector<Tensor>> broadcast_coalesced(const std::vector<Tensor>& tensors, const std::vector<Device>& devices,
                                                      size_t buffer_size = kDefaultBufferSize);
 // One tensor to each device (result[0] is the tensor itself when devices[0] is its device).
@@ -52,6 +55,8 @@ std::vector<Tensor> broadcast(const Tensor& tensor, const std::vector<Device>& d
 // Sums inputs[j][i] over j (inputs[j] is the j-th device's list, every list alike in sizes and
 // dtypes) into fresh tensors on `destination`: result[i]. Sums run in one pass over all tensors,
 // in device order (inputs[0] + inputs[1] + ...), split across the devices' workers when large.
+// CUDA inputs are packed into buckets as in broadcast_coalesced and summed on the destination by
+// NCCL (distinct GPUs) or a sum kernel; the results are views into one buffer per bucket.
 // Not differentiable.
 std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>& inputs, Device destination,
                                          size_t buffer_size = kDefaultBufferSize);

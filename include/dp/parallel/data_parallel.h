@@ -203,7 +203,7 @@ class DataParallelImpl : public nn::Module {
     std::vector<std::shared_ptr<M>> replicas = typed(core_.replicas(module_.ptr(), inputs.size()));
     std::vector<std::optional<LossPart>> parts(inputs.size());
     const bool grad_enabled = GradMode::is_enabled();
-    auto errors = detail::run_on_workers(detail::workers_of(used), [&](size_t i) {
+    auto errors = detail::run_replicas(used, [&](size_t i) {
       AutoGradMode mode(grad_enabled);
       parts[i] = run_one(*replicas[i], inputs[i]);
     });

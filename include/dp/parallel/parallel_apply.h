@@ -10,6 +10,7 @@
 // "Caught <type> in replica i on device d." (and how many others failed). A forward that returns
 // void gives no outputs.
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <tuple>
@@ -27,6 +28,10 @@ namespace detail {
 void rethrow_first_replica_error(const std::vector<std::exception_ptr>& errors, const std::vector<Device>& devices);
 // The workers of `devices` (null for the host, which runs in the calling thread).
 std::vector<Worker*> workers_of(const std::vector<Device>& devices);
+// run_on_workers over the workers of `devices`, where fn(i) on a CUDA device runs with the calling
+// thread's current stream of that device current, so a replica's kernels queue behind the copies
+// the caller made for it (the scatter), as PyTorch's parallel_apply passes its streams.
+std::vector<std::exception_ptr> run_replicas(const std::vector<Device>& devices, const std::function<void(size_t)>& fn);
 }  // namespace detail
 
 template <typename M, typename... Args>
@@ -39,18 +44,17 @@ auto parallel_apply(const std::vector<std::shared_ptr<M>>& replicas, const std::
            " is not equal to the number of devices ", devices.size());
   for (size_t i = 0; i < replicas.size(); ++i) DP_CHECK(replicas[i] != nullptr, ValueError, "parallel_apply: module ", i, " is null");
   const bool grad_enabled = GradMode::is_enabled();
-  std::vector<Worker*> targets = detail::workers_of(devices);
   auto call = [&](size_t i) -> decltype(auto) {
     AutoGradMode mode(grad_enabled);
     std::tuple<Args...> args = inputs[i];  // the replica's own copy: forward may take arguments by value or reference
     return std::apply([&](Args&... a) -> decltype(auto) { return replicas[i]->forward(a...); }, args);
   };
   if constexpr (std::is_void_v<R>) {
-    auto errors = detail::run_on_workers(targets, [&](size_t i) { call(i); });
+    auto errors = detail::run_replicas(devices, [&](size_t i) { call(i); });
     detail::rethrow_first_replica_error(errors, devices);
   } else {
     std::vector<std::optional<R>> results(replicas.size());
-    auto errors = detail::run_on_workers(targets, [&](size_t i) { results[i].emplace(call(i)); });
+    auto errors = detail::run_replicas(devices, [&](size_t i) { results[i].emplace(call(i)); });
     detail::rethrow_first_replica_error(errors, devices);
     std::vector<R> out;
     out.reserve(results.size());
