@@ -28,6 +28,7 @@
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
+#include "ops/index_plan.h"
 #if DP_HAVE_CUDA
 #include "cuda/index.h"
 #endif
@@ -127,20 +128,7 @@ std::vector<int64_t> read_indices(const char* op, const Tensor& index, int64_t d
 }
 
 // ---------------------------------------------------------------------------------------------
-// CUDA: operand views for the kernels of cuda/index.h, and their error path.
-
-// st with the entry of the indexed dim set to 0 (the kernel adds index * stride itself).
-Shape zero_at(Shape st, int64_t dim) {
-  st[dim] = 0;
-  return st;
-}
-
-// The strides of a 0-/1-D index seen with an nd-dim iteration shape: it runs along dim only.
-Shape index_strides_along(const Tensor& index, int64_t nd, int64_t dim) {
-  Shape st(static_cast<size_t>(nd), 0);
-  st[dim] = index.dim() == 0 ? 0 : index.stride(0);
-  return st;
-}
+// CUDA: the kernels of cuda/index.h run on the views of ops/index_plan.h; their error path.
 
 #if DP_HAVE_CUDA
 // A kernel met an index outside [0, size): the CPU's message, from the indices read on the host.
@@ -155,24 +143,23 @@ void precheck_cuda(const char* op, const Tensor& index, int64_t dim, int64_t siz
   if (cuda::index_out_of_range(kernels::contiguous_nograd(index), size)) throw_cuda_bad_index(op, index, dim, size);
 }
 
-// cuda::index_gather / index_scatter_add over the iteration view `it`; with check, a bad index is
-// the CPU's IndexError (also when `it` is empty but `index` is not: the CPU checks every index).
-void cuda_gather(const char* op, const Tensor& it, const Tensor& src, const Tensor& iv, const Tensor& index, int64_t step, int64_t dim,
-                 int64_t size, bool check) {
-  if (it.numel() == 0) {
-    if (check) precheck_cuda(op, index, dim, size);
+// cuda::index_gather / index_scatter_add on a plan; with check, a bad value of `index` (the op's
+// index tensor, dim `dim`) is the CPU's IndexError, also when the plan is empty but `index` is not
+// (the CPU checks every index).
+void cuda_gather(const char* op, const index_plan::IndexKernelPlan& p, const Tensor& index, int64_t dim, bool check) {
+  if (p.it.numel() == 0) {
+    if (check) precheck_cuda(op, index, dim, p.bound);
     return;
   }
-  if (cuda::index_gather(it, src, iv, step, size, check)) throw_cuda_bad_index(op, index, dim, size);
+  if (cuda::index_gather(p.it, p.src, p.index, p.step, p.bound, check)) throw_cuda_bad_index(op, index, dim, p.bound);
 }
 
-void cuda_scatter_add(const char* op, const Tensor& it, const Tensor& src, const Tensor& iv, const Tensor& index, int64_t step, int64_t dim,
-                      int64_t size, int64_t skip, bool check) {
-  if (it.numel() == 0) {
-    if (check) precheck_cuda(op, index, dim, size);
+void cuda_scatter_add(const char* op, const index_plan::IndexKernelPlan& p, const Tensor& index, int64_t dim, bool check) {
+  if (p.it.numel() == 0) {
+    if (check) precheck_cuda(op, index, dim, p.bound);
     return;
   }
-  if (cuda::index_scatter_add(it, src, iv, step, size, skip, check)) throw_cuda_bad_index(op, index, dim, size);
+  if (cuda::index_scatter_add(p.it, p.src, p.index, p.step, p.bound, p.skip, check)) throw_cuda_bad_index(op, index, dim, p.bound);
 }
 #endif
 
@@ -227,9 +214,7 @@ void index_select_kernel(const Tensor& out, const Tensor& a, int64_t dim, const 
 void index_select_into(const char* op, const Tensor& out, const Tensor& a, int64_t dim, const Tensor& index, bool check) {
 #if DP_HAVE_CUDA
   if (a.is_cuda()) {
-    const Tensor src = raw_view(a, out.sizes(), zero_at(a.strides(), dim), a.storage_offset());
-    const Tensor iv = raw_view(index, out.sizes(), index_strides_along(index, out.dim(), dim), index.storage_offset());
-    return cuda_gather(op, out, src, iv, index, a.stride(dim), dim, a.size(dim), check);
+    return cuda_gather(op, index_plan::index_select(out, a, dim, index), index, dim, check);
   }
 #endif
   (void)check;  // the CPU reads every index anyway
@@ -269,9 +254,7 @@ void index_add_into(const char* op, const Tensor& self_in, int64_t dim, const Te
   const Tensor self = as_1d(self_in), src = as_1d(src_in);
 #if DP_HAVE_CUDA
   if (self.is_cuda()) {
-    const Tensor it = raw_view(self, src.sizes(), zero_at(self.strides(), dim), self.storage_offset());
-    const Tensor iv = raw_view(index, src.sizes(), index_strides_along(index, src.dim(), dim), index.storage_offset());
-    return cuda_scatter_add(op, it, src, iv, index, self.stride(dim), dim, self.size(dim), -1, check);
+    return cuda_scatter_add(op, index_plan::index_add(self, dim, index, src), index, dim, check);
   }
 #endif
   (void)check;
@@ -288,9 +271,7 @@ Tensor gather_kernel(const char* op, const Tensor& a_in, int64_t dim, const Tens
   const Tensor o1 = as_1d(out);
 #if DP_HAVE_CUDA
   if (a.is_cuda()) {
-    const Tensor it = raw_view(o1, index.sizes(), o1.strides(), o1.storage_offset());
-    const Tensor src = raw_view(a, index.sizes(), zero_at(a.strides(), dim), a.storage_offset());
-    cuda_gather(op, it, src, index, index, a.stride(dim), dim, a.size(dim), check);
+    cuda_gather(op, index_plan::gather(o1, a, dim, index), index, dim, check);
     return out;
   }
 #endif
@@ -311,9 +292,7 @@ void scatter_add_kernel(const char* op, const Tensor& self_in, int64_t dim, cons
   const Tensor self = as_1d(self_in), index = as_1d(index_in), src = as_1d(src_in);
 #if DP_HAVE_CUDA
   if (self.is_cuda()) {
-    const Tensor it = raw_view(self, index.sizes(), zero_at(self.strides(), dim), self.storage_offset());
-    const Tensor sv = raw_view(src, index.sizes(), src.strides(), src.storage_offset());
-    return cuda_scatter_add(op, it, sv, index, index, self.stride(dim), dim, self.size(dim), -1, check);
+    return cuda_scatter_add(op, index_plan::scatter_add(self, dim, index, src), index, dim, check);
   }
 #endif
   (void)check;
@@ -443,14 +422,7 @@ Tensor embedding_dense_backward(const Tensor& g, const Tensor& indices, int64_t 
 #if DP_HAVE_CUDA
   if (g.is_cuda() && !GradMode::is_enabled()) {
     Tensor gw = raw_zeros({num_weights, D}, g.dtype(), g.device());
-    const int64_t nd = g.dim();
-    Shape ws(static_cast<size_t>(nd), 0);
-    ws.back() = 1;
-    Shape is = indices.strides();
-    is.push_back(0);
-    const Tensor it = raw_view(gw, g.sizes(), ws, 0);
-    const Tensor iv = raw_view(indices, g.sizes(), is, indices.storage_offset());
-    cuda_scatter_add("embedding backward", it, g, iv, indices, D, 0, num_weights, padding_idx, false);
+    cuda_scatter_add("embedding backward", index_plan::embedding_backward(gw, g, indices, padding_idx), indices, 0, false);
     return gw;
   }
 #endif
@@ -588,15 +560,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
   Tensor out = make_empty(out_shape, weight.dtype(), weight.device());
 #if DP_HAVE_CUDA
   if (weight.is_cuda()) {
-    // One gather over out's shape: the row from the index (strides of indices, 0 along D), the
-    // column from weight's dim 1.
-    Shape ws(out_shape.size(), 0);
-    ws.back() = weight.stride(1);
-    Shape is = indices.strides();
-    is.push_back(0);
-    const Tensor src = raw_view(weight, out_shape, ws, weight.storage_offset());
-    const Tensor iv = raw_view(indices, out_shape, is, indices.storage_offset());
-    cuda_gather("embedding", out, src, iv, indices, weight.stride(0), 0, V, true);
+    cuda_gather("embedding", index_plan::embedding(out, weight, indices), indices, 0, true);
   } else
 #endif
   {
@@ -647,19 +611,10 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   Tensor out = raw_zeros(out_shape, kInt64, indices.device());
 #if DP_HAVE_CUDA
   if (indices.is_cuda()) {
-    // A one scattered at each class position: iteration shape indices.shape + [1], the class dim
-    // (stride 1 in out) picked by the index.
+    // A one scattered at each class position (the values were checked above).
     Tensor one = make_empty({}, kInt64, indices.device());
     kernels::fill_kernel(one, 1);
-    Shape it_shape = indices.sizes();
-    it_shape.push_back(1);
-    const size_t nd = it_shape.size();
-    Shape is = indices.strides();
-    is.push_back(0);
-    const Tensor it = raw_view(out, it_shape, zero_at(out.strides(), static_cast<int64_t>(nd) - 1), out.storage_offset());
-    const Tensor ones = raw_view(one, it_shape, Shape(nd, 0), one.storage_offset());
-    const Tensor iv = raw_view(indices, it_shape, is, indices.storage_offset());
-    cuda_scatter_add("one_hot", it, ones, iv, indices, 1, static_cast<int64_t>(nd) - 1, num_classes, -1, false);
+    cuda_scatter_add("one_hot", index_plan::one_hot(out, one, indices), indices, indices.dim(), false);
     return out;
   }
 #endif
