@@ -212,6 +212,50 @@ TEST(CudaConv, BackwardHalvesAgainstCpu) {
   }
 }
 
+TEST(CudaConv, SecondOrderGradientsAgainstCpu) {
+  DP_REQUIRE_GPU();
+  // d(gx . v + gw . u) / d(x, w), with (gx, gw) = d(conv2d(x, w) . go) / d(x, w) recorded
+  // (create_graph): runs the recorded backward halves, each a convolution of its own.
+  for (DType dt : {kFloat32, kFloat64}) {
+    for (const ConvCase& c : conv_cases()) {
+      if (c.x.size() != 4 || c.x[0] == 0) continue;
+      const std::string what = describe(c, dt) + " second order";
+      Tensor x = sample(c.x, dt, 17), w = sample(c.w, dt, 18, -0.5, 0.5);
+      Tensor go = sample(conv2d(x, w, Tensor(), c.stride, c.padding, c.dilation, c.groups).sizes(), dt, 19);
+      Tensor v = sample(c.x, dt, 20), u = sample(c.w, dt, 21);
+      auto run = [&](const Device& d) {
+        Tensor xd = x.to(d).set_requires_grad(true), wd = w.to(d).set_requires_grad(true);
+        Tensor y = conv2d(xd, wd, Tensor(), c.stride, c.padding, c.dilation, c.groups);
+        auto g1 = autograd::grad({y}, {xd, wd}, {go.to(d)}, true, true);
+        return autograd::grad({g1[0], g1[1]}, {xd, wd}, {v.to(d), u.to(d)});
+      };
+      const auto ref = run(Device::cpu());
+      poison();
+      const auto got = run(kGpu);
+      expect_close(got[0], ref[0], what + " d/dx", tol_for(dt));
+      expect_close(got[1], ref[1], what + " d/dw", tol_for(dt));
+    }
+  }
+}
+
+#if DP_HAVE_CUDA
+TEST(CudaConv, OnANonDefaultStream) {
+  DP_REQUIRE_GPU();
+  // Everything queued on the current stream (a non-blocking one: work on any other stream would
+  // race with it), then read back after it.
+  Tensor x = sample({4, 8, 20, 20}, kFloat32, 22), w = sample({8, 8, 3, 3}, kFloat32, 23, -0.5, 0.5), b = sample({8}, kFloat32, 24);
+  Tensor ref = conv2d(x, w, b, {1}, {1});
+  cuda::Stream s = cuda::Stream::create(0);
+  Tensor y;
+  {
+    cuda::StreamGuard guard(s);
+    y = conv2d(x.to(kGpu), w.to(kGpu), b.to(kGpu), {1}, {1});
+  }
+  s.synchronize();
+  expect_close(y, ref, "conv2d on a created stream", tol_for(kFloat32));
+}
+#endif
+
 TEST(CudaConv, RepeatedShapesReuseTheCachedAlgorithm) {
   DP_REQUIRE_GPU();
   // Same shape many times, then other batch sizes: results stay identical to the first call.

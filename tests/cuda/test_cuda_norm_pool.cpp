@@ -309,7 +309,8 @@ TEST(CudaPool, AdaptiveAvgPool) {
 TEST(CudaLayerNorm, ForwardAndBackwardAgainstCpu) {
   DP_REQUIRE_GPU();
   const std::vector<std::pair<Shape, Shape>> cases = {{{4, 7, 33}, {33}},  {{5, 3, 10}, {3, 10}}, {{3, 1000}, {1000}},
-                                                      {{2, 2049}, {2049}}, {{300, 16}, {16}},     {{1, 1}, {1}}};
+                                                      {{2, 2049}, {2049}}, {{300, 16}, {16}},     {{1, 1}, {1}},
+                                                      {{70000, 4}, {4}}};  // more rows than blocks: the grid-stride loop
   for (DType dt : {kFloat32, kFloat64}) {
     for (const auto& [in, shape] : cases) {
       for (int affine = 0; affine < 3; ++affine) {  // none, weight only, weight and bias
@@ -402,6 +403,29 @@ TEST(CudaBatchNorm, EmptyBatchLeavesRunningStatsAlone) {
   EXPECT_TRUE(dp::equal(rm.cpu(), dp::zeros({3})));
   EXPECT_TRUE(dp::equal(rv.cpu(), dp::ones({3})));
 }
+
+#if DP_HAVE_CUDA
+TEST(CudaNormPool, OnANonDefaultStream) {
+  DP_REQUIRE_GPU();
+  // Every kernel (and its scratch memory) on the current stream: on a non-blocking stream, a
+  // kernel queued anywhere else would race with its neighbours.
+  Tensor x = sample({4, 6, 33, 35}, kFloat32, 61, 5.0, 9.0);
+  Tensor rm_c = dp::zeros({6}), rv_c = dp::ones({6});
+  Tensor ref = max_pool2d(batch_norm(layer_norm(x, {35}), rm_c, rv_c, Tensor(), Tensor(), true), {3}, {2}, {1});
+  ref = avg_pool2d(adaptive_avg_pool2d(ref, {9, 7}), {2});
+  Tensor rm_g = dp::zeros({6}, TensorOptions().device(kGpu)), rv_g = dp::ones({6}, TensorOptions().device(kGpu));
+  cuda::Stream s = cuda::Stream::create(0);
+  Tensor y;
+  {
+    cuda::StreamGuard guard(s);
+    y = max_pool2d(batch_norm(layer_norm(x.to(kGpu), {35}), rm_g, rv_g, Tensor(), Tensor(), true), {3}, {2}, {1});
+    y = avg_pool2d(adaptive_avg_pool2d(y, {9, 7}), {2});
+  }
+  s.synchronize();
+  expect_close(y, ref, "pool(bn(ln)) on a created stream", 3e-5);
+  expect_close(rv_g, rv_c, "running_var on a created stream", 1e-5);
+}
+#endif
 
 }  // namespace
 }  // namespace dp
