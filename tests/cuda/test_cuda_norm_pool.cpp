@@ -7,7 +7,10 @@
 //    running statistics, eval mode). Outputs are allocated over NaN-poisoned cached memory, so an
 //    element a kernel forgets to write shows up.
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
