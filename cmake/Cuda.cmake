@@ -72,6 +72,9 @@ if(DP_WITH_CUDA)
         set(CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
       endif()
       set(DP_HAVE_CUDA ON)
+      # dparallel was created before CUDA was enabled, so its CUDA_ARCHITECTURES was not initialised
+      # from the variable; the Makefile generators refuse an empty one for a target holding CUDA objects.
+      set_property(TARGET dparallel PROPERTY CUDA_ARCHITECTURES ${CMAKE_CUDA_ARCHITECTURES})
 
       target_sources(dparallel PRIVATE ${DP_CUDA_HOST_SOURCES})
       if(DP_CUDA_KERNEL_SOURCES)
