@@ -145,16 +145,17 @@ void give_staging(Staging s) {
   release_staging(release);
 }
 
-// Copies to or from the host synchronise with it or read host memory when queued: neither can be
-// captured into a CUDA graph (and a failed call would invalidate the capture), so they are refused
-// with the reason.
+// Copies to or from the host synchronise with it or read host memory when queued, and copies
+// between devices order two devices' streams with events: none can be captured into a CUDA graph
+// (and a failed call would invalidate the capture), so they are refused with the reason.
 void check_not_capturing(const char* what, const Device& dst, const Device& src) {
   for (const Device& d : {dst, src}) {
     if (!d.is_cuda()) continue;
     DP_CHECK(!is_current_stream_capturing(d.index), DeviceError, "copy from ", src.str(), " to ", dst.str(), " (", what,
              ") during CUDA graph capture on ", d.str(),
-             ": copies involving the host cannot be captured (they synchronise with it or stage through pinned memory); "
-             "copy into the graph's static input tensors before replay, outside the capture");
+             ": it cannot be captured (a copy with the host synchronises with it or stages through pinned memory, one "
+             "between devices orders two devices' streams); copy into the graph's static input tensors before replay, "
+             "outside the capture");
   }
 }
 
