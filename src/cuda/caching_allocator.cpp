@@ -35,6 +35,12 @@ CachingAllocatorCore::CachingAllocatorCore(std::string device_name, RawMemoryBac
 CachingAllocatorCore::~CachingAllocatorCore() {
   std::lock_guard<std::mutex> lock(mu_);
   try {
+    // Graphs still alive at exit: their pools' free segments are released with the rest.
+    std::vector<PoolId> ids;
+    for (const auto& kv : pools_) ids.push_back(kv.first);
+    pools_.clear();
+    captures_.clear();
+    for (PoolId id : ids) return_pool_blocks(id);
     synchronize_and_free_events();
     release_cached_segments();
   } catch (...) {

@@ -747,6 +747,22 @@ TEST(CachingAllocatorPrivatePool, PendingEventsAreNotQueriedDuringCapture) {
   a.release_pool(pool);
 }
 
+TEST(CachingAllocatorPrivatePool, DestructorReturnsThePoolsSegmentsToo) {
+  FakeBackend backend(256 * MiB);
+  {
+    Core a("cuda:0", backend);
+    const PoolId pool = a.create_pool();
+    a.begin_capture(kCap, pool);
+    void* p = a.allocate(4 * KiB, kCap);
+    void* q = a.allocate(4 * KiB, kCap);
+    a.free(p);
+    a.free(q);
+    a.end_capture(kCap);
+    EXPECT_EQ(a.stats().private_pools, 1);  // the graph is never released
+  }
+  EXPECT_EQ(backend.used(), 0u);
+}
+
 TEST(CachingAllocatorCore, FormatBytes) {
   EXPECT_EQ(format_bytes(0), "0 bytes");
   EXPECT_EQ(format_bytes(1023), "1023 bytes");
