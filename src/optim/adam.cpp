@@ -51,16 +51,20 @@ void adam_step(std::vector<OptimizerParamGroup>& groups,
     kernels::AdamScalars s = adam_scalars(detail::options_as<Options>(group.options(), name), decoupled);
 #if DP_HAVE_CUDA
     detail::CudaUpdateBatch<cuda::optim::AdamTensor> on_cuda;
+    int checked_device = -1;
 #endif
     for (Tensor& p : group.params()) {
       Tensor g = detail::contiguous_grad(p);
       if (!g.defined()) continue;
 #if DP_HAVE_CUDA
-      // Checked before any state changes. (PyTorch's capturable=True keeps the step on the device.)
-      DP_CHECK(!p.is_cuda() || !cuda::is_current_stream_capturing(p.device().index), NotImplementedError, name,
-               ": step() during CUDA graph capture on ", p.device().str(),
-               ": the step count and bias corrections are host values and would be frozen into the graph; "
-               "capture SGD, or run this optimizer's step outside the graph");
+      // Checked before any state changes, once per device and group (a driver query). PyTorch's
+      // capturable=True keeps the step on the device instead.
+      if (p.is_cuda() && p.device().index != checked_device) {
+        DP_CHECK(!cuda::is_current_stream_capturing(p.device().index), NotImplementedError, name, ": step() during CUDA graph capture on ",
+                 p.device().str(), ": the step count and bias corrections are host values and would be frozen into the graph; "
+                 "capture SGD, or run this optimizer's step outside the graph");
+        checked_device = p.device().index;
+      }
 #endif
       auto& slot = state[p.unsafe_impl()];
       if (!slot) {
