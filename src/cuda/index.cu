@@ -56,6 +56,15 @@ HostFlag::~HostFlag() {
 }
 
 int* HostFlag::device_ptr(CUstream_st* stream) {
+  // A stream being captured into a CUDA graph must not wait for the host, and a replay would raise
+  // the flag at some later time: no check there (kernels skip bad indices silently, as PyTorch's
+  // asserts are the only check inside its graphs). A failed query counts as capturing.
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  if (status != cudaStreamCaptureStatusNone) return nullptr;
   stream_ = stream;
   pending_ = true;
   return device_;
@@ -155,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) range_kernel(uint32_t n, const I* in
     const int64_t v = static_cast<int64_t>(index[i]);
     any = any || v < 0 || v >= bound;
   }
-  if (__syncthreads_or(any) && threadIdx.x == 0) *reinterpret_cast<volatile int*>(bad) = 1;
+  if (__syncthreads_or(any) && threadIdx.x == 0 && bad != nullptr) *reinterpret_cast<volatile int*>(bad) = 1;
 }
 
 template <typename B>

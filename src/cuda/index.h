@@ -12,7 +12,9 @@
 // the caller re-reads the indices on the host and throws the CPU's exact IndexError. That wait is
 // the price of a synchronous error and is paid only by ops whose indices come from the user
 // (index_select, gather, scatter_add, index_add, embedding, nll_loss / cross_entropy targets);
-// the backward passes reuse indices the forward already checked and never wait.
+// the backward passes reuse indices the forward already checked and never wait. While the stream
+// is being captured into a CUDA graph no wait is allowed: the check is off (bad indices are
+// skipped silently, as in PyTorch's graphs, where only its device asserts would catch them).
 #include <cstdint>
 #include "dp/core/scalar.h"
 #include "dp/core/tensor.h"
@@ -32,7 +34,8 @@ class HostFlag {
   ~HostFlag();
   HostFlag(const HostFlag&) = delete;
   HostFlag& operator=(const HostFlag&) = delete;
-  // The pointer kernels store 1 through; `stream` is where they are queued.
+  // The pointer kernels store 1 through; `stream` is where they are queued. Null while `stream`
+  // is being captured into a CUDA graph (no check there: kernels take null as "do not report").
   int* device_ptr(CUstream_st* stream);
   // Waits for the work queued on the stream given to device_ptr() and returns whether a kernel
   // raised the flag (false if device_ptr() was never called).

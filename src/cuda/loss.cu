@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kThreads) pointwise_forward_kernel(uint32_t n,
     if (out != nullptr) out[i] = st<T>(l);
     else sum += l;
   }
-  if (outside) *reinterpret_cast<volatile int*>(bad) = 1;
+  if (outside && bad != nullptr) *reinterpret_cast<volatile int*>(bad) = 1;
   if (partials != nullptr) write_partial(Pair<A>{sum, A(0)}, partials);
 }
 
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(kThreads) nll_forward_kernel(uint32_t ns, int6
   for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < ns; i += stride) {
     const int64_t t = static_cast<int64_t>(tg[i]);
     const bool ok = t != ignore && t >= 0 && t < C;
-    if (!ok && t != ignore) *reinterpret_cast<volatile int*>(bad) = 1;
+    if (!ok && t != ignore && bad != nullptr) *reinterpret_cast<volatile int*>(bad) = 1;
     if (!ok) {
       if (out != nullptr) out[i] = st<T>(A(0));
       continue;
@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(kThreads) ce_index_forward_kernel(uint32_t ns,
     lse_out[i] = lse;
     const int64_t t = static_cast<int64_t>(tg[i]);
     const bool ok = t != ignore && t >= 0 && t < C;
-    if (!ok && t != ignore) *reinterpret_cast<volatile int*>(bad) = 1;
+    if (!ok && t != ignore && bad != nullptr) *reinterpret_cast<volatile int*>(bad) = 1;
     if (!ok) {
       if (out != nullptr) out[i] = st<T>(A(0));
       continue;

@@ -12,6 +12,9 @@
 #include "dp/dp.h"
 #include "support/cuda.h"
 #include "support/cuda_compare.h"
+#if DP_HAVE_CUDA
+#include "dp/cuda/graph.h"
+#endif
 
 namespace dp {
 namespace {
@@ -318,6 +321,28 @@ TEST(CudaLoss, BadTargetsAndInputsGiveTheCpuErrors) {
   // The device still works afterwards.
   expect_rel(nll_loss(x.to(kGpu), tensor<int64_t>({1, 0, 2, 4}, {4}).to(kGpu)), nll_loss(x, tensor<int64_t>({1, 0, 2, 4}, {4})), 1e-6,
              "nll_loss after the errors");
+}
+
+// Inside a CUDA graph capture the ops must not wait for the host: the range checks are off there
+// and the captured step replays to the eager result.
+TEST(CudaLoss, EmbeddingAndLossesCaptureInACudaGraph) {
+  DP_REQUIRE_GPU();
+#if DP_HAVE_CUDA
+  const Tensor w = sample({20, 8}, kFloat32, 50).to(kGpu), idx = targets({6}, 20, 51).to(kGpu), tg = targets({6}, 8, 52).to(kGpu);
+  const Tensor p = sample({6, 8}, kFloat32, 53, 0.1, 0.9).to(kGpu);
+  auto step = [&] { return dp::add(cross_entropy(embedding(w, idx), tg), dp::add(nll_loss(p, tg), binary_cross_entropy(p, p))); };
+  const Tensor eager = step().cpu();
+  cuda::CUDAGraph graph;
+  Tensor out;
+  {
+    cuda::GraphCapture capture(graph);
+    out = step();
+    capture.end();
+  }
+  graph.replay();
+  cuda::synchronize();
+  expect_rel(out, eager, 1e-6, "captured embedding + losses");
+#endif
 }
 
 // Runs without a GPU: the CPU loops take float32 / float64 only, and say that 16-bit floats work on
