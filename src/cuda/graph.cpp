@@ -136,7 +136,9 @@ void CUDAGraph::replay() {
   DP_CHECK(exec_ != nullptr, ValueError, "CUDAGraph::replay: ",
            capturing_ ? "the capture is still in progress (capture_end first)" : "nothing has been captured (capture_begin, capture_end first)");
   DeviceGuard guard(device_);
-  DP_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream(device_).handle()));
+  Stream s = current_stream(device_);
+  DP_CUDA_CHECK(cudaGraphLaunch(exec_, s.handle()));
+  last_replay_ = std::move(s);
 }
 
 void CUDAGraph::reset() {
@@ -150,10 +152,11 @@ void CUDAGraph::reset() {
   }
   if (exec_ != nullptr) {
     // Replays may still be running, and the pool's memory is about to become ordinary cache.
-    // Launches of one executable graph are ordered, so waiting for the device's work is enough;
-    // reset is not a hot path.
+    // Launches of one executable graph run in launch order, so waiting for the stream of the
+    // latest is enough (not the whole device: another thread may be capturing on it).
     DeviceGuard guard(device_);
-    DP_CUDA_CHECK(cudaDeviceSynchronize());
+    if (last_replay_) last_replay_->synchronize();
+    last_replay_.reset();
     (void)cudaGraphExecDestroy(exec_);
     exec_ = nullptr;
   }

@@ -83,6 +83,7 @@ class CUDAGraph {
   int device_ = -1;
   std::optional<Stream> stream_;         // the capture stream
   std::optional<Stream> worker_stream_;  // the device worker's current stream before the capture
+  std::optional<Stream> last_replay_;    // where the latest replay was queued (reset waits for it)
   bool worker_switched_ = false;
   bool capturing_ = false;
   MempoolId pool_;
