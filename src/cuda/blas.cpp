@@ -14,6 +14,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <memory>
@@ -109,9 +110,10 @@ cublasHandle_t cublas_handle(int device) {
 }
 
 cublasLtHandle_t lt_handle(int device) {
-  static std::mutex mu;
-  static std::vector<cublasLtHandle_t>* handles = new std::vector<cublasLtHandle_t>;  // never destroyed, as above
-  std::lock_guard<std::mutex> lock(mu);
+  // Never destroyed, as the pool above: a thread may still multiply while the process exits.
+  static std::mutex* mu = new std::mutex;
+  static std::vector<cublasLtHandle_t>* handles = new std::vector<cublasLtHandle_t>;
+  std::lock_guard<std::mutex> lock(*mu);
   if (static_cast<int>(handles->size()) <= device) handles->resize(device + 1, nullptr);
   cublasLtHandle_t& h = (*handles)[device];
   if (!h) {
@@ -122,18 +124,18 @@ cublasLtHandle_t lt_handle(int device) {
 }
 
 int64_t workspace_size(int device) {
-  static const std::vector<int64_t> sizes = [] {
-    std::vector<int64_t> s(static_cast<size_t>(device_count()), detail::workspace_bytes(8));
-    for (size_t d = 0; d < s.size(); ++d) {
+  static const std::vector<int64_t>* sizes = [] {  // never destroyed, as the handles
+    auto* s = new std::vector<int64_t>(static_cast<size_t>(device_count()), detail::workspace_bytes(8));
+    for (size_t d = 0; d < s->size(); ++d) {
       int major = 8;
       if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, static_cast<int>(d)) == cudaSuccess)
-        s[d] = detail::workspace_bytes(major);
+        (*s)[d] = detail::workspace_bytes(major);
       else
         (void)cudaGetLastError();
     }
     return s;
   }();
-  return sizes[static_cast<size_t>(device)];
+  return (*sizes)[static_cast<size_t>(device)];
 }
 
 Tensor workspace(int device, int64_t bytes) { return make_empty({bytes}, kUInt8, Device::cuda(device)); }
