@@ -244,11 +244,13 @@ TEST(OptimizerErrors, ParameterLists) {
   expect_error<ValueError>([&] { SGD({Tensor()}, SGDOptions(0.1)); }, "undefined tensor");
   expect_error<DTypeError>([&] { SGD({zeros({2}, kInt64)}, SGDOptions(0.1)); }, "int64");
   expect_error<DTypeError>([&] { Adam({zeros({2}, kFloat16)}); }, "float16");
-  // A tensor labelled cuda:0 (over host memory; never dereferenced): rejected by device.
+  // A tensor labelled with a CUDA device that does not exist here (over host memory; never
+  // dereferenced): rejected by device, on machines with or without GPUs.
   static float host[2];
-  auto storage = std::make_shared<StorageImpl>(host, sizeof(host), Device::cuda(0), [](void*) {});
+  const Device missing = Device::cuda(cuda_device_count());
+  auto storage = std::make_shared<StorageImpl>(host, sizeof(host), missing, [](void*) {});
   Tensor on_cuda(std::make_shared<TensorImpl>(storage, Shape{2}, Shape{1}, 0, kFloat32));
-  expect_error<DeviceError>([&] { SGD({on_cuda}, SGDOptions(0.1)); }, "cuda:0");
+  expect_error<DeviceError>([&] { SGD({on_cuda}, SGDOptions(0.1)); }, missing.str());
   // CPU devices are fine.
   EXPECT_NO_THROW(SGD({zeros({2}, Device::cpu(0)).requires_grad_(true)}, SGDOptions(0.1)));
 }
