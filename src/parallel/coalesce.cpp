@@ -66,4 +66,24 @@ std::vector<Tensor> unpack(const Bucket& bucket, const Tensor& flat, const std::
   return out;
 }
 
+void copy_coalesced(const std::vector<Tensor>& originals, const std::vector<Tensor>& copies, Device device, size_t buffer_size) {
+  DP_CHECK(originals.size() == copies.size(), ValueError, "copy_coalesced: ", originals.size(), " originals but ", copies.size(), " copies");
+  NoGradGuard no_grad;
+  std::vector<TensorSpec> specs;
+  std::vector<size_t> all;
+  for (size_t k = 0; k < originals.size(); ++k) {
+    DP_CHECK(originals[k].sizes() == copies[k].sizes() && originals[k].dtype() == copies[k].dtype(), ShapeError, "copy_coalesced: tensor ", k,
+             " is ", originals[k].size_str(), " ", dtype_name(originals[k].dtype()), " but its copy is ", copies[k].size_str(), " ",
+             dtype_name(copies[k].dtype()));
+    specs.push_back({originals[k].sizes(), originals[k].dtype()});
+    all.push_back(k);
+  }
+  for (const Bucket& b : plan_buckets(specs, all, buffer_size)) {
+    Tensor flat = pack(b, originals, originals[b.items[0]].device());
+    if (flat.device() != device) flat = flat.to(device);
+    std::vector<Tensor> views = unpack(b, flat, specs);
+    for (size_t k = 0; k < b.items.size(); ++k) copies[b.items[k]].detach().copy_(views[k]);
+  }
+}
+
 }  // namespace dp::parallel::detail

@@ -8,6 +8,7 @@
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/shape.h"
+#include "parallel/coalesce.h"
 #include "parallel/placement.h"
 #include "parallel/reduce.h"
 
@@ -145,14 +146,39 @@ struct ReplicaSet::Replica {
 
 namespace {
 
-// Brings a copy up to date with its original if either changed since the stamp.
-void refresh_copy(const Tensor& original, Tensor& copy, CopyStamp& stamp, Device device) {
+// Copies to refresh between devices that do not share memory (CUDA), made together: one transfer
+// per bucket and device instead of one per tensor (copy_coalesced); stamps set once copied.
+struct PendingCopies {
+  std::vector<Tensor> originals, copies;
+  std::vector<CopyStamp*> stamps;
+  void flush(Device device) {
+    if (originals.empty()) return;
+    copy_coalesced(originals, copies, device);
+    for (size_t k = 0; k < originals.size(); ++k) *stamps[k] = {root_of(originals[k].storage()), originals[k].version(), copies[k].version()};
+    originals.clear();
+    copies.clear();
+    stamps.clear();
+  }
+};
+
+// Brings a copy up to date with its original if either changed since the stamp. A same-shaped copy
+// across non-host devices is queued on `pending` (when given) instead of copied now.
+void refresh_copy(const Tensor& original, Tensor& copy, CopyStamp& stamp, Device device, PendingCopies* pending = nullptr) {
   const TensorImpl& o = *original.unsafe_impl();
   const bool current = stamp.source == root_of(o.storage) && stamp.source_version == original.version() &&
                        stamp.own_version == copy.version() && copy.sizes() == original.sizes() && copy.dtype() == original.dtype();
   if (current) return;
-  if (copy.sizes() == original.sizes() && copy.dtype() == original.dtype()) copy.detach().copy_(original);
-  else copy.set_data(fresh_copy(original, device));
+  if (copy.sizes() == original.sizes() && copy.dtype() == original.dtype()) {
+    if (pending && (!host_memory(device) || !host_memory(original.device()))) {
+      pending->originals.push_back(original);
+      pending->copies.push_back(copy);
+      pending->stamps.push_back(&stamp);
+      return;
+    }
+    copy.detach().copy_(original);
+  } else {
+    copy.set_data(fresh_copy(original, device));
+  }
   stamp = {root_of(o.storage), original.version(), copy.version()};
 }
 
@@ -243,6 +269,7 @@ void ReplicaSet::refresh(size_t j) {
   Replica& rep = *replicas_[j];
   for (size_t m = 0; m < modules_.size(); ++m) rep.modules[m]->set_training_flag(modules_[m]->is_training());
   NoGradGuard no_grad;
+  PendingCopies pending;
   for (size_t p = 0; p < params_.size(); ++p) {
     const Tensor& o = params_[p];
     Tensor& r = rep.params[p];
@@ -255,10 +282,11 @@ void ReplicaSet::refresh(size_t j) {
       if (!rep.param_copied[p]) continue;
       rep.param_stamps[p] = {};  // it just became a copy: refresh it now
     }
-    refresh_copy(o, r, rep.param_stamps[p], rep.device);
+    refresh_copy(o, r, rep.param_stamps[p], rep.device, &pending);
   }
-  if (j == 0) return;  // replica 0's buffers are the originals
-  for (size_t b = 0; b < buffers_.size(); ++b) refresh_copy(buffers_[b], rep.buffers[b], rep.buffer_stamps[b], rep.device);
+  if (j != 0)  // replica 0's buffers are the originals
+    for (size_t b = 0; b < buffers_.size(); ++b) refresh_copy(buffers_[b], rep.buffers[b], rep.buffer_stamps[b], rep.device, &pending);
+  pending.flush(rep.device);
 }
 
 void ReplicaSet::link_history(size_t count, bool detach) {

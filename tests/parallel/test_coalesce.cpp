@@ -79,3 +79,21 @@ TEST(Coalesce, PackThenUnpackRoundTripsWithZerosForMissingTensors) {
 
 }  // namespace
 }  // namespace dp::parallel::detail
+
+namespace dp::parallel::detail {
+namespace {
+
+TEST(Coalesce, CopyCoalescedFillsEveryCopyAcrossBuckets) {
+  manual_seed(4);
+  std::vector<Tensor> originals{randn({5, 3}), randint(0, 9, {4}), randn({0}), randn({2, 6}).t(), randn({40})};
+  std::vector<Tensor> copies;
+  for (const Tensor& t : originals) copies.push_back(full(t.sizes(), -7.0, TensorOptions().dtype(t.dtype())));
+  const Tensor strided_target = copies[3];
+  copy_coalesced(originals, copies, Device::cpu(), 64);  // several buckets of one dtype
+  for (size_t k = 0; k < originals.size(); ++k) EXPECT_TRUE(equal(copies[k], originals[k])) << k;
+  EXPECT_TRUE(copies[3].is_same(strided_target));  // filled in place
+  EXPECT_THROW(copy_coalesced({randn({2})}, {randn({3})}, Device::cpu()), ShapeError);
+}
+
+}  // namespace
+}  // namespace dp::parallel::detail

@@ -360,6 +360,57 @@ TEST(DataParallelCuda, NoImbalanceWarningForDevicesOfOneGpu) {
   if (one_gpu) EXPECT_TRUE(capture.messages().empty());
 }
 
+// BatchNorm in training normalises each replica's chunk on its own, so the reference is DataParallel
+// over as many CPU devices (the same chunks): outputs, gradients, and the running statistics that
+// replica 0 updates in place; then eval mode, where every replica reads the refreshed statistics.
+struct BnNet : nn::Module {
+  nn::Linear fc{nullptr};
+  nn::BatchNorm1d bn{nullptr};
+  BnNet() {
+    fc = register_module("fc", nn::Linear(6, 4));
+    bn = register_module("bn", nn::BatchNorm1d(4));
+  }
+  Tensor forward(const Tensor& x) { return bn(fc(x)); }
+};
+
+TEST(DataParallelCuda, BatchNormMatchesDataParallelOnCpuDevices) {
+  DP_REQUIRE_CUDA_DEVICES(2);
+  const int n = std::min(cuda_device_count(), 4);
+  set_cpu_device_count(std::max(cpu_device_count(), n));
+  manual_seed(9);
+  auto gpu_model = std::make_shared<BnNet>();
+  auto cpu_model = nn::clone(gpu_model);
+  gpu_model->to(Device::cuda(0));
+  cpu_model->to(Device::cpu(0));
+  std::vector<Device> cpus;
+  for (int i = 0; i < n; ++i) cpus.push_back(Device::cpu(i));
+  nn::DataParallel<BnNet> gpu(gpu_model, cuda_devices(n));
+  nn::DataParallel<BnNet> cpu(cpu_model, cpus);
+  optim::SGD opt_gpu(gpu_model->parameters(), optim::SGDOptions(0.1));
+  optim::SGD opt_cpu(cpu_model->parameters(), optim::SGDOptions(0.1));
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const bool train = step < 3;
+    gpu->train(train);
+    cpu->train(train);
+    Tensor x = randn({4 * n + 2, 6});
+    opt_gpu.zero_grad();
+    opt_cpu.zero_grad();
+    Tensor y = gpu(x.to(Device::cuda(0)));
+    Tensor y_ref = cpu(x);
+    ASSERT_LT(rel_err(y, y_ref), kTol);
+    y.pow(2).sum().backward();
+    y_ref.pow(2).sum().backward();
+    auto p = gpu_model->named_parameters();
+    auto p_ref = cpu_model->named_parameters();
+    for (size_t i = 0; i < p.size(); ++i) EXPECT_LT(rel_err(p[i].value().grad(), p_ref[i].value().grad()), kTol) << p[i].key();
+    opt_gpu.step();
+    opt_cpu.step();
+    EXPECT_LT(rel_err(gpu_model->bn->running_mean, cpu_model->bn->running_mean), kTol);
+    EXPECT_LT(rel_err(gpu_model->bn->running_var, cpu_model->bn->running_var), kTol);
+  }
+}
+
 TEST(DataParallelCuda, NoGradForwardAndRepeatedStepsKeepReplicas) {
   DP_REQUIRE_CUDA_DEVICES(2);
   manual_seed(8);
