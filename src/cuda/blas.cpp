@@ -208,8 +208,8 @@ void gemm_call(Context& ctx, DType dt, ComputeKind ck, bool ta, bool tb, int64_t
                int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, double beta, void* c, int64_t ldc,
                int64_t stride_c, int64_t count, const What& what) {
   const ColumnMajorGemm g = detail::column_major(ta, tb, m, n, k, lda, ldb, ldc);
-  DP_CHECK(g.m <= INT_MAX && g.n <= INT_MAX && g.k <= INT_MAX && g.ldc <= INT_MAX, NotImplementedError, what(),
-           ": a matrix dimension is beyond cuBLAS's 32-bit sizes");
+  DP_CHECK(g.m <= INT_MAX && g.n <= INT_MAX && g.k <= INT_MAX && g.ld_first <= INT_MAX && g.ld_second <= INT_MAX && g.ldc <= INT_MAX,
+           NotImplementedError, what(), ": a matrix size or leading dimension is beyond cuBLAS's 32-bit sizes");
   cublasHandle_t h = ctx.cublas(what);
   const cudaDataType_t t = data_type(dt);
   const cublasComputeType_t ct = compute_type(ck);
