@@ -28,6 +28,10 @@
 //  - state_dict() and named_parameters() are the wrapped module's ("fc.weight"), also when the
 //    wrapper is a child; load_state_dict() also takes PyTorch's "module."-prefixed keys.
 //  - Printing is PyTorch's: DataParallel(\n  (module): Model(...)\n).
+//  - CUDA devices: each replica runs on its GPU's worker thread with the caller's current stream of
+//    that device; changed parameters reach the replicas in one coalesced copy per device and step,
+//    and gradients are summed onto device_ids[0] coalesced (NCCL across distinct GPUs, else copies
+//    and a sum kernel). DP_CUDA_VIRTUAL_DEVICES=N (dp/cuda/cuda.h) runs all of it on one GPU.
 // One forward at a time per DataParallel object (replicas are shared state).
 #include <memory>
 #include <optional>
