@@ -128,7 +128,7 @@ int64_t workspace_size(int device) {
     auto* s = new std::vector<int64_t>(static_cast<size_t>(device_count()), detail::workspace_bytes(8));
     for (size_t d = 0; d < s->size(); ++d) {
       int major = 8;
-      if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, static_cast<int>(d)) == cudaSuccess)
+      if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, physical_device(static_cast<int>(d))) == cudaSuccess)
         (*s)[d] = detail::workspace_bytes(major);
       else
         (void)cudaGetLastError();

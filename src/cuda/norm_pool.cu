@@ -441,7 +441,7 @@ template <typename Acc, typename Add, typename Combine>
 Tensor channel_partials(const Tensor& like, int64_t B, int64_t C, int64_t L, Add add, Combine comb, Acc identity, int64_t& splits) {
   const Launch ln = launch_on(like);
   int sms = 0;
-  DP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ln.dev));
+  DP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, physical_device(ln.dev)));
   const int64_t count = B * L;
   const int64_t tiles = L == 1 ? (C + kTileX - 1) / kTileX : C;
   splits = reduction_splits(L == 1 ? count * kTileX : count, tiles, sms);
@@ -658,7 +658,7 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
     }
     if (!dw.defined() && !db.defined()) return;
     int sms = 0;
-    DP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ln.dev));
+    DP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, physical_device(ln.dev)));
     const int64_t tiles = (N + kTileX - 1) / kTileX;
     const int64_t splits = reduction_splits(M * kTileX, tiles, sms);
     const int64_t per = (M + splits - 1) / splits;
