@@ -1,16 +1,13 @@
 // CUDA reductions: sum, mean, max / min values, max / min with indices (argmax / argmin), var / std,
-// logsumexp and p-norms. Every op is an accumulator struct (identity, step, combine, store) run by
-// one kernel template, reduce_kernel, in the shape the host picked (cuda/reduce_config.h):
+// logsumexp and p-norms. Every op is an accumulator struct (cuda/reduce_ops.h) run by one kernel
+// template, reduce_kernel, in the shape the host picked (cuda/reduce_config.h):
 //  - rows:    a warp or a block per output walks its reduced elements (contiguous when the reduced
 //             dim is the inner one), then a shuffle / shared-memory reduction;
 //  - columns: each thread owns an output (consecutive threads, consecutive outputs) and walks its
 //             rows; the block's rows of threads split the rows and combine through shared memory.
 // When the outputs are too few to fill the GPU, the reduced space is split across blocks (grid y)
-// and a second kernel combines the partial accumulators of each output, in split order.
-//
-// combine() must not depend on which thread held which elements: sums, extremes and moments do
-// not (up to rounding, in a fixed order); index reductions break ties (and NaN against NaN) by the
-// smaller index, so the first index wins as on the CPU.
+// and a second kernel combines the partial accumulators of each output, in split order. No
+// atomics: the same input on the same GPU gives the same bits.
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <atomic>
@@ -20,6 +17,7 @@
 #include "cuda/reduce.cuh"
 #include "cuda/reduce.h"
 #include "cuda/reduce_config.h"
+#include "cuda/reduce_ops.h"
 
 namespace dp::cuda {
 
@@ -44,34 +42,8 @@ namespace {
 
 using detail::ReduceLaunch;
 using detail::ReduceParams;
-using kernels::compute_t;
-using kernels::convert;
-
-// float32, float16 and bfloat16 accumulate in float32; float64 in float64.
-template <typename T> using facc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // ---------------------------------------------------------------- the two kernels
-
-// The reduction of elements [r, end) step `step` of one output whose kept-dim offset is applied
-// to `base`. Four loads are issued before they are folded in (memory-level parallelism).
-template <typename T, typename Op, typename A>
-__device__ DP_INLINE A reduce_range(const ReduceParams& p, const Op& op, const T* base, int64_t r, int64_t end, int64_t step, A acc) {
-  if (p.nr <= 1) {
-    const int64_t s = p.nr ? p.rin[0] : 0;
-    for (; r + 3 * step < end; r += 4 * step) {
-      const T v0 = base[r * s], v1 = base[(r + step) * s], v2 = base[(r + 2 * step) * s], v3 = base[(r + 3 * step) * s];
-      acc = op.step(acc, v0, r);
-      acc = op.step(acc, v1, r + step);
-      acc = op.step(acc, v2, r + 2 * step);
-      acc = op.step(acc, v3, r + 3 * step);
-    }
-    for (; r < end; r += step) acc = op.step(acc, base[r * s], r);
-  } else {
-    // Several reduced dims that do not merge: the index math dominates; no unrolling.
-    for (; r < end; r += step) acc = op.step(acc, base[p.reduced_offset(r)], r);
-  }
-  return acc;
-}
 
 template <typename T, typename Op>
 __global__ void __launch_bounds__(detail::kReduceThreads)
@@ -81,16 +53,15 @@ __global__ void __launch_bounds__(detail::kReduceThreads)
   A* smem = reinterpret_cast<A*>(smem_raw);
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
   const int64_t split = blockIdx.y;
-  const int64_t r_begin = split * l.chunk;
-  const int64_t r_end = r_begin + l.chunk < p.red_numel ? r_begin + l.chunk : p.red_numel;
+  const detail::Range range = detail::split_range(p, l, split);
   auto combine = [&op](const A& a, const A& b) { return op.combine(a, b); };
   for (int64_t g = blockIdx.x; g < l.groups; g += gridDim.x) {
-    const int64_t o = l.rows ? g * l.block_y + ty : g * l.block_x + tx;
-    const bool live = o < p.out_numel;
+    const detail::ThreadWork w = detail::thread_work(l, g, tx, ty, range.begin);
+    const bool live = w.o < p.out_numel;
     int64_t in_off = 0, out_off = 0;
-    if (live) p.kept_offsets(o, in_off, out_off);
+    if (live) p.kept_offsets(w.o, in_off, out_off);
     A acc = op.identity();
-    if (live) acc = reduce_range(p, op, in + in_off, r_begin + (l.rows ? tx : ty), r_end, l.rows ? l.block_x : l.block_y, acc);
+    if (live) acc = detail::reduce_range(p, op, in + in_off, w.r0, range.end, w.step, acc);
     bool owner;  // the thread that holds o's total
     if (l.rows) {
       acc = detail::group_allreduce(acc, l.block_x, smem, combine);
@@ -107,7 +78,7 @@ __global__ void __launch_bounds__(detail::kReduceThreads)
     }
     if (owner && live) {
       if (l.splits == 1) op.store(acc, out_off);
-      else partial[o * l.splits + split] = acc;
+      else partial[w.o * l.splits + split] = acc;
     }
   }
 }
@@ -169,215 +140,16 @@ void check_devices(const char* name, const Tensor& out, const Tensor& in) {
 
 // ---------------------------------------------------------------- sum / mean
 
-template <typename T, typename A, typename O>
-struct SumOp {
-  using acc_t = A;
-  O* out;
-  A divisor;  // 1 for sum, N for mean (floating accumulators only)
-  __device__ DP_INLINE A identity() const { return A(0); }
-  __device__ DP_INLINE A step(A a, T v, int64_t) const { return a + convert<A>(v); }
-  __device__ DP_INLINE A combine(A a, A b) const { return a + b; }
-  __device__ DP_INLINE void store(A a, int64_t o) const {
-    if constexpr (std::is_floating_point_v<A>) out[o] = convert<O>(a / divisor);  // 0 / 0 = nan: mean of nothing
-    else out[o] = convert<O>(a);
-  }
-};
-
 template <typename T>
 void run_sum(const char* name, const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, double divisor) {
   const kernels::ReducePlan plan = kernels::make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
   if constexpr (kernels::is_float_v<T>) {
-    using A = facc_t<T>;
-    launch_reduce<T>(name, plan, in, out, SumOp<T, A, T>{out.data_ptr<T>(), static_cast<A>(divisor)});
+    using A = detail::facc_t<T>;
+    launch_reduce<T>(name, plan, in, out, detail::SumOp<T, A, T>{out.data_ptr<T>(), static_cast<A>(divisor)});
   } else {
-    launch_reduce<T>(name, plan, in, out, SumOp<T, int64_t, int64_t>{out.data_ptr<int64_t>(), 1});
+    launch_reduce<T>(name, plan, in, out, detail::SumOp<T, int64_t, int64_t>{out.data_ptr<int64_t>(), 1});
   }
 }
-
-// ---------------------------------------------------------------- max / min
-
-// The running extreme a replaced by x (NaN sticks once seen).
-template <typename V>
-__device__ DP_INLINE V pick(bool is_max, V a, V x) {
-  if constexpr (std::is_floating_point_v<V>) {
-    if (x != x) return x;
-  }
-  return (is_max ? x > a : x < a) ? x : a;
-}
-
-template <typename V>
-V extreme_identity(bool is_max) {
-  if constexpr (std::numeric_limits<V>::has_infinity) return is_max ? -std::numeric_limits<V>::infinity() : std::numeric_limits<V>::infinity();
-  else return is_max ? std::numeric_limits<V>::lowest() : std::numeric_limits<V>::max();
-}
-
-template <typename T>
-struct ExtremeOp {
-  using V = compute_t<T>;
-  using acc_t = V;
-  T* out;
-  V init;
-  bool is_max;
-  __device__ DP_INLINE V identity() const { return init; }
-  __device__ DP_INLINE V step(V a, T v, int64_t) const { return pick(is_max, a, convert<V>(v)); }
-  __device__ DP_INLINE V combine(V a, V b) const { return pick(is_max, a, b); }
-  __device__ DP_INLINE void store(V a, int64_t o) const { out[o] = convert<T>(a); }
-};
-
-template <typename V>
-struct ValIdx {
-  V v;
-  int64_t i;  // -1: nothing seen yet
-};
-
-template <typename T>
-struct ExtremeIndexOp {
-  using V = compute_t<T>;
-  using acc_t = ValIdx<V>;
-  T* values;         // may be null
-  int64_t* indices;  // may be null
-  V init;
-  bool is_max;
-  // x beats cur: larger (smaller), or NaN against a number.
-  __device__ DP_INLINE bool better(V x, V cur) const {
-    if constexpr (std::is_floating_point_v<V>) {
-      if (x != x) return cur == cur;
-      if (cur != cur) return false;
-    }
-    return is_max ? x > cur : x < cur;
-  }
-  __device__ DP_INLINE acc_t identity() const { return {init, -1}; }
-  __device__ DP_INLINE acc_t step(acc_t a, T v, int64_t r) const {
-    const V x = convert<V>(v);
-    return (a.i < 0 || better(x, a.v)) ? acc_t{x, r} : a;  // r grows within a thread: ties keep the first
-  }
-  __device__ DP_INLINE acc_t combine(acc_t a, acc_t b) const {
-    if (a.i < 0) return b;
-    if (b.i < 0) return a;
-    if (better(b.v, a.v)) return b;
-    if (better(a.v, b.v)) return a;
-    return b.i < a.i ? b : a;  // equal (or both NaN): the first index
-  }
-  __device__ DP_INLINE void store(acc_t a, int64_t o) const {
-    if (values) values[o] = convert<T>(a.v);
-    if (indices) indices[o] = a.i < 0 ? 0 : a.i;
-  }
-};
-
-// ---------------------------------------------------------------- var / std
-
-template <typename A>
-struct Moments {
-  A mean, m2;
-  int64_t n;
-};
-
-template <typename T>
-struct VarOp {
-  using A = facc_t<T>;
-  using acc_t = Moments<A>;
-  T* out;
-  A correction;
-  bool take_sqrt;
-  __device__ DP_INLINE acc_t identity() const { return {A(0), A(0), 0}; }
-  __device__ DP_INLINE acc_t step(acc_t a, T v, int64_t) const {  // Welford
-    const A x = convert<A>(v);
-    const int64_t n = a.n + 1;
-    const A d = x - a.mean;
-    const A mean = a.mean + d / static_cast<A>(n);
-    return {mean, a.m2 + d * (x - mean), n};
-  }
-  __device__ DP_INLINE acc_t combine(acc_t a, acc_t b) const {  // Chan et al.
-    if (a.n == 0) return b;
-    if (b.n == 0) return a;
-    const int64_t n = a.n + b.n;
-    const A d = b.mean - a.mean;
-    const A fb = static_cast<A>(b.n) / static_cast<A>(n);
-    return {a.mean + d * fb, a.m2 + b.m2 + d * d * static_cast<A>(a.n) * fb, n};
-  }
-  __device__ DP_INLINE void store(acc_t a, int64_t o) const {
-    const A div = static_cast<A>(a.n) - correction;
-    const A v = a.m2 / (div > A(0) ? div : A(0));  // 0/0 = nan (N <= correction with no spread), x/0 = inf
-    out[o] = convert<T>(take_sqrt ? detail::acc_sqrt(v) : v);
-  }
-};
-
-// ---------------------------------------------------------------- logsumexp
-
-// sum_i exp(x_i - m) = s with m the running max. m = -inf: empty (or all -inf); m = +inf: the
-// result is +inf; m = nan: the result is nan.
-template <typename A>
-struct Lse {
-  A m, s;
-};
-
-template <typename A>
-__device__ DP_INLINE Lse<A> lse_combine(Lse<A> a, Lse<A> b) {
-  const A inf = detail::acc_inf<A>();
-  if (a.m != a.m || b.m != b.m) return {detail::acc_nan<A>(), A(0)};
-  if (a.m == -inf) return b;
-  if (b.m == -inf) return a;
-  if (a.m == inf || b.m == inf) return {inf, A(1)};
-  if (a.m >= b.m) return {a.m, a.s + b.s * detail::acc_exp(b.m - a.m)};
-  return {b.m, b.s + a.s * detail::acc_exp(a.m - b.m)};
-}
-
-template <typename T>
-struct LseOp {
-  using A = facc_t<T>;
-  using acc_t = Lse<A>;
-  T* out;
-  __device__ DP_INLINE acc_t identity() const { return {-detail::acc_inf<A>(), A(0)}; }
-  __device__ DP_INLINE acc_t step(acc_t a, T v, int64_t) const {
-    const A x = convert<A>(v);
-    return lse_combine(a, acc_t{x, x == -detail::acc_inf<A>() ? A(0) : A(1)});
-  }
-  __device__ DP_INLINE acc_t combine(acc_t a, acc_t b) const { return lse_combine(a, b); }
-  __device__ DP_INLINE void store(acc_t a, int64_t o) const {
-    A r;
-    if (a.m != a.m) r = a.m;
-    else if (a.m == detail::acc_inf<A>() || a.m == -detail::acc_inf<A>()) r = a.m;
-    else r = a.m + detail::acc_log(a.s);
-    out[o] = convert<T>(r);
-  }
-};
-
-// ---------------------------------------------------------------- norms
-
-enum class NormKind { Zero, One, Two, Inf, NegInf, General };
-
-template <typename T>
-struct NormOp {
-  using A = facc_t<T>;
-  using acc_t = A;
-  T* out;
-  NormKind kind;
-  A p;
-  __device__ DP_INLINE A identity() const { return kind == NormKind::NegInf ? detail::acc_inf<A>() : A(0); }
-  __device__ DP_INLINE A step(A a, T v, int64_t) const {
-    const A x = detail::acc_abs(convert<A>(v));
-    switch (kind) {
-      case NormKind::Zero: return a + (x != A(0) ? A(1) : A(0));
-      case NormKind::One: return a + x;
-      case NormKind::Two: return a + x * x;
-      case NormKind::Inf: return (x > a || x != x) ? x : a;
-      case NormKind::NegInf: return (x < a || x != x) ? x : a;
-      case NormKind::General: return a + detail::acc_pow(x, p);
-    }
-    return a;
-  }
-  __device__ DP_INLINE A combine(A a, A b) const {
-    if (kind == NormKind::Inf) return (b > a || b != b) ? b : a;
-    if (kind == NormKind::NegInf) return (b < a || b != b) ? b : a;
-    return a + b;
-  }
-  __device__ DP_INLINE void store(A a, int64_t o) const {
-    A r = a;
-    if (kind == NormKind::Two) r = detail::acc_sqrt(a);
-    else if (kind == NormKind::General) r = detail::acc_pow(a, A(1) / p);
-    out[o] = convert<T>(r);
-  }
-};
 
 }  // namespace
 
@@ -402,8 +174,8 @@ void minmax_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>&
   check_devices(name, out, in);
   const kernels::ReducePlan plan = kernels::make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
   kernels::dispatch_all(in.dtype(), name, [&]<typename T>() {
-    using V = compute_t<T>;
-    launch_reduce<T>(name, plan, in, out, ExtremeOp<T>{out.data_ptr<T>(), extreme_identity<V>(is_max), is_max});
+    using V = detail::cmp_t<T>;
+    launch_reduce<T>(name, plan, in, out, detail::ExtremeOp<T>{out.data_ptr<T>(), detail::extreme_identity<V>(is_max), is_max});
   });
 }
 
@@ -420,9 +192,9 @@ void minmax_index_kernel(const Tensor& values, const Tensor& indices, const Tens
   // One reduced dim: the reduced index r is the position along it, whatever the reordering.
   const kernels::ReducePlan plan = kernels::make_reduce_plan(shape_ref, in, reduced, keepdim, /*reorder=*/true);
   kernels::dispatch_all(in.dtype(), name, [&]<typename T>() {
-    using V = compute_t<T>;
-    ExtremeIndexOp<T> op{values.defined() ? values.data_ptr<T>() : nullptr, indices.defined() ? indices.data_ptr<int64_t>() : nullptr,
-                         extreme_identity<V>(is_max), is_max};
+    using V = detail::cmp_t<T>;
+    detail::ExtremeIndexOp<T> op{values.defined() ? values.data_ptr<T>() : nullptr, indices.defined() ? indices.data_ptr<int64_t>() : nullptr,
+                                 detail::extreme_identity<V>(is_max), is_max};
     launch_reduce<T>(name, plan, in, shape_ref, op);
   });
 }
@@ -432,27 +204,25 @@ void var_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& re
   check_devices(name, out, in);
   const kernels::ReducePlan plan = kernels::make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
   kernels::dispatch_floating(in.dtype(), name, [&]<typename T>() {
-    using A = facc_t<T>;
-    launch_reduce<T>(name, plan, in, out, VarOp<T>{out.data_ptr<T>(), static_cast<A>(correction), take_sqrt});
+    using A = detail::facc_t<T>;
+    launch_reduce<T>(name, plan, in, out, detail::VarOp<T>{out.data_ptr<T>(), static_cast<A>(correction), take_sqrt});
   });
 }
 
 void logsumexp_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
   check_devices("logsumexp", out, in);
   const kernels::ReducePlan plan = kernels::make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
-  kernels::dispatch_floating(in.dtype(), "logsumexp", [&]<typename T>() { launch_reduce<T>("logsumexp", plan, in, out, LseOp<T>{out.data_ptr<T>()}); });
+  kernels::dispatch_floating(in.dtype(), "logsumexp", [&]<typename T>() { launch_reduce<T>("logsumexp", plan, in, out, detail::LseOp<T>{out.data_ptr<T>()}); });
 }
 
 void norm_kernel(const Tensor& out, const Tensor& in, double p) {
   check_devices("norm", out, in);
   const std::vector<bool> reduced(static_cast<size_t>(in.dim()), true);
   const kernels::ReducePlan plan = kernels::make_reduce_plan(out, in, reduced, /*keepdim=*/false, /*reorder=*/true);
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  const NormKind kind = p == 0.0 ? NormKind::Zero : p == 1.0 ? NormKind::One : p == 2.0 ? NormKind::Two
-                        : p == kInf ? NormKind::Inf : p == -kInf ? NormKind::NegInf : NormKind::General;
+  const detail::NormKind kind = detail::norm_kind(p);
   kernels::dispatch_floating(in.dtype(), "norm", [&]<typename T>() {
-    using A = facc_t<T>;
-    launch_reduce<T>("norm", plan, in, out, NormOp<T>{out.data_ptr<T>(), kind, static_cast<A>(p)});
+    using A = detail::facc_t<T>;
+    launch_reduce<T>("norm", plan, in, out, detail::NormOp<T>{out.data_ptr<T>(), kind, static_cast<A>(p)});
   });
 }
 

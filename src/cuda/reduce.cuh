@@ -1,31 +1,13 @@
 #pragma once
-// Device helpers shared by the reduction (reduce.cu) and softmax (softmax.cu) kernels: math
-// overloads for float / double accumulators, a warp shuffle of any accumulator struct, and warp and
-// block reductions in a fixed order (the same bits every run).
+// Device-only helpers shared by the reduction (reduce.cu) and softmax (softmax.cu) kernels: a warp
+// shuffle of any accumulator struct, and warp and block reductions in a fixed order (the same bits
+// every run). tests/cuda/test_cuda_reduce.cpp emulates the same order on the host.
 #include <cuda_runtime.h>
 #include <cstdint>
 #include <cstring>
 #include "dp/core/macros.h"
 
 namespace dp::cuda::detail {
-
-__device__ DP_INLINE float acc_exp(float x) { return expf(x); }
-__device__ DP_INLINE double acc_exp(double x) { return exp(x); }
-__device__ DP_INLINE float acc_log(float x) { return logf(x); }
-__device__ DP_INLINE double acc_log(double x) { return log(x); }
-__device__ DP_INLINE float acc_sqrt(float x) { return sqrtf(x); }
-__device__ DP_INLINE double acc_sqrt(double x) { return sqrt(x); }
-__device__ DP_INLINE float acc_pow(float x, float p) { return powf(x, p); }
-__device__ DP_INLINE double acc_pow(double x, double p) { return pow(x, p); }
-__device__ DP_INLINE float acc_abs(float x) { return fabsf(x); }
-__device__ DP_INLINE double acc_abs(double x) { return fabs(x); }
-
-template <typename A> __device__ DP_INLINE A acc_inf();
-template <> __device__ DP_INLINE float acc_inf<float>() { return __int_as_float(0x7f800000); }
-template <> __device__ DP_INLINE double acc_inf<double>() { return __longlong_as_double(0x7ff0000000000000LL); }
-template <typename A> __device__ DP_INLINE A acc_nan();
-template <> __device__ DP_INLINE float acc_nan<float>() { return __int_as_float(0x7fc00000); }
-template <> __device__ DP_INLINE double acc_nan<double>() { return __longlong_as_double(0x7ff8000000000000LL); }
 
 // __shfl_down_sync / __shfl_sync of any trivially copyable value, 32 bits at a time.
 template <typename A>

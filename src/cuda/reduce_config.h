@@ -127,12 +127,12 @@ inline ReduceParams make_reduce_params(const kernels::ReducePlan& plan, const ch
     p.ksize[d] = plan.ksize[d];
     p.kin[d] = plan.kin[d];
     p.kout[d] = plan.kout[d];
-    if (p.idx32) p.kdiv[d] = IntDivider(static_cast<uint32_t>(plan.ksize[d]));
+    if (p.idx32 && plan.ksize[d] > 0) p.kdiv[d] = IntDivider(static_cast<uint32_t>(plan.ksize[d]));  // size 0: no index to split
   }
   for (int d = 0; d < p.nr; ++d) {
     p.rsize[d] = plan.rsize[d];
     p.rin[d] = plan.rin[d];
-    if (p.idx32) p.rdiv[d] = IntDivider(static_cast<uint32_t>(plan.rsize[d]));
+    if (p.idx32 && plan.rsize[d] > 0) p.rdiv[d] = IntDivider(static_cast<uint32_t>(plan.rsize[d]));
   }
   return p;
 }
@@ -165,8 +165,9 @@ struct ReduceLaunch {
 };
 
 // Rows when the innermost reduced dim walks memory more closely than the innermost kept dim (a
-// softmax-like reduction over a contiguous dim); columns otherwise (a reduction over leading dims,
-// each thread walking down its column). The reduced space is split across blocks when the output
+// softmax-like reduction over a contiguous dim) and each output has at least a warp's worth of
+// elements; columns otherwise (a reduction over leading dims, each thread walking down its column;
+// also short contiguous rows, which neighbouring threads then read as one contiguous run). The reduced space is split across blocks when the output
 // groups give fewer than 8 blocks per SM and each thread would still get kMinPerThread elements;
 // the partial results are then combined in a second pass, in a fixed order (deterministic: no
 // atomics).
@@ -176,7 +177,7 @@ inline ReduceLaunch choose_reduce_launch(const kernels::ReducePlan& p, int num_s
   const size_t nk = p.ksize.size(), nr = p.rsize.size();
   const int64_t k_inner = nk ? (p.kin[nk - 1] < 0 ? -p.kin[nk - 1] : p.kin[nk - 1]) : std::numeric_limits<int64_t>::max();
   const int64_t r_inner = nr ? (p.rin[nr - 1] < 0 ? -p.rin[nr - 1] : p.rin[nr - 1]) : std::numeric_limits<int64_t>::max();
-  l.rows = nr > 0 && r_inner < k_inner;
+  l.rows = nr > 0 && r_inner < k_inner && red >= 32;
   if (l.rows) {
     l.block_x = pow2_clamp(ceil_div(red, 8), 32, kReduceThreads);  // at least a warp; a block past ~2K elements
     l.block_y = kReduceThreads / l.block_x;

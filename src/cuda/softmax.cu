@@ -1,5 +1,6 @@
 // CUDA softmax / log_softmax and their backward passes over one dim of contiguous tensors, in the
-// layout cuda/reduce_config.h picks (choose_softmax_launch):
+// layout cuda/reduce_config.h picks (choose_softmax_launch), with the per-element math of
+// cuda/reduce_ops.h (shared with the host tests' emulation):
 //  - rows (dim innermost): a warp (rows up to 1024) or a block per row; one pass keeps the running
 //    max m and the sum s of exp(x - m), rescaling s when m grows (online softmax), the group
 //    combines its (m, s) pairs, and a second pass writes the result;
@@ -16,53 +17,25 @@
 #include "cuda/reduce.cuh"
 #include "cuda/reduce.h"
 #include "cuda/reduce_config.h"
+#include "cuda/reduce_ops.h"
 
 namespace dp::cuda {
 namespace {
 
+using detail::facc_t;
+using detail::MaxSum;
 using detail::SoftmaxLaunch;
 using kernels::convert;
 
-template <typename T> using facc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <typename A>
-struct MaxSum {
-  A m, s;
-};
-
-// Folds x into the running (m, s).
-template <typename A>
-__device__ DP_INLINE MaxSum<A> online_step(MaxSum<A> a, A x) {
-  if (x > a.m) return {x, a.s * detail::acc_exp(a.m - x) + detail::acc_exp(x - x)};  // exp(x - x): nan for x = +inf
-  if (x == -detail::acc_inf<A>()) return a;                                          // contributes 0 (and no inf - inf)
-  return {a.m, a.s + detail::acc_exp(x - a.m)};                                      // NaN x: s becomes NaN
-}
-
-template <typename A>
-__device__ DP_INLINE MaxSum<A> online_combine(MaxSum<A> a, MaxSum<A> b) {
-  const A m = a.m > b.m ? a.m : b.m;
-  if (m == -detail::acc_inf<A>()) return {m, a.s + b.s};  // nothing but -inf (and NaN, which s carries)
-  const A fa = a.m == m ? A(1) : detail::acc_exp(a.m - m);
-  const A fb = b.m == m ? A(1) : detail::acc_exp(b.m - m);
-  return {m, a.s * fa + b.s * fb};
-}
-
 template <typename A>
 struct OnlineCombine {
-  __device__ DP_INLINE MaxSum<A> operator()(const MaxSum<A>& a, const MaxSum<A>& b) const { return online_combine(a, b); }
+  __device__ DP_INLINE MaxSum<A> operator()(const MaxSum<A>& a, const MaxSum<A>& b) const { return detail::online_combine(a, b); }
 };
 
 template <typename A>
 struct Plus {
   __device__ DP_INLINE A operator()(const A& a, const A& b) const { return a + b; }
 };
-
-// The final value of element x given the row's (m, s).
-template <bool Log, typename A>
-__device__ DP_INLINE A softmax_value(A x, MaxSum<A> ms) {
-  if constexpr (Log) return (x - ms.m) - detail::acc_log(ms.s);  // (x - max) - log(sum): no rounding at max's magnitude
-  else return detail::acc_exp(x - ms.m) / ms.s;
-}
 
 // Rows of n contiguous elements; blockDim (block_x, block_y): block_x threads per row.
 template <typename T, bool Log>
@@ -74,15 +47,15 @@ __global__ void __launch_bounds__(detail::kReduceThreads) softmax_rows_kernel(co
     const int64_t row = g * l.block_y + threadIdx.y;
     const bool live = row < rows;
     const T* xr = x + (live ? row : 0) * n;
-    MaxSum<A> ms{-detail::acc_inf<A>(), A(0)};
+    MaxSum<A> ms = detail::max_sum_identity<A>();
     if (live) {
 #pragma unroll 4
-      for (int64_t j = tx; j < n; j += l.block_x) ms = online_step(ms, convert<A>(xr[j]));
+      for (int64_t j = tx; j < n; j += l.block_x) ms = detail::online_step(ms, convert<A>(xr[j]));
     }
     ms = detail::group_allreduce(ms, l.block_x, smem, OnlineCombine<A>{});
     if (live) {
       T* yr = y + row * n;
-      for (int64_t j = tx; j < n; j += l.block_x) yr[j] = convert<T>(softmax_value<Log>(convert<A>(xr[j]), ms));
+      for (int64_t j = tx; j < n; j += l.block_x) yr[j] = convert<T>(detail::softmax_value<Log>(convert<A>(xr[j]), ms));
     }
   }
 }
@@ -102,16 +75,16 @@ __global__ void __launch_bounds__(detail::kReduceThreads)
     const bool live = c < cols;
     const int64_t o = live ? c / inner : 0;
     const int64_t base = live ? o * n * inner + (c - o * inner) : 0;
-    MaxSum<A> ms{-detail::acc_inf<A>(), A(0)};
+    MaxSum<A> ms = detail::max_sum_identity<A>();
     if (live) {
 #pragma unroll 4
-      for (int64_t d = ty; d < n; d += l.block_y) ms = online_step(ms, convert<A>(x[base + d * inner]));
+      for (int64_t d = ty; d < n; d += l.block_y) ms = detail::online_step(ms, convert<A>(x[base + d * inner]));
     }
     if (l.block_y > 1) {
       smem[ty * l.block_x + tx] = ms;
       __syncthreads();
       if (ty == 0) {
-        for (int k = 1; k < l.block_y; ++k) ms = online_combine(ms, smem[k * l.block_x + tx]);
+        for (int k = 1; k < l.block_y; ++k) ms = detail::online_combine(ms, smem[k * l.block_x + tx]);
         smem[tx] = ms;
       }
       __syncthreads();
@@ -119,22 +92,8 @@ __global__ void __launch_bounds__(detail::kReduceThreads)
       __syncthreads();
     }
     if (live)
-      for (int64_t d = ty; d < n; d += l.block_y) y[base + d * inner] = convert<T>(softmax_value<Log>(convert<A>(x[base + d * inner]), ms));
+      for (int64_t d = ty; d < n; d += l.block_y) y[base + d * inner] = convert<T>(detail::softmax_value<Log>(convert<A>(x[base + d * inner]), ms));
   }
-}
-
-// Backward, per element given the row's reduction t:
-//   softmax:     t = sum(g * y), gi = y * (g - t)
-//   log_softmax: t = sum(g),     gi = g - exp(y) * t
-template <bool Log, typename A>
-__device__ DP_INLINE A backward_term(A g, A y) {
-  if constexpr (Log) return g;
-  else return g * y;
-}
-template <bool Log, typename A>
-__device__ DP_INLINE A backward_value(A g, A y, A t) {
-  if constexpr (Log) return g - detail::acc_exp(y) * t;
-  else return y * (g - t);
 }
 
 template <typename T, bool Log>
@@ -150,11 +109,11 @@ __global__ void __launch_bounds__(detail::kReduceThreads) softmax_backward_rows_
     A t = A(0);
     if (live) {
 #pragma unroll 4
-      for (int64_t j = tx; j < n; j += l.block_x) t += backward_term<Log>(convert<A>(g[off + j]), convert<A>(y[off + j]));
+      for (int64_t j = tx; j < n; j += l.block_x) t += detail::backward_term<Log>(convert<A>(g[off + j]), convert<A>(y[off + j]));
     }
     t = detail::group_allreduce(t, l.block_x, smem, Plus<A>{});
     if (live)
-      for (int64_t j = tx; j < n; j += l.block_x) gi[off + j] = convert<T>(backward_value<Log>(convert<A>(g[off + j]), convert<A>(y[off + j]), t));
+      for (int64_t j = tx; j < n; j += l.block_x) gi[off + j] = convert<T>(detail::backward_value<Log>(convert<A>(g[off + j]), convert<A>(y[off + j]), t));
   }
 }
 
@@ -175,7 +134,7 @@ __global__ void __launch_bounds__(detail::kReduceThreads) softmax_backward_cols_
 #pragma unroll 4
       for (int64_t d = ty; d < n; d += l.block_y) {
         const int64_t i = base + d * inner;
-        t += backward_term<Log>(convert<A>(g[i]), convert<A>(y[i]));
+        t += detail::backward_term<Log>(convert<A>(g[i]), convert<A>(y[i]));
       }
     }
     if (l.block_y > 1) {
@@ -192,7 +151,7 @@ __global__ void __launch_bounds__(detail::kReduceThreads) softmax_backward_cols_
     if (live)
       for (int64_t d = ty; d < n; d += l.block_y) {
         const int64_t i = base + d * inner;
-        gi[i] = convert<T>(backward_value<Log>(convert<A>(g[i]), convert<A>(y[i]), t));
+        gi[i] = convert<T>(detail::backward_value<Log>(convert<A>(g[i]), convert<A>(y[i]), t));
       }
   }
 }

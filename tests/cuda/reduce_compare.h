@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <cmath>
 #include <string>
+#include <cstddef>
 #include <vector>
 #include "dp/dp.h"
 
@@ -31,9 +32,10 @@ inline double rel_tol_for(DType dt) {
   }
 }
 
-inline void expect_matches_cpu(const Tensor& gpu, const Tensor& cpu, const std::string& what, double tol = -1.0) {
+// got against ref (any devices): same dtype and shape, NaN / inf at the same places, finite values
+// within the relative error tol (default per dtype; exact for integers and bool).
+inline void expect_same_values(const Tensor& gpu, const Tensor& cpu, const std::string& what, double tol = -1.0) {
   ASSERT_TRUE(gpu.defined() && cpu.defined()) << what;
-  ASSERT_TRUE(gpu.is_cuda()) << what << ": " << gpu.describe();
   ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
   ASSERT_EQ(gpu.sizes(), cpu.sizes()) << what;
   if (tol < 0) tol = rel_tol_for(cpu.dtype());
@@ -58,6 +60,33 @@ inline void expect_matches_cpu(const Tensor& gpu, const Tensor& cpu, const std::
     const double rel = std::sqrt(diff2) / std::max(std::sqrt(ref2), 1e-30);
     EXPECT_LE(rel, tol) << what << ": relative error " << rel;
   }
+}
+
+// The CUDA result (checked to be on a CUDA device) against the CPU's.
+inline void expect_matches_cpu(const Tensor& gpu, const Tensor& cpu, const std::string& what, double tol = -1.0) {
+  ASSERT_TRUE(gpu.defined() && gpu.is_cuda()) << what << ": " << (gpu.defined() ? gpu.describe() : "undefined");
+  expect_same_values(gpu, cpu, what, tol);
+}
+
+// The kernels' in-group combination, emulated on the host: `v` holds the values of a group of
+// width threads (a power of two >= 32) in lane order; each warp reduces as warp_reduce does
+// (lane i takes lane i + d for d = 16, 8, .., 1; lane 0 keeps the result), then the warps' results
+// are combined in warp order as group_allreduce does (cuda/reduce.cuh).
+template <typename A, typename C>
+A emulate_group_reduce(const std::vector<A>& v, const C& combine) {
+  std::vector<A> warp_results;
+  for (size_t w = 0; w < v.size(); w += 32) {
+    std::vector<A> lanes(v.begin() + static_cast<std::ptrdiff_t>(w), v.begin() + static_cast<std::ptrdiff_t>(w + 32));
+    for (int d = 16; d > 0; d >>= 1) {
+      std::vector<A> next = lanes;
+      for (int i = 0; i < 32; ++i) next[i] = combine(lanes[i], i + d < 32 ? lanes[i + d] : lanes[i]);
+      lanes = next;
+    }
+    warp_results.push_back(lanes[0]);
+  }
+  A t = warp_results[0];
+  for (size_t k = 1; k < warp_results.size(); ++k) t = combine(t, warp_results[k]);
+  return t;
 }
 
 // Uniform in [lo, hi) (non-zero almost surely), made on the host from a seeded generator.

@@ -16,6 +16,7 @@
 #include "dp/dp.h"
 #include "core/kernels/reduce.h"
 #include "cuda/reduce_config.h"
+#include "cuda/reduce_ops.h"
 #include "reduce_compare.h"
 #include "support/cuda.h"
 #if DP_HAVE_CUDA
@@ -90,6 +91,8 @@ TEST(CudaReducePlan, ParamsWalkTheSameOffsetsAsThePlan) {
   expect_params_walk_plan(kernels::make_reduce_plan({5, 6}, {6, 1}, {true, true}, {0, 0}, true));
   expect_params_walk_plan(kernels::make_reduce_plan({5, 6}, {6, 1}, {false, false}, {6, 1}, true));
   expect_params_walk_plan(kernels::make_reduce_plan(Shape{}, Shape{}, std::vector<bool>{}, Shape{}, true));
+  // Empty: a reduced dim of size 0 (nothing to walk, but the parameters are still made).
+  expect_params_walk_plan(kernels::make_reduce_plan({4, 0, 3}, {3, 3, 1}, {false, true, true}, {1, 0, 0}, true));
   // Reduced index order without reordering (what index reductions rely on: row-major r).
   expect_params_walk_plan(kernels::make_reduce_plan({3, 4, 5}, {1, 15, 3}, {true, false, true}, {0, 1, 0}, false));
 }
@@ -152,6 +155,13 @@ TEST(CudaReducePlan, KernelShapeAndSplit) {
     EXPECT_EQ(l.block_x, 64);
     EXPECT_EQ(l.splits, 1);
   }
+  {  // short contiguous rows: columns, a thread per output reading its row
+    const ReducePlan p = contiguous_plan({1 << 20, 4}, {false, true});
+    const ReduceLaunch l = choose_reduce_launch(p, kSms);
+    expect_launch_invariants(p, l);
+    EXPECT_FALSE(l.rows);
+    EXPECT_EQ(l.block_y, 1);
+  }
   {  // everything of a long vector: a block, split across the GPU
     const ReducePlan p = contiguous_plan({1 << 24}, {true});
     const ReduceLaunch l = choose_reduce_launch(p, kSms);
@@ -206,6 +216,222 @@ TEST(CudaReducePlan, KernelShapeAndSplit) {
         }
       }
   }
+}
+
+// ================================================================ host: the kernels' schedule, emulated
+
+// reduce_kernel and combine_kernel (src/cuda/reduce.cu) run on the host: every block of the grid,
+// every thread's work (cuda/reduce_ops.h: thread_work, reduce_range, the ops), the in-group and
+// cross-split combinations in the kernels' order. Checks the split of the work, the ops and the
+// combination order (ties, NaN, moments) against the CPU kernels on any machine.
+template <typename T, typename Op>
+void emulate_reduce(const ReducePlan& plan, const T* in, const Op& op, int sms) {
+  using A = typename Op::acc_t;
+  namespace cd = cuda::detail;
+  if (plan.out_numel == 0) return;
+  const cd::ReduceParams p = make_reduce_params(plan, "emulated");
+  const ReduceLaunch l = choose_reduce_launch(plan, sms);
+  auto combine = [&op](const A& x, const A& y) { return op.combine(x, y); };
+  std::vector<A> partial(static_cast<size_t>(l.splits > 1 ? plan.out_numel * l.splits : 0));
+  auto finish = [&](const A& t, int64_t o, int64_t split) {
+    if (l.splits > 1) {
+      partial[static_cast<size_t>(o * l.splits + split)] = t;
+      return;
+    }
+    int64_t in_off = 0, out_off = 0;
+    p.kept_offsets(o, in_off, out_off);
+    op.store(t, out_off);
+  };
+  std::vector<A> acc(static_cast<size_t>(l.block_x * l.block_y));
+  for (int64_t split = 0; split < l.splits; ++split) {
+    const cd::Range range = cd::split_range(p, l, split);
+    for (int64_t g = 0; g < l.groups; ++g) {
+      for (int ty = 0; ty < l.block_y; ++ty)
+        for (int tx = 0; tx < l.block_x; ++tx) {
+          const cd::ThreadWork w = cd::thread_work(l, g, tx, ty, range.begin);
+          A a = op.identity();
+          if (w.o < p.out_numel) {
+            int64_t in_off = 0, out_off = 0;
+            p.kept_offsets(w.o, in_off, out_off);
+            a = cd::reduce_range(p, op, in + in_off, w.r0, range.end, w.step, a);
+          }
+          acc[static_cast<size_t>(ty * l.block_x + tx)] = a;
+        }
+      if (l.rows) {
+        for (int ty = 0; ty < l.block_y; ++ty) {
+          const int64_t o = cd::thread_work(l, g, 0, ty, range.begin).o;
+          const auto first = acc.begin() + ty * l.block_x;
+          const A t = test::emulate_group_reduce(std::vector<A>(first, first + l.block_x), combine);
+          if (o < p.out_numel) finish(t, o, split);
+        }
+      } else {
+        for (int tx = 0; tx < l.block_x; ++tx) {
+          const int64_t o = cd::thread_work(l, g, tx, 0, range.begin).o;
+          A t = acc[static_cast<size_t>(tx)];
+          for (int k = 1; k < l.block_y; ++k) t = op.combine(t, acc[static_cast<size_t>(k * l.block_x + tx)]);
+          if (o < p.out_numel) finish(t, o, split);
+        }
+      }
+    }
+  }
+  if (l.splits == 1) return;
+  for (int64_t o = 0; o < p.out_numel; ++o) {  // combine_kernel: a warp per output
+    std::vector<A> lanes(32, op.identity());
+    for (int64_t s = 0; s < l.splits; ++s) lanes[static_cast<size_t>(s % 32)] = op.combine(lanes[static_cast<size_t>(s % 32)], partial[static_cast<size_t>(o * l.splits + s)]);
+    int64_t in_off = 0, out_off = 0;
+    p.kept_offsets(o, in_off, out_off);
+    op.store(test::emulate_group_reduce(lanes, combine), out_off);
+  }
+}
+
+// The CUDA entry points' setup (src/cuda/reduce.cu) over host tensors, with the emulated launch.
+enum class Red { Sum, Mean, Amax, Amin, Var, Std, Lse };
+
+Tensor emulated(Red r, const Tensor& in, const Shape& dims, bool keepdim, int sms, int64_t correction = 1) {
+  namespace cd = cuda::detail;
+  const std::vector<bool> mask = kernels::make_dim_mask(dims, in.dim(), "emulated");
+  const DType out_dt = r == Red::Sum && !is_floating_point(in.dtype()) ? kInt64 : in.dtype();
+  Tensor out = full(kernels::reduced_shape(in.sizes(), mask, keepdim), 12345, TensorOptions().dtype(out_dt));
+  const ReducePlan plan = kernels::make_reduce_plan(out, in, mask, keepdim, true);
+  const double n = static_cast<double>(kernels::reduced_numel(in.sizes(), mask));
+  kernels::dispatch_all(in.dtype(), "emulated", [&]<typename T>() {
+    const T* src = in.numel() ? static_cast<const T*>(in.data_ptr()) : nullptr;
+    using A = cd::facc_t<T>;
+    if (r == Red::Amax || r == Red::Amin) {
+      const bool is_max = r == Red::Amax;
+      emulate_reduce(plan, src, cd::ExtremeOp<T>{out.data_ptr<T>(), cd::extreme_identity<cd::cmp_t<T>>(is_max), is_max}, sms);
+    } else if constexpr (!kernels::is_float_v<T>) {
+      emulate_reduce(plan, src, cd::SumOp<T, int64_t, int64_t>{out.data_ptr<int64_t>(), 1}, sms);
+    } else if (r == Red::Sum || r == Red::Mean) {
+      emulate_reduce(plan, src, cd::SumOp<T, A, T>{out.data_ptr<T>(), static_cast<A>(r == Red::Mean ? n : 1.0)}, sms);
+    } else if (r == Red::Var || r == Red::Std) {
+      emulate_reduce(plan, src, cd::VarOp<T>{out.data_ptr<T>(), static_cast<A>(correction), r == Red::Std}, sms);
+    } else {
+      emulate_reduce(plan, src, cd::LseOp<T>{out.data_ptr<T>()}, sms);
+    }
+  });
+  return out;
+}
+
+// max / min values and indices along dim (emulated), as cuda::minmax_index_kernel sets them up.
+std::pair<Tensor, Tensor> emulated_index(const Tensor& in, int64_t dim, bool keepdim, bool is_max, int sms) {
+  namespace cd = cuda::detail;
+  std::vector<bool> mask(static_cast<size_t>(in.dim()), false);
+  if (in.dim() > 0) mask[dim] = true;
+  const Shape os = kernels::reduced_shape(in.sizes(), mask, keepdim);
+  Tensor values = full(os, 12345, TensorOptions().dtype(in.dtype())), indices = full(os, -9, TensorOptions().dtype(kInt64));
+  const ReducePlan plan = kernels::make_reduce_plan(values, in, mask, keepdim, true);
+  kernels::dispatch_all(in.dtype(), "emulated", [&]<typename T>() {
+    emulate_reduce(plan, static_cast<const T*>(in.data_ptr()),
+                   cd::ExtremeIndexOp<T>{values.data_ptr<T>(), indices.data_ptr<int64_t>(), cd::extreme_identity<cd::cmp_t<T>>(is_max), is_max}, sms);
+  });
+  return {values, indices};
+}
+
+Tensor emulated_norm(const Tensor& in, double p, int sms) {
+  namespace cd = cuda::detail;
+  Tensor out = full({}, 12345, TensorOptions().dtype(in.dtype()));
+  const std::vector<bool> mask(static_cast<size_t>(in.dim()), true);
+  const ReducePlan plan = kernels::make_reduce_plan(out, in, mask, false, true);
+  kernels::dispatch_floating(in.dtype(), "emulated", [&]<typename T>() {
+    using A = cd::facc_t<T>;
+    emulate_reduce(plan, static_cast<const T*>(in.data_ptr()), cd::NormOp<T>{out.data_ptr<T>(), cd::norm_kind(p), static_cast<A>(p)}, sms);
+  });
+  return out;
+}
+
+// Small shapes (every dims list and layout) and large ones (splits across blocks, block rows,
+// columns with row groups), with SM counts that change the split.
+TEST(CudaReduceEmulated, SumMeanAmaxVarLogsumexpMatchCpu) {
+  const Shape shape = {6, 17, 33};
+  const std::vector<Shape> dim_lists = {{}, {0}, {1}, {2}, {0, 2}, {1, 2}};
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> views = {
+      {"contiguous", [](const Tensor& t) { return t; }},
+      {"permuted", [](const Tensor& t) { return t.permute({2, 0, 1}).contiguous().permute({1, 2, 0}); }},
+      {"broadcast", [](const Tensor& t) { return t.narrow(1, 0, 1).expand(t.sizes()); }}};
+  for (DType dt : {kFloat32, kFloat64, kBFloat16, kInt32, kBool})
+    for (const auto& [vname, view] : views) {
+      const Tensor x = view(dt == kBool ? dp::gt(host_sample(shape, kFloat32, 1), 0.0) : host_sample(shape, kFloat32, 1, -50, 50).to(dt));
+      for (const Shape& dims : dim_lists)
+        for (bool keepdim : {false, true}) {
+          const std::string what = std::string(vname) + " " + dtype_name(dt) + " dims " + shape_str(dims) + (keepdim ? " keepdim" : "");
+          test::expect_same_values(emulated(Red::Sum, x, dims, keepdim, 132), dp::sum(x, dims, keepdim), "sum " + what);
+          test::expect_same_values(emulated(Red::Amax, x, dims, keepdim, 132), dp::amax(x, dims, keepdim), "amax " + what);
+          if (!is_floating_point(dt)) continue;
+          test::expect_same_values(emulated(Red::Mean, x, dims, keepdim, 132), dp::mean(x, dims, keepdim), "mean " + what);
+          test::expect_same_values(emulated(Red::Var, x, dims, keepdim, 132), dp::var(x, dims, 1, keepdim), "var " + what, 1e-4);
+          test::expect_same_values(emulated(Red::Std, x, dims, keepdim, 132, 0), dp::std(x, dims, 0, keepdim), "std " + what, 1e-4);
+          test::expect_same_values(emulated(Red::Lse, x, dims, keepdim, 132), dp::logsumexp(x, dims, keepdim), "logsumexp " + what);
+        }
+    }
+  struct Case {
+    Shape shape, dims;
+  };
+  const std::vector<Case> large = {{{3, 300000}, {1}}, {{20000, 40}, {0}}, {{4097, 3}, {}}, {{2, 3000, 70}, {0, 2}}, {{5, 2049}, {1}}, {{100000, 5}, {1}}};
+  for (const Case& c : large)
+    for (int sms : {1, 8, 132}) {
+      const Tensor x = host_sample(c.shape, kFloat32, 2, 0.5, 2.0);
+      const std::string what = shape_str(c.shape) + " dims " + shape_str(c.dims) + " sms " + std::to_string(sms);
+      test::expect_same_values(emulated(Red::Sum, x, c.dims, false, sms), dp::sum(x, c.dims), "sum " + what, 1e-5);
+      test::expect_same_values(emulated(Red::Amin, x, c.dims, false, sms), dp::neg(dp::amax(dp::neg(x), c.dims)), "amin " + what);
+      test::expect_same_values(emulated(Red::Var, x, c.dims, false, sms), dp::var(x, c.dims), "var " + what, 1e-4);
+      test::expect_same_values(emulated(Red::Lse, x, c.dims, false, sms), dp::logsumexp(x, c.dims), "logsumexp " + what, 1e-5);
+    }
+}
+
+TEST(CudaReduceEmulated, IndicesTiesAndNanMatchCpu) {
+  for (const Shape& shape : {Shape{7, 1000}, Shape{3, 300000}, Shape{30000, 3}, Shape{5000, 10}})
+    for (int sms : {1, 132}) {
+      // Few distinct values: ties within threads, warps, blocks and across splits.
+      Tensor x = host_sample(shape, kFloat32, 3, 0, 3).to(kInt64).to(kFloat32);
+      for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1) {  // NaN at a few places (the first NaN wins)
+          float* q = x.data_ptr<float>();
+          q[x.numel() / 3] = q[x.numel() / 3 + 7] = q[x.numel() - 1] = std::numeric_limits<float>::quiet_NaN();
+        }
+        for (int64_t dim = 0; dim < x.dim(); ++dim)
+          for (bool is_max : {true, false}) {
+            const auto got = emulated_index(x, dim, false, is_max, sms);
+            const auto ref = is_max ? dp::max(x, dim) : dp::min(x, dim);
+            const std::string what = std::string(is_max ? "max " : "min ") + shape_str(shape) + " dim " + std::to_string(dim) +
+                                     (pass ? " with NaN" : "") + " sms " + std::to_string(sms);
+            test::expect_same_values(got.first, ref.first, what + " values");
+            test::expect_same_values(got.second, ref.second, what + " indices");
+          }
+      }
+    }
+  // Flattened argmax over a long vector of ties: index 0.
+  const Tensor z = zeros({1 << 20});
+  EXPECT_EQ(emulated_index(z, 0, false, true, 132).second.item<int64_t>(), 0);
+  EXPECT_EQ(emulated_index(z, 0, false, false, 132).second.item<int64_t>(), 0);
+}
+
+TEST(CudaReduceEmulated, SpecialValuesEmptyAndNorms) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor sp = tensor<double>({-inf, -inf, -inf, 1.0, inf, 2.0, -inf, 3.0, 0.5, nan, 1.0, 2.0}, {4, 3});
+  for (DType dt : {kFloat32, kFloat64})
+    for (int64_t dim : {0, 1}) {
+      const Tensor x = sp.to(dt);
+      const std::string what = std::string(dtype_name(dt)) + " dim " + std::to_string(dim);
+      test::expect_same_values(emulated(Red::Lse, x, {dim}, false, 132), dp::logsumexp(x, {dim}), "logsumexp specials " + what);
+      test::expect_same_values(emulated(Red::Sum, x, {dim}, false, 132), dp::sum(x, {dim}), "sum specials " + what);
+      test::expect_same_values(emulated(Red::Amax, x, {dim}, false, 132), dp::amax(x, {dim}), "amax specials " + what);
+      test::expect_same_values(emulated(Red::Var, x, {dim}, false, 132), dp::var(x, {dim}), "var specials " + what);
+    }
+  const Tensor e = zeros({0, 5});
+  test::expect_same_values(emulated(Red::Sum, e, {0}, false, 132), dp::sum(e, {0}), "sum over an empty dim");
+  test::expect_same_values(emulated(Red::Mean, e, {0}, false, 132), dp::mean(e, {0}), "mean over an empty dim");
+  test::expect_same_values(emulated(Red::Var, e, {0}, false, 132), dp::var(e, {0}), "var over an empty dim");
+  test::expect_same_values(emulated(Red::Lse, e, {0}, false, 132), dp::logsumexp(e, {0}), "logsumexp over an empty dim");
+  test::expect_same_values(emulated(Red::Sum, e, {1}, false, 132), dp::sum(e, {1}), "sum of no rows");
+  const Tensor s = full({}, 2.5);
+  test::expect_same_values(emulated(Red::Sum, s, {}, false, 132), dp::sum(s), "sum 0-dim");
+  test::expect_same_values(emulated(Red::Var, s, {}, false, 132, 0), dp::var(s, {}, 0), "var 0-dim");
+  for (DType dt : {kFloat32, kFloat64, kFloat16})
+    for (double p : {0.0, 1.0, 2.0, 3.0, 0.5, inf, -inf}) {
+      const Tensor x = host_sample({300, 70}, dt, 4);
+      test::expect_same_values(emulated_norm(x, p, 132), dp::norm(x, p), std::string("norm ") + dtype_name(dt) + " p=" + std::to_string(p));
+    }
 }
 
 // ================================================================ GPU: against the CPU
@@ -284,7 +510,8 @@ TEST(CudaReduce, LargeReductionsThatSplitAcrossBlocks) {
   // Rows split across blocks, columns split in and across blocks, tiny outputs of tall inputs,
   // two reduced dims that do not merge, a plain full reduction.
   const std::vector<Case> cases = {{{3, 300000}, {1}}, {{300000, 3}, {0}}, {{100000, 64}, {0}}, {{2, 3000, 70}, {0, 2}},
-                                   {{1 << 22}, {}},    {{64, 65536}, {0}},  {{4097, 3}, {}},     {{5, 2049}, {1}}};
+                                   {{1 << 22}, {}},    {{64, 65536}, {0}},  {{4097, 3}, {}},     {{5, 2049}, {1}},
+                                   {{1 << 18, 5}, {1}}, {{100, 7}, {1}}};  // short contiguous rows: columns
   for (const Case& c : cases)
     for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
       const Tensor h = host_sample(c.shape, dt, 11, 0.5, 2.0);  // positive: no cancellation in the relative error
@@ -363,7 +590,7 @@ TEST(CudaReduce, MaxMinValuesAndIndices) {
 TEST(CudaReduce, IndexTiesGiveTheFirstIndexAcrossThreadsAndBlocks) {
   DP_REQUIRE_GPU();
   // Few distinct values: many ties within a warp, a block and across split blocks.
-  for (const Shape& shape : {Shape{7, 1000}, Shape{3, 300000}, Shape{300000, 3}, Shape{1 << 20}}) {
+  for (const Shape& shape : {Shape{7, 1000}, Shape{3, 300000}, Shape{300000, 3}, Shape{50000, 10}, Shape{1 << 20}}) {
     const Tensor h = host_sample(shape, kFloat32, 21, 0, 3).to(kInt64).to(kFloat32);  // 0, 1, 2
     const Tensor d = h.to(kGpu);
     for (int64_t dim = 0; dim < h.dim(); ++dim) {

@@ -12,6 +12,7 @@
 #include "dp/dp.h"
 #include "core/kernels/reduce.h"
 #include "cuda/reduce_config.h"
+#include "cuda/reduce_ops.h"
 #include "reduce_compare.h"
 #include "support/cuda.h"
 #if DP_HAVE_CUDA
@@ -26,6 +27,7 @@ using cuda::detail::SoftmaxLaunch;
 using test::expect_matches_cpu;
 using test::host_sample;
 using test::kGpu;
+using kernels::convert;
 
 // ================================================================ host: the launch choice
 
@@ -85,6 +87,147 @@ TEST(CudaSoftmaxLaunch, WarpRowsBlockRowsAndColumns) {
       for (int64_t inner : {1, 2, 31, 64, 3000}) expect_softmax_invariants(outer, dsize, inner, choose_softmax_launch(outer, dsize, inner));
 }
 
+// ================================================================ host: the kernels' schedule, emulated
+
+namespace cd = cuda::detail;
+
+Tensor softmax_of(const Tensor& x, int64_t dim, bool log) { return log ? dp::log_softmax(x, dim) : dp::softmax(x, dim); }
+
+
+// softmax_rows_kernel / softmax_cols_kernel (src/cuda/softmax.cu) on the host, with the same math
+// (cuda/reduce_ops.h), partition of each row among threads and combination order.
+template <typename T, bool Log>
+void emulate_softmax(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
+  using A = cd::facc_t<T>;
+  using MS = cd::MaxSum<A>;
+  const SoftmaxLaunch l = choose_softmax_launch(outer, n, inner);
+  auto combine = [](const MS& a, const MS& b) { return cd::online_combine(a, b); };
+  if (l.rows) {
+    for (int64_t row = 0; row < outer; ++row) {
+      std::vector<MS> lanes(static_cast<size_t>(l.block_x), cd::max_sum_identity<A>());
+      for (int tx = 0; tx < l.block_x; ++tx)
+        for (int64_t j = tx; j < n; j += l.block_x) lanes[static_cast<size_t>(tx)] = cd::online_step(lanes[static_cast<size_t>(tx)], convert<A>(x[row * n + j]));
+      const MS ms = test::emulate_group_reduce(lanes, combine);
+      for (int64_t j = 0; j < n; ++j) y[row * n + j] = convert<T>(cd::softmax_value<Log>(convert<A>(x[row * n + j]), ms));
+    }
+    return;
+  }
+  for (int64_t c = 0; c < outer * inner; ++c) {
+    const int64_t o = c / inner, base = o * n * inner + (c - o * inner);
+    MS ms = cd::max_sum_identity<A>();
+    for (int ty = 0; ty < l.block_y; ++ty) {
+      MS t = cd::max_sum_identity<A>();
+      for (int64_t d = ty; d < n; d += l.block_y) t = cd::online_step(t, convert<A>(x[base + d * inner]));
+      ms = ty == 0 ? t : cd::online_combine(ms, t);
+    }
+    for (int64_t d = 0; d < n; ++d) y[base + d * inner] = convert<T>(cd::softmax_value<Log>(convert<A>(x[base + d * inner]), ms));
+  }
+}
+
+template <typename T, bool Log>
+void emulate_softmax_backward(const T* g, const T* y, T* gi, int64_t outer, int64_t n, int64_t inner) {
+  using A = cd::facc_t<T>;
+  const SoftmaxLaunch l = choose_softmax_launch(outer, n, inner);
+  auto plus = [](const A& a, const A& b) { return a + b; };
+  if (l.rows) {
+    for (int64_t row = 0; row < outer; ++row) {
+      std::vector<A> lanes(static_cast<size_t>(l.block_x), A(0));
+      for (int tx = 0; tx < l.block_x; ++tx)
+        for (int64_t j = tx; j < n; j += l.block_x) lanes[static_cast<size_t>(tx)] += cd::backward_term<Log>(convert<A>(g[row * n + j]), convert<A>(y[row * n + j]));
+      const A t = test::emulate_group_reduce(lanes, plus);
+      for (int64_t j = 0; j < n; ++j) gi[row * n + j] = convert<T>(cd::backward_value<Log>(convert<A>(g[row * n + j]), convert<A>(y[row * n + j]), t));
+    }
+    return;
+  }
+  for (int64_t c = 0; c < outer * inner; ++c) {
+    const int64_t o = c / inner, base = o * n * inner + (c - o * inner);
+    A t = A(0);
+    for (int ty = 0; ty < l.block_y; ++ty) {
+      A part = A(0);
+      for (int64_t d = ty; d < n; d += l.block_y) part += cd::backward_term<Log>(convert<A>(g[base + d * inner]), convert<A>(y[base + d * inner]));
+      t = ty == 0 ? part : t + part;
+    }
+    for (int64_t d = 0; d < n; ++d) {
+      const int64_t i = base + d * inner;
+      gi[i] = convert<T>(cd::backward_value<Log>(convert<A>(g[i]), convert<A>(y[i]), t));
+    }
+  }
+}
+
+struct Geo {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+Geo geo_of(const Shape& s, int64_t dim) {
+  Geo g;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) (d < dim ? g.outer : d == dim ? g.n : g.inner) *= s[d];
+  return g;
+}
+
+Tensor emulated_softmax(const Tensor& x, int64_t dim, bool log) {
+  const Geo g = geo_of(x.sizes(), dim);
+  Tensor y = full(x.sizes(), 12345, TensorOptions().dtype(x.dtype()));
+  kernels::dispatch_floating(x.dtype(), "emulated", [&]<typename T>() {
+    if (log) emulate_softmax<T, true>(x.data_ptr<T>(), y.data_ptr<T>(), g.outer, g.n, g.inner);
+    else emulate_softmax<T, false>(x.data_ptr<T>(), y.data_ptr<T>(), g.outer, g.n, g.inner);
+  });
+  return y;
+}
+
+Tensor emulated_softmax_backward(const Tensor& gr, const Tensor& y, int64_t dim, bool log) {
+  const Geo g = geo_of(y.sizes(), dim);
+  Tensor gi = full(y.sizes(), 12345, TensorOptions().dtype(y.dtype()));
+  kernels::dispatch_floating(y.dtype(), "emulated", [&]<typename T>() {
+    if (log) emulate_softmax_backward<T, true>(gr.data_ptr<T>(), y.data_ptr<T>(), gi.data_ptr<T>(), g.outer, g.n, g.inner);
+    else emulate_softmax_backward<T, false>(gr.data_ptr<T>(), y.data_ptr<T>(), gi.data_ptr<T>(), g.outer, g.n, g.inner);
+  });
+  return gi;
+}
+
+const std::vector<DType> kHostFloats = {kFloat32, kFloat64, kBFloat16};
+
+struct HostCase {
+  Shape shape;
+  int64_t dim;
+};
+const std::vector<HostCase> kHostCases = {{{7, 10}, 1}, {{7, 10}, 0}, {{3, 1000}, 1}, {{3, 1025}, 1}, {{2, 5000}, 1}, {{4, 5, 6}, 1},
+                                          {{1, 1000, 3}, 1}, {{2, 50, 100}, 1}, {{100, 33}, 0}, {{17}, 0}};
+
+TEST(CudaSoftmaxEmulated, ForwardAndBackwardMatchCpu) {
+  for (const HostCase& c : kHostCases)
+    for (DType dt : kHostFloats)
+      for (bool log : {false, true}) {
+        const std::string what = std::string(log ? "log_softmax " : "softmax ") + shape_str(c.shape) + " dim " + std::to_string(c.dim) + " " + dtype_name(dt);
+        const Tensor x = host_sample(c.shape, dt, 1, -4.0, 4.0);
+        const Tensor y = softmax_of(x, c.dim, log);
+        test::expect_same_values(emulated_softmax(x, c.dim, log), y, what);
+        const Tensor g = host_sample(c.shape, dt, 2);
+        Tensor gi = empty(c.shape, TensorOptions().dtype(dt));
+        kernels::softmax_backward_kernel(gi, g, y, c.dim, log);
+        test::expect_same_values(emulated_softmax_backward(g, y, c.dim, log), gi, "backward " + what);
+      }
+}
+
+TEST(CudaSoftmaxEmulated, SpecialValuesMatchCpu) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor h = tensor<double>({1, -inf, 2, 0, -inf, -inf, -inf, -inf, 1, inf, 2, 0, inf, 1, inf, 0, 1, nan, 2, 0, -inf, -inf, 5, 1}, {6, 4});
+  for (DType dt : {kFloat32, kFloat64})
+    for (bool log : {false, true})
+      for (int64_t dim : {0, 1}) {
+        const Tensor x = h.to(dt);
+        test::expect_same_values(emulated_softmax(x, dim, log), softmax_of(x, dim, log),
+                                 std::string(log ? "log_softmax" : "softmax") + " specials dim " + std::to_string(dim) + " " + dtype_name(dt));
+      }
+  // -inf heading a long row (the first lanes see only -inf), a NaN in another.
+  Tensor longrow = host_sample({2, 3000}, kFloat32, 3);
+  longrow.narrow(1, 0, 1000).copy_(full({2, 1000}, -inf));
+  longrow.select(0, 1).narrow(0, 2000, 1).copy_(full({1}, nan));
+  for (bool log : {false, true}) {
+    test::expect_same_values(emulated_softmax(longrow, 1, log), softmax_of(longrow, 1, log), "long rows with -inf and NaN");
+    const Tensor col = longrow.t().contiguous();
+    test::expect_same_values(emulated_softmax(col, 0, log), softmax_of(col, 0, log), "long columns with -inf and NaN");
+  }
+}
+
 // ================================================================ GPU: against the CPU
 
 const std::vector<DType> kFloats = {kFloat32, kFloat64, kFloat16, kBFloat16};
@@ -105,8 +248,6 @@ const std::vector<Case>& cases() {
 std::string case_str(const Case& c, DType dt, bool log) {
   return std::string(log ? "log_softmax " : "softmax ") + shape_str(c.shape) + " dim " + std::to_string(c.dim) + " " + dtype_name(dt);
 }
-
-Tensor softmax_of(const Tensor& x, int64_t dim, bool log) { return log ? dp::log_softmax(x, dim) : dp::softmax(x, dim); }
 
 TEST(CudaSoftmax, ForwardMatchesCpu) {
   DP_REQUIRE_GPU();
