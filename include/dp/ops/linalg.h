@@ -1,5 +1,7 @@
 #pragma once
-// Matrix products on OpenBLAS (float32/float64); other dtypes use a reference loop.
+// Matrix products: on the CPU through OpenBLAS (float32/float64; other dtypes a reference loop), on
+// CUDA through cuBLAS/cuBLASLt (float32/float64, float16/bfloat16 accumulating in float32; TF32 only
+// after dp::cuda::set_allow_tf32(true), dp/cuda/matmul.h).
 #include <optional>
 #include "dp/core/tensor.h"
 

@@ -5,7 +5,7 @@
 //   gates = x W_ih^T + b_ih + h W_hh^T + b_hh        split into 4 blocks of H along the last dim
 //   i = sigmoid(gates_i), f = sigmoid(gates_f), g = tanh(gates_g), o = sigmoid(gates_o)
 //   c' = f * c + i * g,  h' = o * tanh(c')
-// float32 and float64, CPU.
+// float32 and float64, on the CPU and on CUDA (cuBLAS GEMMs and fused gate kernels).
 #include <tuple>
 #include "dp/core/tensor.h"
 
