@@ -12,6 +12,7 @@
 #include <vector>
 #include "dp/dp.h"
 #include "support/cuda.h"
+#include "support/cuda_compare.h"
 #if DP_HAVE_CUDA
 #include "cuda/conv.h"
 #include "cuda/cudnn.h"
@@ -81,42 +82,10 @@ TEST(CudaConvPlan, CudnnErrorMessageAndTf32Switch) {
 
 // ------------------------------------------------------------------ GPU: against the CPU
 
-const Device kGpu = Device::cuda(0);
-
-Tensor sample(IntArrayRef sizes, DType dt, uint64_t seed, double lo = -2.0, double hi = 2.0) {
-  Generator g(seed);
-  Tensor t = rand(sizes, TensorOptions().dtype(kFloat64), &g);
-  return dp::add(dp::mul(t, hi - lo), lo).to(dt);
-}
-
-void poison() {
-#if DP_HAVE_CUDA
-  std::vector<Tensor> blocks;
-  for (int k = 4; k <= 22; ++k) blocks.push_back(dp::full({int64_t{1} << k}, NAN, TensorOptions().dtype(kFloat64).device(kGpu)));
-#endif
-}
-
-std::vector<double> values(const Tensor& t) {
-  Tensor c = t.to(Device::cpu(), kFloat64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
-
-void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what, double tol) {
-  ASSERT_TRUE(gpu.defined()) << what;
-  ASSERT_TRUE(gpu.is_cuda()) << what;
-  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
-  ASSERT_EQ(gpu.sizes(), cpu.sizes()) << what;
-  const auto g = values(gpu), c = values(cpu);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    ASSERT_FALSE(std::isnan(g[i])) << what << " element " << i << " is NaN (not written?), CPU " << c[i];
-    num += (g[i] - c[i]) * (g[i] - c[i]);
-    den += c[i] * c[i];
-  }
-  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  EXPECT_LE(rel, tol) << what << ": relative error " << rel;
-}
+using test::expect_written_close;
+using test::kGpu;
+using test::poison_device_cache_all_sizes;
+using test::sample;
 
 // float32 through cuDNN's FMA algorithms (implicit GEMM, Winograd, FFT) differs from the CPU's
 // GEMM by rounding only (Winograd and FFT round more than a GEMM): well under 1e-3 relative.
@@ -161,16 +130,16 @@ TEST(CudaConv, ForwardAndGradientsAgainstCpu) {
       Tensor yc = conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups);
       Tensor xg = x.detach().to(kGpu).set_requires_grad(true), wg = w.detach().to(kGpu).set_requires_grad(true);
       Tensor bg = c.bias ? b.detach().to(kGpu).set_requires_grad(true) : Tensor();
-      poison();
+      poison_device_cache_all_sizes();
       Tensor yg = conv2d(xg, wg, bg, c.stride, c.padding, c.dilation, c.groups);
-      expect_close(yg, yc, what + " forward", tol_for(dt));
+      expect_written_close(yg, yc, what + " forward", tol_for(dt), false);
       Tensor go = sample(yc.sizes(), dt, 4);
       yc.backward(go);
-      poison();
+      poison_device_cache_all_sizes();
       yg.backward(go.to(kGpu));
-      expect_close(xg.grad(), x.grad(), what + " grad input", tol_for(dt));
-      expect_close(wg.grad(), w.grad(), what + " grad weight", tol_for(dt));
-      if (c.bias) expect_close(bg.grad(), b.grad(), what + " grad bias", tol_for(dt));
+      expect_written_close(xg.grad(), x.grad(), what + " grad input", tol_for(dt), false);
+      expect_written_close(wg.grad(), w.grad(), what + " grad weight", tol_for(dt), false);
+      if (c.bias) expect_written_close(bg.grad(), b.grad(), what + " grad bias", tol_for(dt), false);
     }
   }
 }
@@ -185,8 +154,8 @@ TEST(CudaConv, OnlyTheGradientsAskedFor) {
     Tensor go = sample({2, 4, 9, 9}, kFloat32, 7);
     conv2d(xc, wc, Tensor(), {1}, {1}).backward(go);
     conv2d(xg, wg, Tensor(), {1}, {1}).backward(go.to(kGpu));
-    if (want_x) expect_close(xg.grad(), xc.grad(), "grad input only", tol_for(kFloat32));
-    else expect_close(wg.grad(), wc.grad(), "grad weight only", tol_for(kFloat32));
+    if (want_x) expect_written_close(xg.grad(), xc.grad(), "grad input only", tol_for(kFloat32), false);
+    else expect_written_close(wg.grad(), wc.grad(), "grad weight only", tol_for(kFloat32), false);
     EXPECT_FALSE((want_x ? wg : xg).grad().defined());
   }
 }
@@ -202,12 +171,12 @@ TEST(CudaConv, BackwardHalvesAgainstCpu) {
       Tensor go = sample(y.sizes(), dt, 10);
       Tensor gx = conv2d_backward_input(c.x, go, w, c.stride, c.padding, c.dilation, c.groups);
       Tensor gw = conv2d_backward_weight(c.w, x, go, c.stride, c.padding, c.dilation, c.groups);
-      poison();
-      expect_close(conv2d_backward_input(c.x, go.to(kGpu), w.to(kGpu), c.stride, c.padding, c.dilation, c.groups), gx, what + " backward_input",
-                   tol_for(dt));
-      poison();
-      expect_close(conv2d_backward_weight(c.w, x.to(kGpu), go.to(kGpu), c.stride, c.padding, c.dilation, c.groups), gw, what + " backward_weight",
-                   tol_for(dt));
+      poison_device_cache_all_sizes();
+      expect_written_close(conv2d_backward_input(c.x, go.to(kGpu), w.to(kGpu), c.stride, c.padding, c.dilation, c.groups), gx, what + " backward_input",
+                   tol_for(dt), false);
+      poison_device_cache_all_sizes();
+      expect_written_close(conv2d_backward_weight(c.w, x.to(kGpu), go.to(kGpu), c.stride, c.padding, c.dilation, c.groups), gw, what + " backward_weight",
+                   tol_for(dt), false);
     }
   }
 }
@@ -230,10 +199,10 @@ TEST(CudaConv, SecondOrderGradientsAgainstCpu) {
         return autograd::grad({g1[0], g1[1]}, {xd, wd}, {v.to(d), u.to(d)});
       };
       const auto ref = run(Device::cpu());
-      poison();
+      poison_device_cache_all_sizes();
       const auto got = run(kGpu);
-      expect_close(got[0], ref[0], what + " d/dx", tol_for(dt));
-      expect_close(got[1], ref[1], what + " d/dw", tol_for(dt));
+      expect_written_close(got[0], ref[0], what + " d/dx", tol_for(dt), false);
+      expect_written_close(got[1], ref[1], what + " d/dw", tol_for(dt), false);
     }
   }
 }
@@ -252,7 +221,7 @@ TEST(CudaConv, OnANonDefaultStream) {
     y = conv2d(x.to(kGpu), w.to(kGpu), b.to(kGpu), {1}, {1});
   }
   s.synchronize();
-  expect_close(y, ref, "conv2d on a created stream", tol_for(kFloat32));
+  expect_written_close(y, ref, "conv2d on a created stream", tol_for(kFloat32), false);
 }
 #endif
 
@@ -263,7 +232,7 @@ TEST(CudaConv, RepeatedShapesReuseTheCachedAlgorithm) {
   Tensor first = conv2d(x, w, Tensor(), {1}, {1}).cpu();
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(dp::equal(conv2d(x, w, Tensor(), {1}, {1}).cpu(), first));
   Tensor half = conv2d(x.narrow(0, 0, 2), w, Tensor(), {1}, {1}).cpu();
-  expect_close(half.to(kGpu), first.narrow(0, 0, 2), "batch of 2 after batch of 4", tol_for(kFloat32));
+  expect_written_close(half.to(kGpu), first.narrow(0, 0, 2), "batch of 2 after batch of 4", tol_for(kFloat32), false);
 }
 
 #if DP_HAVE_CUDA
@@ -274,8 +243,8 @@ TEST(CudaConv, Tf32WhenAllowed) {
   cuda::cudnn::set_allow_tf32(true);
   Tensor y = conv2d(x.to(kGpu), w.to(kGpu), Tensor(), {1}, {1});
   cuda::cudnn::set_allow_tf32(false);
-  expect_close(y, ref, "conv2d with TF32 allowed", 1e-2);  // TF32: ~1e-3; full precision passes too
-  expect_close(conv2d(x.to(kGpu), w.to(kGpu), Tensor(), {1}, {1}), ref, "conv2d after TF32 is off again", tol_for(kFloat32));
+  expect_written_close(y, ref, "conv2d with TF32 allowed", 1e-2, false);  // TF32: ~1e-3; full precision passes too
+  expect_written_close(conv2d(x.to(kGpu), w.to(kGpu), Tensor(), {1}, {1}), ref, "conv2d after TF32 is off again", tol_for(kFloat32), false);
 }
 #endif
 

@@ -10,6 +10,7 @@
 #include "dp/dp.h"
 #include "dp/optim/optim.h"
 #include "support/cuda.h"
+#include "support/cuda_compare.h"
 #if DP_HAVE_CUDA
 #include "dp/cuda/graph.h"
 #endif
@@ -50,19 +51,10 @@ TEST(CudaGraphHost, CapturingQueryIsFalseWithoutADevice) {
 
 // ---------------------------------------------------------------- GPU
 
-const Device kGpu = Device::cuda(0);
+using test::kGpu;
 
-double rel_error(const Tensor& out, const Tensor& ref) {
-  Tensor a = out.to(Device::cpu(), kFloat64).contiguous(), b = ref.to(Device::cpu(), kFloat64).contiguous();
-  const double* pa = a.data_ptr<double>();
-  const double* pb = b.data_ptr<double>();
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    num += (pa[i] - pb[i]) * (pa[i] - pb[i]);
-    den += pb[i] * pb[i];
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
+// NaN propagates (a NaN result fails every comparison, EXPECT_GT too).
+double rel_error(const Tensor& out, const Tensor& ref) { return test::rel_err(out, ref, /*nan_as_infinity=*/false); }
 
 Tensor sample(IntArrayRef sizes, uint64_t seed) {
   Generator g(seed);

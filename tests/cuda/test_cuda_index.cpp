@@ -16,6 +16,7 @@ namespace dp {
 namespace {
 
 using test::compare;
+using test::error_of;
 using test::expect_rel;
 using test::expect_same;
 using test::kGpu;
@@ -243,18 +244,6 @@ TEST(CudaIndex, MaskedFill) {
   // broadcast of the input too, a float value, and the gradient (sum_to over the broadcast dims)
   compare("masked_fill backward", {sample({5, 1}, kFloat32, 44), dp::gt(sample({3, 5, 6}, kFloat32, 45), 0.0)}, {true},
           [](const std::vector<Tensor>& x) { return masked_fill(x[0], x[1], -2.5); }, true, 1e-6);
-}
-
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no exception";
 }
 
 TEST(CudaIndex, OutOfRangeIndicesGiveTheCpuError) {

@@ -18,6 +18,7 @@
 #include <vector>
 #include "dp/dp.h"
 #include "support/cuda.h"
+#include "support/cuda_compare.h"
 #if DP_HAVE_CUDA
 #include "dp/cuda/cuda.h"
 #include "dp/cuda/matmul.h"
@@ -28,7 +29,10 @@ namespace {
 
 #if DP_HAVE_CUDA
 
-const Device kGpu = Device::cuda(0);
+using test::expect_close;
+using test::kGpu;
+using test::rel_err;
+using test::Tf32Guard;
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 // Uniform magnitudes in [0.5, 2) with random signs: no zeros, no cancellation-sized values.
@@ -39,42 +43,11 @@ Tensor sample(IntArrayRef sizes, uint64_t seed, DType dt = kFloat32) {
   return dp::where(neg, dp::neg(mag), mag).to(dt);
 }
 
-std::vector<double> values(const Tensor& t) {
-  Tensor c = t.to(Device::cpu(), kFloat64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
-
-// ||got - ref|| / ||ref|| (||got|| when ref is all zeros); infinite when got has a NaN.
-double rel_err(const Tensor& got, const Tensor& ref) {
-  const auto g = values(got), r = values(ref);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < r.size(); ++i) {
-    if (std::isnan(g[i])) return INFINITY;
-    num += (g[i] - r[i]) * (g[i] - r[i]);
-    den += r[i] * r[i];
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
-
-void expect_close(const Tensor& gpu, const Tensor& ref, double tol, const std::string& what) {
-  ASSERT_TRUE(gpu.defined()) << what;
-  ASSERT_TRUE(gpu.is_cuda()) << what;
-  ASSERT_EQ(gpu.sizes(), ref.sizes()) << what;
-  EXPECT_LE(rel_err(gpu, ref), tol) << what;
-}
-
 // Fills freed blocks of the device's caching allocator with NaN, so that fresh outputs start as NaN.
 void poison_gpu_cache() {
   for (int64_t n : {int64_t{64}, int64_t{1} << 12, int64_t{1} << 16, int64_t{1} << 20, int64_t{1} << 22})
     (void)dp::full({n}, NAN, TensorOptions().device(kGpu));
 }
-
-struct Tf32Guard {
-  bool previous;
-  explicit Tf32Guard(bool on) : previous(cuda::allow_tf32()) { cuda::set_allow_tf32(on); }
-  ~Tf32Guard() { cuda::set_allow_tf32(previous); }
-};
 
 // f on the CPU inputs and on copies on the GPU: the outputs agree within tol.
 void check_forward(const std::string& what, const std::vector<Tensor>& inputs, const Fn& f, double tol = 1e-5) {

@@ -20,6 +20,7 @@ namespace dp {
 namespace {
 
 using test::compare;
+using test::error_of;
 using test::expect_rel;
 using test::Fn;
 using test::kGpu;
@@ -281,18 +282,6 @@ TEST(CudaLoss, CreateGraphBackward) {
 }
 
 // ---------------------------------------------------------------- bad input
-
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no exception";
-}
 
 TEST(CudaLoss, BadTargetsAndInputsGiveTheCpuErrors) {
   DP_REQUIRE_GPU();

@@ -19,6 +19,7 @@
 #include "dp/nn/modules/rnn.h"
 #include "dp/ops/rnn.h"
 #include "support/cuda.h"
+#include "support/cuda_compare.h"
 #if DP_HAVE_CUDA
 #include "dp/cuda/matmul.h"
 #endif
@@ -28,33 +29,9 @@ namespace {
 
 #if DP_HAVE_CUDA
 
-const Device kGpu = Device::cuda(0);
-
-std::vector<double> values(const Tensor& t) {
-  Tensor c = t.to(Device::cpu(), kFloat64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
-
-// ||got - ref|| / ||ref||; infinite when got has a NaN.
-double rel_err(const Tensor& got, const Tensor& ref) {
-  const auto g = values(got), r = values(ref);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < r.size(); ++i) {
-    if (std::isnan(g[i])) return INFINITY;
-    num += (g[i] - r[i]) * (g[i] - r[i]);
-    den += r[i] * r[i];
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
-
-void expect_close(const Tensor& gpu, const Tensor& ref, double tol, const std::string& what) {
-  ASSERT_TRUE(gpu.defined()) << what;
-  ASSERT_TRUE(ref.defined()) << what;
-  ASSERT_TRUE(gpu.is_cuda()) << what;
-  ASSERT_EQ(gpu.sizes(), ref.sizes()) << what;
-  EXPECT_LE(rel_err(gpu, ref), tol) << what;
-}
+using test::expect_close;
+using test::kGpu;
+using test::Tf32Guard;
 
 double tol_for(DType dt) { return dt == kFloat64 ? 1e-12 : 1e-5; }
 
@@ -70,12 +47,6 @@ void poison_gpu_cache() {
   for (int64_t n : {int64_t{64}, int64_t{1} << 12, int64_t{1} << 16, int64_t{1} << 20})
     (void)dp::full({n}, NAN, TensorOptions().device(kGpu));
 }
-
-struct Tf32Guard {
-  bool previous;
-  explicit Tf32Guard(bool on) : previous(cuda::allow_tf32()) { cuda::set_allow_tf32(on); }
-  ~Tf32Guard() { cuda::set_allow_tf32(previous); }
-};
 
 struct Sizes {
   int64_t T, B, I, H;

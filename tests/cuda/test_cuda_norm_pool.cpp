@@ -16,6 +16,7 @@
 #include <vector>
 #include "dp/dp.h"
 #include "support/cuda.h"
+#include "support/cuda_compare.h"
 #if DP_HAVE_CUDA
 #include "cuda/norm_pool.h"
 #endif
@@ -137,51 +138,12 @@ TEST(CudaNormPlan, ReductionSplits) {
 
 // ------------------------------------------------------------------ GPU: against the CPU
 
-const Device kGpu = Device::cuda(0);
-
-Tensor sample(IntArrayRef sizes, DType dt, uint64_t seed, double lo = -2.0, double hi = 2.0) {
-  Generator g(seed);
-  Tensor t = rand(sizes, TensorOptions().dtype(kFloat64), &g);
-  return dp::add(dp::mul(t, hi - lo), lo).to(dt);
-}
-
-// Fills and frees blocks of many sizes on the GPU, so the caching allocator hands NaN-filled memory
-// to the outputs that follow (an unwritten element stays NaN).
-void poison() {
-#if DP_HAVE_CUDA
-  std::vector<Tensor> blocks;
-  for (int k = 4; k <= 22; ++k) blocks.push_back(dp::full({int64_t{1} << k}, NAN, TensorOptions().dtype(kFloat64).device(kGpu)));
-#endif
-}
+using test::expect_written_close;
+using test::kGpu;
+using test::poison_device_cache_all_sizes;
+using test::sample;
 
 double tol_for(DType dt) { return dt == kFloat64 ? 1e-11 : 2e-6; }
-
-std::vector<double> values(const Tensor& t) {
-  Tensor c = t.to(Device::cpu(), kFloat64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
-
-// ||gpu - cpu|| / ||cpu|| below tol, NaN exactly where the CPU has NaN.
-void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what, double tol) {
-  ASSERT_TRUE(gpu.defined()) << what;
-  ASSERT_TRUE(gpu.is_cuda()) << what;
-  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
-  ASSERT_EQ(gpu.sizes(), cpu.sizes()) << what;
-  const auto g = values(gpu), c = values(cpu);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    if (std::isnan(c[i])) {
-      EXPECT_TRUE(std::isnan(g[i])) << what << " element " << i;
-      continue;
-    }
-    ASSERT_FALSE(std::isnan(g[i])) << what << " element " << i << " is NaN (not written?), CPU " << c[i];
-    num += (g[i] - c[i]) * (g[i] - c[i]);
-    den += c[i] * c[i];
-  }
-  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  EXPECT_LE(rel, tol) << what << ": relative error " << rel;
-}
 
 void expect_equal(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
   ASSERT_TRUE(gpu.is_cuda()) << what;
@@ -205,17 +167,17 @@ void compare_with_cpu(const Fn& f, const std::vector<Tensor>& cpu_inputs, const 
     xg.push_back(t.detach().to(kGpu).set_requires_grad(rg));
   }
   Tensor yc = f(xc);
-  poison();
+  poison_device_cache_all_sizes();
   Tensor yg = f(xg);
-  expect_close(yg, yc, what + " forward", tol);
+  expect_written_close(yg, yc, what + " forward", tol, true);
   if (!yc.requires_grad()) return;
   Tensor go = sample(yc.sizes(), yc.dtype(), seed);
   yc.backward(go);
-  poison();
+  poison_device_cache_all_sizes();
   yg.backward(go.to(kGpu));
   for (size_t i = 0; i < xc.size(); ++i) {
     if (!xc[i].defined() || !xc[i].requires_grad()) continue;
-    expect_close(xg[i].grad(), xc[i].grad(), what + " grad of input " + std::to_string(i), tol);
+    expect_written_close(xg[i].grad(), xc[i].grad(), what + " grad of input " + std::to_string(i), tol, true);
   }
 }
 
@@ -248,7 +210,7 @@ TEST(CudaPool, MaxPoolForwardIndicesAndBackward) {
                                std::to_string(c.p) + " d" + std::to_string(c.d) + " " + dtype_name(dt);
       Tensor x = sample(c.in, dt, 7);
       auto [yc, ic] = max_pool2d_with_indices(x, {c.k}, {c.s}, {c.p}, {c.d}, c.ceil_mode);
-      poison();
+      poison_device_cache_all_sizes();
       auto [yg, ig] = max_pool2d_with_indices(x.to(kGpu), {c.k}, {c.s}, {c.p}, {c.d}, c.ceil_mode);
       expect_equal(yg, yc, what + " values");
       expect_equal(ig, ic, what + " indices");
@@ -269,7 +231,7 @@ TEST(CudaPool, MaxPoolTiesAndNaNPickTheCpuIndex) {
     auto [yc, ic] = max_pool2d_with_indices(x, {3}, {s}, {1});
     auto [yg, ig] = max_pool2d_with_indices(x.to(kGpu), {3}, {s}, {1});
     expect_equal(ig, ic, "tie indices, stride " + std::to_string(s));
-    expect_close(yg, yc, "tie values", 0.0);
+    expect_written_close(yg, yc, "tie values", 0.0, true);
     // Overlapping windows that pick the same element add their gradients there.
     compare_with_cpu([&](const std::vector<Tensor>& in) { return max_pool2d(in[0], {3}, {s}, {1}); }, {x.set_requires_grad(true)},
                      "max_pool2d ties backward", 1e-6);
@@ -356,8 +318,8 @@ TEST(CudaBatchNorm, TrainingForwardBackwardAndRunningStats) {
               return batch_norm(v[0], gpu ? rm_g : rm_c, gpu ? rv_g : rv_c, v[1], v[2], true, 0.1, 1e-5);
             },
             {x, w, b}, what, dt == kFloat64 ? 1e-10 : 3e-5);
-        expect_close(rm_g, rm_c, what + " running_mean", dt == kFloat64 ? 1e-12 : 1e-6);
-        expect_close(rv_g, rv_c, what + " running_var", dt == kFloat64 ? 1e-12 : 1e-5);
+        expect_written_close(rm_g, rm_c, what + " running_mean", dt == kFloat64 ? 1e-12 : 1e-6, true);
+        expect_written_close(rv_g, rv_c, what + " running_var", dt == kFloat64 ? 1e-12 : 1e-5, true);
       }
     }
   }
@@ -393,8 +355,8 @@ TEST(CudaBatchNorm, NonContiguousRunningStatsAreUpdatedInPlace) {
   const uint32_t v0 = rm_g.version();
   Tensor yc = batch_norm(x, rm_c, rv_c, Tensor(), Tensor(), true, 0.3, 1e-5);
   Tensor yg = batch_norm(x.to(kGpu), rm_g, rv_g, Tensor(), Tensor(), true, 0.3, 1e-5);
-  expect_close(yg, yc, "batch_norm strided running stats output", 2e-6);
-  expect_close(buf_g, buf_c, "batch_norm strided running stats", 1e-6);
+  expect_written_close(yg, yc, "batch_norm strided running stats output", 2e-6, true);
+  expect_written_close(buf_g, buf_c, "batch_norm strided running stats", 1e-6, true);
   EXPECT_GT(rm_g.version(), v0);
 }
 
@@ -425,8 +387,8 @@ TEST(CudaNormPool, OnANonDefaultStream) {
     y = avg_pool2d(adaptive_avg_pool2d(y, {9, 7}), {2});
   }
   s.synchronize();
-  expect_close(y, ref, "pool(bn(ln)) on a created stream", 3e-5);
-  expect_close(rv_g, rv_c, "running_var on a created stream", 1e-5);
+  expect_written_close(y, ref, "pool(bn(ln)) on a created stream", 3e-5, true);
+  expect_written_close(rv_g, rv_c, "running_var on a created stream", 1e-5, true);
 }
 #endif
 

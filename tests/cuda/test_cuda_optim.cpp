@@ -14,6 +14,7 @@
 #include "dp/optim/optim.h"
 #include "cuda/optim.h"
 #include "support/cuda.h"
+#include "support/cuda_compare.h"
 
 namespace dp {
 namespace {
@@ -75,19 +76,10 @@ TEST(CudaOptimErrors, ParametersOnAMissingCudaDeviceAreRefusedNamingOptimizerAnd
 
 // ---------------------------------------------------------------- GPU
 
-const Device kGpu = Device::cuda(0);
+using test::kGpu;
 
-double rel_error(const Tensor& out, const Tensor& ref) {
-  Tensor a = out.to(Device::cpu(), kFloat64).contiguous(), b = ref.to(Device::cpu(), kFloat64).contiguous();
-  const double* pa = a.data_ptr<double>();
-  const double* pb = b.data_ptr<double>();
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    num += (pa[i] - pb[i]) * (pa[i] - pb[i]);
-    den += pb[i] * pb[i];
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
+// NaN propagates (a NaN result fails every comparison, EXPECT_GT too).
+double rel_error(const Tensor& out, const Tensor& ref) { return test::rel_err(out, ref, /*nan_as_infinity=*/false); }
 
 double tol_for(DType dt) { return dt == kFloat64 ? 1e-12 : 1e-6; }
 

@@ -4,11 +4,15 @@
 // that evaluates a function and its gradients on either device.
 #include <gtest/gtest.h>
 #include <cmath>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 #include "dp/dp.h"
+#if DP_HAVE_CUDA
+#include "dp/cuda/matmul.h"
+#endif
 
 namespace dp::test {
 
@@ -19,6 +23,72 @@ inline Tensor sample(IntArrayRef sizes, DType dt, uint64_t seed, double lo = -2.
   Generator g(seed);
   Tensor t = rand(sizes, TensorOptions().dtype(kFloat64), &g);
   return dp::add(dp::mul(t, hi - lo), lo).to(dt);
+}
+
+// The elements of t (any device, any dtype) as float64 on the host, in row-major order.
+inline std::vector<double> values(const Tensor& t) {
+  Tensor c = t.to(Device::cpu(), kFloat64).contiguous();
+  const double* p = c.data_ptr<double>();
+  return std::vector<double>(p, p + c.numel());
+}
+
+// ||got - ref|| / ||ref|| in float64 (||got - ref|| when ref is all zeros). A NaN in got makes it
+// infinite with nan_as_infinity, else it propagates (NaN) like any other NaN.
+inline double rel_err(const Tensor& got, const Tensor& ref, bool nan_as_infinity = true) {
+  const auto g = values(got), r = values(ref);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (nan_as_infinity && std::isnan(g[i])) return std::numeric_limits<double>::infinity();
+    num += (g[i] - r[i]) * (g[i] - r[i]);
+    den += r[i] * r[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// A CUDA result against a reference (any device, dtype not checked): rel_err at most tol.
+inline void expect_close(const Tensor& gpu, const Tensor& ref, double tol, const std::string& what) {
+  ASSERT_TRUE(gpu.defined()) << what;
+  ASSERT_TRUE(ref.defined()) << what;
+  ASSERT_TRUE(gpu.is_cuda()) << what;
+  ASSERT_EQ(gpu.sizes(), ref.sizes()) << what;
+  EXPECT_LE(rel_err(gpu, ref), tol) << what;
+}
+
+// A CUDA result against the CPU's, same dtype and shape: no NaN where the CPU has a number (an
+// unwritten element), ||gpu - cpu|| / ||cpu|| (||gpu - cpu|| when cpu is all zeros) at most tol.
+// Where the CPU has NaN the GPU must have NaN too with nan_where_cpu_nan; without it a CPU NaN
+// fails the check (the results are expected to be finite).
+inline void expect_written_close(const Tensor& gpu, const Tensor& cpu, const std::string& what, double tol, bool nan_where_cpu_nan) {
+  ASSERT_TRUE(gpu.defined()) << what;
+  ASSERT_TRUE(gpu.is_cuda()) << what;
+  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
+  ASSERT_EQ(gpu.sizes(), cpu.sizes()) << what;
+  const auto g = values(gpu), c = values(cpu);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (nan_where_cpu_nan && std::isnan(c[i])) {
+      EXPECT_TRUE(std::isnan(g[i])) << what << " element " << i;
+      continue;
+    }
+    ASSERT_FALSE(std::isnan(g[i])) << what << " element " << i << " is NaN (not written?), CPU " << c[i];
+    num += (g[i] - c[i]) * (g[i] - c[i]);
+    den += c[i] * c[i];
+  }
+  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  EXPECT_LE(rel, tol) << what << ": relative error " << rel;
+}
+
+// The message of the E that f throws; names another exception type, or says none was thrown.
+template <typename E, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no exception";
 }
 
 inline double tol_for(DType dt) {
@@ -65,6 +135,24 @@ inline void expect_same(const Tensor& gpu, const Tensor& cpu, const std::string&
 // Fills the device's allocator cache with NaN, so an output element a kernel forgets to write
 // reads NaN (the caching allocator hands the freed block out again).
 inline void poison_device_cache() { (void)full({1 << 20}, std::numeric_limits<float>::quiet_NaN(), TensorOptions().device(kGpu)); }
+
+// The same with float64 blocks of every power-of-two size from 2^4 to 2^22 elements, held at once
+// and then freed, so outputs of many sizes get NaN-filled memory.
+inline void poison_device_cache_all_sizes() {
+#if DP_HAVE_CUDA
+  std::vector<Tensor> blocks;
+  for (int k = 4; k <= 22; ++k) blocks.push_back(dp::full({int64_t{1} << k}, NAN, TensorOptions().dtype(kFloat64).device(kGpu)));
+#endif
+}
+
+#if DP_HAVE_CUDA
+// Sets cuda::allow_tf32 for a scope and restores the previous setting.
+struct Tf32Guard {
+  bool previous;
+  explicit Tf32Guard(bool on) : previous(cuda::allow_tf32()) { cuda::set_allow_tf32(on); }
+  ~Tf32Guard() { cuda::set_allow_tf32(previous); }
+};
+#endif
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
