@@ -298,7 +298,7 @@ struct Lse {
     if (v > m) {
       se = se * d_exp(m - v) + A(1);
       m = v;
-    } else {
+    } else if (v != d_neg_inf<A>()) {  // -inf adds 0; with m still -inf, exp(-inf - -inf) would be NaN
       se += d_exp(v - m);
     }
   }
