@@ -121,11 +121,16 @@ Staging take_staging(size_t bytes, int device) {
     std::lock_guard<std::mutex> lock(staging_mu);
     auto& pool = staging_pool();
     for (size_t i = 0; i < pool.size(); ++i) {
-      if (pool[i].device == device && pool[i].bytes >= bytes && cudaEventQuery(pool[i].done) == cudaSuccess) {
-        Staging s = pool[i];
-        pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
-        return s;
+      if (pool[i].device != device || pool[i].bytes < bytes) continue;
+      if (cudaEventQuery(pool[i].done) != cudaSuccess) {
+        // cudaErrorNotReady (block still in use) is also the thread's last error: cleared, or the
+        // next launch's cudaGetLastError() check would report it as that launch's failure.
+        (void)cudaGetLastError();
+        continue;
       }
+      Staging s = pool[i];
+      pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
+      return s;
     }
   }
   Staging s{nullptr, bytes < 4096 ? 4096 : bytes, nullptr, device};
