@@ -201,6 +201,10 @@ Stream Stream::create(int device, int priority) {
 }
 
 bool Stream::query() const {
+  // The legacy default stream (null handle) means the current GPU's: make this stream's device
+  // current, or another device's default stream would be queried.
+  std::optional<DeviceGuard> guard;
+  if (handle_ == nullptr && device_ >= 0) guard.emplace(device_);
   const cudaError_t err = cudaStreamQuery(handle_);
   if (err == cudaSuccess) return true;
   if (err == cudaErrorNotReady) {
