@@ -40,6 +40,10 @@ void restore_worker_stream(const Stream& previous) {
 bool is_current_stream_capturing(int device) {
   if (!is_available()) return false;
   const Stream s = current_stream(device);
+  // The legacy default stream (null handle) is the current GPU's: query `device`'s, not that of
+  // whichever device happens to be current.
+  std::optional<DeviceGuard> guard;
+  if (s.handle() == nullptr) guard.emplace(s.device());
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   const cudaError_t err = cudaStreamIsCapturing(s.handle(), &status);
   if (err == cudaErrorStreamCaptureImplicit) {
