@@ -5,6 +5,10 @@
 // bit). Every operation is therefore written with the round-to-nearest intrinsics, which are never
 // contracted, and the FMAs PyTorch does are explicit: the CUDA update equals the CPU one bit for
 // bit (division and square root are IEEE-correct in both).
+//
+// float16/bfloat16 parameters (state in the same dtype) are computed in float32 and each stored
+// value is rounded once, as the CPU kernels do for them (with the same operations, so again the
+// same bits).
 #include <cuda_runtime.h>
 #include <cmath>
 #include "cuda/optim.h"
@@ -26,6 +30,11 @@ __device__ __forceinline__ double add(double a, double b) { return __dadd_rn(a, 
 __device__ __forceinline__ double div(double a, double b) { return __ddiv_rn(a, b); }
 __device__ __forceinline__ double sqrt_rn(double a) { return __dsqrt_rn(a); }
 __device__ __forceinline__ double fma_rn(double a, double b, double c) { return __fma_rn(a, b, c); }
+// The type an element is computed in: itself for float/double, float32 for the 16-bit types.
+template <typename S> struct ComputeOf { using type = S; };
+template <> struct ComputeOf<BFloat16> { using type = float; };
+template <> struct ComputeOf<Half> { using type = float; };
+
 // torch.maximum: NaN if either is NaN.
 template <typename T>
 __device__ __forceinline__ T nan_max(T a, T b) { return a != a ? a : (a > b ? a : b); }
@@ -66,23 +75,25 @@ struct SgdConsts {
 
 // d_p = ±grad; d_p = d_p.add(param, alpha=wd); buf = clone(d_p) | buf.mul_(m).add_(d_p, alpha=1-damp);
 // d_p = d_p.add(buf, alpha=m) | buf; param.add_(d_p, alpha=-lr). (As sgd_loop on the CPU.)
-template <typename T>
+// S is the stored type, T the computed one (loads widen, stores round; no-ops when S == T).
+template <typename S, typename T = typename ComputeOf<S>::type>
 __global__ void __launch_bounds__(kThreads) sgd_kernel(SgdTable t, SgdConsts<T> c) {
   const BlockSlot s = slot_of(t);
-  T* __restrict__ param = static_cast<T*>(t.param[s.k]);
-  const T* __restrict__ grad = static_cast<const T*>(t.grad[s.k]);
-  T* __restrict__ buf = static_cast<T*>(t.buf[s.k]);
+  S* __restrict__ param = static_cast<S*>(t.param[s.k]);
+  const S* __restrict__ grad = static_cast<const S*>(t.grad[s.k]);
+  S* __restrict__ buf = static_cast<S*>(t.buf[s.k]);
   const bool initialized = t.initialized[s.k];
   for (int64_t i = s.begin; i < s.end; i += kThreads) {
-    const T p = param[i];
-    T d = c.maximize ? -grad[i] : grad[i];
+    const T p = static_cast<T>(param[i]);
+    const T g = static_cast<T>(grad[i]);
+    T d = c.maximize ? -g : g;
     if (c.weight_decay) d = fma_rn(p, c.wd, d);
     if (c.use_momentum) {
-      const T b = initialized ? fma_rn(d, c.one_minus_dampening, mul(buf[i], c.momentum)) : d;
-      buf[i] = b;
+      const T b = initialized ? fma_rn(d, c.one_minus_dampening, mul(static_cast<T>(buf[i]), c.momentum)) : d;
+      buf[i] = static_cast<S>(b);
       d = c.nesterov ? fma_rn(b, c.momentum, d) : b;
     }
-    param[i] = fma_rn(d, c.neg_lr, p);
+    param[i] = static_cast<S>(fma_rn(d, c.neg_lr, p));
   }
 }
 
@@ -114,33 +125,33 @@ struct AdamConsts {
 // [amsgrad] max_sq = maximum(max_sq, exp_avg_sq);
 // denom = (sq.sqrt() / sqrt(bc2)).add_(eps); param.addcdiv_(exp_avg, denom, value=-lr/bc1).
 // (As adam_elements on the CPU.)
-template <typename T>
+template <typename S, typename T = typename ComputeOf<S>::type>
 __global__ void __launch_bounds__(kThreads) adam_kernel(AdamTable t, AdamConsts<T> c) {
   const BlockSlot s = slot_of(t);
-  T* __restrict__ param = static_cast<T*>(t.param[s.k]);
-  const T* __restrict__ grad = static_cast<const T*>(t.grad[s.k]);
-  T* __restrict__ exp_avg = static_cast<T*>(t.exp_avg[s.k]);
-  T* __restrict__ exp_avg_sq = static_cast<T*>(t.exp_avg_sq[s.k]);
-  T* __restrict__ max_sq = static_cast<T*>(t.max_exp_avg_sq[s.k]);
+  S* __restrict__ param = static_cast<S*>(t.param[s.k]);
+  const S* __restrict__ grad = static_cast<const S*>(t.grad[s.k]);
+  S* __restrict__ exp_avg = static_cast<S*>(t.exp_avg[s.k]);
+  S* __restrict__ exp_avg_sq = static_cast<S*>(t.exp_avg_sq[s.k]);
+  S* __restrict__ max_sq = static_cast<S*>(t.max_exp_avg_sq[s.k]);
   const T neg_step_size = static_cast<T>(t.neg_step_size[s.k]);
   const T bc2_sqrt = static_cast<T>(t.bias_correction2_sqrt[s.k]);
   for (int64_t i = s.begin; i < s.end; i += kThreads) {
-    T p = param[i];
-    T g = grad[i];
+    T p = static_cast<T>(param[i]);
+    T g = static_cast<T>(grad[i]);
     if (c.maximize) g = -g;
     if (c.decoupled) p = mul(p, c.decay);
     if (c.l2) g = fma_rn(p, c.wd, g);
-    const T m = fma_rn(g, c.one_minus_beta1, mul(exp_avg[i], c.beta1));
-    const T v = fma_rn(mul(c.one_minus_beta2, g), g, mul(exp_avg_sq[i], c.beta2));
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
+    const T m = fma_rn(g, c.one_minus_beta1, mul(static_cast<T>(exp_avg[i]), c.beta1));
+    const T v = fma_rn(mul(c.one_minus_beta2, g), g, mul(static_cast<T>(exp_avg_sq[i]), c.beta2));
+    exp_avg[i] = static_cast<S>(m);
+    exp_avg_sq[i] = static_cast<S>(v);
     T v_used = v;
     if (c.amsgrad) {
-      v_used = nan_max(max_sq[i], v);
-      max_sq[i] = v_used;
+      v_used = nan_max(static_cast<T>(max_sq[i]), v);
+      max_sq[i] = static_cast<S>(v_used);
     }
     const T denom = add(div(sqrt_rn(v_used), bc2_sqrt), c.eps);
-    param[i] = add(p, div(mul(neg_step_size, m), denom));
+    param[i] = static_cast<S>(add(p, div(mul(neg_step_size, m), denom)));
   }
 }
 
@@ -157,13 +168,23 @@ void fill_blocks(Table& table, const std::vector<int64_t>& numels, const MultiTe
   table.block_start[l.count] = blocks;
 }
 
-void check_dtype(DType dtype, const char* what) {
-  DP_CHECK(dtype == kFloat32 || dtype == kFloat64, DTypeError, what, ": CUDA fused update of ", dtype_name(dtype),
-           " parameters; float32 and float64 are supported");
+// Calls f(S{}) for the parameter dtype (the CPU's four).
+template <typename F>
+void with_param_type(DType dtype, const char* what, F&& f) {
+  switch (dtype) {
+    case kFloat32: f(float{}); break;
+    case kFloat64: f(double{}); break;
+    case kBFloat16: f(BFloat16{}); break;
+    case kFloat16: f(Half{}); break;
+    default:
+      throw DTypeError(dp::detail::str(what, ": CUDA fused update of ", dtype_name(dtype),
+                                       " parameters; float32, float64, float16 and bfloat16 are supported"));
+  }
 }
 
-template <typename T>
+template <typename S>
 void launch_sgd(int device, const std::vector<SgdTensor>& list, const dp::optim::kernels::SgdScalars& s) {
+  using T = typename ComputeOf<S>::type;
   SgdConsts<T> c;
   c.wd = static_cast<T>(s.weight_decay);
   c.momentum = static_cast<T>(s.momentum);
@@ -188,13 +209,14 @@ void launch_sgd(int device, const std::vector<SgdTensor>& list, const dp::optim:
       table.buf[j] = e.momentum_buffer;
       table.initialized[j] = e.buffer_initialized;
     }
-    sgd_kernel<T><<<static_cast<unsigned>(l.blocks), kThreads, 0, stream>>>(table, c);
+    sgd_kernel<S><<<static_cast<unsigned>(l.blocks), kThreads, 0, stream>>>(table, c);
     DP_CUDA_CHECK(cudaGetLastError());
   }
 }
 
-template <typename T>
+template <typename S>
 void launch_adam(int device, const std::vector<AdamTensor>& list, const dp::optim::kernels::AdamScalars& s) {
+  using T = typename ComputeOf<S>::type;
   AdamConsts<T> c;
   c.beta1 = static_cast<T>(s.beta1);
   c.one_minus_beta1 = static_cast<T>(1 - s.beta1);
@@ -228,7 +250,7 @@ void launch_adam(int device, const std::vector<AdamTensor>& list, const dp::opti
       table.neg_step_size[j] = -(s.lr / bias_correction1);
       table.bias_correction2_sqrt[j] = std::sqrt(bias_correction2);
     }
-    adam_kernel<T><<<static_cast<unsigned>(l.blocks), kThreads, 0, stream>>>(table, c);
+    adam_kernel<S><<<static_cast<unsigned>(l.blocks), kThreads, 0, stream>>>(table, c);
     DP_CUDA_CHECK(cudaGetLastError());
   }
 }
@@ -236,19 +258,17 @@ void launch_adam(int device, const std::vector<AdamTensor>& list, const dp::opti
 }  // namespace
 
 void sgd_update(DType dtype, int device, const std::vector<SgdTensor>& list, const dp::optim::kernels::SgdScalars& s) {
-  check_dtype(dtype, "SGD");
+  with_param_type(dtype, "SGD", [](auto) {});  // a bad dtype fails even for an empty list
   if (list.empty()) return;
   DeviceGuard guard(device);
-  if (dtype == kFloat32) launch_sgd<float>(device, list, s);
-  else launch_sgd<double>(device, list, s);
+  with_param_type(dtype, "SGD", [&](auto tag) { launch_sgd<decltype(tag)>(device, list, s); });
 }
 
 void adam_update(DType dtype, int device, const std::vector<AdamTensor>& list, const dp::optim::kernels::AdamScalars& s) {
-  check_dtype(dtype, "Adam");
+  with_param_type(dtype, "Adam", [](auto) {});
   if (list.empty()) return;
   DeviceGuard guard(device);
-  if (dtype == kFloat32) launch_adam<float>(device, list, s);
-  else launch_adam<double>(device, list, s);
+  with_param_type(dtype, "Adam", [&](auto tag) { launch_adam<decltype(tag)>(device, list, s); });
 }
 
 }  // namespace dp::cuda::optim

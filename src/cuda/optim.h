@@ -5,7 +5,8 @@
 // parameter of a list in a few multi-tensor launches, as PyTorch's foreach/fused paths do: a small
 // table of pointers, sizes and per-tensor scalars goes in the kernel's arguments, and each thread
 // block updates one chunk of one tensor. Work is queued on the current stream of `device`;
-// nothing waits for it. float32 and float64 only (the CPU kernels' dtypes).
+// nothing waits for it. float32, float64, float16 and bfloat16 (the CPU kernels' dtypes; the 16-bit
+// ones computed in float32, one rounding per stored value).
 //
 // This header needs no CUDA headers: the optimizers (src/optim/*.cpp) include it, and the launch
 // planning below is plain C++ so it is tested on every machine.
@@ -84,7 +85,7 @@ struct AdamTensor {
 };
 
 #if DP_HAVE_CUDA
-// Every tensor of `list` is of `dtype` (float32 or float64) and on cuda:`device`. `s.step` is
+// Every tensor of `list` is of `dtype` (float32, float64, float16 or bfloat16) and on cuda:`device`. `s.step` is
 // ignored by adam_update (each tensor has its own).
 void sgd_update(DType dtype, int device, const std::vector<SgdTensor>& list, const dp::optim::kernels::SgdScalars& s);
 void adam_update(DType dtype, int device, const std::vector<AdamTensor>& list, const dp::optim::kernels::AdamScalars& s);

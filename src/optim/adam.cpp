@@ -89,14 +89,11 @@ void adam_step(std::vector<OptimizerParamGroup>& groups,
       }
 #endif
       detail::update_in_place(p, [&](const Tensor& w) {
-        if (w.dtype() == kFloat32)
-          kernels::adam_update(w.data_ptr<float>(), g.data_ptr<float>(), st.exp_avg.data_ptr<float>(),
-                               st.exp_avg_sq.data_ptr<float>(), s.amsgrad ? st.max_exp_avg_sq.data_ptr<float>() : nullptr,
-                               w.numel(), s);
-        else
-          kernels::adam_update(w.data_ptr<double>(), g.data_ptr<double>(), st.exp_avg.data_ptr<double>(),
-                               st.exp_avg_sq.data_ptr<double>(), s.amsgrad ? st.max_exp_avg_sq.data_ptr<double>() : nullptr,
-                               w.numel(), s);
+        detail::with_param_type(w.dtype(), [&](auto tag) {
+          using S = decltype(tag);
+          kernels::adam_update(w.data_ptr<S>(), g.data_ptr<S>(), st.exp_avg.data_ptr<S>(), st.exp_avg_sq.data_ptr<S>(),
+                               s.amsgrad ? st.max_exp_avg_sq.data_ptr<S>() : nullptr, w.numel(), s);
+        });
       });
     }
 #if DP_HAVE_CUDA

@@ -86,8 +86,9 @@ void Optimizer::add_param_group(const OptimizerParamGroup& group) {
     DP_CHECK(p.defined(), ValueError, name(), ": parameter ", i, " of param group ", gi, " is an undefined tensor");
     DP_CHECK(p.is_leaf(), ValueError, name(), ": can't optimize a non-leaf Tensor (parameter ", i, " of param group ", gi, ", ",
              describe_param(p), "); optimize the leaf it was computed from, or detach() it");
-    DP_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64, DTypeError, name(), ": parameter ", i, " of param group ", gi,
-             " is ", describe_param(p), "; the fused updates support float32 and float64 parameters");
+    DP_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64 || p.dtype() == kFloat16 || p.dtype() == kBFloat16, DTypeError, name(),
+             ": parameter ", i, " of param group ", gi, " is ", describe_param(p),
+             "; the fused updates support float32, float64, float16 and bfloat16 parameters");
     check_param_device(p, name(), i, gi);
     DP_CHECK(seen.insert(p.unsafe_impl()).second, ValueError, name(), ": parameter ", i, " of param group ", gi, " (",
              describe_param(p), ") appears more than once (some parameters appear in more than one parameter group, or twice in one)");

@@ -86,12 +86,10 @@ Tensor SGD::step(LossClosure closure) {
       }
 #endif
       detail::update_in_place(p, [&](const Tensor& w) {
-        if (w.dtype() == kFloat32)
-          kernels::sgd_update(w.data_ptr<float>(), g.data_ptr<float>(), buf.defined() ? buf.data_ptr<float>() : nullptr,
-                              initialized, w.numel(), s);
-        else
-          kernels::sgd_update(w.data_ptr<double>(), g.data_ptr<double>(), buf.defined() ? buf.data_ptr<double>() : nullptr,
-                              initialized, w.numel(), s);
+        detail::with_param_type(w.dtype(), [&](auto tag) {
+          using S = decltype(tag);
+          kernels::sgd_update(w.data_ptr<S>(), g.data_ptr<S>(), buf.defined() ? buf.data_ptr<S>() : nullptr, initialized, w.numel(), s);
+        });
       });
     }
 #if DP_HAVE_CUDA

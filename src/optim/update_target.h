@@ -1,6 +1,7 @@
 #pragma once
 // Shared by the optimizers' step(): running a fused kernel on a parameter's memory in place.
 #include <string>
+#include "dp/core/half.h"
 #include "dp/core/tensor.h"
 #include "dp/optim/optimizer.h"
 
@@ -18,6 +19,19 @@ void update_in_place(Tensor& param, Kernel&& kernel) {
     param.copy_(w);
   }
   param.bump_version();
+}
+
+// Calls f(S{}) with S the element type of a parameter dtype the fused updates take (float32,
+// float64, float16, bfloat16; Optimizer::add_param_group admits no other). One switch per tensor.
+template <typename F>
+void with_param_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case kFloat32: f(float{}); break;
+    case kFloat64: f(double{}); break;
+    case kBFloat16: f(BFloat16{}); break;
+    case kFloat16: f(Half{}); break;
+    default: throw DTypeError(dp::detail::str("optimizer: fused update of a ", dtype_name(dtype), " parameter"));
+  }
 }
 
 // The gradient the kernels read: undefined when the parameter has none (it is skipped), else

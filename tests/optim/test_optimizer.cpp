@@ -243,7 +243,7 @@ TEST(OptimizerErrors, ParameterLists) {
   expect_error<ValueError>([&] { SGD({nonleaf}, SGDOptions(0.1)); }, "can't optimize a non-leaf Tensor");
   expect_error<ValueError>([&] { SGD({Tensor()}, SGDOptions(0.1)); }, "undefined tensor");
   expect_error<DTypeError>([&] { SGD({zeros({2}, kInt64)}, SGDOptions(0.1)); }, "int64");
-  expect_error<DTypeError>([&] { Adam({zeros({2}, kFloat16)}); }, "float16");
+  expect_error<DTypeError>([&] { Adam({zeros({2}, kInt32)}); }, "int32");
   // A tensor labelled with a CUDA device that does not exist here (over host memory; never
   // dereferenced): rejected by device, on machines with or without GPUs.
   static float host[2];

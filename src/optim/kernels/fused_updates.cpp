@@ -29,13 +29,19 @@ void with_flag(bool b, F&& f) {
   else f(std::false_type{});
 }
 
-// One element at a time: the reference semantics (and the loop tails).
-template <typename T>
+// The type an element is computed in: itself for float/double, float32 for the 16-bit types.
+template <typename S> struct ComputeOf { using type = S; };
+template <> struct ComputeOf<BFloat16> { using type = float; };
+template <> struct ComputeOf<Half> { using type = float; };
+
+// One element at a time: the reference semantics (and the loop tails). S is the stored type, T the
+// computed one (load widens, store rounds; both no-ops when S == T).
+template <typename T, typename S = T>
 struct Lane1 {
   using V = T;
   static constexpr int kWidth = 1;
-  static V load(const T* p) { return *p; }
-  static void store(T* p, V v) { *p = v; }
+  static V load(const S* p) { return static_cast<T>(*p); }
+  static void store(S* p, V v) { *p = static_cast<S>(v); }
   static V set1(T x) { return x; }
   static V fma(V a, V b, V c) { return std::fma(a, b, c); }
   static V sqrt(V x) { return std::sqrt(x); }
@@ -77,23 +83,24 @@ struct LaneAvx<double> {
 
 // d_p = ±grad; d_p = d_p.add(param, alpha=wd); buf = clone(d_p) | buf.mul_(m).add_(d_p, alpha=1-damp);
 // d_p = d_p.add(buf, alpha=m) | buf; param.add_(d_p, alpha=-lr).
-template <typename T, bool kMaximize, bool kWeightDecay, int kMomentum /*0 none, 1 first, 2 running*/, bool kNesterov>
-void sgd_loop(T* __restrict param, const T* __restrict grad, T* __restrict buf, int64_t n, const SgdScalars& s) {
+template <typename S, bool kMaximize, bool kWeightDecay, int kMomentum /*0 none, 1 first, 2 running*/, bool kNesterov>
+void sgd_loop(S* __restrict param, const S* __restrict grad, S* __restrict buf, int64_t n, const SgdScalars& s) {
+  using T = typename ComputeOf<S>::type;
   const T wd = static_cast<T>(s.weight_decay);
   const T momentum = static_cast<T>(s.momentum);
   const T one_minus_dampening = static_cast<T>(1.0 - s.dampening);
   const T neg_lr = static_cast<T>(-s.lr);
   for (int64_t i = 0; i < n; ++i) {
-    const T p = param[i];
-    T d = kMaximize ? -grad[i] : grad[i];
+    const T p = static_cast<T>(param[i]);
+    const T g = static_cast<T>(grad[i]);
+    T d = kMaximize ? -g : g;
     if constexpr (kWeightDecay) d = std::fma(p, wd, d);
-    if constexpr (kMomentum == 1) {
-      buf[i] = d;
-    } else if constexpr (kMomentum == 2) {
-      buf[i] = std::fma(d, one_minus_dampening, buf[i] * momentum);
+    if constexpr (kMomentum != 0) {
+      const T b = kMomentum == 1 ? d : std::fma(d, one_minus_dampening, static_cast<T>(buf[i]) * momentum);
+      buf[i] = static_cast<S>(b);
+      d = kNesterov ? std::fma(b, momentum, d) : b;
     }
-    if constexpr (kMomentum != 0) d = kNesterov ? std::fma(buf[i], momentum, d) : buf[i];
-    param[i] = std::fma(d, neg_lr, p);
+    param[i] = static_cast<S>(std::fma(d, neg_lr, p));
   }
 }
 
@@ -124,11 +131,12 @@ struct AdamConsts {
   double neg_step_size, bias_correction2_sqrt, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, wd, decay;
 };
 
-// Elements [i, i + L::kWidth).
-template <typename L, typename T, bool kMaximize, bool kL2, bool kDecoupled, bool kAmsgrad>
-inline void adam_elements(int64_t i, T* __restrict param, const T* __restrict grad, T* __restrict exp_avg,
-                          T* __restrict exp_avg_sq, T* __restrict max_exp_avg_sq, const AdamConsts& c) {
+// Elements [i, i + L::kWidth), stored as S, computed as T (L's lanes: S == T except in Lane1).
+template <typename L, typename S, bool kMaximize, bool kL2, bool kDecoupled, bool kAmsgrad>
+inline void adam_elements(int64_t i, S* __restrict param, const S* __restrict grad, S* __restrict exp_avg,
+                          S* __restrict exp_avg_sq, S* __restrict max_exp_avg_sq, const AdamConsts& c) {
   using V = typename L::V;
+  using T = typename ComputeOf<S>::type;
   const V neg_step_size = L::set1(static_cast<T>(c.neg_step_size));
   const V bias_correction2_sqrt = L::set1(static_cast<T>(c.bias_correction2_sqrt));
   V p = L::load(param + i);
@@ -154,8 +162,9 @@ inline void adam_elements(int64_t i, T* __restrict param, const T* __restrict gr
 // [amsgrad] max_sq = maximum(max_sq, exp_avg_sq);
 // denom = (sq.sqrt() / sqrt(bc2)).add_(eps); param.addcdiv_(exp_avg, denom, value=-lr/bc1).
 // The scalars are computed in double and cast to T once, as ATen casts Python scalars.
-template <typename T, bool kMaximize, bool kL2, bool kDecoupled, bool kAmsgrad>
-void adam_loop(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, T* max_exp_avg_sq, int64_t n, const AdamScalars& s) {
+template <typename S, bool kMaximize, bool kL2, bool kDecoupled, bool kAmsgrad>
+void adam_loop(S* param, const S* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_avg_sq, int64_t n, const AdamScalars& s) {
+  using T = typename ComputeOf<S>::type;
   const double bias_correction1 = 1 - std::pow(s.beta1, static_cast<double>(s.step));
   const double bias_correction2 = 1 - std::pow(s.beta2, static_cast<double>(s.step));
   AdamConsts c;
@@ -170,12 +179,15 @@ void adam_loop(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, T* max_exp_av
   c.decay = 1 - s.lr * s.weight_decay;
   int64_t i = 0;
 #ifdef DP_OPTIM_AVX
-  using LV = LaneAvx<T>;
-  for (; i + LV::kWidth <= n; i += LV::kWidth)
-    adam_elements<LV, T, kMaximize, kL2, kDecoupled, kAmsgrad>(i, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c);
+  // The 16-bit types take the scalar path (their widening and rounding have no AVX2 instructions).
+  if constexpr (std::is_same_v<S, T>) {
+    using LV = LaneAvx<T>;
+    for (; i + LV::kWidth <= n; i += LV::kWidth)
+      adam_elements<LV, S, kMaximize, kL2, kDecoupled, kAmsgrad>(i, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c);
+  }
 #endif
   for (; i < n; ++i)
-    adam_elements<Lane1<T>, T, kMaximize, kL2, kDecoupled, kAmsgrad>(i, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c);
+    adam_elements<Lane1<T, S>, S, kMaximize, kL2, kDecoupled, kAmsgrad>(i, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c);
 }
 
 template <typename T>
@@ -210,6 +222,20 @@ void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg
 }
 void adam_update(double* param, const double* grad, double* exp_avg, double* exp_avg_sq, double* max_exp_avg_sq,
                  int64_t n, const AdamScalars& s) {
+  adam_dispatch(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, s);
+}
+void sgd_update(BFloat16* param, const BFloat16* grad, BFloat16* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s) {
+  sgd_dispatch(param, grad, momentum_buffer, buffer_initialized, n, s);
+}
+void sgd_update(Half* param, const Half* grad, Half* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s) {
+  sgd_dispatch(param, grad, momentum_buffer, buffer_initialized, n, s);
+}
+void adam_update(BFloat16* param, const BFloat16* grad, BFloat16* exp_avg, BFloat16* exp_avg_sq, BFloat16* max_exp_avg_sq,
+                 int64_t n, const AdamScalars& s) {
+  adam_dispatch(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, s);
+}
+void adam_update(Half* param, const Half* grad, Half* exp_avg, Half* exp_avg_sq, Half* max_exp_avg_sq, int64_t n,
+                 const AdamScalars& s) {
   adam_dispatch(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, s);
 }
 

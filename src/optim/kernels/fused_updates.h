@@ -7,7 +7,14 @@
 // is a fused multiply-add (ATen's vectorised add is fmadd), addcmul is fma(value * t1, t2, self),
 // addcdiv is self + value * t1 / t2, division is true division. So float32 and float64 results
 // equal PyTorch's bit for bit (checked against its goldens).
+//
+// float16/bfloat16 (parameter, gradient and state all in that dtype, as PyTorch keeps the state of
+// half parameters): each element is widened to float32, goes through the same sequence in float32
+// (scalars cast to float32), and every value written back is rounded once when stored. Values
+// computed in this step are used unrounded (PyTorch's fused/opmath semantics, not its per-op
+// roundings of the foreach=False path).
 #include <cstdint>
+#include "dp/core/half.h"
 
 namespace dp::optim::kernels {
 
@@ -25,6 +32,8 @@ struct SgdScalars {
 // first-step clone) instead of being decayed.
 void sgd_update(float* param, const float* grad, float* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s);
 void sgd_update(double* param, const double* grad, double* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s);
+void sgd_update(BFloat16* param, const BFloat16* grad, BFloat16* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s);
+void sgd_update(Half* param, const Half* grad, Half* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s);
 
 struct AdamScalars {
   double lr = 1e-3;
@@ -43,5 +52,9 @@ void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg
                  const AdamScalars& s);
 void adam_update(double* param, const double* grad, double* exp_avg, double* exp_avg_sq, double* max_exp_avg_sq,
                  int64_t n, const AdamScalars& s);
+void adam_update(BFloat16* param, const BFloat16* grad, BFloat16* exp_avg, BFloat16* exp_avg_sq, BFloat16* max_exp_avg_sq,
+                 int64_t n, const AdamScalars& s);
+void adam_update(Half* param, const Half* grad, Half* exp_avg, Half* exp_avg_sq, Half* max_exp_avg_sq, int64_t n,
+                 const AdamScalars& s);
 
 }  // namespace dp::optim::kernels
