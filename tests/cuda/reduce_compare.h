@@ -1,5 +1,6 @@
 #pragma once
-// Helpers of the CUDA reduction, softmax and autograd tests: random inputs made on the host, and
+// Helpers of the CUDA reduction, softmax and autograd tests (beside support/cuda_compare.h, whose
+// `sample`, `values` and `kGpu` they use): poisoned outputs, the in-group reduction emulated, and
 // the comparison of a CUDA result with the CPU's (same dtype and shape; NaN and infinities at the
 // same places; finite values within a norm-wise relative error ||gpu - cpu|| / ||cpu|| per dtype,
 // exact for integers and bool).
@@ -9,16 +10,9 @@
 #include <cstddef>
 #include <vector>
 #include "dp/dp.h"
+#include "support/cuda_compare.h"
 
 namespace dp::test {
-
-inline const Device kGpu = Device::cuda(0);
-
-inline std::vector<double> host_values(const Tensor& t) {
-  Tensor c = t.to(Device::cpu(), kFloat64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
 
 // float32 results accumulate in float on the GPU and in double on the CPU; 16-bit results may
 // round the other way at one ulp.
@@ -39,7 +33,7 @@ inline void expect_same_values(const Tensor& gpu, const Tensor& cpu, const std::
   ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
   ASSERT_EQ(gpu.sizes(), cpu.sizes()) << what;
   if (tol < 0) tol = rel_tol_for(cpu.dtype());
-  const auto g = host_values(gpu), c = host_values(cpu);
+  const auto g = values(gpu), c = values(cpu);
   double diff2 = 0, ref2 = 0;
   int bad = 0;
   for (size_t i = 0; i < c.size(); ++i) {
@@ -87,13 +81,6 @@ A emulate_group_reduce(const std::vector<A>& v, const C& combine) {
   A t = warp_results[0];
   for (size_t k = 1; k < warp_results.size(); ++k) t = combine(t, warp_results[k]);
   return t;
-}
-
-// Uniform in [lo, hi) (non-zero almost surely), made on the host from a seeded generator.
-inline Tensor host_sample(IntArrayRef sizes, DType dt, uint64_t seed, double lo = -2.0, double hi = 2.0) {
-  Generator g(seed);
-  Tensor t = rand(sizes, TensorOptions().dtype(kFloat64), &g);
-  return dp::add(dp::mul(t, hi - lo), lo).to(dt);
 }
 
 // Every float element a NaN, so a result element the kernel fails to write shows up.

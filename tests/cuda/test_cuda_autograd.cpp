@@ -15,8 +15,8 @@ namespace dp {
 namespace {
 
 using test::expect_matches_cpu;
-using test::host_sample;
 using test::kGpu;
+using test::sample;
 
 using Graph = std::function<Tensor(const std::vector<Tensor>&)>;
 
@@ -34,7 +34,7 @@ void check_grads(const std::string& what, const std::vector<Tensor>& values, con
   }
   const Tensor yc = f(hc), yd = f(hd);
   expect_matches_cpu(yd, yc, what + " forward", tol);
-  const Tensor g = host_sample(yc.sizes(), yc.dtype(), 1000 + yc.numel());
+  const Tensor g = sample(yc.sizes(), yc.dtype(), 1000 + yc.numel());
   yc.backward(g);
   yd.backward(g.to(kGpu));
   for (size_t i = 0; i < values.size(); ++i) {
@@ -54,7 +54,7 @@ TEST(CudaAutograd, BroadcastingBinaryOpsSumGradientsToEachShape) {
   const std::vector<Shapes> shapes = {{{4, 1, 5}, {3, 1}}, {{2, 3, 5}, {5}}, {{6, 1}, {1, 7}}, {{3, 4}, {}}, {{1}, {2, 3}}, {{64, 300}, {300}}};
   for (DType dt : kTypes)
     for (const Shapes& s : shapes) {
-      const Tensor a = host_sample(s.a, dt, 1), b = host_sample(s.b, dt, 2, 0.5, 2.0);  // b non-zero for div
+      const Tensor a = sample(s.a, dt, 1), b = sample(s.b, dt, 2, 0.5, 2.0);  // b non-zero for div
       const std::string what = shape_str(s.a) + " and " + shape_str(s.b) + " " + dtype_name(dt);
       check_grads("add " + what, {a, b}, [](const std::vector<Tensor>& x) { return dp::add(x[0], x[1]); });
       check_grads("sub " + what, {a, b}, [](const std::vector<Tensor>& x) { return dp::sub(x[0], x[1], 2.0); });
@@ -67,7 +67,7 @@ TEST(CudaAutograd, BroadcastingBinaryOpsSumGradientsToEachShape) {
 TEST(CudaAutograd, ReductionGradients) {
   DP_REQUIRE_GPU();
   for (DType dt : kTypes) {
-    const Tensor x = host_sample({5, 6, 7}, dt, 3);
+    const Tensor x = sample({5, 6, 7}, dt, 3);
     const std::string t = dtype_name(dt);
     check_grads("sum all " + t, {x}, [](const std::vector<Tensor>& v) { return dp::sum(v[0]); });
     check_grads("sum dims 0,2 " + t, {x}, [](const std::vector<Tensor>& v) { return dp::sum(v[0], {0, 2}); });
@@ -95,7 +95,7 @@ TEST(CudaAutograd, ReductionGradients) {
 TEST(CudaAutograd, SoftmaxFamily) {
   DP_REQUIRE_GPU();
   for (DType dt : kTypes) {
-    const Tensor x = host_sample({8, 50}, dt, 4, -3.0, 3.0);
+    const Tensor x = sample({8, 50}, dt, 4, -3.0, 3.0);
     const std::string t = dtype_name(dt);
     check_grads("softmax dim 1 " + t, {x}, [](const std::vector<Tensor>& v) { return dp::softmax(v[0], 1); });
     check_grads("softmax dim 0 " + t, {x}, [](const std::vector<Tensor>& v) { return dp::softmax(v[0], 0); });
@@ -109,8 +109,8 @@ TEST(CudaAutograd, SmallChain) {
   // A bias-and-scale layer, tanh, log_softmax and a weighted mean: every op's backward and the
   // broadcast gradients of w and b (sum_to over the batch) in one graph.
   for (DType dt : kTypes) {
-    const Tensor x = host_sample({32, 10}, dt, 5), w = host_sample({10}, dt, 6), b = host_sample({10}, dt, 7);
-    const Tensor target = host_sample({32, 10}, dt, 8, 0.0, 1.0);
+    const Tensor x = sample({32, 10}, dt, 5), w = sample({10}, dt, 6), b = sample({10}, dt, 7);
+    const Tensor target = sample({32, 10}, dt, 8, 0.0, 1.0);
     check_grads(std::string("chain ") + dtype_name(dt), {x, w, b, target}, [](const std::vector<Tensor>& v) {
       Tensor h = dp::tanh(dp::add(dp::mul(v[0], v[1]), v[2]));
       Tensor p = dp::log_softmax(h, 1);
@@ -119,7 +119,7 @@ TEST(CudaAutograd, SmallChain) {
     });
   }
   // Two backward passes accumulate into .grad on the device.
-  const Tensor h = host_sample({4, 3}, kFloat32, 9);
+  const Tensor h = sample({4, 3}, kFloat32, 9);
   Tensor xc = h.clone(), xd = h.to(kGpu);
   xc.requires_grad_(true);
   xd.requires_grad_(true);

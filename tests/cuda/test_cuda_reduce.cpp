@@ -33,8 +33,8 @@ using cuda::detail::make_reduce_params;
 using cuda::detail::ReduceLaunch;
 using kernels::ReducePlan;
 using test::expect_matches_cpu;
-using test::host_sample;
 using test::kGpu;
+using test::sample;
 
 // ================================================================ host: the launch plan
 
@@ -351,7 +351,7 @@ TEST(CudaReduceEmulated, SumMeanAmaxVarLogsumexpMatchCpu) {
       {"broadcast", [](const Tensor& t) { return t.narrow(1, 0, 1).expand(t.sizes()); }}};
   for (DType dt : {kFloat32, kFloat64, kBFloat16, kInt32, kBool})
     for (const auto& [vname, view] : views) {
-      const Tensor x = view(dt == kBool ? dp::gt(host_sample(shape, kFloat32, 1), 0.0) : host_sample(shape, kFloat32, 1, -50, 50).to(dt));
+      const Tensor x = view(dt == kBool ? dp::gt(sample(shape, kFloat32, 1), 0.0) : sample(shape, kFloat32, 1, -50, 50).to(dt));
       for (const Shape& dims : dim_lists)
         for (bool keepdim : {false, true}) {
           const std::string what = std::string(vname) + " " + dtype_name(dt) + " dims " + shape_str(dims) + (keepdim ? " keepdim" : "");
@@ -370,7 +370,7 @@ TEST(CudaReduceEmulated, SumMeanAmaxVarLogsumexpMatchCpu) {
   const std::vector<Case> large = {{{3, 300000}, {1}}, {{20000, 40}, {0}}, {{4097, 3}, {}}, {{2, 3000, 70}, {0, 2}}, {{5, 2049}, {1}}, {{100000, 5}, {1}}};
   for (const Case& c : large)
     for (int sms : {1, 8, 132}) {
-      const Tensor x = host_sample(c.shape, kFloat32, 2, 0.5, 2.0);
+      const Tensor x = sample(c.shape, kFloat32, 2, 0.5, 2.0);
       const std::string what = shape_str(c.shape) + " dims " + shape_str(c.dims) + " sms " + std::to_string(sms);
       test::expect_same_values(emulated(Red::Sum, x, c.dims, false, sms), dp::sum(x, c.dims), "sum " + what, 1e-5);
       test::expect_same_values(emulated(Red::Amin, x, c.dims, false, sms), dp::neg(dp::amax(dp::neg(x), c.dims)), "amin " + what);
@@ -383,7 +383,7 @@ TEST(CudaReduceEmulated, IndicesTiesAndNanMatchCpu) {
   for (const Shape& shape : {Shape{7, 1000}, Shape{3, 300000}, Shape{30000, 3}, Shape{5000, 10}})
     for (int sms : {1, 132}) {
       // Few distinct values: ties within threads, warps, blocks and across splits.
-      Tensor x = host_sample(shape, kFloat32, 3, 0, 3).to(kInt64).to(kFloat32);
+      Tensor x = sample(shape, kFloat32, 3, 0, 3).to(kInt64).to(kFloat32);
       for (int pass = 0; pass < 2; ++pass) {
         if (pass == 1) {  // NaN at a few places (the first NaN wins)
           float* q = x.data_ptr<float>();
@@ -429,7 +429,7 @@ TEST(CudaReduceEmulated, SpecialValuesEmptyAndNorms) {
   test::expect_same_values(emulated(Red::Var, s, {}, false, 132, 0), dp::var(s, {}, 0), "var 0-dim");
   for (DType dt : {kFloat32, kFloat64, kFloat16})
     for (double p : {0.0, 1.0, 2.0, 3.0, 0.5, inf, -inf}) {
-      const Tensor x = host_sample({300, 70}, dt, 4);
+      const Tensor x = sample({300, 70}, dt, 4);
       test::expect_same_values(emulated_norm(x, p, 132), dp::norm(x, p), std::string("norm ") + dtype_name(dt) + " p=" + std::to_string(p));
     }
 }
@@ -439,10 +439,10 @@ TEST(CudaReduceEmulated, SpecialValuesEmptyAndNorms) {
 // Input values for dtype dt: uniform non-zero floats; integers in [-50, 50) (uint8 [0, 100));
 // bool about half true.
 Tensor host_input(const Shape& sizes, DType dt, uint64_t seed) {
-  if (is_floating_point(dt)) return host_sample(sizes, dt, seed);
-  if (dt == kBool) return dp::gt(host_sample(sizes, kFloat32, seed), Scalar(0.0));
-  if (dt == kUInt8) return host_sample(sizes, kFloat32, seed, 0, 100).to(dt);
-  return host_sample(sizes, kFloat32, seed, -50, 50).to(dt);
+  if (is_floating_point(dt)) return sample(sizes, dt, seed);
+  if (dt == kBool) return dp::gt(sample(sizes, kFloat32, seed), Scalar(0.0));
+  if (dt == kUInt8) return sample(sizes, kFloat32, seed, 0, 100).to(dt);
+  return sample(sizes, kFloat32, seed, -50, 50).to(dt);
 }
 
 // A layout of a 3-dim shape: the view applied to a base tensor of base_shape (the same view on
@@ -514,7 +514,7 @@ TEST(CudaReduce, LargeReductionsThatSplitAcrossBlocks) {
                                    {{1 << 18, 5}, {1}}, {{100, 7}, {1}}};  // short contiguous rows: columns
   for (const Case& c : cases)
     for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
-      const Tensor h = host_sample(c.shape, dt, 11, 0.5, 2.0);  // positive: no cancellation in the relative error
+      const Tensor h = sample(c.shape, dt, 11, 0.5, 2.0);  // positive: no cancellation in the relative error
       const Tensor d = h.to(kGpu);
       const std::string what = shape_str(c.shape) + " " + dims_str(c.dims, false) + " " + dtype_name(dt);
       expect_matches_cpu(dp::sum(d, c.dims), dp::sum(h, c.dims), "sum " + what);
@@ -591,7 +591,7 @@ TEST(CudaReduce, IndexTiesGiveTheFirstIndexAcrossThreadsAndBlocks) {
   DP_REQUIRE_GPU();
   // Few distinct values: many ties within a warp, a block and across split blocks.
   for (const Shape& shape : {Shape{7, 1000}, Shape{3, 300000}, Shape{300000, 3}, Shape{50000, 10}, Shape{1 << 20}}) {
-    const Tensor h = host_sample(shape, kFloat32, 21, 0, 3).to(kInt64).to(kFloat32);  // 0, 1, 2
+    const Tensor h = sample(shape, kFloat32, 21, 0, 3).to(kInt64).to(kFloat32);  // 0, 1, 2
     const Tensor d = h.to(kGpu);
     for (int64_t dim = 0; dim < h.dim(); ++dim) {
       expect_matches_cpu(dp::max(d, dim).second, dp::max(h, dim).second, "max ties indices " + shape_str(shape));
@@ -609,7 +609,7 @@ TEST(CudaReduce, IndexTiesGiveTheFirstIndexAcrossThreadsAndBlocks) {
 
 // x with NaN at a few places (and +-inf elsewhere).
 Tensor with_specials(const Shape& shape, uint64_t seed) {
-  Tensor h = host_sample(shape, kFloat64, seed);
+  Tensor h = sample(shape, kFloat64, seed);
   double* p = h.data_ptr<double>();
   const int64_t n = h.numel();
   p[n / 3] = std::numeric_limits<double>::quiet_NaN();
@@ -658,12 +658,12 @@ TEST(CudaReduce, VarStdWithCorrections) {
           check_layouts("std " + what, shape, dt, 42, [&](const Tensor& t) { return dp::std(t, dims, correction, keepdim); });
         }
   // N <= correction: x / 0 = inf, and 0 / 0 = nan for a single element.
-  const Tensor h = host_sample({4, 3}, kFloat32, 43);
+  const Tensor h = sample({4, 3}, kFloat32, 43);
   expect_matches_cpu(dp::var(h.to(kGpu), {1}, 3), dp::var(h, {1}, 3), "var N == correction (inf)");
   expect_matches_cpu(dp::var(h.to(kGpu), {1}, 5), dp::var(h, {1}, 5), "var N < correction (inf)");
   expect_matches_cpu(dp::std(h.to(kGpu).narrow(1, 0, 1), {1}), dp::std(h.narrow(1, 0, 1), {1}), "std of one element (nan)");
   // Values far from 0 (a large mean): Welford keeps the spread.
-  const Tensor off = dp::add(host_sample({8, 5000}, kFloat32, 44), 1000.0);
+  const Tensor off = dp::add(sample({8, 5000}, kFloat32, 44), 1000.0);
   expect_matches_cpu(dp::var(off.to(kGpu), {1}), dp::var(off, {1}), "var with a large mean", 1e-3);
 }
 
@@ -690,7 +690,7 @@ TEST(CudaReduce, LogsumexpAndNorms) {
 TEST(CudaReduce, KernelsWriteEveryOutputElement) {
   DP_REQUIRE_GPU();
   const Shape shape = {5, 33, 7};
-  const Tensor h = host_sample(shape, kFloat32, 61);
+  const Tensor h = sample(shape, kFloat32, 61);
   const Tensor d = h.to(kGpu);
   for (const Shape& dims : dim_lists())
     for (bool keepdim : {false, true}) {
@@ -722,8 +722,8 @@ TEST(CudaReduce, KernelsWriteEveryOutputElement) {
 
 TEST(CudaReduce, SameBitsEveryRun) {
   DP_REQUIRE_GPU();
-  const Tensor d = host_sample({1 << 22}, kFloat32, 71).to(kGpu);
-  const Tensor m = host_sample({300000, 3}, kFloat32, 72).to(kGpu);
+  const Tensor d = sample({1 << 22}, kFloat32, 71).to(kGpu);
+  const Tensor m = sample({300000, 3}, kFloat32, 72).to(kGpu);
   EXPECT_TRUE(dp::equal(dp::sum(d), dp::sum(d)));
   EXPECT_TRUE(dp::equal(dp::var(d, {0}), dp::var(d, {0})));
   EXPECT_TRUE(dp::equal(dp::logsumexp(d, {0}), dp::logsumexp(d, {0})));
@@ -749,7 +749,7 @@ TEST(CudaReduce, RunsOnTheCurrentStream) {
 
 TEST(CudaReduce, InputOnAnotherDeviceIsADeviceError) {
   DP_REQUIRE_GPU();
-  const Tensor h = host_sample({4, 5}, kFloat32, 81);
+  const Tensor h = sample({4, 5}, kFloat32, 81);
   Tensor out = empty({4}, TensorOptions().device(kGpu));
   const std::vector<bool> mask = {false, true};
   try {

@@ -25,8 +25,8 @@ namespace {
 using cuda::detail::choose_softmax_launch;
 using cuda::detail::SoftmaxLaunch;
 using test::expect_matches_cpu;
-using test::host_sample;
 using test::kGpu;
+using test::sample;
 using kernels::convert;
 
 // ================================================================ host: the launch choice
@@ -197,10 +197,10 @@ TEST(CudaSoftmaxEmulated, ForwardAndBackwardMatchCpu) {
     for (DType dt : kHostFloats)
       for (bool log : {false, true}) {
         const std::string what = std::string(log ? "log_softmax " : "softmax ") + shape_str(c.shape) + " dim " + std::to_string(c.dim) + " " + dtype_name(dt);
-        const Tensor x = host_sample(c.shape, dt, 1, -4.0, 4.0);
+        const Tensor x = sample(c.shape, dt, 1, -4.0, 4.0);
         const Tensor y = softmax_of(x, c.dim, log);
         test::expect_same_values(emulated_softmax(x, c.dim, log), y, what);
-        const Tensor g = host_sample(c.shape, dt, 2);
+        const Tensor g = sample(c.shape, dt, 2);
         Tensor gi = empty(c.shape, TensorOptions().dtype(dt));
         kernels::softmax_backward_kernel(gi, g, y, c.dim, log);
         test::expect_same_values(emulated_softmax_backward(g, y, c.dim, log), gi, "backward " + what);
@@ -218,7 +218,7 @@ TEST(CudaSoftmaxEmulated, SpecialValuesMatchCpu) {
                                  std::string(log ? "log_softmax" : "softmax") + " specials dim " + std::to_string(dim) + " " + dtype_name(dt));
       }
   // -inf heading a long row (the first lanes see only -inf), a NaN in another.
-  Tensor longrow = host_sample({2, 3000}, kFloat32, 3);
+  Tensor longrow = sample({2, 3000}, kFloat32, 3);
   longrow.narrow(1, 0, 1000).copy_(full({2, 1000}, -inf));
   longrow.select(0, 1).narrow(0, 2000, 1).copy_(full({1}, nan));
   for (bool log : {false, true}) {
@@ -254,14 +254,14 @@ TEST(CudaSoftmax, ForwardMatchesCpu) {
   for (const Case& c : cases())
     for (DType dt : kFloats)
       for (bool log : {false, true}) {
-        const Tensor h = host_sample(c.shape, dt, 1, -4.0, 4.0);
+        const Tensor h = sample(c.shape, dt, 1, -4.0, 4.0);
         expect_matches_cpu(softmax_of(h.to(kGpu), c.dim, log), softmax_of(h, c.dim, log), case_str(c, dt, log));
       }
 }
 
 TEST(CudaSoftmax, NonContiguousEmptyAndZeroDimInputs) {
   DP_REQUIRE_GPU();
-  const Tensor h = host_sample({9, 40}, kFloat32, 2);
+  const Tensor h = sample({9, 40}, kFloat32, 2);
   const Tensor d = h.to(kGpu);
   for (bool log : {false, true})
     for (int64_t dim : {0, 1}) {
@@ -293,7 +293,7 @@ TEST(CudaSoftmax, SpecialValuesAsOnTheCpu) {
         expect_matches_cpu(softmax_of(h.to(kGpu, dt), dim, log), softmax_of(h.to(dt), dim, log), what);
       }
   // The same specials in a long row (a block per row) and down a long column.
-  Tensor longrow = host_sample({2, 3000}, kFloat64, 3);
+  Tensor longrow = sample({2, 3000}, kFloat64, 3);
   longrow.narrow(1, 0, 1000).copy_(full({2, 1000}, -inf, TensorOptions().dtype(kFloat64)));
   longrow.select(0, 1).narrow(0, 2000, 1).copy_(full({1}, nan, TensorOptions().dtype(kFloat64)));
   for (bool log : {false, true}) {
@@ -309,8 +309,8 @@ TEST(CudaSoftmax, BackwardKernelsMatchCpu) {
     for (DType dt : kFloats)
       for (bool log : {false, true}) {
         const int64_t dim = c.dim < 0 ? c.dim + static_cast<int64_t>(c.shape.size()) : c.dim;
-        const Tensor y = softmax_of(host_sample(c.shape, dt, 4, -3.0, 3.0), dim, log);
-        const Tensor g = host_sample(c.shape, dt, 5);
+        const Tensor y = softmax_of(sample(c.shape, dt, 4, -3.0, 3.0), dim, log);
+        const Tensor g = sample(c.shape, dt, 5);
         Tensor gi = empty(c.shape, TensorOptions().dtype(dt));
         kernels::softmax_backward_kernel(gi, g, y, dim, log);
         Tensor gid = test::poisoned(c.shape, dt, kGpu);
@@ -324,7 +324,7 @@ TEST(CudaSoftmax, ForwardKernelsWriteEveryElement) {
   for (const Case& c : cases())
     for (bool log : {false, true}) {
       const int64_t dim = c.dim < 0 ? c.dim + static_cast<int64_t>(c.shape.size()) : c.dim;
-      const Tensor h = host_sample(c.shape, kFloat32, 6);
+      const Tensor h = sample(c.shape, kFloat32, 6);
       Tensor out = test::poisoned(c.shape, kFloat32, kGpu);
       kernels::softmax_kernel(out, h.to(kGpu), dim, log);
       expect_matches_cpu(out, softmax_of(h, dim, log), "poisoned " + case_str(c, kFloat32, log));
@@ -335,8 +335,8 @@ TEST(CudaSoftmax, AutogradMatchesCpu) {
   DP_REQUIRE_GPU();
   for (const Case& c : cases())
     for (bool log : {false, true}) {
-      const Tensor h = host_sample(c.shape, kFloat32, 7);
-      const Tensor g = host_sample(c.shape, kFloat32, 8);
+      const Tensor h = sample(c.shape, kFloat32, 7);
+      const Tensor g = sample(c.shape, kFloat32, 8);
       Tensor xc = h.clone().requires_grad_(true);
       Tensor xd = h.to(kGpu).requires_grad_(true);
       softmax_of(xc, c.dim, log).backward(g);
@@ -350,8 +350,8 @@ TEST(CudaSoftmax, DoubleBackwardMatchesCpu) {
   DP_REQUIRE_GPU();
   for (bool log : {false, true})
     for (int64_t dim : {0, 1}) {
-      const Tensor h = host_sample({6, 9}, kFloat64, 9);
-      const Tensor v = host_sample({6, 9}, kFloat64, 10);
+      const Tensor h = sample({6, 9}, kFloat64, 9);
+      const Tensor v = sample({6, 9}, kFloat64, 10);
       auto second = [&](Tensor x, const Tensor& vv) {
         x.requires_grad_(true);
         Tensor y = softmax_of(x, dim, log);
@@ -364,7 +364,7 @@ TEST(CudaSoftmax, DoubleBackwardMatchesCpu) {
 
 TEST(CudaSoftmax, SameBitsEveryRun) {
   DP_REQUIRE_GPU();
-  const Tensor d = host_sample({64, 4000}, kFloat32, 11).to(kGpu);
+  const Tensor d = sample({64, 4000}, kFloat32, 11).to(kGpu);
   EXPECT_TRUE(dp::equal(dp::softmax(d, 1), dp::softmax(d, 1)));
   EXPECT_TRUE(dp::equal(dp::log_softmax(d, 0), dp::log_softmax(d, 0)));
 }
