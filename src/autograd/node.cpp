@@ -60,6 +60,10 @@ Node::~Node() {
   if (!q.draining && (!q.nodes.empty() || !q.fns.empty())) drain_deferred();
 }
 
+#if DP_HAVE_CUDA
+void Node::record_creation_stream() { stream_ = cuda::current_stream(device_.index); }
+#endif
+
 uint32_t Node::add_output_meta(const Tensor& t) {
   output_meta_.push_back(TensorMeta{t.sizes(), t.dtype(), t.device()});
   return static_cast<uint32_t>(output_meta_.size() - 1);

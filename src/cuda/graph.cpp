@@ -233,8 +233,9 @@ GraphCapture::~GraphCapture() noexcept(false) {
 std::function<void()> make_graphed_step(const std::function<void()>& step, int warmup_iters, CaptureMode mode) {
   DP_CHECK(static_cast<bool>(step), ValueError, "make_graphed_step: the step is empty");
   DP_CHECK(warmup_iters >= 0, ValueError, "make_graphed_step: warmup_iters must be >= 0, got ", warmup_iters);
-  // Warm-up on the current stream: the device worker (backward) uses its own current stream, so
-  // eager steps on a side stream would not be ordered against their backward passes.
+  // Warm-up on the current stream, where the eager steps that follow run too. (Backward passes
+  // follow their forward's stream: each node runs on the stream it was made on, see
+  // autograd/backward_streams.h; the captured step's nodes record the capture stream.)
   for (int i = 0; i < warmup_iters; ++i) step();
   auto graph = std::make_shared<CUDAGraph>();
   {

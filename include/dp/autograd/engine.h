@@ -13,6 +13,13 @@ namespace dp::autograd {
 // device run in the calling thread too, and the caller keeps serving its worker's queue while it
 // waits, so re-entrant backward does not deadlock.
 //
+// CUDA streams (as PyTorch's "stream semantics of backward passes"): a CUDA node runs with the
+// stream current when it was made (its forward op's) current; a gradient produced on one stream
+// and consumed on another is synchronised with an event; the roots' gradients come from the
+// caller's current streams; and before returning, the caller's current stream of each device
+// waits for the streams the leaves' gradients were written on. So backward is ordered like any
+// other call on the caller's streams, whatever streams the forward used (Node::stream()).
+//
 // Every node runs with grad mode = create_graph on whatever thread runs it. Without retain_graph
 // (create_graph implies it) the nodes' saved state is freed as they run, and running them again
 // throws PyTorch's "Trying to backward through the graph a second time..." AutogradError.

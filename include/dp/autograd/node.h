@@ -9,6 +9,10 @@
 #include <vector>
 #include "dp/core/pooled.h"
 #include "dp/core/tensor.h"
+#if DP_HAVE_CUDA
+#include <optional>
+#include "dp/cuda/cuda.h"
+#endif
 
 namespace dp::autograd {
 
@@ -72,9 +76,23 @@ class Node : public std::enable_shared_from_this<Node> {
   uint32_t num_outputs() const { return static_cast<uint32_t>(output_meta_.size()); }
   const meta_list& output_meta() const { return output_meta_; }
   uint32_t add_output_meta(const Tensor& t);
-  // Device whose worker runs this node in backward.
+  // Device whose worker runs this node in backward. Setting a CUDA device also records the calling
+  // thread's current stream of that device (see stream()); a node is given its device where it is
+  // made, in the forward pass, so that is the stream the forward op ran on.
   Device device() const { return device_; }
-  void set_device(Device d) { device_ = d; }
+  void set_device(Device d) {
+    device_ = d;
+#if DP_HAVE_CUDA
+    if (d.is_cuda()) [[unlikely]] record_creation_stream();
+    else if (stream_) [[unlikely]] stream_.reset();
+#endif
+  }
+#if DP_HAVE_CUDA
+  // The stream backward runs this node on (PyTorch's Node::stream(), "stream semantics of backward
+  // passes"): its CUDA device's current stream when set_device() was called; empty for a node on
+  // any other device. Holding the Stream keeps a stream the user created alive while the graph is.
+  const std::optional<cuda::Stream>& stream() const { return stream_; }
+#endif
   // Creation order on the creating thread (as PyTorch's sequence numbers: per thread).
   uint64_t sequence_nr() const { return sequence_nr_; }
   // True: outputs that received no gradient are passed to apply() as zeros.
@@ -110,6 +128,10 @@ class Node : public std::enable_shared_from_this<Node> {
   std::mutex hooks_mu_;
   std::vector<OutputHook> output_hooks_;
   std::atomic<uint32_t> num_output_hooks_{0};
+#if DP_HAVE_CUDA
+  void record_creation_stream();  // out of line: CPU nodes pay only the branch above
+  std::optional<cuda::Stream> stream_;
+#endif
 };
 
 // A node whose backward is a callable (most ops): the callable captures what the op saved.
