@@ -10,6 +10,7 @@
 #include "core/kernels/reduce.h"
 #include "cuda/cudnn.h"
 #include "cuda/elementwise.h"
+#include "cuda/reduce.h"
 #include "dp/core/errors.h"
 #include "dp/cuda/cuda.h"
 
@@ -102,8 +103,9 @@ struct ConvCall {
   int64_t n;
   DType dt;
   Device device;
-  bool fp32;           // float32 data (else float64)
-  cudnnDataType_t cdt;
+  bool fp32;           // float32 data
+  cudnnDataType_t cdt;      // the data's type
+  cudnnDataType_t compute;  // the convolution's: float for the 16-bit types (PyTorch's choice), else the data's
   bool tf32;           // TF32 allowed for this call
   std::string context;  // for error messages
   TensorDesc x, y;
@@ -111,16 +113,30 @@ struct ConvCall {
   ConvDesc conv;
 
   ConvCall(const Conv2dGeometry& geom, int64_t images, DType dtype, Device dev)
-      : g(geom), n(images), dt(dtype), device(dev), fp32(dtype == kFloat32), cdt(fp32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE),
-        tf32(fp32 && cudnn::allow_tf32()), context(conv_description(geom, dtype, dev)) {
+      : g(geom), n(images), dt(dtype), device(dev), fp32(dtype == kFloat32), cdt(data_type(dtype)),
+        compute(dtype == kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT), tf32(fp32 && cudnn::allow_tf32()),
+        context(conv_description(geom, dtype, dev)) {
     const auto i = [](int64_t v) { return static_cast<int>(v); };
     x.set(cdt, i(n), i(g.C), i(g.H), i(g.W), context);
     y.set(cdt, i(n), i(g.OC), i(g.OH), i(g.OW), context);
     w.set(cdt, i(g.OC), i(g.group_in()), i(g.KH), i(g.KW), context);
-    conv.set(i(g.ph), i(g.pw), i(g.sh), i(g.sw), i(g.dh), i(g.dw), i(g.groups), cdt, requested_math(), context);
+    conv.set(i(g.ph), i(g.pw), i(g.sh), i(g.sw), i(g.dh), i(g.dw), i(g.groups), compute, requested_math(), context);
   }
-  // float32 without TF32: FMA only (CUDNN_DEFAULT_MATH would allow TF32 on Ampere and newer).
-  cudnnMathType_t requested_math() const { return fp32 && !tf32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH; }
+  static bool half(DType dt) { return dt == kFloat16 || dt == kBFloat16; }
+  static cudnnDataType_t data_type(DType dt) {
+    switch (dt) {
+      case kFloat16: return CUDNN_DATA_HALF;
+      case kBFloat16: return CUDNN_DATA_BFLOAT16;
+      case kFloat32: return CUDNN_DATA_FLOAT;
+      default: return CUDNN_DATA_DOUBLE;
+    }
+  }
+  // float32 without TF32: FMA only (CUDNN_DEFAULT_MATH would allow TF32 on Ampere and newer). The
+  // 16-bit types ask for tensor cores, as PyTorch does (cuDNN's ranked list says what each
+  // algorithm uses; any math type is acceptable for them).
+  cudnnMathType_t requested_math() const {
+    return fp32 && !tf32 ? CUDNN_FMA_MATH : half(dt) ? CUDNN_TENSOR_OP_MATH : CUDNN_DEFAULT_MATH;
+  }
   bool acceptable(cudnnMathType_t m) const {
     return !(fp32 && !tf32 && (m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
   }
@@ -192,19 +208,22 @@ std::vector<Perf> ranked(F&& f) {
   return perfs;
 }
 
-// alpha / beta scalars: float for float32 data, double for float64.
+// alpha / beta scalars: double for float64 data, float for every other type (float32, float16,
+// bfloat16: cuDNN's rule). ptr(true) gives the float.
 struct Scale {
   float f;
   double d;
   const void* ptr(bool fp32) const { return fp32 ? static_cast<const void*>(&f) : static_cast<const void*>(&d); }
 };
+bool float_scale(DType dt) { return dt != kFloat64; }
+bool is_half(DType dt) { return dt == kFloat16 || dt == kBFloat16; }
 constexpr Scale kOne{1.0f, 1.0}, kZero{0.0f, 0.0};
 
 char* at(const Tensor& t, int64_t elements) { return static_cast<char*>(t.data_ptr()) + elements * static_cast<int64_t>(t.element_size()); }
 
 void check_dtype(const char* op, const Tensor& t) {
-  DP_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64, DTypeError, op, ": expected float32 or float64 on ", t.device().str(), ", got ",
-           dtype_name(t.dtype()));
+  DP_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || is_half(t.dtype()), DTypeError, op,
+           ": expected float32, float64, float16 or bfloat16 on ", t.device().str(), ", got ", dtype_name(t.dtype()));
 }
 
 // Sizes cuDNN cannot take (see conv_batch_chunk).
@@ -219,7 +238,13 @@ int64_t chunk_or_throw(const char* op, const Conv2dGeometry& g, const Tensor& t)
 bool degenerate(const Conv2dGeometry& g) { return g.N == 0 || g.C == 0 || g.H == 0 || g.W == 0 || g.OC == 0; }
 
 // The bias gradient sum(grad_output over N, H, W), chunk by chunk (accumulating after the first).
+// The 16-bit types use the CUDA sum (float accumulation, one rounding), as PyTorch does: cuDNN's
+// legacy bias gradient does not take bfloat16.
 void bias_grad(cudnnHandle_t h, const Tensor& gb, const Tensor& go, const Conv2dGeometry& g, int64_t chunk) {
+  if (is_half(go.dtype())) {
+    cuda::sum_kernel(gb, go, {true, false, true, true}, /*keepdim=*/false);
+    return;
+  }
   const bool fp32 = go.dtype() == kFloat32;
   const cudnnDataType_t cdt = fp32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
   const std::string context = conv_description(g, go.dtype(), go.device());
@@ -249,7 +274,8 @@ void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor&
   }
   const int64_t chunk = chunk_or_throw(op, g, input);
   cudnn::Handle handle(dev, current_stream(dev).handle());
-  const bool fp32 = input.dtype() == kFloat32;
+  const bool fp32 = float_scale(input.dtype());
+  const bool half_bias = bias.defined() && is_half(input.dtype());
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t n = std::min(chunk, g.N - n0);
     ConvCall call(g, n, input.dtype(), out.device());
@@ -272,12 +298,15 @@ void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor&
                                            weight.data_ptr(), call.conv.get(), algo, ws.defined() ? ws.data_ptr() : nullptr, ws_bytes,
                                            kZero.ptr(fp32), call.y.get(), y),
                    call.context);
-    if (bias.defined()) {
+    if (bias.defined() && !half_bias) {
       TensorDesc bdesc;
       bdesc.set(call.cdt, 1, static_cast<int>(g.OC), 1, 1, call.context);
       DP_CUDNN_CHECK(cudnnAddTensor(handle.get(), kOne.ptr(fp32), bdesc.get(), bias.data_ptr(), kOne.ptr(fp32), call.y.get(), y), call.context);
     }
   }
+  // 16-bit types: the bias is added by the element-wise kernel (float math, one rounding), as
+  // PyTorch adds it after cuDNN's convolution; cudnnAddTensor does not take bfloat16.
+  if (half_bias) cuda::add_kernel(out, out, kernels::restride_nograd(bias, {g.N, g.OC, g.OH, g.OW}, {0, 1, 0, 0}), Scalar(1.0));
 }
 
 void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input,
@@ -301,7 +330,7 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
   }
   const int64_t chunk = chunk_or_throw(op, g, grad_output);
   cudnn::Handle handle(dev, current_stream(dev).handle());
-  const bool fp32 = grad_output.dtype() == kFloat32;
+  const bool fp32 = float_scale(grad_output.dtype());
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t n = std::min(chunk, g.N - n0);
     ConvCall call(g, n, grad_output.dtype(), grad_output.device());

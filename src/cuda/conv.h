@@ -1,8 +1,10 @@
 #pragma once
 // 2-D convolution on a CUDA device (src/cuda/conv.cpp), with the contract of the CPU kernels in
 // core/kernels/conv_kernels.h (which forward CUDA tensors here): contiguous NCHW tensors of one
-// dtype (float32 or float64) on one device, fresh outputs that are overwritten. Work is queued on
-// the current stream of the tensors' device.
+// dtype (float32, float64, float16 or bfloat16; the CPU kernels take the first two) on one device,
+// fresh outputs that are overwritten. Work is queued on the current stream of the tensors' device.
+// The 16-bit types convolve with float compute type and tensor-op math allowed (PyTorch's choice);
+// their bias is added, and its gradient summed, by dp's element-wise and sum kernels (float math).
 //
 // Built on cuDNN's convolution API (cudnnConvolutionForward / BackwardData / BackwardFilter /
 // BackwardBias): the algorithm is picked by cudnnGet*Algorithm_v7 once per shape (cached), its

@@ -25,15 +25,19 @@ namespace {
 using detail::grid_for;
 using detail::kThreads;
 
-// Accumulation type: float for float32 data, double for float64.
+// Accumulation type: float for float32, float16 and bfloat16 data, double for float64.
 template <typename T> struct AccOf { using type = float; };
 template <> struct AccOf<double> { using type = double; };
 
+// float16/bfloat16 (as PyTorch runs models after .to(bfloat16)): dp::Half/BFloat16 convert to
+// float in every arithmetic expression, so the kernels compute in float and round once on store.
 template <typename F>
 void dispatch_fp(DType dt, const char* op, F&& f) {
   if (dt == kFloat32) f.template operator()<float>();
   else if (dt == kFloat64) f.template operator()<double>();
-  else kernels::unsupported_dtype(op, dt, "float32, float64");
+  else if (dt == kBFloat16) f.template operator()<BFloat16>();
+  else if (dt == kFloat16) f.template operator()<Half>();
+  else kernels::unsupported_dtype(op, dt, "float32, float64, float16, bfloat16");
 }
 
 struct Launch {
@@ -106,13 +110,13 @@ __global__ void __launch_bounds__(kThreads) max_pool_bwd(const T* go, const int6
     const pool::Span<I> ws = pool::max_outputs_over(w, g.OW, g.kw, g.sw, g.pw, g.dw);
     const int64_t target = h * g.W + w;
     const int64_t base = static_cast<int64_t>(p) * g.OH * g.OW;
-    T acc = 0;  // in T and in output order, as the CPU's scatter
+    typename AccOf<T>::type acc = 0;  // in output order, as the CPU's scatter (float for the 16-bit types)
     for (I oh = hs.first; oh < hs.end; ++oh)
       for (I ow = ws.first; ow < ws.end; ++ow) {
         const int64_t o = base + oh * g.OW + ow;
         if (ind[o] == target) acc += go[o];
       }
-    gx[idx] = acc;
+    gx[idx] = static_cast<T>(acc);
   }
 }
 
@@ -128,10 +132,10 @@ __global__ void __launch_bounds__(kThreads) avg_pool_fwd(const T* x, T* out, I n
       continue;
     }
     const T* xp = x + static_cast<int64_t>(p) * g.H * g.W;
-    T s = 0;
+    typename AccOf<T>::type s = 0;
     for (I ih = hs.first; ih < hs.end; ++ih)
       for (I iw = ws.first; iw < ws.end; ++iw) s += xp[ih * g.W + iw];
-    out[idx] = s / static_cast<T>(pool::avg_divisor(hs, ws, cip, has_div, div));
+    out[idx] = static_cast<T>(s / static_cast<typename AccOf<T>::type>(pool::avg_divisor(hs, ws, cip, has_div, div)));
   }
 }
 
@@ -143,15 +147,15 @@ __global__ void __launch_bounds__(kThreads) avg_pool_bwd(const T* go, T* gx, I n
     const pool::Span<I> hr = pool::avg_outputs_over(h, g.OH, g.kh, g.sh, g.ph);
     const pool::Span<I> wr = pool::avg_outputs_over(w, g.OW, g.kw, g.sw, g.pw);
     const T* gop = go + static_cast<int64_t>(p) * g.OH * g.OW;
-    T acc = 0;
+    typename AccOf<T>::type acc = 0;
     for (I oh = hr.first; oh < hr.end; ++oh) {
       const pool::AvgSpan<I> hs = pool::avg_window(oh, g.H, g.kh, g.sh, g.ph);
       for (I ow = wr.first; ow < wr.end; ++ow) {
         const pool::AvgSpan<I> ws = pool::avg_window(ow, g.W, g.kw, g.sw, g.pw);
-        acc += gop[oh * g.OW + ow] / static_cast<T>(pool::avg_divisor(hs, ws, cip, has_div, div));
+        acc += gop[oh * g.OW + ow] / static_cast<typename AccOf<T>::type>(pool::avg_divisor(hs, ws, cip, has_div, div));
       }
     }
-    gx[idx] = acc;
+    gx[idx] = static_cast<T>(acc);
   }
 }
 
@@ -162,10 +166,10 @@ __global__ void __launch_bounds__(kThreads) adaptive_fwd(const T* x, T* out, I n
     const I ow = idx % g.OW, t = idx / g.OW, oh = t % g.OH, p = t / g.OH;
     const pool::Span<I> hs = pool::adaptive_window(oh, g.OH, g.H), ws = pool::adaptive_window(ow, g.OW, g.W);
     const T* xp = x + static_cast<int64_t>(p) * g.H * g.W;
-    T s = 0;
+    typename AccOf<T>::type s = 0;
     for (I ih = hs.first; ih < hs.end; ++ih)
       for (I iw = ws.first; iw < ws.end; ++iw) s += xp[ih * g.W + iw];
-    out[idx] = s / static_cast<T>((hs.end - hs.first) * (ws.end - ws.first));
+    out[idx] = static_cast<T>(s / static_cast<typename AccOf<T>::type>((hs.end - hs.first) * (ws.end - ws.first)));
   }
 }
 
@@ -176,19 +180,19 @@ __global__ void __launch_bounds__(kThreads) adaptive_bwd(const T* go, T* gx, I n
     const I w = idx % g.W, t = idx / g.W, h = t % g.H, p = t / g.H;
     const pool::Span<I> hr = pool::adaptive_outputs_over(h, g.OH, g.H), wr = pool::adaptive_outputs_over(w, g.OW, g.W);
     const T* gop = go + static_cast<int64_t>(p) * g.OH * g.OW;
-    T acc = 0;
+    typename AccOf<T>::type acc = 0;
     for (I oh = hr.first; oh < hr.end; ++oh) {
       const pool::Span<I> hs = pool::adaptive_window(oh, g.OH, g.H);
       for (I ow = wr.first; ow < wr.end; ++ow) {
         const pool::Span<I> ws = pool::adaptive_window(ow, g.OW, g.W);
-        acc += gop[oh * g.OW + ow] / static_cast<T>((hs.end - hs.first) * (ws.end - ws.first));
+        acc += gop[oh * g.OW + ow] / static_cast<typename AccOf<T>::type>((hs.end - hs.first) * (ws.end - ws.first));
       }
     }
-    gx[idx] = acc;
+    gx[idx] = static_cast<T>(acc);
   }
 }
 
-// Calls f.template operator()<T, I>() for the tensor dtype (float32 / float64) and the index type
+// Calls f.template operator()<T, I>() for the tensor dtype (float32 / float64 / float16 / bfloat16) and the index type
 // the geometry allows.
 template <typename F>
 void dispatch_pool(DType dt, const char* op, const Pool2dGeometry& g, int64_t divisor, F&& f) {
@@ -301,12 +305,13 @@ __global__ void __launch_bounds__(kThreads) layer_norm_fwd(const T* x, const T* 
       mean[r] = mu;
       rstd[r] = rs;
     }
-    const T tm = static_cast<T>(mu), tr = static_cast<T>(rs);  // as the CPU: normalised in T
+    // As the CPU: normalised in T (in float for the 16-bit types, rounded once on store).
+    const A tm = static_cast<A>(mu), tr = static_cast<A>(rs);
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
-      T v = (xr[i] - tm) * tr;
-      if (w) v = v * w[i];
-      if (b) v = v + b[i];
-      yr[i] = v;
+      A v = (static_cast<A>(xr[i]) - tm) * tr;
+      if (w) v = v * static_cast<A>(w[i]);
+      if (b) v = v + static_cast<A>(b[i]);
+      yr[i] = static_cast<T>(v);
     }
   }
 }
@@ -506,17 +511,19 @@ __global__ void __launch_bounds__(kThreads) bn_bwd_dx(const T* dy, const T* x, c
   }
 }
 
-// y = (x - mean) * scale + shift, in T with scale = invstd * w and shift = b, as the CPU.
+// y = (x - mean) * scale + shift, in T with scale = invstd * w and shift = b, as the CPU (in float
+// for the 16-bit types, rounded once on store).
 template <typename T, typename I>
 __global__ void __launch_bounds__(kThreads) bn_apply(const T* x, const double* mean, const double* invstd, const T* w, const T* b, I n, I C, I L,
                                                     T* y) {
+  using A = typename AccOf<T>::type;
   const I stride = static_cast<I>(gridDim.x) * kThreads;
   for (I i = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     const I c = (i / L) % C;
-    const T m = static_cast<T>(mean[c]);
-    const T sc = static_cast<T>(invstd[c] * (w ? static_cast<double>(w[c]) : 1.0));
-    const T sh = b ? b[c] : T(0);
-    y[i] = (x[i] - m) * sc + sh;
+    const A m = static_cast<A>(mean[c]);
+    const A sc = static_cast<A>(invstd[c] * (w ? static_cast<double>(w[c]) : 1.0));
+    const A sh = b ? static_cast<A>(b[c]) : A(0);
+    y[i] = static_cast<T>((static_cast<A>(x[i]) - m) * sc + sh);
   }
 }
 

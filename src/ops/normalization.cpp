@@ -18,9 +18,10 @@ namespace {
 using autograd::SavedVariable;
 using autograd::variable_list;
 
+// float16/bfloat16 only on CUDA devices (src/cuda/norm_pool.cu computes them in float32).
 void check_norm_dtype(const char* op, const Tensor& t, const char* what) {
-  DP_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64, DTypeError, op, ": expected ", what,
-           " of dtype float32 or float64, got ", t.describe());
+  DP_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || (t.is_cuda() && (t.dtype() == kFloat16 || t.dtype() == kBFloat16)), DTypeError, op, ": expected ", what,
+           " of dtype float32 or float64 (float16 and bfloat16 on CUDA devices), got ", t.describe());
 }
 
 void check_layer_norm_inputs(const Tensor& input, IntArrayRef shape, const Tensor& weight, const Tensor& bias) {

@@ -31,8 +31,10 @@ void check_batch_norm_inputs(const Tensor& input, const Tensor& rm, const Tensor
   if (!input.is_cuda()) kernels::check_cpu_tensor(op, input);  // CUDA: src/cuda/norm_pool.cu
   ops::check_same_device(op, {&input, &rm, &rv, &w, &b});
   DP_CHECK(input.dim() >= 2, ShapeError, "batch_norm: expected an input of at least 2 dimensions [N, C, *], got ", input.describe());
-  DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64, DTypeError, "batch_norm: expected an input of dtype float32 or float64, got ",
-           input.describe());
+  // float16/bfloat16 only on CUDA devices (src/cuda/norm_pool.cu: float32 statistics).
+  DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 ||
+               (input.is_cuda() && (input.dtype() == kFloat16 || input.dtype() == kBFloat16)),
+           DTypeError, "batch_norm: expected an input of dtype float32 or float64 (float16 and bfloat16 on CUDA devices), got ", input.describe());
   const int64_t C = input.size(1);
   const std::pair<const Tensor*, const char*> per_channel[] = {{&rm, "running_mean"}, {&rv, "running_var"}, {&w, "weight"}, {&b, "bias"}};
   for (const auto& [t, name] : per_channel) {

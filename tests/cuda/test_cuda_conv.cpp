@@ -13,6 +13,7 @@
 #include "dp/dp.h"
 #include "support/cuda.h"
 #include "support/cuda_compare.h"
+#include "cuda/half_compare.h"
 #if DP_HAVE_CUDA
 #include "cuda/conv.h"
 #include "cuda/cudnn.h"
@@ -255,6 +256,33 @@ TEST(CudaConv, ArgumentErrorsOnCudaTensors) {
   EXPECT_THROW(conv2d(x, w.to(kGpu, kFloat64)), DTypeError);                // mixed dtypes
   EXPECT_THROW(conv2d(x.to(kInt64), w.to(kGpu, kInt64)), DTypeError);       // integers
   EXPECT_THROW(conv2d(x, w.to(kGpu), Tensor(), {1}, {0}, {1}, 2), ShapeError);  // groups do not divide
+}
+
+// ---------------------------------------------------------------- float16 / bfloat16
+
+TEST(CudaConvHalf, CpuRefusesHalfTypesNamingCuda) {
+  Tensor x = zeros({1, 2, 5, 5}, kBFloat16), w = zeros({3, 2, 3, 3}, kBFloat16);
+  const std::string msg = test::error_of<DTypeError>([&] { conv2d(x, w); });
+  EXPECT_NE(msg.find("bfloat16"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("CUDA"), std::string::npos) << msg;
+}
+
+TEST(CudaConvHalf, ForwardAndGradientsAgainstFloat32Cpu) {
+  DP_REQUIRE_GPU();
+  auto conv = [](IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups, bool bias) {
+    return [=](const std::vector<Tensor>& in) {
+      return conv2d(in[0], in[1], bias ? in[2] : Tensor(), stride, padding, dilation, groups);
+    };
+  };
+  test::check_half_against_float("conv2d 3x3 pad 1 bias", {test::sample({4, 3, 12, 10}, kFloat32, 1), test::sample({8, 3, 3, 3}, kFloat32, 2),
+                                                           test::sample({8}, kFloat32, 3)},
+                                 conv({1, 1}, {1, 1}, {1, 1}, 1, true));
+  test::check_half_against_float("conv2d stride 2 dilation 2 groups 2",
+                                 {test::sample({2, 4, 15, 13}, kFloat32, 4), test::sample({6, 2, 3, 2}, kFloat32, 5)},
+                                 conv({2, 2}, {0, 1}, {2, 2}, 2, false));
+  test::check_half_against_float("conv2d 1x1 bias", {test::sample({3, 16, 7, 7}, kFloat32, 6), test::sample({32, 16, 1, 1}, kFloat32, 7),
+                                                     test::sample({32}, kFloat32, 8)},
+                                 conv({1, 1}, {0, 0}, {1, 1}, 1, true));
 }
 
 }  // namespace

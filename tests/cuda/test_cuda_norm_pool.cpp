@@ -16,6 +16,7 @@
 #include <vector>
 #include "dp/dp.h"
 #include "support/cuda.h"
+#include "cuda/half_compare.h"
 #include "support/cuda_compare.h"
 #if DP_HAVE_CUDA
 #include "cuda/norm_pool.h"
@@ -391,6 +392,74 @@ TEST(CudaNormPool, OnANonDefaultStream) {
   expect_written_close(rv_g, rv_c, "running_var on a created stream", 1e-5, true);
 }
 #endif
+
+// ---------------------------------------------------------------- float16 / bfloat16
+
+TEST(CudaNormPoolHalf, CpuRefusesHalfTypesNamingCuda) {
+  Tensor x = zeros({2, 3, 6, 6}, kBFloat16);
+  for (const std::string& msg : {test::error_of<DTypeError>([&] { max_pool2d(x, {2}); }),
+                                 test::error_of<DTypeError>([&] { avg_pool2d(x, {2}); }),
+                                 test::error_of<DTypeError>([&] { adaptive_avg_pool2d(x, {2, 2}); }),
+                                 test::error_of<DTypeError>([&] { layer_norm(x, {6}); }),
+                                 test::error_of<DTypeError>([&] { batch_norm(x, {}, {}, {}, {}, true); })}) {
+    EXPECT_NE(msg.find("bfloat16"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("CUDA"), std::string::npos) << msg;
+  }
+}
+
+TEST(CudaNormPoolHalf, PoolingAgainstFloat32Cpu) {
+  DP_REQUIRE_GPU();
+  const Tensor x = test::sample({3, 4, 11, 9}, kFloat32, 11);
+  test::check_half_against_float("max_pool2d 3 stride 2 pad 1", {x}, [](const std::vector<Tensor>& in) {
+    return max_pool2d(in[0], {3}, {2}, {1});
+  });
+  test::check_half_against_float("avg_pool2d 2", {x}, [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], {2}); });
+  test::check_half_against_float("avg_pool2d 3 pad 1 exclude pad", {x}, [](const std::vector<Tensor>& in) {
+    return avg_pool2d(in[0], {3}, {2}, {1}, /*ceil_mode=*/false, /*count_include_pad=*/false);
+  });
+  test::check_half_against_float("adaptive_avg_pool2d 4x3", {x}, [](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], {4, 3}); });
+}
+
+TEST(CudaNormPoolHalf, LayerNormAgainstFloat32Cpu) {
+  DP_REQUIRE_GPU();
+  test::check_half_against_float("layer_norm [37] affine",
+                                 {test::sample({6, 5, 37}, kFloat32, 21, 1.0, 3.0), test::sample({37}, kFloat32, 22), test::sample({37}, kFloat32, 23)},
+                                 [](const std::vector<Tensor>& in) { return layer_norm(in[0], {37}, in[1], in[2]); });
+  test::check_half_against_float("layer_norm [3, 300]", {test::sample({4, 3, 300}, kFloat32, 24)},
+                                 [](const std::vector<Tensor>& in) { return layer_norm(in[0], {3, 300}); });
+}
+
+TEST(CudaNormPoolHalf, BatchNormTrainingAndRunningStatsAgainstFloat32Cpu) {
+  DP_REQUIRE_GPU();
+  const std::vector<Tensor> in = {test::sample({8, 5, 6, 7}, kFloat32, 31, 0.5, 2.5), test::sample({5}, kFloat32, 32), test::sample({5}, kFloat32, 33)};
+  test::check_half_against_float("batch_norm training", in, [](const std::vector<Tensor>& t) { return batch_norm(t[0], {}, {}, t[1], t[2], true); });
+  for (DType dt : {kBFloat16, kFloat16}) {
+    // Running stats in the module's dtype (PyTorch keeps BN buffers in bfloat16 after .to()).
+    NoGradGuard no_grad;
+    const TensorOptions og = TensorOptions().dtype(dt).device(test::kGpu);
+    Tensor rm_c = zeros({5}), rv_c = ones({5}), rm_g = zeros({5}, og), rv_g = ones({5}, og);
+    std::vector<Tensor> c, g;
+    for (const Tensor& t : in) {
+      c.push_back(t.to(dt).to(kFloat32));
+      g.push_back(c.back().to(test::kGpu, dt));
+    }
+    for (int step = 0; step < 3; ++step) {
+      Tensor yc = batch_norm(c[0], rm_c, rv_c, c[1], c[2], true, 0.1);
+      Tensor yg = batch_norm(g[0], rm_g, rv_g, g[1], g[2], true, 0.1);
+      EXPECT_LE(test::rel_err(yg, yc), test::half_tol(dt)) << dtype_name(dt) << " output";
+    }
+    EXPECT_EQ(rm_g.dtype(), dt);
+    EXPECT_LE(test::rel_err(rm_g, rm_c), test::half_tol(dt)) << dtype_name(dt) << " running_mean";
+    EXPECT_LE(test::rel_err(rv_g, rv_c), test::half_tol(dt)) << dtype_name(dt) << " running_var";
+  }
+  test::check_half_against_float("batch_norm eval",
+                                 {test::sample({4, 3, 5, 5}, kFloat32, 41), test::sample({3}, kFloat32, 42), test::sample({3}, kFloat32, 43)},
+                                 [](const std::vector<Tensor>& in) {
+                                   const TensorOptions o = TensorOptions().dtype(in[0].dtype()).device(in[0].device());
+                                   Tensor rm = full({3}, 0.25, o), rv = full({3}, 1.5, o);
+                                   return batch_norm(in[0], rm, rv, in[1], in[2], false);
+                                 });
+}
 
 }  // namespace
 }  // namespace dp
