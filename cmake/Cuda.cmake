@@ -92,7 +92,11 @@ if(DP_WITH_CUDA)
         add_dependencies(dparallel dparallel_cuda_kernels)
       endif()
       target_compile_definitions(dparallel PUBLIC DP_HAVE_CUDA=1)
-      target_link_libraries(dparallel PUBLIC CUDA::cudart PRIVATE CUDA::cublas CUDA::cublasLt)
+      # cuBLAS/cuBLASLt are not linked: src/cuda/cublas_api.cpp loads them on first use (loading
+      # libcublasLt costs every process ~0.15 s and ~210 MB at start); DP_CUDA_LIBRARY_DIR is where it
+      # looks after the soname.
+      target_link_libraries(dparallel PUBLIC CUDA::cudart ${CMAKE_DL_LIBS})
+      target_compile_definitions(dparallel PRIVATE DP_CUDA_LIBRARY_DIR="${CUDAToolkit_LIBRARY_DIR}")
       dp_find_optional_cuda_library(CUDNN cudnn cudnn.h nvidia/cudnn)
       dp_find_optional_cuda_library(NCCL nccl nccl.h nvidia/nccl)
     endif()

@@ -9,9 +9,8 @@
 // from the caching allocator on that stream: cublasSetStream resets the workspace to cuBLAS's
 // internal pool, which is not stream-ordered, so the workspace is set after it, every time.
 #include "cuda/blas.h"
+#include "cuda/cublas_api.h"
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -45,7 +44,7 @@ using detail::ComputeKind;
 using detail::GemmPlan;
 
 [[noreturn]] void throw_cublas(cublasStatus_t status, const char* call, const std::string& what) {
-  std::string msg = dp::detail::str("cuBLAS error: ", call, " failed with ", cublasGetStatusName(status), " (", cublasGetStatusString(status),
+  std::string msg = dp::detail::str("cuBLAS error: ", call, " failed with ", cublas_api().GetStatusName(status), " (", cublas_api().GetStatusString(status),
                                     ") in ", what);
   if (status == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemory(msg);
   throw DeviceError(msg);
@@ -74,7 +73,7 @@ class HandlePool {
     }
     DeviceGuard guard(device);  // the handle belongs to the device current at creation
     cublasHandle_t h = nullptr;
-    DP_CUBLAS_CHECK(cublasCreate(&h), [device] { return dp::detail::str("creating a cuBLAS handle on cuda:", device); });
+    DP_CUBLAS_CHECK(cublas_api().Create(&h), [device] { return dp::detail::str("creating a cuBLAS handle on cuda:", device); });
     return h;
   }
   void release(int device, cublasHandle_t h) {
@@ -118,7 +117,7 @@ cublasLtHandle_t lt_handle(int device) {
   cublasLtHandle_t& h = (*handles)[device];
   if (!h) {
     DeviceGuard guard(device);
-    DP_CUBLAS_CHECK(cublasLtCreate(&h), [device] { return dp::detail::str("creating a cuBLASLt handle on cuda:", device); });
+    DP_CUBLAS_CHECK(cublas_api().LtCreate(&h), [device] { return dp::detail::str("creating a cuBLASLt handle on cuda:", device); });
   }
   return h;
 }
@@ -154,10 +153,10 @@ struct Context {
   cublasHandle_t cublas(const What& what) {
     if (handle) return handle;
     handle = cublas_handle(device);
-    DP_CUBLAS_CHECK(cublasSetStream(handle, stream), what);
+    DP_CUBLAS_CHECK(cublas_api().SetStream(handle, stream), what);
     const int64_t bytes = workspace_size(device);
     ws = workspace(device, bytes);
-    DP_CUBLAS_CHECK(cublasSetWorkspace(handle, ws.data_ptr(), static_cast<size_t>(bytes)), what);
+    DP_CUBLAS_CHECK(cublas_api().SetWorkspace(handle, ws.data_ptr(), static_cast<size_t>(bytes)), what);
     return handle;
   }
 };
@@ -217,7 +216,7 @@ void gemm_call(Context& ctx, DType dt, ComputeKind ck, bool ta, bool tb, int64_t
   const cublasOperation_t op_first = g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
   const size_t es = element_size(dt);
   if (count == 1) {
-    DP_CUBLAS_CHECK(cublasGemmEx(h, op_first, op_second, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), sa.get(ck), b, t,
+    DP_CUBLAS_CHECK(cublas_api().GemmEx(h, op_first, op_second, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), sa.get(ck), b, t,
                                  static_cast<int>(g.ld_first), a, t, static_cast<int>(g.ld_second), sb.get(ck), c, t, static_cast<int>(g.ldc),
                                  ct, CUBLAS_GEMM_DEFAULT),
                     what);
@@ -226,7 +225,7 @@ void gemm_call(Context& ctx, DType dt, ComputeKind ck, bool ta, bool tb, int64_t
   // cuBLAS's batch count is an int: a larger batch goes in pieces.
   for (int64_t done = 0; done < count;) {
     const int64_t piece = std::min<int64_t>(count - done, INT_MAX);
-    DP_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_first, op_second, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k),
+    DP_CUBLAS_CHECK(cublas_api().GemmStridedBatchedEx(h, op_first, op_second, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k),
                                                sa.get(ck), cptr(b, done * stride_b, es), t, static_cast<int>(g.ld_first), stride_b,
                                                cptr(a, done * stride_a, es), t, static_cast<int>(g.ld_second), stride_a, sb.get(ck),
                                                const_cast<char*>(cptr(c, done * stride_c, es)), t, static_cast<int>(g.ldc), stride_c,
@@ -271,19 +270,20 @@ void run_plan(Context& ctx, const GemmPlan& p, const Tensor& C, const Tensor& A,
 
 // ---- cuBLASLt with the bias epilogue ----
 
-template <typename T, cublasStatus_t (*Destroy)(T)>
+// Destroy: the CublasApi member that destroys a T.
+template <typename T, auto Destroy>
 struct LtPtr {
   T p = nullptr;
   LtPtr() = default;
   LtPtr(const LtPtr&) = delete;
   LtPtr& operator=(const LtPtr&) = delete;
   ~LtPtr() {
-    if (p) (void)Destroy(p);
+    if (p) (void)(cublas_api().*Destroy)(p);
   }
 };
-using MatmulDesc = LtPtr<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
-using Layout = LtPtr<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
-using Preference = LtPtr<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
+using MatmulDesc = LtPtr<cublasLtMatmulDesc_t, &CublasApi::LtMatmulDescDestroy>;
+using Layout = LtPtr<cublasLtMatrixLayout_t, &CublasApi::LtMatrixLayoutDestroy>;
+using Preference = LtPtr<cublasLtMatmulPreference_t, &CublasApi::LtMatmulPreferenceDestroy>;
 
 // The largest power of two up to 16 that divides the address (cuBLASLt picks kernels by it).
 uint32_t alignment_of(const void* p) {
@@ -302,37 +302,37 @@ bool lt_matmul_bias(Context& ctx, const GemmPlan& p, const Tensor& C, const Tens
   const cudaDataType_t t = data_type(C.dtype());
   const cublasLtHandle_t lt = lt_handle(ctx.device);
   MatmulDesc desc;
-  DP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.p, compute_type(ck), CUDA_R_32F), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatmulDescCreate(&desc.p, compute_type(ck), CUDA_R_32F), what);
   const cublasOperation_t op_first = g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
   const void* bias_ptr = bias.data_ptr();
-  DP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)), what);
-  DP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)), what);
-  DP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), what);
-  DP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)), what);
   // Column-major: the first operand (B's memory) is [g.m, g.k] after its op, the second (A's) [g.k, g.n],
   // D = C [g.m, g.n]; the bias runs along D's rows (C's columns), which is what the epilogue adds.
   Layout la, lb, lc;
   const uint64_t um = static_cast<uint64_t>(g.m), un = static_cast<uint64_t>(g.n), uk = static_cast<uint64_t>(g.k);
-  DP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la.p, t, g.trans_first ? uk : um, g.trans_first ? um : uk, g.ld_first), what);
-  DP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb.p, t, g.trans_second ? un : uk, g.trans_second ? uk : un, g.ld_second), what);
-  DP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc.p, t, um, un, g.ldc), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatrixLayoutCreate(&la.p, t, g.trans_first ? uk : um, g.trans_first ? um : uk, g.ld_first), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatrixLayoutCreate(&lb.p, t, g.trans_second ? un : uk, g.trans_second ? uk : un, g.ld_second), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatrixLayoutCreate(&lc.p, t, um, un, g.ldc), what);
   Preference pref;
-  DP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.p), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatmulPreferenceCreate(&pref.p), what);
   const uint64_t max_ws = static_cast<uint64_t>(workspace_size(ctx.device));
-  DP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)), what);
   const uint32_t align_first = alignment_of(B.data_ptr()), align_second = alignment_of(A.data_ptr()), align_c = alignment_of(C.data_ptr());
-  DP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_first, sizeof(uint32_t)), what);
-  DP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_second, sizeof(uint32_t)), what);
-  DP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(uint32_t)), what);
-  DP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(uint32_t)), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_first, sizeof(uint32_t)), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_second, sizeof(uint32_t)), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(uint32_t)), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(uint32_t)), what);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, desc.p, la.p, lb.p, lc.p, lc.p, pref.p, 1, &result, &found);
+  const cublasStatus_t hs = cublas_api().LtMatmulAlgoGetHeuristic(lt, desc.p, la.p, lb.p, lc.p, lc.p, pref.p, 1, &result, &found);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) return false;  // the fallback computes it
   Tensor ws = result.workspaceSize > 0 ? workspace(ctx.device, static_cast<int64_t>(result.workspaceSize)) : Tensor();
   const float one = 1.0f, zero = 0.0f;  // the scale type is fp32 for every dtype taken here
-  DP_CUBLAS_CHECK(cublasLtMatmul(lt, desc.p, &one, B.data_ptr(), la.p, A.data_ptr(), lb.p, &zero, C.data_ptr(), lc.p, C.data_ptr(), lc.p,
+  DP_CUBLAS_CHECK(cublas_api().LtMatmul(lt, desc.p, &one, B.data_ptr(), la.p, A.data_ptr(), lb.p, &zero, C.data_ptr(), lc.p, C.data_ptr(), lc.p,
                                  &result.algo, ws.defined() ? ws.data_ptr() : nullptr, result.workspaceSize, ctx.stream),
                   what);
   return true;
