@@ -34,7 +34,7 @@ start=$SECONDS
 dp_install_deps
 # Debug: assertions on; cmake/Sanitizers.cmake adds -O1 -g and the -fsanitize flags. The test
 # programs are run once at build time too (gtest_discover_tests), under the options above.
-dp_build "$BUILD_DIR" -DDP_SANITIZE="$mode" -DCMAKE_BUILD_TYPE=Debug -DDP_BUILD_BENCH=OFF
+dp_build "$BUILD_DIR" -DDP_SANITIZE="$mode" -DCMAKE_BUILD_TYPE=Debug -DDP_BUILD_BENCH=OFF -DDP_BUILD_EXAMPLES=ON
 built=$SECONDS
 echo "== sanitize.sh $mode: built in $((built - start)) s; running the test suite"
 rc=0
