@@ -28,6 +28,8 @@ namespace dp::cuda::detail {
 
 constexpr int kThreads = 256;
 
+// Streaming multiprocessors of logical device `device` (its GPU's; read once per device).
+int multiprocessor_count(int device);
 // Blocks for n elements: enough to fill the device, grid-stride beyond that.
 unsigned grid_for(int64_t n, int device);
 

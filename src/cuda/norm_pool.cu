@@ -445,8 +445,7 @@ struct GradSumsAdd {  // s1 += dy, s2 += dy * (x - mean[c])
 template <typename Acc, typename Add, typename Combine>
 Tensor channel_partials(const Tensor& like, int64_t B, int64_t C, int64_t L, Add add, Combine comb, Acc identity, int64_t& splits) {
   const Launch ln = launch_on(like);
-  int sms = 0;
-  DP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, physical_device(ln.dev)));
+  const int sms = detail::multiprocessor_count(ln.dev);
   const int64_t count = B * L;
   const int64_t tiles = L == 1 ? (C + kTileX - 1) / kTileX : C;
   splits = reduction_splits(L == 1 ? count * kTileX : count, tiles, sms);
@@ -664,8 +663,7 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
       DP_CUDA_CHECK(cudaGetLastError());
     }
     if (!dw.defined() && !db.defined()) return;
-    int sms = 0;
-    DP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, physical_device(ln.dev)));
+    const int sms = detail::multiprocessor_count(ln.dev);
     const int64_t tiles = (N + kTileX - 1) / kTileX;
     const int64_t splits = reduction_splits(M * kTileX, tiles, sms);
     const int64_t per = (M + splits - 1) / splits;

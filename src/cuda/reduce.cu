@@ -15,28 +15,12 @@
 #include "dp/cuda/cuda.h"
 #include "core/kernels/reduce.h"
 #include "cuda/reduce.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/reduce.h"
 #include "cuda/reduce_config.h"
 #include "cuda/reduce_ops.h"
 
 namespace dp::cuda {
-
-namespace detail {
-
-int multiprocessor_count(int device) {
-  // Read once per device; atomics because several worker threads launch at once.
-  static std::atomic<int> sms[64] = {};
-  int s = sms[device & 63].load(std::memory_order_relaxed);
-  if (s == 0) {
-    int v = 0;
-    DP_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, physical_device(device)));
-    s = v > 0 ? v : 1;
-    sms[device & 63].store(s, std::memory_order_relaxed);
-  }
-  return s;
-}
-
-}  // namespace detail
 
 namespace {
 

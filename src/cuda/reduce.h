@@ -24,9 +24,4 @@ void norm_kernel(const Tensor& out, const Tensor& in, double p);
 void softmax_kernel(const Tensor& out, const Tensor& in, int64_t dim, bool log);
 void softmax_backward_kernel(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log);
 
-namespace detail {
-// Streaming multiprocessors of logical device `device` (read once per device).
-int multiprocessor_count(int device);
-}  // namespace detail
-
 }  // namespace dp::cuda

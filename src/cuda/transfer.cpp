@@ -22,7 +22,7 @@ namespace dp::cuda {
 
 namespace detail {
 
-unsigned grid_for(int64_t n, int device) {
+int multiprocessor_count(int device) {
   // Read once per device; atomics because replicas launch from several worker threads at once.
   static std::atomic<int> sms[64] = {};
   int s = sms[device & 63].load(std::memory_order_relaxed);
@@ -32,6 +32,11 @@ unsigned grid_for(int64_t n, int device) {
     s = v > 0 ? v : 1;
     sms[device & 63].store(s, std::memory_order_relaxed);
   }
+  return s;
+}
+
+unsigned grid_for(int64_t n, int device) {
+  const int s = multiprocessor_count(device);
   const int64_t want = (n + 255) / 256;
   const int64_t cap = int64_t{s} * 16;  // 16 blocks of 256 threads per SM, grid-stride beyond
   return static_cast<unsigned>(want < cap ? (want > 0 ? want : 1) : cap);
