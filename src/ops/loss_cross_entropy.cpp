@@ -426,6 +426,29 @@ variable_list prob_backward_composite(const Tensor& g, const Tensor& xi, const T
 
 // ---------------------------------------------------------------- CUDA
 
+// Records the probability-target backward: the composite when a graph of the gradient is wanted,
+// else `fused(gi, gt, g, xc, tc, scale)` (the CPU or CUDA kernel) on contiguous inputs into fresh
+// gradients (undefined where not needed).
+template <typename Fused>
+void record_prob_backward(const Tensor& input, const Tensor& target, const Tensor& out, const Tensor& w, const Params& p, Reduction red,
+                          int64_t samples, Fused fused) {
+  const bool need_x = autograd::needs_grad(input), need_t = autograd::needs_grad(target);
+  if (!need_x && !need_t) return;
+  SavedVariable sx(input, false), st(target, false);
+  autograd::record("CrossEntropyLossBackward0", {input, target}, {out},
+                   [sx, st, w, p, red, samples, need_x, need_t, fused](variable_list&& grads) {
+                     const Tensor& g = grads[0];
+                     const Tensor xi = sx.unpack(), ti = st.unpack();
+                     const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(samples) : 1.0;
+                     if (GradMode::is_enabled()) return prob_backward_composite(g, xi, ti, w, p, red, scale, need_x, need_t);
+                     const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
+                     Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
+                     Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
+                     fused(gi, gt, g, xc, tc, scale);
+                     return variable_list{gi, gt};
+                   });
+}
+
 #if DP_HAVE_CUDA
 // The kernels of cuda/loss.h. Per-sample log-sum-exps (and, for probabilities, sum_c w_c q_c) are
 // saved in float32 (float64 for float64 inputs); Mean's total weight stays on the device. Under
@@ -486,26 +509,14 @@ Tensor cross_entropy_prob_cuda(const Tensor& input, const Tensor& target, const 
   // PyTorch: the mean over samples, NaN for an empty input.
   const double scale = red != Reduction::Mean ? 1.0 : x.numel() == 0 ? std::nan("") : 1.0 / static_cast<double>(samples);
   cuda::cross_entropy_prob_forward(out, reduced, scale, lse, rs, x, t, w, class_shape(p.geo), p.eps);
-  const bool need_x = autograd::needs_grad(input), need_t = autograd::needs_grad(target);
-  if (need_x || need_t) {
-    SavedVariable sx(input, false), st(target, false);
-    autograd::record("CrossEntropyLossBackward0", {input, target}, {out},
-                     [sx, st, w, lse, rs, p, red, samples, need_x, need_t](variable_list&& grads) {
-                       const Tensor& g = grads[0];
-                       const Tensor xi = sx.unpack(), ti = st.unpack();
-                       const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(samples) : 1.0;
-                       if (GradMode::is_enabled()) return prob_backward_composite(g, xi, ti, w, p, red, scale, need_x, need_t);
-                       const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
-                       Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
-                       Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
-                       cuda::LossGrad lg;
-                       lg.g = loss::plain(g, xc.dtype());
-                       lg.per_sample = red == Reduction::None;
-                       lg.scale = scale;
-                       cuda::cross_entropy_prob_backward(gi, gt, lg, xc, tc, w, lse, rs, class_shape(p.geo), p.eps);
-                       return variable_list{gi, gt};
-                     });
-  }
+  record_prob_backward(input, target, out, w, p, red, samples,
+                       [=](const Tensor& gi, const Tensor& gt, const Tensor& g, const Tensor& xc, const Tensor& tc, double scale) {
+                         cuda::LossGrad lg;
+                         lg.g = loss::plain(g, xc.dtype());
+                         lg.per_sample = red == Reduction::None;
+                         lg.scale = scale;
+                         cuda::cross_entropy_prob_backward(gi, gt, lg, xc, tc, w, lse, rs, class_shape(p.geo), p.eps);
+                       });
   return out;
 }
 #endif
@@ -615,29 +626,17 @@ Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tenso
   if (red == Reduction::Mean) out = loss::scalar_result(x.numel() == 0 ? std::nan("") : total / mean_div, x.dtype(), x.device());
   else if (red == Reduction::Sum) out = loss::scalar_result(total, x.dtype(), x.device());
 
-  const bool need_x = autograd::needs_grad(input), need_t = autograd::needs_grad(target);
-  if (need_x || need_t) {
-    SavedVariable sx(input, false), st(target, false);
-    autograd::record("CrossEntropyLossBackward0", {input, target}, {out},
-                     [sx, st, w, lse, rs, p, red, samples, need_x, need_t](variable_list&& grads) {
-                       const Tensor& g = grads[0];
-                       const Tensor xi = sx.unpack(), ti = st.unpack();
-                       const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(samples) : 1.0;
-                       if (GradMode::is_enabled()) return prob_backward_composite(g, xi, ti, w, p, red, scale, need_x, need_t);
-                       const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
-                       Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
-                       Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
-                       const GradIn gin = grad_in(g, red, scale, xc.dtype());
-                       dispatch_real(xc.dtype(), [&]<typename T>() {
-                         prob_backward<T>(gi.defined() ? static_cast<T*>(gi.data_ptr()) : nullptr,
-                                          gt.defined() ? static_cast<T*>(gt.data_ptr()) : nullptr, static_cast<const T*>(xc.data_ptr()),
-                                          static_cast<const T*>(tc.data_ptr()), ptr_or_null<T>(w), p,
-                                          static_cast<const T*>(lse.data_ptr()), static_cast<const T*>(rs.data_ptr()),
-                                          ptr_or_null<T>(gin.per_sample), static_cast<T>(gin.value));
+  record_prob_backward(input, target, out, w, p, red, samples,
+                       [=](const Tensor& gi, const Tensor& gt, const Tensor& g, const Tensor& xc, const Tensor& tc, double scale) {
+                         const GradIn gin = grad_in(g, red, scale, xc.dtype());
+                         dispatch_real(xc.dtype(), [&]<typename T>() {
+                           prob_backward<T>(gi.defined() ? static_cast<T*>(gi.data_ptr()) : nullptr,
+                                            gt.defined() ? static_cast<T*>(gt.data_ptr()) : nullptr, static_cast<const T*>(xc.data_ptr()),
+                                            static_cast<const T*>(tc.data_ptr()), ptr_or_null<T>(w), p,
+                                            static_cast<const T*>(lse.data_ptr()), static_cast<const T*>(rs.data_ptr()),
+                                            ptr_or_null<T>(gin.per_sample), static_cast<T>(gin.value));
+                         });
                        });
-                       return variable_list{gi, gt};
-                     });
-  }
   return out;
 }
 
