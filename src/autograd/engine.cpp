@@ -16,6 +16,8 @@
 // per-thread pool (no allocation in steady state), and a graph whose nodes all run in the calling
 // thread takes no lock at all.
 #include "dp/autograd/engine.h"
+#include <functional>
+#include "dp/autograd/callback.h"
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -154,6 +156,9 @@ struct GraphTask {
   std::array<std::mutex, kStripes> stripes;
   std::atomic<bool> failed{false};
   std::exception_ptr error;
+  // queue_callback(): run by the caller after the pass; queued from any thread running a node.
+  std::mutex callbacks_mu;
+  std::vector<std::function<void()>> callbacks;
 #if DP_HAVE_CUDA
   // The streams leaves' gradients were written on (and grad()'s captured ones read on); guarded
   // by `mu` when threaded. The caller's streams wait for them before backward returns.
@@ -183,6 +188,7 @@ struct GraphTask {
     caller_worker = nullptr;
     failed.store(false, std::memory_order_relaxed);
     error = nullptr;
+    callbacks.clear();
 #if DP_HAVE_CUDA
     leaf_streams.clear();
 #endif
@@ -231,6 +237,34 @@ class TaskLease {
 };
 
 void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here = nullptr);
+
+// The task whose node this thread is running (queue_callback's target); restored on exit, so a
+// backward called from inside a node (nested) and a worker's chain of nodes each see their own.
+thread_local GraphTask* tls_current_task = nullptr;
+class CurrentTaskGuard {
+ public:
+  explicit CurrentTaskGuard(GraphTask* t) : saved_(tls_current_task) { tls_current_task = t; }
+  ~CurrentTaskGuard() { tls_current_task = saved_; }
+  CurrentTaskGuard(const CurrentTaskGuard&) = delete;
+  CurrentTaskGuard& operator=(const CurrentTaskGuard&) = delete;
+
+ private:
+  GraphTask* saved_;
+};
+
+// Runs the callbacks queued during the pass, in order, including those they queue themselves.
+void run_callbacks(GraphTask& task) {
+  for (size_t i = 0;; ++i) {
+    std::function<void()> fn;
+    {
+      std::lock_guard<std::mutex> lock(task.callbacks_mu);
+      if (i >= task.callbacks.size()) break;
+      fn = std::move(task.callbacks[i]);
+    }
+    CurrentTaskGuard current(&task);  // a callback may queue another
+    fn();
+  }
+}
 
 // The gradient list handed to a node's apply(), from a per-thread cache of emptied lists: a node
 // receives its gradients in a fresh vector every time, which was a malloc/free pair per node.
@@ -363,6 +397,7 @@ void validate_gradient(const Node& fn, size_t index, Tensor& g, const TensorMeta
 // is returned there instead of being scheduled; the caller runs it next.
 void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here) {
   if (task.failed.load(std::memory_order_acquire)) return;
+  CurrentTaskGuard current_task(&task);
   try {
     const TaskNode& tn = task.nodes[idx];
     Node* fn = tn.fn;
@@ -638,6 +673,7 @@ std::vector<Tensor> run_backward(const Tensor* roots, size_t num_roots, const Te
   for (uint32_t idx : task.starts) schedule(task, idx);
   run(task);
   if (task.error) std::rethrow_exception(task.error);
+  if (!task.callbacks.empty()) run_callbacks(task);  // every node has finished: no lock needed to look
 #if DP_HAVE_CUDA
   // What follows backward on the caller's streams (the optimizer's step) sees every leaf gradient.
   if (!task.leaf_streams.empty()) detail::sync_caller(task.leaf_streams);
@@ -652,6 +688,15 @@ std::vector<Tensor> run_backward(const Tensor* roots, size_t num_roots, const Te
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  GraphTask* task = tls_current_task;
+  DP_CHECK(task != nullptr, AutogradError, "queue_callback: called outside a backward pass (only a node or a hook running in backward can queue a callback)");
+  std::lock_guard<std::mutex> lock(task->callbacks_mu);
+  task->callbacks.push_back(std::move(fn));
+}
+
+bool in_backward_pass() { return tls_current_task != nullptr; }
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph, bool create_graph) {
   run_backward(roots.data(), roots.size(), grad_roots.data(), grad_roots.size(), retain_graph || create_graph, create_graph, nullptr,
