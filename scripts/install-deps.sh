@@ -15,6 +15,7 @@ PACKAGES=(
   zlib1g-dev libfmt-dev libcli11-dev         # checkpoints, formatting, command lines
   python3-torch                              # PyTorch oracle: benchmarks and golden regeneration (tests need no Python)
   dataset-fashion-mnist                      # training data for the examples
+  libgloo-dev                                # collectives for DistributedDataParallel (TCP transport)
 )
 
 missing=()

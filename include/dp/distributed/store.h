@@ -1,0 +1,182 @@
+#pragma once
+// Key-value stores for rendezvous and diagnostics (c10d's Store): the ranks of a group meet here,
+// exchange addresses, and publish their progress so a timeout can say who is behind.
+//
+//  - TCPStore: one server (in rank 0, or in the launcher) and a client per rank; works across
+//    machines. The default for init_process_group.
+//  - FileStore: a file on a filesystem every rank sees (a shared mount, or /tmp on one machine).
+//  - HashStore: in one process (ranks as threads: fast tests).
+//  - PrefixStore: a namespace in another store, so several groups or restarts share one server.
+//
+// Semantics (the same for every store):
+//  - set(key, value) overwrites; get(key) waits until the key exists (up to timeout()), then
+//    returns its value; a key that does not appear in time is a StoreTimeout naming the key.
+//  - add(key, delta) treats the value as a decimal integer (absent = 0), adds, returns the sum.
+//  - compare_set(key, expected, desired): sets desired when the key's value is `expected` (an
+//    absent key matches an empty `expected`); returns the value after the call.
+//  - check(keys): true when every key exists, without waiting.
+//  - wait(keys[, timeout]): until every key exists; StoreTimeout names the missing ones.
+//  - delete_key(key): true when the key existed. num_keys(): how many keys the store holds.
+// Every method is thread-safe. Errors are StoreError (dp/distributed/errors.h).
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+#include "dp/distributed/errors.h"
+
+namespace dp::distributed {
+
+using Bytes = std::vector<uint8_t>;
+
+class Store {
+ public:
+  static constexpr std::chrono::milliseconds kDefaultTimeout{60'000};
+
+  explicit Store(std::chrono::milliseconds timeout = kDefaultTimeout) : timeout_(timeout) {}
+  virtual ~Store() = default;
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+  virtual Bytes get(const std::string& key) = 0;
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  virtual Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) = 0;
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  void wait(const std::vector<std::string>& keys) { wait(keys, timeout()); }
+  virtual bool delete_key(const std::string& key) = 0;
+  virtual int64_t num_keys() = 0;
+
+  // Strings in and out (values are bytes; these copy).
+  void set(const std::string& key, const std::string& value) { set(key, Bytes(value.begin(), value.end())); }
+  std::string get_string(const std::string& key) {
+    Bytes b = get(key);
+    return std::string(b.begin(), b.end());
+  }
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+
+ private:
+  std::chrono::milliseconds timeout_;
+};
+
+// In one process: a map under a mutex and a condition variable.
+class HashStore : public Store {
+ public:
+  explicit HashStore(std::chrono::milliseconds timeout = kDefaultTimeout);
+  ~HashStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::wait;
+  bool delete_key(const std::string& key) override;
+  int64_t num_keys() override;
+  using Store::set;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// Every key is "<prefix>/<key>" in `base` (num_keys() counts the whole base store, as c10d's).
+class PrefixStore : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base);
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::wait;
+  bool delete_key(const std::string& key) override;
+  int64_t num_keys() override;
+  using Store::set;
+  const std::shared_ptr<Store>& base() const { return base_; }
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  std::string join(const std::string& key) const { return prefix_ + "/" + key; }
+  std::vector<std::string> join(const std::vector<std::string>& keys) const;
+  std::string prefix_;
+  std::shared_ptr<Store> base_;
+};
+
+// A file that every rank can open (flock-serialised appends of records; readers replay the log).
+// Several processes and several FileStore objects in one process may use one path.
+class FileStore : public Store {
+ public:
+  explicit FileStore(std::string path, std::chrono::milliseconds timeout = kDefaultTimeout);
+  ~FileStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::wait;
+  bool delete_key(const std::string& key) override;
+  int64_t num_keys() override;
+  using Store::set;
+  const std::string& path() const { return path_; }
+
+ private:
+  struct State;
+  std::string path_;
+  std::unique_ptr<State> state_;
+};
+
+// The server half of TCPStore: a thread that serves clients on host:port (port 0 = any free port;
+// port() tells which). Destroying it stops the thread and closes every connection. dp-run hosts
+// one; TCPStore hosts one itself when is_server is true.
+class TCPStoreServer {
+ public:
+  // host: the address to listen on ("" or "0.0.0.0" = every interface, "::" for IPv6).
+  explicit TCPStoreServer(const std::string& host = "", uint16_t port = 0);
+  ~TCPStoreServer();
+  TCPStoreServer(const TCPStoreServer&) = delete;
+  TCPStoreServer& operator=(const TCPStoreServer&) = delete;
+  uint16_t port() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+struct TCPStoreOptions {
+  bool is_server = false;  // host a TCPStoreServer on `port` in this process (rank 0)
+  std::chrono::milliseconds timeout = Store::kDefaultTimeout;  // every operation, and connecting
+  // The server: the clients retry connecting until `timeout` (the server may start after them).
+};
+
+// A client of a TCPStoreServer at host:port (and, with is_server, that server itself). One
+// connection; requests are serialised on it. A lost server is a StoreError naming host:port.
+class TCPStore : public Store {
+ public:
+  TCPStore(std::string host, uint16_t port, TCPStoreOptions options = {});
+  ~TCPStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::wait;
+  bool delete_key(const std::string& key) override;
+  int64_t num_keys() override;
+  using Store::set;
+  const std::string& host() const { return host_; }
+  uint16_t port() const;  // the server's port (the one chosen, when started with port 0)
+
+ private:
+  struct State;
+  std::string host_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace dp::distributed
