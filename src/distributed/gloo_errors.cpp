@@ -1,0 +1,135 @@
+// Typed, rank-naming errors from gloo's exceptions (gloo_errors.h).
+#include "distributed/gloo_errors.h"
+#include <algorithm>
+#include <cctype>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include "dp/distributed/errors.h"
+
+namespace dp::distributed::detail {
+namespace {
+
+bool is_timeout_text(const std::string& text) {
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
+}
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+std::exception_ptr timeout_error(const std::string& gloo_text, const OpLabel& label, std::chrono::milliseconds waited,
+                                 const std::function<ProgressReport()>& progress) {
+  const ProgressReport report = progress ? progress() : ProgressReport{false, "no progress reader", {}};
+  std::vector<int> behind;
+  std::vector<std::string> where;
+  if (report.complete) {
+    for (const RankProgress& p : report.ranks) {
+      if (p.rank == label.rank) continue;
+      if (!p.known || p.sequence < label.sequence) behind.push_back(p.rank);
+    }
+    // Where the ranks behind are; when none is, where everyone else is (a peer stuck inside the
+    // same collective, or a network that went away). At most 8, so a large group's message stays
+    // readable.
+    for (const RankProgress& p : report.ranks) {
+      if (p.rank == label.rank || where.size() >= 8) continue;
+      const bool is_behind = std::find(behind.begin(), behind.end(), p.rank) != behind.end();
+      if (behind.empty() || is_behind) where.push_back(describe_progress(p));
+    }
+  }
+  std::string msg = dp::detail::str(label.str(), ": did not complete within ", waited.count(), " ms; ");
+  if (!report.complete) {
+    msg += "the other ranks' progress could not be read (" + report.error + ")";
+  } else if (behind.empty()) {
+    msg += "no rank is behind by the progress they published";
+  } else {
+    msg += (behind.size() == 1 ? "rank " : "ranks ") + join_ranks(behind) + (behind.size() == 1 ? " is" : " are") + " behind";
+  }
+  for (const auto& w : where) msg += "; " + w;
+  msg += dp::detail::str("; this rank waited ", waited.count(), " ms in ", label.operation, " #", label.sequence, " (gloo: ",
+                         strip_gloo_location(gloo_text), ")");
+  return std::make_exception_ptr(CollectiveTimeout(msg, label.operation, label.sequence, waited, behind));
+}
+
+std::exception_ptr io_error(const std::string& text, const OpLabel& label, const PeerAddressBook& peers, std::chrono::milliseconds waited,
+                            const std::function<ProgressReport()>& progress) {
+  if (is_timeout_text(text)) return timeout_error(text, label, waited, progress);
+  std::string address;
+  const int peer = peers.find_in(text, &address);
+  const std::string who = peer >= 0 ? dp::detail::str("lost rank ", peer, " (", address, ")") : std::string("lost a peer (rank unknown)");
+  return std::make_exception_ptr(
+      PeerLostError(dp::detail::str(label.str(), ": ", who, ": ", strip_gloo_location(text)), peer, label.operation, label.sequence));
+}
+
+}  // namespace
+
+std::string OpLabel::str() const {
+  return dp::detail::str(operation, " #", sequence, " (rank ", rank, " of ", size, ", group '", group, "')");
+}
+
+int PeerAddressBook::find_in(const std::string& text, std::string* address) const {
+  for (const auto& [addr, rank] : entries_) {
+    if (addr.empty()) continue;
+    for (size_t pos = text.find(addr); pos != std::string::npos; pos = text.find(addr, pos + 1)) {
+      const size_t end = pos + addr.size();
+      if (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) continue;  // a longer port
+      if (address != nullptr) *address = addr;
+      return rank;
+    }
+  }
+  return -1;
+}
+
+std::string strip_gloo_location(const std::string& message) {
+  if (message.empty() || message[0] != '[') return message;
+  const size_t close = message.find("] ");
+  return close == std::string::npos ? message : message.substr(close + 2);
+}
+
+std::exception_ptr translate_operation_error(std::exception_ptr error, const OpLabel& label, const PeerAddressBook& peers,
+                                             std::chrono::milliseconds waited, const std::function<ProgressReport()>& progress) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const DistributedError&) {
+    return error;  // already ours (CollectiveMismatch from the debug check, ...)
+  } catch (const gloo::IoException& e) {
+    return io_error(e.what(), label, peers, waited, progress);
+  } catch (const gloo::Exception& e) {
+    if (is_timeout_text(e.what())) return timeout_error(e.what(), label, waited, progress);
+    return std::make_exception_ptr(DistributedError(label.str() + ": gloo error: " + strip_gloo_location(e.what())));
+  } catch (const gloo::EnforceNotMet& e) {
+    return std::make_exception_ptr(DistributedError(label.str() + ": gloo check failed: " + e.what()));
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(DistributedError(label.str() + ": " + e.what()));
+  } catch (...) {
+    return std::make_exception_ptr(DistributedError(label.str() + ": unknown exception"));
+  }
+}
+
+std::exception_ptr unusable_error(std::exception_ptr original, const std::string& group, int rank, int size) {
+  const std::string p = dp::detail::str("process group '", group, "' (rank ", rank, " of ", size, ") is unusable after an earlier error: ");
+  try {
+    std::rethrow_exception(original);
+  } catch (const PeerLostError& e) {
+    return std::make_exception_ptr(PeerLostError(p + e.what(), e.peer_rank(), e.operation(), e.sequence()));
+  } catch (const CollectiveTimeout& e) {
+    return std::make_exception_ptr(CollectiveTimeout(p + e.what(), e.operation(), e.sequence(), e.waited(), e.ranks_behind()));
+  } catch (const CollectiveMismatch& e) {
+    return std::make_exception_ptr(CollectiveMismatch(p + e.what(), e.rank()));
+  } catch (const RendezvousError& e) {
+    return std::make_exception_ptr(RendezvousError(p + e.what(), e.missing_ranks()));
+  } catch (const StoreTimeout& e) {
+    return std::make_exception_ptr(StoreTimeout(p + e.what(), e.keys()));
+  } catch (const StoreError& e) {
+    return std::make_exception_ptr(StoreError(p + e.what()));
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(DistributedError(p + e.what()));
+  } catch (...) {
+    return std::make_exception_ptr(DistributedError(p + "unknown exception"));
+  }
+}
+
+}  // namespace dp::distributed::detail

@@ -1,0 +1,94 @@
+#pragma once
+// GlooProcessGroup: ProcessGroup on a gloo context (make_gloo_process_group builds it).
+//
+// Operations are checked on the issuing thread (typed errors naming the values), numbered, and
+// queued; one communication thread per group runs them strictly in issue order, so every rank
+// pairs its n-th collective with everyone else's n-th (the gloo tag is the sequence number). The
+// hot path - one contiguous tensor - reduces in the tensor's own memory; anything else is packed
+// per dtype into scratch buffers the group keeps. The first failure (a lost peer, a timeout, a
+// mismatch) breaks the group: gloo's context is in an unknown state after an I/O error, so every
+// later operation fails with an error of the same type that says so.
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+#include "distributed/gloo_collectives.h"
+#include "distributed/gloo_rendezvous.h"
+#include "distributed/gloo_staging.h"
+#include "distributed/progress_publisher.h"
+#include "dp/distributed/process_group.h"
+
+namespace dp::distributed::detail {
+
+class GlooProcessGroup final : public ProcessGroup {
+ public:
+  GlooProcessGroup(GlooConnection connection, std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options, bool debug);
+  // Fails the operations still queued, waits for the one in flight (bounded by its timeout; a
+  // lost peer ends it at once), stops the threads and closes the connections.
+  ~GlooProcessGroup() override;
+
+  std::string backend_name() const override { return "gloo"; }
+  const ProcessGroupOptions& options() const override { return options_; }
+  WorkPtr allreduce(std::vector<Tensor> tensors, ReduceOp op) override;
+  WorkPtr broadcast(std::vector<Tensor> tensors, int root) override;
+  WorkPtr allgather(std::vector<Tensor> outputs, const Tensor& input) override;
+  WorkPtr reduce_scatter(const Tensor& output, std::vector<Tensor> inputs, ReduceOp op) override;
+  WorkPtr barrier() override;
+  void monitored_barrier(std::optional<std::chrono::milliseconds> timeout, bool wait_all_ranks) override;
+  uint64_t sequence() const override;
+  const std::shared_ptr<Store>& store() const override { return store_; }
+
+  // The generation this group's keys live under in the store ("<name>/<generation>/...").
+  int64_t generation() const { return connection_.generation; }
+
+  using ProcessGroup::allreduce;
+  using ProcessGroup::broadcast;
+
+ private:
+  // One queued operation: what it is (for messages, progress and the debug check) and what it
+  // runs on the communication thread.
+  struct Op {
+    WorkPtr work;
+    const char* name = "";
+    uint64_t sequence = 0;
+    std::string description;  // only with DP_DISTRIBUTED_DEBUG
+    std::function<void(const GlooCall&)> run;
+  };
+
+  WorkPtr enqueue(const char* name, std::vector<Tensor> outputs, std::string description, std::function<void(const GlooCall&)> run);
+  void loop();
+  void execute(Op& op);
+  std::string who() const;
+
+  // Communication-thread parts of the collectives (they use the scratch buffers).
+  void reduce_dtype_group(const GlooCall& call, const std::vector<Tensor>& host, const std::vector<size_t>& items, ReduceOp op);
+  void broadcast_tensors(const GlooCall& call, const std::vector<Tensor>& host, int root);
+  void allgather_tensors(const GlooCall& call, const std::vector<Tensor>& outputs, const Tensor& input);
+  void reduce_scatter_tensors(const GlooCall& call, const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op);
+
+  ProcessGroupOptions options_;
+  std::shared_ptr<Store> store_;
+  GlooConnection connection_;
+  const bool debug_;
+  ProgressPublisher progress_;
+  std::atomic<uint64_t> monitored_barriers_{0};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;
+  uint64_t next_sequence_ = 0;
+  bool stop_ = false;
+  std::exception_ptr broken_;  // the first error; later operations fail with unusable_error(broken_)
+
+  ScratchBuffer scratch_;       // communication thread only
+  ScratchBuffer recv_scratch_;  // reduce_scatter's receive buffer
+  std::thread thread_;
+};
+
+}  // namespace dp::distributed::detail

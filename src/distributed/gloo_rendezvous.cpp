@@ -1,0 +1,158 @@
+// Forming a gloo group through a store (gloo_rendezvous.h).
+#include "distributed/gloo_rendezvous.h"
+#include <unistd.h>
+#include <algorithm>
+#include <sstream>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
+#include "distributed/gloo_store.h"
+#include "dp/distributed/errors.h"
+
+namespace dp::distributed::detail {
+namespace {
+
+std::string group_label(const std::string& name, int rank, int size) {
+  return dp::detail::str("process group '", name, "' (rank ", rank, " of ", size, ")");
+}
+
+// The rank a key ends with: "default/0/arrived/3" -> 3, gloo's "gloo/rank_3" -> 3; -1 if none.
+int rank_of_key(const std::string& key) {
+  const size_t sep = key.find_last_of("/_");
+  const std::string tail = sep == std::string::npos ? key : key.substr(sep + 1);
+  if (tail.empty() || tail.size() > 9 || !std::all_of(tail.begin(), tail.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  return std::stoi(tail);
+}
+
+std::vector<int> ranks_of_keys(const std::vector<std::string>& keys) {
+  std::vector<int> ranks;
+  for (const auto& k : keys)
+    if (int r = rank_of_key(k); r >= 0) ranks.push_back(r);
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
+// "rank 2" / "ranks 2, 3"
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+std::string host_and_pid() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return dp::detail::str(host, " pid ", ::getpid());
+}
+
+int64_t join_generation(Store& store, const std::string& name, int size, const std::string& who) {
+  try {
+    return (store.add(name + "/joined", 1) - 1) / size;
+  } catch (const std::exception& e) {
+    throw RendezvousError(who + ": cannot join through the store: " + e.what(), {});
+  }
+}
+
+// Every rank sets its key, then waits for everyone's; a timeout names exactly the missing ranks.
+void wait_for_everyone(Store& group, const std::string& what, int rank, int size, const std::string& value, std::chrono::milliseconds timeout,
+                       const std::string& who) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(what + "/" + std::to_string(r));
+  try {
+    group.set(keys[static_cast<size_t>(rank)], value);
+    group.wait(keys, timeout);
+  } catch (const StoreTimeout& e) {
+    std::vector<int> missing = ranks_of_keys(e.keys());
+    if (missing.empty()) throw RendezvousError(who + ": rendezvous timed out: " + e.what(), {});
+    throw RendezvousError(dp::detail::str(who, ": ", ranks_text(missing), " did not arrive within ", timeout.count(),
+                                          " ms (rendezvous step '", what, "', missing store key(s) under the group's prefix)"),
+                          missing);
+  } catch (const RendezvousError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw RendezvousError(who + ": rendezvous through the store failed: " + e.what(), {});
+  }
+}
+
+// gloo's connect errors name the listening address of the peer's pair ("connect [10.0.0.2]:4242$1:
+// Connection refused"); gloo published those in "gloo/<rank>" (one address per peer), so a
+// best-effort look-up names the rank. Errors in reading the store are ignored: this is for the message.
+int owner_of_listening_address(Store& group, const std::string& text, int rank, int size) {
+  PeerAddressBook book;
+  try {
+    for (int r = 0; r < size; ++r) {
+      if (r == rank || !group.check({"gloo/" + std::to_string(r)})) continue;
+      const Bytes all = group.get("gloo/" + std::to_string(r));
+      const size_t n = all.size() / static_cast<size_t>(size - 1);
+      for (size_t off = 0; n > 0 && off + n <= all.size(); off += n) {
+        const std::vector<char> bytes(all.begin() + static_cast<std::ptrdiff_t>(off), all.begin() + static_cast<std::ptrdiff_t>(off + n));
+        book.add(gloo::transport::tcp::Address(bytes).str(), r);
+      }
+    }
+  } catch (...) {
+  }
+  return book.find_in(text);
+}
+
+}  // namespace
+
+GlooConnection connect_gloo(const std::shared_ptr<Store>& store, int rank, int size, const ProcessGroupOptions& options) {
+  const std::string who = group_label(options.name, rank, size);
+  const auto timeout = options.timeout;
+  GlooConnection conn;
+  conn.generation = join_generation(*store, options.name, size, who);
+  auto group = std::make_shared<PrefixStore>(options.name + "/" + std::to_string(conn.generation), store);
+  group->set_timeout(timeout);
+  conn.group_store = group;
+
+  wait_for_everyone(*group, "arrived", rank, size, host_and_pid(), timeout, who);
+
+  const std::string bind = options.bind_address.empty() ? "127.0.0.1" : options.bind_address;
+  std::shared_ptr<gloo::transport::Device> device;
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = bind;
+    device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    throw DistributedError(dp::detail::str(who, ": cannot open gloo's TCP transport on bind address '", bind, "': ", strip_gloo_location(e.what())));
+  }
+
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  context->setTimeout(timeout);
+  GlooStore gloo_store(group, "gloo/", timeout);
+  try {
+    context->connectFullMesh(gloo_store, device);
+  } catch (const StoreTimeout& e) {
+    const std::vector<int> missing = ranks_of_keys(e.keys());
+    throw RendezvousError(dp::detail::str(who, ": ", missing.empty() ? std::string("some rank") : ranks_text(missing),
+                                          " did not publish gloo addresses within ", timeout.count(), " ms (", e.what(), ")"),
+                          missing);
+  } catch (const DistributedError& e) {
+    throw RendezvousError(who + ": gloo rendezvous failed: " + e.what(), {});
+  } catch (const std::exception& e) {
+    const int peer = owner_of_listening_address(*group, e.what(), rank, size);
+    throw RendezvousError(dp::detail::str(who, ": connecting to ", peer >= 0 ? "rank " + std::to_string(peer) : std::string("a peer"),
+                                          " failed (bind address ", bind, "): ", strip_gloo_location(e.what())),
+                          peer >= 0 ? std::vector<int>{peer} : std::vector<int>{});
+  }
+
+  // Step 4: "<peer> <address>" lines, the address being this rank's end of its connection to peer.
+  std::ostringstream mine;
+  for (int peer = 0; peer < size; ++peer)
+    if (peer != rank) mine << peer << ' ' << context->getPair(peer)->address().str() << '\n';
+  wait_for_everyone(*group, "addr", rank, size, mine.str(), timeout, who);
+  for (int other = 0; other < size; ++other) {
+    if (other == rank) continue;
+    std::istringstream lines(group->get_string("addr/" + std::to_string(other)));
+    int peer = -1;
+    std::string address;
+    while (lines >> peer >> address)
+      if (peer == rank) conn.peers.add(address, other);
+  }
+  conn.context = std::move(context);
+  return conn;
+}
+
+}  // namespace dp::distributed::detail
