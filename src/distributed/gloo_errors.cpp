@@ -59,9 +59,16 @@ std::exception_ptr io_error(const std::string& text, const OpLabel& label, const
   if (is_timeout_text(text)) return timeout_error(text, label, waited, progress);
   std::string address;
   const int peer = peers.find_in(text, &address);
-  const std::string who = peer >= 0 ? dp::detail::str("lost rank ", peer, " (", address, ")") : std::string("lost a peer (rank unknown)");
-  return std::make_exception_ptr(
-      PeerLostError(dp::detail::str(label.str(), ": ", who, ": ", strip_gloo_location(text)), peer, label.operation, label.sequence));
+  std::string reason = strip_gloo_location(text);
+  std::string who = "lost a peer (rank unknown)";
+  if (peer >= 0) {
+    // The address moves into "lost rank 1 (127.0.0.1:40197)"; what is left is gloo's reason.
+    who = dp::detail::str("lost rank ", peer, " (", readable_address(address), ")");
+    if (const size_t at = reason.find(address); at != std::string::npos) reason.erase(at, address.size());
+    for (size_t at; (at = reason.find(" :")) != std::string::npos;) reason.erase(at, 1);
+    while (!reason.empty() && reason.back() == ' ') reason.pop_back();
+  }
+  return std::make_exception_ptr(PeerLostError(dp::detail::str(label.str(), ": ", who, ": ", reason), peer, label.operation, label.sequence));
 }
 
 }  // namespace
@@ -87,6 +94,20 @@ std::string strip_gloo_location(const std::string& message) {
   if (message.empty() || message[0] != '[') return message;
   const size_t close = message.find("] ");
   return close == std::string::npos ? message : message.substr(close + 2);
+}
+
+std::string readable_address(const std::string& gloo_address) {
+  const size_t close = gloo_address.rfind("]:");
+  if (gloo_address.empty() || gloo_address[0] != '[' || close == std::string::npos) return gloo_address;
+  const std::string host = gloo_address.substr(1, close - 1);
+  size_t end = close + 2;
+  while (end < gloo_address.size() && std::isdigit(static_cast<unsigned char>(gloo_address[end]))) ++end;
+  if (end == close + 2 || end - close - 2 > 5) return gloo_address;
+  const unsigned long raw = std::stoul(gloo_address.substr(close + 2, end - close - 2));
+  if (raw > 0xffff) return gloo_address;
+  const unsigned port = ((raw & 0xff) << 8) | (raw >> 8);
+  const bool v6 = host.find(':') != std::string::npos;
+  return dp::detail::str(v6 ? "[" : "", host, v6 ? "]:" : ":", port);
 }
 
 std::exception_ptr translate_operation_error(std::exception_ptr error, const OpLabel& label, const PeerAddressBook& peers,

@@ -42,6 +42,11 @@ class PeerAddressBook {
 // gloo's message without its "[/path/file.cc:123] " source location.
 std::string strip_gloo_location(const std::string& message);
 
+// An address as gloo prints it, "[127.0.0.1]:1437", as people write it, "127.0.0.1:40197" (IPv6:
+// "[::1]:40197"). Debian's gloo prints the port in network byte order (it formats sin_port without
+// ntohs); this swaps it back. Text that is not such an address is returned unchanged.
+std::string readable_address(const std::string& gloo_address);
+
 // Turns the exception an operation failed with into the error its Work reports: PeerLostError
 // (the peer's rank from `peers`), CollectiveTimeout (ranks behind from `progress`, called only for
 // timeouts), or DistributedError for anything else; our own typed errors pass unchanged.
