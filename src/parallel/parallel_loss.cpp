@@ -71,7 +71,7 @@ LossPart loss_part(const nn::CrossEntropyLossImpl& l, const Tensor& out, const T
   return {sum, class_denominator(l.weight, l.options.ignore_index(), out, target)};
 }
 
-Tensor combine_loss_parts(const std::vector<LossPart>& parts, Device destination) {
+LossPart sum_loss_parts(const std::vector<LossPart>& parts, Device destination) {
   DP_CHECK(!parts.empty(), ValueError, "forward_loss: no replica produced a loss");
   std::vector<Tensor> sums, counts;
   size_t with_count = 0;
@@ -87,9 +87,14 @@ Tensor combine_loss_parts(const std::vector<LossPart>& parts, Device destination
   DP_CHECK(with_count == 0 || with_count == parts.size(), ValueError, "forward_loss: ", with_count, " of ", parts.size(),
            " replicas gave a mean's count; give one from every replica (a mean) or from none (a sum)");
   Tensor total = gather(sums, destination, 0).sum();
-  if (with_count == 0) return total;
-  Tensor count = gather(counts, destination, 0).sum();
-  return total / count.to(total.dtype());
+  if (with_count == 0) return {total, Tensor()};
+  return {total, gather(counts, destination, 0).sum()};
+}
+
+Tensor combine_loss_parts(const std::vector<LossPart>& parts, Device destination) {
+  LossPart all = sum_loss_parts(parts, destination);
+  if (!all.count.defined()) return all.sum;
+  return all.sum / all.count.to(all.sum.dtype());
 }
 
 }  // namespace dp::parallel

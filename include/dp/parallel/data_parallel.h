@@ -192,6 +192,15 @@ class DataParallelImpl : public nn::Module {
   // on output_device as a scalar.
   template <typename Criterion, typename Target, typename... Args>
   Tensor forward_loss(Criterion&& criterion, const Target& target, Args&&... args) {
+    LossPart part = forward_loss_part(std::forward<Criterion>(criterion), target, std::forward<Args>(args)...);
+    if (!part.count.defined()) return part.sum;
+    return part.sum / part.count.to(part.sum.dtype());
+  }
+  // forward_loss's two scalars before the division: the loss summed over the batch and the mean's
+  // denominator (undefined for a summed loss), on output_device. DistributedDataParallel adds these
+  // up across processes, so a ragged batch still gets the full-batch mean.
+  template <typename Criterion, typename Target, typename... Args>
+  LossPart forward_loss_part(Criterion&& criterion, const Target& target, Args&&... args) {
     using Packed = std::tuple<Target, std::decay_t<Args>...>;
     const int64_t dim = core_.dim();
     auto run_one = [&](auto& module, Packed& in) -> LossPart {
@@ -199,10 +208,10 @@ class DataParallelImpl : public nn::Module {
       return detail::make_loss_part(criterion, out, std::get<0>(in), dim);
     };
     Packed packed(target, std::forward<Args>(args)...);
-    if (core_.no_device()) return combine_loss_parts({run_one(*module_, packed)}, loss_device(packed));
+    if (core_.no_device()) return sum_loss_parts({run_one(*module_, packed)}, loss_device(packed));
     core_.check_location(module_.ptr());
     std::vector<Packed> inputs = scatter_args(packed, core_.split());
-    if (core_.device_ids().size() == 1) return combine_loss_parts({run_one(*module_, inputs[0])}, core_.output_device());
+    if (core_.device_ids().size() == 1) return sum_loss_parts({run_one(*module_, inputs[0])}, core_.output_device());
     const std::vector<Device> used(core_.device_ids().begin(), core_.device_ids().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
     std::vector<std::shared_ptr<M>> replicas = typed(core_.replicas(module_.ptr(), inputs.size()));
     std::vector<std::optional<LossPart>> parts(inputs.size());
@@ -214,7 +223,7 @@ class DataParallelImpl : public nn::Module {
     detail::rethrow_first_replica_error(errors, used);
     std::vector<LossPart> done;
     for (auto& p : parts) done.push_back(std::move(*p));
-    return combine_loss_parts(done, core_.output_device());
+    return sum_loss_parts(done, core_.output_device());
   }
 
   const std::shared_ptr<M>& module() const { return module_.ptr(); }

@@ -31,5 +31,8 @@ LossPart loss_part(const nn::CrossEntropyLossImpl& loss, const Tensor& output, c
 
 // Combines the replicas' parts (gathered onto `destination`) into the full-batch loss.
 Tensor combine_loss_parts(const std::vector<LossPart>& parts, Device destination);
+// The batch's part: the sum of the sums and of the counts (undefined for a summed loss), on
+// `destination`. DistributedDataParallel combines these parts across processes.
+LossPart sum_loss_parts(const std::vector<LossPart>& parts, Device destination);
 
 }  // namespace dp::parallel

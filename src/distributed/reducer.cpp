@@ -1,0 +1,348 @@
+// The DDP reducer (dp/distributed/reducer.h): bucket readiness, launch in order, the end-of-pass
+// callback, unused parameters, and no_sync/accumulate.
+//
+// Threads: post-accumulate hooks run on whatever thread accumulates a parameter's gradient (the
+// caller of backward(), or a CPU device's worker when the model runs under DataParallel), the
+// end-of-pass callback on the caller of backward(). All per-pass state is under State::mu. The
+// gradient copies into bucket slots happen outside the lock: each parameter's slot is written by
+// that parameter's hook only, and its bucket is launched only after that hook has counted it.
+#include "dp/distributed/reducer.h"
+#include <algorithm>
+#include <mutex>
+#include "dp/autograd/callback.h"
+#include "dp/autograd/grad_mode.h"
+#include "dp/ops/factory.h"
+#include "distributed/reducer_buckets.h"
+
+namespace dp::distributed {
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+}  // namespace
+
+struct Reducer::State {
+  ProcessGroupPtr group;
+  std::vector<Tensor> params;
+  std::vector<std::string> names;
+  std::vector<BucketPlan> plans;   // per bucket: parameter indices and offsets
+  std::vector<size_t> bucket_of;   // per parameter
+  std::vector<size_t> slot_of;     // per parameter: its index within its bucket
+  std::vector<Tensor> buffers;     // per bucket: flat buffer (the last one carries the used marks)
+  std::vector<Tensor> grads;       // per bucket: the gradient part of the buffer
+  std::vector<Tensor> views;       // per parameter: its .grad-shaped view of its bucket's buffer
+  Tensor used_tail;                // the last bucket's tail, one element per parameter
+
+  std::mutex mu;
+  CommHook hook;
+  int no_sync_depth = 0;
+  int accumulate_every = 1;
+  uint64_t passes_in_cycle = 0;  // backward passes since the last synchronised one
+  bool last_synced = false;
+  GradReduction next_reduction = GradReduction::Mean;
+
+  // ---- the pass in progress ----
+  bool armed = false;       // a backward pass has started; its end-of-pass callback is queued
+  bool sync = false;        // this pass reduces
+  GradReduction reduction = GradReduction::Mean;
+  std::vector<uint8_t> ready;   // reached (or marked) in this pass
+  std::vector<uint8_t> used;    // got a gradient in any pass since the last synchronised one
+  std::vector<uint8_t> zeroed;  // had no .grad at the end of the pass: its slot was zeroed
+  std::vector<int> pending;     // per bucket: parameters not ready yet
+  size_t next_launch = 0;
+  std::vector<WorkPtr> works;
+  WorkPtr used_work;            // with a comm hook: the used marks' own allreduce
+  Tensor used_u8;
+  std::string error;            // a misuse found during the pass, reported at its end
+  Clock::time_point first_ready, first_launch;
+  ReducerStats stats;
+
+  bool is_view(size_t i, const Tensor& g) const {
+    const Tensor& v = views[i];
+    return g.defined() && g.storage().get() == v.storage().get() && g.storage_offset() == v.storage_offset() && g.sizes() == v.sizes() &&
+           g.is_contiguous();
+  }
+  // Makes parameter i's .grad its bucket view (copying a gradient that lives elsewhere into it).
+  // Returns false when the parameter has no gradient.
+  bool adopt_grad(size_t i) {
+    Tensor g = params[i].grad();
+    if (!g.defined()) return false;
+    if (is_view(i, g)) return true;
+    NoGradGuard no_grad;
+    views[i].copy_(g);
+    params[i].set_grad(views[i]);
+    return true;
+  }
+
+  // ---- under mu ----
+  void arm_locked() {
+    if (armed) return;
+    armed = true;
+    ++passes_in_cycle;
+    sync = no_sync_depth == 0 && passes_in_cycle % static_cast<uint64_t>(accumulate_every) == 0;
+    reduction = next_reduction;
+    next_reduction = GradReduction::Mean;
+    std::fill(ready.begin(), ready.end(), 0);
+    std::fill(zeroed.begin(), zeroed.end(), 0);
+    for (size_t b = 0; b < plans.size(); ++b) pending[b] = static_cast<int>(plans[b].params.size());
+    next_launch = 0;
+    error.clear();
+    first_ready = Clock::now();
+    std::shared_ptr<State> self = self_ptr.lock();
+    autograd::queue_callback([self] { self->finalize(); });
+  }
+  void mark_ready_locked(size_t i) {
+    if (ready[i]) {
+      if (error.empty())
+        error = detail::str("parameter '", names[i], "' got its gradient twice in one backward pass (DistributedDataParallel reduces each "
+                            "parameter once per pass: a reentrant backward or a parameter used outside forward causes this)");
+      return;
+    }
+    ready[i] = 1;
+    used[i] = 1;
+    if (--pending[bucket_of[i]] == 0) launch_ready_locked();
+  }
+  void launch_ready_locked() {
+    while (next_launch < plans.size() && pending[next_launch] == 0) launch_locked(next_launch++);
+  }
+  void launch_locked(size_t b) {
+    const bool last = b + 1 == plans.size();
+    if (b == 0) first_launch = Clock::now();
+    const ReduceOp op = reduction == GradReduction::Mean ? ReduceOp::Avg : ReduceOp::Sum;
+    WorkPtr w;
+    if (hook) {
+      GradBucket gb;
+      gb.index = b;
+      gb.is_last = last;
+      gb.buffer = grads[b];
+      for (size_t i : plans[b].params) gb.parameters.push_back(params[i]);
+      gb.offsets = plans[b].offsets;
+      gb.op = op;
+      w = hook(*group, gb);
+      DP_CHECK(w != nullptr, ValueError, "DistributedDataParallel: the comm hook returned no Work for bucket ", b);
+      if (last) {  // the used marks go on their own: the hook only knows about gradients
+        uint8_t* u = used_u8.data_ptr<uint8_t>();
+        std::copy(used.begin(), used.end(), u);
+        used_work = group->allreduce(used_u8, ReduceOp::Max);
+      }
+    } else {
+      if (last) {
+        NoGradGuard no_grad;
+        uint8_t* u = used_u8.data_ptr<uint8_t>();
+        std::copy(used.begin(), used.end(), u);
+        used_tail.copy_(used_u8);
+      }
+      w = group->allreduce(buffers[b], op);
+    }
+    works[b] = std::move(w);
+  }
+
+  // The end of the pass (autograd callback, in the caller of backward()).
+  void finalize() {
+    std::vector<WorkPtr> wait_for;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!sync) {
+        armed = false;
+        last_synced = false;
+        return;
+      }
+      // Parameters this pass did not reach: their current .grad (accumulated under no_sync, or set
+      // by the user) or zeros go into the reduction, so every rank launches every bucket.
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (ready[i]) continue;
+        if (!adopt_grad(i)) {
+          NoGradGuard no_grad;
+          views[i].zero_();
+          zeroed[i] = 1;
+        }
+        ready[i] = 1;
+        --pending[bucket_of[i]];
+      }
+      launch_ready_locked();
+      wait_for = works;
+      if (used_work) wait_for.push_back(used_work);
+    }
+    const Clock::time_point pass_end = Clock::now();
+    try {
+      for (auto& w : wait_for) w->wait();
+    } catch (...) {
+      reset_after_pass(false);
+      throw;
+    }
+    const Clock::time_point reduced = Clock::now();
+    std::string misuse;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      misuse = error;
+      // A parameter that had no gradient here but one on another rank gets the reduced one; one no
+      // rank used keeps an undefined .grad.
+      std::vector<uint8_t> global = global_used();
+      for (size_t i = 0; i < params.size(); ++i)
+        if (zeroed[i] && global[i]) params[i].set_grad(views[i]);
+      stats.buckets = static_cast<int>(plans.size());
+      stats.backward_ms = ms_between(first_ready, pass_end);
+      stats.communication_ms = ms_between(first_launch, reduced);
+      stats.exposed_ms = ms_between(pass_end, reduced);
+    }
+    reset_after_pass(true);
+    DP_CHECK(misuse.empty(), AutogradError, "DistributedDataParallel: ", misuse);
+  }
+  std::vector<uint8_t> global_used() {
+    std::vector<uint8_t> g(params.size());
+    if (params.empty()) return g;
+    if (hook) {
+      const uint8_t* u = used_u8.data_ptr<uint8_t>();
+      std::copy(u, u + params.size(), g.begin());
+    } else {
+      Tensor marks = used_tail.ne(0);
+      const bool* m = marks.data_ptr<bool>();
+      for (size_t i = 0; i < params.size(); ++i) g[i] = m[i] ? 1 : 0;
+    }
+    return g;
+  }
+  void reset_after_pass(bool synced) {
+    std::lock_guard<std::mutex> lock(mu);
+    armed = false;
+    last_synced = synced;
+    passes_in_cycle = 0;
+    std::fill(used.begin(), used.end(), 0);
+    std::fill(works.begin(), works.end(), nullptr);
+    used_work = nullptr;
+  }
+
+  std::weak_ptr<State> self_ptr;
+};
+
+Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, ProcessGroupPtr group, ReducerOptions options)
+    : state_(std::make_shared<State>()), params_(params) {
+  DP_CHECK(group != nullptr, ValueError, "DistributedDataParallel: the process group is null");
+  DP_CHECK(names.size() == params.size(), ValueError, "Reducer: ", params.size(), " parameters but ", names.size(), " names");
+  State& s = *state_;
+  s.self_ptr = state_;
+  s.group = std::move(group);
+  s.params = std::move(params);
+  s.names = std::move(names);
+  s.plans = plan_buckets(s.params, options.first_bucket_mb, options.bucket_cap_mb);
+  const size_t n = s.params.size();
+  s.bucket_of.resize(n);
+  s.slot_of.resize(n);
+  s.views.resize(n);
+  for (size_t b = 0; b < s.plans.size(); ++b) {
+    const BucketPlan& plan = s.plans[b];
+    const bool last = b + 1 == s.plans.size();
+    // The last bucket carries one "used" mark per parameter after its gradients.
+    const int64_t total = plan.numel + (last ? static_cast<int64_t>(n) : 0);
+    Tensor buffer = dp::zeros({total}, TensorOptions().dtype(plan.dtype).device(plan.device));
+    s.buffers.push_back(buffer);
+    s.grads.push_back(buffer.narrow(0, 0, plan.numel));
+    if (last) s.used_tail = buffer.narrow(0, plan.numel, static_cast<int64_t>(n));
+    for (size_t k = 0; k < plan.params.size(); ++k) {
+      const size_t i = plan.params[k];
+      s.bucket_of[i] = b;
+      s.slot_of[i] = k;
+      s.views[i] = buffer.narrow(0, plan.offsets[k], s.params[i].numel()).view(s.params[i].sizes());
+    }
+  }
+  s.used_u8 = dp::zeros({static_cast<int64_t>(n)}, TensorOptions().dtype(kUInt8));
+  s.ready.assign(n, 0);
+  s.used.assign(n, 0);
+  s.zeroed.assign(n, 0);
+  s.pending.assign(s.plans.size(), 0);
+  s.works.assign(s.plans.size(), nullptr);
+  std::weak_ptr<State> weak = state_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    hook_ids_.push_back(params_[i].register_post_accumulate_grad_hook([weak, i](Tensor&) {
+      std::shared_ptr<State> st = weak.lock();
+      if (!st) return;
+      {
+        std::lock_guard<std::mutex> lock(st->mu);
+        st->arm_locked();
+      }
+      st->adopt_grad(i);  // outside the lock: the copy is this parameter's own slot
+      std::lock_guard<std::mutex> lock(st->mu);
+      if (st->sync) st->mark_ready_locked(i);
+      else st->used[i] = 1;
+    }));
+  }
+}
+
+Reducer::~Reducer() {
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].remove_hook(hook_ids_[i]);
+}
+
+void Reducer::prepare_forward() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  State& s = *state_;
+  s.next_reduction = GradReduction::Mean;
+  if (!s.armed) return;
+  // The last backward pass started but its end never ran: it threw. Some buckets may be on the
+  // wire; the other ranks wait for the rest. Nothing can put the ranks back in step.
+  s.armed = false;
+  s.passes_in_cycle = 0;
+  std::fill(s.used.begin(), s.used.end(), 0);
+  std::fill(s.works.begin(), s.works.end(), nullptr);
+  s.used_work = nullptr;
+  throw DistributedError(detail::str("DistributedDataParallel (rank ", s.group->rank(), " of ", s.group->size(),
+                                     "): the previous backward pass failed on this rank before its gradients were reduced, so this rank "
+                                     "is out of step with the others; restart the job (from a checkpoint)"));
+}
+
+void Reducer::set_next_reduction(GradReduction r) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->next_reduction = r;
+}
+
+void Reducer::on_backward_reached_output() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->arm_locked();
+}
+
+void Reducer::register_comm_hook(CommHook hook) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  DP_CHECK(!state_->hook, ValueError, "DistributedDataParallel: a comm hook is already registered (register_comm_hook may be called once)");
+  DP_CHECK(!state_->armed, ValueError, "DistributedDataParallel: register_comm_hook during a backward pass");
+  state_->hook = std::move(hook);
+}
+
+void Reducer::push_no_sync() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  ++state_->no_sync_depth;
+}
+void Reducer::pop_no_sync() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  --state_->no_sync_depth;
+}
+
+void Reducer::accumulate(int k) {
+  DP_CHECK(k >= 1, ValueError, "DistributedDataParallel::accumulate: k must be at least 1, got ", k);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->accumulate_every = k;
+  state_->passes_in_cycle = 0;
+}
+
+bool Reducer::will_sync() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  const State& s = *state_;
+  return s.no_sync_depth == 0 && (s.passes_in_cycle + 1) % static_cast<uint64_t>(s.accumulate_every) == 0;
+}
+
+bool Reducer::last_backward_synced() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->last_synced;
+}
+
+std::vector<std::vector<size_t>> Reducer::bucket_indices() const {
+  std::vector<std::vector<size_t>> out;
+  for (const auto& p : state_->plans) out.push_back(p.params);
+  return out;
+}
+
+ReducerStats Reducer::stats() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  ReducerStats st = state_->stats;
+  st.bytes = 0;
+  for (const auto& g : state_->grads) st.bytes += static_cast<int64_t>(g.nbytes());
+  return st;
+}
+
+}  // namespace dp::distributed
