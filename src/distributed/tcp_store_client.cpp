@@ -120,11 +120,9 @@ struct TCPStore::State {
     milliseconds backoff = kFirstRetry;
     for (;;) {
       int gai = 0;
+      // Retried as well: a cluster's name for rank 0 may appear only once rank 0's machine is up.
       const std::vector<net::Address> addresses = net::resolve(connect_host, port, false, &gai);
-      if (gai != 0 && gai != EAI_AGAIN)
-        throw StoreError(detail::str("TCPStore: cannot connect to ", where, ": the host name does not resolve (",
-                                     ::gai_strerror(gai), ")"));
-      if (gai == EAI_AGAIN) last_error = ::gai_strerror(gai);
+      if (gai != 0) last_error = detail::str("the host name does not resolve (", ::gai_strerror(gai), ")");
       for (const auto& a : addresses) {
         auto attempt_deadline = deadline;
         if (addresses.size() > 1) attempt_deadline = std::min(deadline, Clock::now() + kMaxAttempt);

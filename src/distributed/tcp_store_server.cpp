@@ -230,19 +230,25 @@ class ServerLoop {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         continue;
       }
-      for (int i = 0; i < n && !stop_->load(); ++i) {
-        const uint64_t tag = events[i].data.u64;
-        if (tag == kWakeTag) continue;  // stop_ is checked by the loop
-        if (tag < kFirstConnectionTag) {
-          accept_all(tag - kFirstListenerTag);
-        } else {
-          handle(tag, events[i].events);
+      try {
+        for (int i = 0; i < n && !stop_->load(); ++i) {
+          const uint64_t tag = events[i].data.u64;
+          if (tag == kWakeTag) continue;  // only ever written to stop: the loop condition ends it
+          if (tag < kFirstConnectionTag) {
+            accept_all(tag - kFirstListenerTag);
+          } else {
+            handle(tag, events[i].events);
+          }
+          drain_touched();
         }
+        expire_parked();
+        resume_accepting();
         drain_touched();
+      } catch (...) {
+        // Out of memory outside a connection's own handling (accepting, timing out): the thread
+        // must live on (an exception leaving it would end the process); try again shortly.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
-      expire_parked();
-      resume_accepting();
-      drain_touched();
     }
   }
 

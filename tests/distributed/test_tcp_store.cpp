@@ -215,6 +215,19 @@ bool ipv6_loopback_available(std::string* why) {
   return ok;
 }
 
+int fd_count() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+// The body of HundredsOfClientsShareOneServerThread (its objects are gone when it returns).
+void serve_hundreds(int fds_before);
+
 // ---------------------------------------------------------------------------------------------
 
 TEST(TCPStore, PortZeroPicksARealPort) {
@@ -370,6 +383,17 @@ TEST(TCPStore, TakenPortIsAStoreErrorNamingHostPort) {
   EXPECT_EQ(c.get_string("still"), "here");
 }
 
+TEST(TCPStore, AddressOfAnotherMachineIsAStoreErrorNamingIt) {
+  // 192.0.2.1 is TEST-NET-1 (RFC 5737): never an address of this machine.
+  try {
+    TCPStoreServer server("192.0.2.1", 0);
+    FAIL() << "listened on an address this machine does not have";
+  } catch (const StoreError& e) {
+    EXPECT_TRUE(contains(e.what(), "192.0.2.1:0")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "not an address of this machine")) << e.what();
+  }
+}
+
 TEST(TCPStore, WaitTimeoutLeavesTheConnectionInStep) {
   TCPStore s("127.0.0.1", 0, server_options(5s));
   s.set("a", "1");
@@ -466,6 +490,12 @@ TEST(TCPStore, WireFormatAndPipelinedRequests) {
 }
 
 TEST(TCPStore, HundredsOfClientsShareOneServerThread) {
+  const int fds_before = fd_count();
+  serve_hundreds(fds_before);
+  EXPECT_EQ(fd_count(), fds_before);  // server and clients gone: every socket closed
+}
+
+void serve_hundreds(int fds_before) {
   const int threads_before = thread_count();
   TCPStoreServer server("127.0.0.1", 0);
   constexpr int kClients = 200;
@@ -473,6 +503,7 @@ TEST(TCPStore, HundredsOfClientsShareOneServerThread) {
   for (int i = 0; i < kClients; ++i) clients.push_back(std::make_unique<TCPStore>("127.0.0.1", server.port(), client_options(10s)));
   for (auto& c : clients) c->add("count", 1);
   EXPECT_EQ(clients.front()->add("count", 0), kClients);
+  EXPECT_GE(fd_count(), fds_before + 2 * kClients);  // both ends of every connection are here
   EXPECT_EQ(thread_count(), threads_before + 1);  // the server's one thread, whatever the clients
   // 64 of them parked at once on keys that appear one by one (each waits for its own key and "go").
   constexpr int kWaiters = 64;

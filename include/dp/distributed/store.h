@@ -108,7 +108,8 @@ class PrefixStore : public Store {
 };
 
 // A file that every rank can open (flock-serialised appends of records; readers replay the log).
-// Several processes and several FileStore objects in one process may use one path.
+// Several processes and several FileStore objects in one process may use one path. The file only
+// grows (every write is a record) and is never removed by the store: give each job a new path.
 class FileStore : public Store {
  public:
   explicit FileStore(std::string path, std::chrono::milliseconds timeout = kDefaultTimeout);
@@ -155,7 +156,12 @@ struct TCPStoreOptions {
 };
 
 // A client of a TCPStoreServer at host:port (and, with is_server, that server itself). One
-// connection; requests are serialised on it. A lost server is a StoreError naming host:port.
+// connection; requests are serialised on it, so a get()/wait() that waits holds up the object's
+// other threads: a thread that waits while others write (a watchdog) wants its own TCPStore.
+// A lost server is a StoreError naming host:port, at once and for every later request; a server
+// that does not answer in time is a StoreTimeout (get/wait: their timeout plus 2 s of grace). A
+// client given "" or "0.0.0.0" ("::") as host connects to 127.0.0.1 (::1). Keys are at most 64 KiB
+// and values 64 MiB (ValueError).
 class TCPStore : public Store {
  public:
   TCPStore(std::string host, uint16_t port, TCPStoreOptions options = {});
