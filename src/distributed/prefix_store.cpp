@@ -1,5 +1,6 @@
 // PrefixStore: a namespace ("<prefix>/key") in another store.
 #include "dp/distributed/store.h"
+#include "distributed/store_common.h"
 
 namespace dp::distributed {
 
@@ -15,10 +16,21 @@ std::vector<std::string> PrefixStore::join(const std::vector<std::string>& keys)
   return out;
 }
 
+// A timeout names the keys as the caller wrote them (without the prefix).
+void PrefixStore::wait_prefixed(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  try {
+    base_->wait(join(keys), timeout);
+  } catch (const StoreTimeout& e) {
+    std::vector<std::string> missing;
+    for (const std::string& k : e.keys()) missing.push_back(k.rfind(prefix_ + "/", 0) == 0 ? k.substr(prefix_.size() + 1) : k);
+    throw_store_timeout(detail::str("PrefixStore '", prefix_, "'"), missing, timeout);
+  }
+}
+
 // get() waits with this store's timeout, which may differ from the base's.
 void PrefixStore::set(const std::string& key, const Bytes& value) { base_->set(join(key), value); }
 Bytes PrefixStore::get(const std::string& key) {
-  base_->wait({join(key)}, timeout());
+  wait_prefixed({key}, timeout());
   return base_->get(join(key));
 }
 int64_t PrefixStore::add(const std::string& key, int64_t delta) { return base_->add(join(key), delta); }
@@ -26,7 +38,7 @@ Bytes PrefixStore::compare_set(const std::string& key, const Bytes& expected, co
   return base_->compare_set(join(key), expected, desired);
 }
 bool PrefixStore::check(const std::vector<std::string>& keys) { return base_->check(join(keys)); }
-void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) { base_->wait(join(keys), timeout); }
+void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) { wait_prefixed(keys, timeout); }
 bool PrefixStore::delete_key(const std::string& key) { return base_->delete_key(join(key)); }
 int64_t PrefixStore::num_keys() { return base_->num_keys(); }
 

@@ -144,9 +144,6 @@ class StoreTest : public ::testing::TestWithParam<Kind> {
     setup_ = std::make_unique<StoreSetup>(GetParam(), 10s);
     store_ = setup_->open();
   }
-  // How a StoreTimeout names `key`. PrefixStore passes on its base's timeout, which names the key
-  // with the prefix ("job/key"): what PrefixStore does today (src/distributed/prefix_store.cpp).
-  std::string named(const std::string& key) const { return GetParam() == Kind::kPrefix ? "job/" + key : key; }
   std::unique_ptr<StoreSetup> setup_;
   std::shared_ptr<Store> store_;
 };
@@ -277,10 +274,10 @@ TEST_P(StoreTest, WaitTimeoutNamesExactlyTheMissingKeys) {
     FAIL() << "wait returned although two keys never appeared";
   } catch (const StoreTimeout& e) {
     const double waited = seconds_since(t0);
-    EXPECT_EQ(e.keys(), (std::vector<std::string>{named("gone1"), named("gone2")}));
+    EXPECT_EQ(e.keys(), (std::vector<std::string>{std::string("gone1"), std::string("gone2")}));
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("'" + named("gone1") + "'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("'" + named("gone2") + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'" + std::string("gone1") + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'" + std::string("gone2") + "'"), std::string::npos) << msg;
     EXPECT_EQ(msg.find("present'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("200 ms"), std::string::npos) << msg;
     EXPECT_GE(waited, 0.18);
@@ -299,8 +296,8 @@ TEST_P(StoreTest, GetTimesOutAfterTheStoresTimeout) {
     store_->get("never");
     FAIL() << "get returned a key that was never set";
   } catch (const StoreTimeout& e) {
-    EXPECT_EQ(e.keys(), std::vector<std::string>{named("never")});
-    EXPECT_NE(std::string(e.what()).find("'" + named("never") + "'"), std::string::npos) << e.what();
+    EXPECT_EQ(e.keys(), std::vector<std::string>{std::string("never")});
+    EXPECT_NE(std::string(e.what()).find("'" + std::string("never") + "'"), std::string::npos) << e.what();
     EXPECT_GE(seconds_since(t0), 0.18);
     EXPECT_LT(seconds_since(t0), 3.0);
   }

@@ -103,6 +103,7 @@ class PrefixStore : public Store {
  private:
   std::string join(const std::string& key) const { return prefix_ + "/" + key; }
   std::vector<std::string> join(const std::vector<std::string>& keys) const;
+  void wait_prefixed(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   std::string prefix_;
   std::shared_ptr<Store> base_;
 };
