@@ -25,11 +25,16 @@ std::exception_ptr timeout_error(const std::string& gloo_text, const OpLabel& la
                                  const std::function<ProgressReport()>& progress) {
   const ProgressReport report = progress ? progress() : ProgressReport{false, "no progress reader", {}};
   std::vector<int> behind;
+  std::vector<std::string> diverged;  // same collective number, another operation
   std::vector<std::string> where;
   if (report.complete) {
     for (const RankProgress& p : report.ranks) {
       if (p.rank == label.rank) continue;
-      if (!p.known || p.sequence < label.sequence) behind.push_back(p.rank);
+      if (!p.known || p.sequence < label.sequence) {
+        behind.push_back(p.rank);
+      } else if (p.sequence == label.sequence && p.operation != label.operation) {
+        diverged.push_back(dp::detail::str("rank ", p.rank, " issued ", p.operation, " as collective #", p.sequence, ", this rank ", label.operation));
+      }
     }
     // Where the ranks behind are; when none is, where everyone else is (a peer stuck inside the
     // same collective, or a network that went away). At most 8, so a large group's message stays
@@ -37,16 +42,24 @@ std::exception_ptr timeout_error(const std::string& gloo_text, const OpLabel& la
     for (const RankProgress& p : report.ranks) {
       if (p.rank == label.rank || where.size() >= 8) continue;
       const bool is_behind = std::find(behind.begin(), behind.end(), p.rank) != behind.end();
-      if (behind.empty() || is_behind) where.push_back(describe_progress(p));
+      if ((behind.empty() && diverged.empty()) || is_behind) where.push_back(describe_progress(p));
     }
   }
-  std::string msg = dp::detail::str(label.str(), ": did not complete within ", waited.count(), " ms; ");
+  std::string msg = label.str() + " timed out: ";
   if (!report.complete) {
     msg += "the other ranks' progress could not be read (" + report.error + ")";
-  } else if (behind.empty()) {
+  } else if (behind.empty() && diverged.empty()) {
     msg += "no rank is behind by the progress they published";
   } else {
-    msg += (behind.size() == 1 ? "rank " : "ranks ") + join_ranks(behind) + (behind.size() == 1 ? " is" : " are") + " behind";
+    std::vector<std::string> parts;
+    if (!behind.empty())
+      parts.push_back((behind.size() == 1 ? "rank " : "ranks ") + join_ranks(behind) + (behind.size() == 1 ? " is" : " are") + " behind");
+    if (!diverged.empty()) {
+      std::string d;
+      for (const auto& x : diverged) d += (d.empty() ? "" : "; ") + x;
+      parts.push_back(d + " (the ranks issued different collectives; DP_DISTRIBUTED_DEBUG=1 checks every call)");
+    }
+    for (size_t i = 0; i < parts.size(); ++i) msg += (i ? "; " : "") + parts[i];
   }
   for (const auto& w : where) msg += "; " + w;
   msg += dp::detail::str("; this rank waited ", waited.count(), " ms in ", label.operation, " #", label.sequence, " (gloo: ",

@@ -34,14 +34,17 @@ void store_monitored_barrier(Store& store, const std::string& who, int rank, int
   store.set(base + std::to_string(rank), std::string("1"));
 
   if (rank != 0) {
+    // Rank 0 decides within `timeout` of its own arrival: wait for that arrival, then for the
+    // verdict a little longer than rank 0 can take (so the verdict, not a guess, is reported).
+    const std::string zero = base + "0";
     try {
-      store.wait({release}, timeout);
+      store.wait({zero}, timeout);
+      store.wait({release}, timeout + std::chrono::milliseconds(1000));
     } catch (const StoreTimeout&) {
       std::vector<int> missing = absent(store, base, size);
       const bool zero_missing = !missing.empty() && missing.front() == 0;
-      throw RendezvousError(dp::detail::str(label, ": rank 0 did not release the barrier within ", timeout.count(), " ms",
-                                            zero_missing ? " (rank 0 never arrived)" : "",
-                                            missing.empty() ? std::string() : "; not arrived: " + ranks_text(missing)),
+      throw RendezvousError(dp::detail::str(label, ": rank 0 ", zero_missing ? "did not arrive" : "did not release the barrier", " within ",
+                                            timeout.count(), " ms", missing.empty() ? std::string() : "; not arrived: " + ranks_text(missing)),
                             missing.empty() ? std::vector<int>{0} : missing);
     }
     const std::string verdict = store.get_string(release);

@@ -76,11 +76,13 @@ void wait_for_everyone(Store& group, const std::string& what, int rank, int size
   }
 }
 
-// gloo's connect errors name the listening address of the peer's pair ("connect [10.0.0.2]:4242$1:
-// Connection refused"); gloo published those in "gloo/<rank>" (one address per peer), so a
-// best-effort look-up names the rank. Errors in reading the store are ignored: this is for the message.
-int owner_of_listening_address(Store& group, const std::string& text, int rank, int size) {
-  PeerAddressBook book;
+// gloo published in "gloo/<rank>" the listening address of each of that rank's pairs (one per
+// peer, in rank order). These name a rank in two kinds of messages: a failed connect ("connect
+// [10.0.0.2]:4242: Connection refused"), and errors on a pair whose accept raced with its own
+// connect() call - gloo then keeps the peer's listening address as the peer's name instead of the
+// connected socket's ("Connection closed by peer" with an address that is not in "addr/<rank>").
+// Errors in reading the store are ignored: the book is for messages.
+void add_listening_addresses(Store& group, int rank, int size, PeerAddressBook& book) {
   try {
     for (int r = 0; r < size; ++r) {
       if (r == rank || !group.check({"gloo/" + std::to_string(r)})) continue;
@@ -88,12 +90,13 @@ int owner_of_listening_address(Store& group, const std::string& text, int rank, 
       const size_t n = all.size() / static_cast<size_t>(size - 1);
       for (size_t off = 0; n > 0 && off + n <= all.size(); off += n) {
         const std::vector<char> bytes(all.begin() + static_cast<std::ptrdiff_t>(off), all.begin() + static_cast<std::ptrdiff_t>(off + n));
-        book.add(gloo::transport::tcp::Address(bytes).str(), r);
+        std::string address = gloo::transport::tcp::Address(bytes).str();
+        address = address.substr(0, address.find('$'));  // a sequence number, when gloo sets one
+        book.add(address, r);
       }
     }
   } catch (...) {
   }
-  return book.find_in(text);
 }
 
 }  // namespace
@@ -132,7 +135,9 @@ GlooConnection connect_gloo(const std::shared_ptr<Store>& store, int rank, int s
   } catch (const DistributedError& e) {
     throw RendezvousError(who + ": gloo rendezvous failed: " + e.what(), {});
   } catch (const std::exception& e) {
-    const int peer = owner_of_listening_address(*group, e.what(), rank, size);
+    PeerAddressBook listening;
+    add_listening_addresses(*group, rank, size, listening);
+    const int peer = listening.find_in(e.what());
     throw RendezvousError(dp::detail::str(who, ": connecting to ", peer >= 0 ? "rank " + std::to_string(peer) : std::string("a peer"),
                                           " failed (bind address ", bind, "): ", strip_gloo_location(e.what())),
                           peer >= 0 ? std::vector<int>{peer} : std::vector<int>{});
@@ -151,6 +156,9 @@ GlooConnection connect_gloo(const std::shared_ptr<Store>& store, int rank, int s
     while (lines >> peer >> address)
       if (peer == rank) conn.peers.add(address, other);
   }
+  // After the connected addresses: the book answers with the first match, and a port a client pair
+  // closed its listener on may since have been reused by a live connection.
+  add_listening_addresses(*group, rank, size, conn.peers);
   conn.context = std::move(context);
   return conn;
 }

@@ -10,6 +10,11 @@
 namespace dp::distributed::detail {
 namespace {
 
+// Publishing costs a store request (a network round trip with TCPStore, and work in the store's
+// server): at most 20 a second, so thousands of collectives a second cost the store nothing.
+// A rank that times out waits longer than this (kProgressSettle) before reading everyone's.
+constexpr std::chrono::milliseconds kMinInterval{50};
+
 int64_t unix_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -45,6 +50,8 @@ struct ProgressPublisher::State {
   uint64_t sent = 0;
   bool stop = false;
   bool exited = false;
+  bool idle = false;  // the thread waits for a new value (publish() must wake it)
+  std::chrono::steady_clock::time_point last_write{};
 };
 
 ProgressPublisher::ProgressPublisher(std::shared_ptr<Store> store, int rank) : state_(std::make_shared<State>()) {
@@ -68,6 +75,7 @@ ProgressPublisher::~ProgressPublisher() {
 }
 
 void ProgressPublisher::publish(uint64_t sequence, const char* operation, bool finished) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->sequence = sequence;
@@ -75,8 +83,10 @@ void ProgressPublisher::publish(uint64_t sequence, const char* operation, bool f
     state_->finished = finished;
     state_->unix_ms = unix_ms_now();
     ++state_->version;
+    wake = state_->idle;
   }
-  state_->cv.notify_all();
+  // Only an idle thread needs waking: one waiting out its interval takes the latest value anyway.
+  if (wake) state_->cv.notify_all();
 }
 
 bool ProgressPublisher::flush(std::chrono::milliseconds timeout) {
@@ -88,8 +98,14 @@ bool ProgressPublisher::flush(std::chrono::milliseconds timeout) {
 void ProgressPublisher::run(std::shared_ptr<State> s) {
   std::unique_lock<std::mutex> lock(s->mu);
   for (;;) {
+    s->idle = true;
     s->cv.wait(lock, [&] { return s->stop || s->version != s->sent; });
+    s->idle = false;
     if (s->stop) break;
+    // At most one write per interval, whatever the rate of collectives; the values recorded
+    // meanwhile coalesce into the latest, written when the interval is over.
+    const auto next = s->last_write + kMinInterval;
+    if (std::chrono::steady_clock::now() < next && s->cv.wait_until(lock, next, [&] { return s->stop; })) break;
     const uint64_t version = s->version;
     const std::string value = encode(s->sequence, s->operation, s->finished, s->unix_ms);
     lock.unlock();
@@ -100,6 +116,7 @@ void ProgressPublisher::run(std::shared_ptr<State> s) {
       // report says so when it cannot read anyone's progress.
     }
     lock.lock();
+    s->last_write = std::chrono::steady_clock::now();
     s->sent = version;
     s->cv.notify_all();
   }

@@ -2,8 +2,9 @@
 // Progress diagnostics: every rank keeps "progress/<rank>" in its group's store up to date with the
 // collective it is in (sequence number, operation, started or finished, wall-clock time), so that a
 // rank whose collective times out can say who is behind and where. Publishing must never slow the
-// hot path: publish() only records the value and wakes a background thread that writes it; while a
-// write is in flight newer values replace each other, and only the latest is sent next.
+// hot path: publish() only records the value (and wakes a background thread if it is idle); the
+// thread writes at most one value per 50 ms, always the latest (values recorded meanwhile
+// coalesce), with at most one store request in flight.
 #include <chrono>
 #include <cstdint>
 #include <memory>
