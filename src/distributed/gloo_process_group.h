@@ -8,6 +8,10 @@
 // per dtype into scratch buffers the group keeps. The first failure (a lost peer, a timeout, a
 // mismatch) breaks the group: gloo's context is in an unknown state after an I/O error, so every
 // later operation fails with an error of the same type that says so.
+//
+// Work continuations (Work::then) run on the communication thread: they may issue operations (queued
+// behind the current one) but must not wait for one of this group (the thread would wait for
+// itself), nor drop the last reference to the group.
 #include <atomic>
 #include <condition_variable>
 #include <deque>
