@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "dp/distributed/store.h"
 #include "dp/dp.h"
 
 namespace {
@@ -238,6 +239,64 @@ TEST_F(Examples, EmbeddingOnHostFeedsAnotherDevice) {
   // 30 Adam steps on 1000 tokens x 10 classes: from chance (ln 10 = 2.30) to well below it.
   EXPECT_GT(std::stod(m[1]), 2.0);
   EXPECT_LT(std::stod(m[2]), 1.5);
+}
+
+// ddp_train as two processes (the docs' two-command example, with the store hosted here so the port
+// is free): both ranks end on the same weights, the global batches are the one-process run's, so
+// the losses and accuracies agree with it, and the collective checkpoint is written once.
+ProgramRun run_ranks(int world, const std::string& args) {
+  dp::distributed::TCPStoreServer store("127.0.0.1", 0);
+  std::string cmd;
+  const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(store.port()) + " DP_STORE_HOSTED=1 WORLD_SIZE=" +
+                          std::to_string(world) + " ";
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  for (int r = 1; r < world; ++r)
+    cmd += "(" + env + "RANK=" + std::to_string(r) + " timeout 120 " + example("ddp_train") + " " + args + " > " + dir + "/ddp_train_rank" +
+           std::to_string(r) + ".log 2>&1) & ";
+  cmd += env + "RANK=0 timeout 120 " + example("ddp_train") + " " + args + "; s=$?; wait; ";
+  for (int r = 1; r < world; ++r) cmd += "cat " + dir + "/ddp_train_rank" + std::to_string(r) + ".log; ";
+  cmd += "exit $s";
+  ProgramRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  for (size_t k; (k = fread(buf.data(), 1, buf.size(), p)) > 0;) r.out.append(buf.data(), k);
+  const int rc = pclose(p);
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return r;
+}
+
+std::vector<std::string> matching(const ProgramRun& r, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const std::string& line : r.lines())
+    if (line.rfind(prefix, 0) == 0) out.push_back(line);
+  return out;
+}
+
+TEST_F(Examples, DdpTrainTwoProcessesMatchOneProcess) {
+  const std::string args = "--lr 0.01 --epochs 2 --print-params";
+  ProgramRun one = run_ranks(1, args);
+  ASSERT_EQ(one.status, 0) << one.out;
+  const std::string ckpt = (std::filesystem::temp_directory_path() / "ddp_train_example.safetensors").string();
+  std::filesystem::remove(ckpt);
+  ProgramRun two = run_ranks(2, args + " --save " + ckpt);
+  ASSERT_EQ(two.status, 0) << two.out;
+  EXPECT_EQ(matching(two, "epoch "), matching(one, "epoch ")) << "one process:\n" << one.out << "two:\n" << two.out;
+  ASSERT_EQ(matching(two, "epoch ").size(), 2u) << two.out;
+  std::vector<std::string> hashes = matching(two, "rank ");
+  ASSERT_EQ(hashes.size(), 2u) << two.out;
+  EXPECT_EQ(hashes[0].substr(hashes[0].find("hash")), hashes[1].substr(hashes[1].find("hash"))) << two.out;
+  EXPECT_TRUE(std::filesystem::exists(ckpt));
+  EXPECT_EQ(dp::load(ckpt).size(), 4u);  // two Linear layers' weights and biases
+  // The hybrid: DataParallel over two CPU devices inside each of the two processes.
+  ProgramRun hybrid = run_ranks(2, args + " --devices cpu:0,cpu:1");
+  ASSERT_EQ(hybrid.status, 0) << hybrid.out;
+  EXPECT_EQ(matching(hybrid, "epoch "), matching(one, "epoch ")) << hybrid.out;
+  static const std::regex acc(R"(epoch 2  train loss [0-9.]+  test accuracy ([0-9.]+))");
+  std::smatch m;
+  const std::string last = matching(two, "epoch 2").at(0);
+  ASSERT_TRUE(std::regex_search(last, m, acc)) << last;
+  EXPECT_GT(std::stod(m[1]), 0.9);
 }
 
 #endif  // DP_EXAMPLES_DIR
