@@ -41,6 +41,7 @@ void gloo_allreduce(const GlooCall& call, void* data, size_t count, DType wire, 
   const ReduceFn fn = reduce_function(wire, op);
   switch (element_size(wire)) {
     case 1: return allreduce_as<uint8_t>(call, data, count, fn);
+    case 2: return allreduce_as<uint16_t>(call, data, count, fn);
     case 4: return allreduce_as<uint32_t>(call, data, count, fn);
     case 8: return allreduce_as<uint64_t>(call, data, count, fn);
   }

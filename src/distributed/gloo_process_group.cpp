@@ -148,7 +148,10 @@ void GlooProcessGroup::execute(Op& op) {
 
 // ---- allreduce ----
 
-WorkPtr GlooProcessGroup::allreduce(std::vector<Tensor> tensors, ReduceOp op) {
+WorkPtr GlooProcessGroup::allreduce(std::vector<Tensor> tensors, ReduceOp op) { return allreduce_impl(std::move(tensors), op, false); }
+WorkPtr GlooProcessGroup::allreduce_compressed(std::vector<Tensor> tensors, ReduceOp op) { return allreduce_impl(std::move(tensors), op, true); }
+
+WorkPtr GlooProcessGroup::allreduce_impl(std::vector<Tensor> tensors, ReduceOp op, bool compressed) {
   DP_CHECK(!tensors.empty(), ValueError, "allreduce: no tensors given");
   check_defined("allreduce", tensors, "tensor");
   for (size_t i = 0; i < tensors.size(); ++i) check_avg_dtype("allreduce", op, tensors[i], i);
@@ -156,18 +159,19 @@ WorkPtr GlooProcessGroup::allreduce(std::vector<Tensor> tensors, ReduceOp op) {
   std::vector<std::vector<size_t>> groups = group_by_dtype(staging.host);
   std::string description = debug_ ? dp::detail::str("allreduce(", describe_tensors(tensors), "; ", reduce_op_name(op), ")") : std::string();
   return enqueue("allreduce", std::move(tensors), std::move(description),
-                 [this, staging = std::move(staging), groups = std::move(groups), op](const GlooCall& call) {
-                   for (const auto& items : groups) reduce_dtype_group(call, staging.host, items, op);
+                 [this, staging = std::move(staging), groups = std::move(groups), op, compressed](const GlooCall& call) {
+                   for (const auto& items : groups) reduce_dtype_group(call, staging.host, items, op, compressed);
                    staging.finish();
                  });
 }
 
 // One gloo call for the tensors `items` (all of one dtype). A single contiguous tensor whose dtype
 // travels as it is (not Float16/BFloat16) is reduced in its own memory: the DDP bucket path.
-void GlooProcessGroup::reduce_dtype_group(const GlooCall& call, const std::vector<Tensor>& host, const std::vector<size_t>& items, ReduceOp op) {
+void GlooProcessGroup::reduce_dtype_group(const GlooCall& call, const std::vector<Tensor>& host, const std::vector<size_t>& items, ReduceOp op,
+                                          bool compressed) {
   const Tensor& first = host[items.front()];
   const DType dtype = first.dtype();
-  const DType wire = wire_dtype(dtype);
+  const DType wire = wire_dtype(dtype, compressed);
   const size_t es = element_size(wire);
   size_t count = 0;
   for (size_t i : items) count += static_cast<size_t>(host[i].numel());

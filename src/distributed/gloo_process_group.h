@@ -40,6 +40,7 @@ class GlooProcessGroup final : public ProcessGroup {
   std::string backend_name() const override { return "gloo"; }
   const ProcessGroupOptions& options() const override { return options_; }
   WorkPtr allreduce(std::vector<Tensor> tensors, ReduceOp op) override;
+  WorkPtr allreduce_compressed(std::vector<Tensor> tensors, ReduceOp op) override;
   WorkPtr broadcast(std::vector<Tensor> tensors, int root) override;
   WorkPtr allgather(std::vector<Tensor> outputs, const Tensor& input) override;
   WorkPtr reduce_scatter(const Tensor& output, std::vector<Tensor> inputs, ReduceOp op) override;
@@ -71,7 +72,8 @@ class GlooProcessGroup final : public ProcessGroup {
   std::string who() const;
 
   // Communication-thread parts of the collectives (they use the scratch buffers).
-  void reduce_dtype_group(const GlooCall& call, const std::vector<Tensor>& host, const std::vector<size_t>& items, ReduceOp op);
+  WorkPtr allreduce_impl(std::vector<Tensor> tensors, ReduceOp op, bool compressed);
+  void reduce_dtype_group(const GlooCall& call, const std::vector<Tensor>& host, const std::vector<size_t>& items, ReduceOp op, bool compressed);
   void broadcast_tensors(const GlooCall& call, const std::vector<Tensor>& host, int root);
   void allgather_tensors(const GlooCall& call, const std::vector<Tensor>& outputs, const Tensor& input);
   void reduce_scatter_tensors(const GlooCall& call, const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op);

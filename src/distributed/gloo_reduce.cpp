@@ -2,6 +2,7 @@
 #include "distributed/gloo_reduce.h"
 #include <cstdint>
 #include "dp/core/errors.h"
+#include "dp/core/half.h"
 
 namespace dp::distributed::detail {
 namespace {
@@ -52,6 +53,30 @@ void reduce(void* out, const void* a, const void* b, size_t n) {
   }
 }
 
+// Float16/BFloat16 on the wire (allreduce_compressed): each pair combined in float, rounded once.
+template <typename H, typename Op>
+void reduce_half(void* out, const void* a, const void* b, size_t n) {
+  H* o = static_cast<H*>(out);
+  const H* x = static_cast<const H*>(a);
+  const H* y = static_cast<const H*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = H(Op::f(static_cast<float>(x[i]), static_cast<float>(y[i])));
+}
+template <typename H>
+ReduceFn half_numeric(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return &reduce_half<H, SumOp>;
+    case ReduceOp::Product: return &reduce_half<H, ProductOp>;
+    case ReduceOp::Min: return &reduce_half<H, MinOp>;
+    case ReduceOp::Max: return &reduce_half<H, MaxOp>;
+  }
+  throw ValueError(dp::detail::str("reduce_function: unknown ReduceOp ", static_cast<int>(op)));
+}
+template <typename H>
+void scale_half(H* data, size_t n, float factor) {
+  for (size_t i = 0; i < n; ++i) data[i] = H(static_cast<float>(data[i]) * factor);
+}
+
 template <typename T>
 ReduceFn numeric(ReduceOp op) {
   switch (op) {
@@ -81,6 +106,8 @@ ReduceFn reduce_function(DType wire, ReduceOp op) {
     case kInt64: return numeric<int64_t>(op);
     case kFloat32: return numeric<float>(op);
     case kFloat64: return numeric<double>(op);
+    case kFloat16: return half_numeric<Half>(op);
+    case kBFloat16: return half_numeric<BFloat16>(op);
     default: break;
   }
   throw DTypeError(dp::detail::str("reduce_function: no ", reduce_op_name(op), " reduction for dtype ", dtype_name(wire)));
@@ -89,6 +116,8 @@ ReduceFn reduce_function(DType wire, ReduceOp op) {
 void scale_in_place(void* data, DType wire, size_t n, double factor) {
   if (wire == kFloat32) return scale(static_cast<float*>(data), n, static_cast<float>(factor));
   if (wire == kFloat64) return scale(static_cast<double*>(data), n, factor);
+  if (wire == kFloat16) return scale_half(static_cast<Half*>(data), n, static_cast<float>(factor));
+  if (wire == kBFloat16) return scale_half(static_cast<BFloat16*>(data), n, static_cast<float>(factor));
   throw DTypeError(dp::detail::str("scale_in_place: dtype ", dtype_name(wire), " is not float32 or float64"));
 }
 

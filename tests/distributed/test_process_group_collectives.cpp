@@ -143,6 +143,33 @@ TEST(ProcessGroupCollectives, HalfPrecisionSumIsTheFloatSumRoundedOnce) {
   });
 }
 
+// allreduce_compressed keeps 16-bit values 16-bit on the wire: with 2 ranks one float addition and
+// one rounding (the same as allreduce); with 4 ranks one rounding per ring step, so the 2048 + 1 + 1
+// + 1 of the test above gives 2048 or 2052 depending on where the ring starts (the same on every
+// rank). Avg divides in float.
+TEST(ProcessGroupCollectives, CompressedAllreduceSendsHalfPrecisionAsIs) {
+  run_ranks(2, [&](int rank, ProcessGroup& pg) {
+    Tensor h = tensor(std::vector<double>{rank == 0 ? 2048.0 : 1.0, 0.25, rank == 0 ? 3.0 : 5.0}, {3}, kFloat64).to(kFloat16);
+    Tensor b = tensor(std::vector<double>{rank == 0 ? 256.0 : 3.0, 0.5, 1.0}, {3}, kFloat64).to(kBFloat16);
+    Tensor f = tensor(std::vector<double>{1.5, 2.5, static_cast<double>(rank)}, {3}, kFloat64).to(kFloat32);
+    pg.allreduce_compressed(std::vector<Tensor>{h, b, f})->wait();
+    EXPECT_EQ(h.to_vector<double>(), (std::vector<double>{2048.0, 0.5, 8.0}));  // 2049 rounds to even
+    EXPECT_EQ(b.to_vector<double>(), (std::vector<double>{260.0, 1.0, 2.0}));   // 259 rounds to 260
+    EXPECT_EQ(f.to_vector<double>(), (std::vector<double>{3.0, 5.0, 1.0}));
+    Tensor avg = tensor(std::vector<double>{rank == 0 ? 3.0 : 4.0}, {1}, kFloat64).to(kFloat16);
+    pg.allreduce_compressed({avg}, ReduceOp::Avg)->wait();
+    EXPECT_EQ(avg.to_vector<double>(), std::vector<double>{3.5});
+  });
+  std::vector<double> got(4);
+  run_ranks(4, [&](int rank, ProcessGroup& pg) {
+    Tensor h = tensor(std::vector<double>{rank == 0 ? 2048.0 : 1.0}, {1}, kFloat64).to(kFloat16);
+    pg.allreduce_compressed({h})->wait();
+    got[static_cast<size_t>(rank)] = h.to_vector<double>()[0];
+  });
+  EXPECT_TRUE(got[0] == 2048.0 || got[0] == 2052.0) << got[0];
+  for (double g : got) EXPECT_EQ(g, got[0]);
+}
+
 TEST(ProcessGroupCollectives, ALargeContiguousFloatTensorIsReducedInItsOwnMemory) {
   // The DDP bucket path: the tensor's memory is handed to gloo as it is, so the result is in the
   // same storage (and more than one of gloo's 1 MiB segments is involved).
