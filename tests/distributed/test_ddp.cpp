@@ -533,6 +533,29 @@ TEST(DDPModelCheck, DifferentModelsAreNamedNotHung) {
   }
 }
 
+// A backward that throws midway (here: a hook on the first layer's weight, after the later layers'
+// gradients were counted) leaves the rank out of step; the next forward says so instead of pairing
+// the wrong collectives, and the one after works again.
+TEST(DDPErrors, ABackwardThatThrewIsReportedAtTheNextForward) {
+  auto models = rank_models<Mlp>(1);
+  run_ranks(1, [&](const ProcessGroupPtr& group, int) {
+    nn::DistributedDataParallel<Mlp> ddp(models[0], group);
+    Tensor first_weight = ddp->parameters()[0];
+    const int hook = first_weight.register_hook([](const Tensor&) -> Tensor { throw ValueError("hook failed on purpose"); });
+    Tensor x = randn({3, 8});
+    EXPECT_THROW(ddp(x).sum().backward(), ValueError);
+    first_weight.remove_hook(hook);
+    try {
+      ddp(x);
+      ADD_FAILURE() << "the forward after a failed backward went ahead";
+    } catch (const DistributedError& e) {
+      EXPECT_NE(std::string(e.what()).find("previous backward pass failed on this rank"), std::string::npos) << e.what();
+    }
+    ddp(x).sum().backward();
+    EXPECT_TRUE(ddp->last_backward_synced());
+  });
+}
+
 // state_dict keys are the module's own; PyTorch's "module."-prefixed checkpoint loads.
 TEST(DDPCheckpoint, StateDictKeysAreTheModules) {
   run_ranks(1, [&](const ProcessGroupPtr& group, int) {
