@@ -114,7 +114,17 @@ void DDPCore::check_same_model(const std::vector<std::string>& descriptions) {
 
 void DDPCore::before_forward() {
   reducer_->prepare_forward();
-  if (options_.broadcast_buffers && !buffers_.empty() && group_->size() > 1) group_->broadcast(buffers_, 0)->wait();
+  if (!options_.broadcast_buffers || buffers_.empty() || group_->size() == 1) return;
+  // Training: every forward starts from rank 0's buffers (and then updates them locally).
+  // Evaluation leaves buffers alone, so one copy after training is enough: evaluation forwards then
+  // run no collective and ranks may evaluate different numbers of batches.
+  if (module_->is_training()) {
+    group_->broadcast(buffers_, 0)->wait();
+    buffers_synced_ = false;
+  } else if (!buffers_synced_) {
+    group_->broadcast(buffers_, 0)->wait();
+    buffers_synced_ = true;
+  }
 }
 
 void DDPCore::mark_outputs(const std::vector<Tensor>& outputs) {

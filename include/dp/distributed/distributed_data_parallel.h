@@ -12,7 +12,9 @@
 //  - Construction checks that every rank has the same parameters and buffers (names, shapes,
 //    dtypes; a difference is a DistributedError naming the first one and the ranks) and copies rank
 //    0's values to every rank. Buffers (BatchNorm statistics) are copied from rank 0 again before
-//    each forward (broadcast_buffers), without touching autograd's version counters.
+//    each training forward (broadcast_buffers), without touching autograd's version counters; in
+//    evaluation mode once, at the first forward after training, so evaluation runs no collective
+//    per batch and ranks may evaluate different numbers of batches.
 //  - forward(args...) runs the module; forward_loss(criterion, target, args...) also applies the
 //    criterion and combines the loss over ranks exactly: every rank's summed loss and row count are
 //    added up, so the gradient is that of the mean over the global batch even when ranks hold
@@ -79,6 +81,7 @@ class DDPCore {
   ProcessGroupPtr group_;
   DistributedDataParallelOptions options_;
   std::vector<Tensor> buffers_;
+  bool buffers_synced_ = false;  // rank 0's buffers are in place and no training forward ran since
   std::unique_ptr<Reducer> reducer_;
 };
 
