@@ -18,6 +18,30 @@ namespace dp::distributed {
 namespace {
 using Clock = std::chrono::steady_clock;
 double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+// dst = src * factor in one pass where both are contiguous host float32/float64 (the usual case: a
+// gradient stolen by AccumulateGrad going into its bucket slot), else a copy and a scaling.
+void copy_scaled(Tensor& dst, const Tensor& src, double factor) {
+  NoGradGuard no_grad;
+  const bool flat = src.is_contiguous() && src.dtype() == dst.dtype() && src.device() == dst.device() && !dst.is_cuda();
+  if (factor != 1.0 && flat && dst.dtype() == kFloat32) {
+    const float f = static_cast<float>(factor);
+    const float* __restrict in = src.data_ptr<float>();
+    float* __restrict out = dst.data_ptr<float>();
+    for (int64_t k = 0, n = dst.numel(); k < n; ++k) out[k] = in[k] * f;
+    dst.bump_version();
+    return;
+  }
+  if (factor != 1.0 && flat && dst.dtype() == kFloat64) {
+    const double* __restrict in = src.data_ptr<double>();
+    double* __restrict out = dst.data_ptr<double>();
+    for (int64_t k = 0, n = dst.numel(); k < n; ++k) out[k] = in[k] * factor;
+    dst.bump_version();
+    return;
+  }
+  dst.copy_(src);
+  if (factor != 1.0) dst.mul_(factor);
+}
 }  // namespace
 
 struct Reducer::State {
@@ -26,7 +50,6 @@ struct Reducer::State {
   std::vector<std::string> names;
   std::vector<BucketPlan> plans;   // per bucket: parameter indices and offsets
   std::vector<size_t> bucket_of;   // per parameter
-  std::vector<size_t> slot_of;     // per parameter: its index within its bucket
   std::vector<Tensor> buffers;     // per bucket: flat buffer (the last one carries the used marks)
   std::vector<Tensor> grads;       // per bucket: the gradient part of the buffer
   std::vector<Tensor> views;       // per parameter: its .grad-shaped view of its bucket's buffer
@@ -47,6 +70,8 @@ struct Reducer::State {
   std::vector<uint8_t> ready;   // reached (or marked) in this pass
   std::vector<uint8_t> used;    // got a gradient in any pass since the last synchronised one
   std::vector<uint8_t> zeroed;  // had no .grad at the end of the pass: its slot was zeroed
+  std::vector<uint8_t> scaled;  // its slot already holds gradient / world (Mean, folded into the copy)
+  bool prescale = false;        // this pass averages by scaling each slot once, then sums
   std::vector<int> pending;     // per bucket: parameters not ready yet
   size_t next_launch = 0;
   std::vector<WorkPtr> works;
@@ -61,17 +86,18 @@ struct Reducer::State {
     return g.defined() && g.storage().get() == v.storage().get() && g.storage_offset() == v.storage_offset() && g.sizes() == v.sizes() &&
            g.is_contiguous();
   }
-  // Makes parameter i's .grad its bucket view (copying a gradient that lives elsewhere into it).
-  // Returns false when the parameter has no gradient.
-  bool adopt_grad(size_t i) {
+  // Makes parameter i's .grad its bucket view, copying a gradient that lives elsewhere into it
+  // (times `factor`: the averaging folded into the copy, which costs nothing extra). Returns
+  // whether the slot was written with the factor applied; false also when there is no gradient.
+  bool adopt_grad(size_t i, double factor) {
     Tensor g = params[i].grad();
-    if (!g.defined()) return false;
-    if (is_view(i, g)) return true;
-    NoGradGuard no_grad;
-    views[i].copy_(g);
+    if (!g.defined() || is_view(i, g)) return false;
+    copy_scaled(views[i], g, factor);
     params[i].set_grad(views[i]);
-    return true;
+    return factor != 1.0;
   }
+  bool has_grad(size_t i) const { return params[i].grad().defined(); }
+  double copy_factor() const { return prescale ? 1.0 / group->size() : 1.0; }
 
   // ---- under mu ----
   void arm_locked() {
@@ -81,8 +107,13 @@ struct Reducer::State {
     sync = no_sync_depth == 0 && passes_in_cycle % static_cast<uint64_t>(accumulate_every) == 0;
     reduction = next_reduction;
     next_reduction = GradReduction::Mean;
+    // Without a comm hook the mean over ranks is taken slot by slot (in the gradient copy, or at
+    // launch for gradients accumulated in place) and the buckets are summed: no separate pass over
+    // the reduced buckets. A hook gets the bucket as it is and averages itself.
+    prescale = sync && reduction == GradReduction::Mean && !hook && group->size() > 1;
     std::fill(ready.begin(), ready.end(), 0);
     std::fill(zeroed.begin(), zeroed.end(), 0);
+    std::fill(scaled.begin(), scaled.end(), 0);
     for (size_t b = 0; b < plans.size(); ++b) pending[b] = static_cast<int>(plans[b].params.size());
     next_launch = 0;
     error.clear();
@@ -107,7 +138,12 @@ struct Reducer::State {
   void launch_locked(size_t b) {
     const bool last = b + 1 == plans.size();
     if (b == 0) first_launch = Clock::now();
-    const ReduceOp op = reduction == GradReduction::Mean ? ReduceOp::Avg : ReduceOp::Sum;
+    const ReduceOp op = reduction == GradReduction::Mean && !prescale ? ReduceOp::Avg : ReduceOp::Sum;
+    if (prescale) {  // the slots not yet divided by the world size (accumulated in place)
+      NoGradGuard no_grad;
+      for (size_t i : plans[b].params)
+        if (!scaled[i] && !zeroed[i]) views[i].mul_(1.0 / group->size());
+    }
     WorkPtr w;
     if (hook) {
       GradBucket gb;
@@ -141,16 +177,19 @@ struct Reducer::State {
     std::vector<WorkPtr> wait_for;
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (!sync) {
+      if (!sync || group->size() == 1) {
         armed = false;
-        last_synced = false;
+        last_synced = sync;
+        if (sync) passes_in_cycle = 0;
         return;
       }
       // Parameters this pass did not reach: their current .grad (accumulated under no_sync, or set
       // by the user) or zeros go into the reduction, so every rank launches every bucket.
       for (size_t i = 0; i < params.size(); ++i) {
         if (ready[i]) continue;
-        if (!adopt_grad(i)) {
+        if (has_grad(i)) {
+          scaled[i] = adopt_grad(i, copy_factor());
+        } else {
           NoGradGuard no_grad;
           views[i].zero_();
           zeroed[i] = 1;
@@ -224,8 +263,17 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, Pro
   s.names = std::move(names);
   s.plans = plan_buckets(s.params, options.first_bucket_mb, options.bucket_cap_mb);
   const size_t n = s.params.size();
+  s.ready.assign(n, 0);
+  s.used.assign(n, 0);
+  s.zeroed.assign(n, 0);
+  s.scaled.assign(n, 0);
+  s.pending.assign(s.plans.size(), 0);
+  s.works.assign(s.plans.size(), nullptr);
+  // One rank has nothing to reduce: no buffers, hooks, copies or collectives; gradients stay where
+  // autograd put them. (The model's output hook still marks each backward, for will_sync() and
+  // last_backward_synced().)
+  if (s.group->size() == 1) return;
   s.bucket_of.resize(n);
-  s.slot_of.resize(n);
   s.views.resize(n);
   for (size_t b = 0; b < s.plans.size(); ++b) {
     const BucketPlan& plan = s.plans[b];
@@ -239,27 +287,26 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, Pro
     for (size_t k = 0; k < plan.params.size(); ++k) {
       const size_t i = plan.params[k];
       s.bucket_of[i] = b;
-      s.slot_of[i] = k;
       s.views[i] = buffer.narrow(0, plan.offsets[k], s.params[i].numel()).view(s.params[i].sizes());
     }
   }
   s.used_u8 = dp::zeros({static_cast<int64_t>(n)}, TensorOptions().dtype(kUInt8));
-  s.ready.assign(n, 0);
-  s.used.assign(n, 0);
-  s.zeroed.assign(n, 0);
-  s.pending.assign(s.plans.size(), 0);
-  s.works.assign(s.plans.size(), nullptr);
   std::weak_ptr<State> weak = state_;
   for (size_t i = 0; i < params_.size(); ++i) {
     hook_ids_.push_back(params_[i].register_post_accumulate_grad_hook([weak, i](Tensor&) {
       std::shared_ptr<State> st = weak.lock();
       if (!st) return;
+      double factor;
       {
         std::lock_guard<std::mutex> lock(st->mu);
         st->arm_locked();
+        factor = st->copy_factor();
       }
-      st->adopt_grad(i);  // outside the lock: the copy is this parameter's own slot
+      // Outside the lock: the copy writes only this parameter's own slot, and its bucket cannot be
+      // launched before this hook has counted it below.
+      const bool scaled = st->adopt_grad(i, factor);
       std::lock_guard<std::mutex> lock(st->mu);
+      st->scaled[i] = scaled;
       if (st->sync) st->mark_ready_locked(i);
       else st->used[i] = 1;
     }));
@@ -267,7 +314,7 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, Pro
 }
 
 Reducer::~Reducer() {
-  for (size_t i = 0; i < params_.size(); ++i) params_[i].remove_hook(hook_ids_[i]);
+  for (size_t i = 0; i < hook_ids_.size(); ++i) params_[i].remove_hook(hook_ids_[i]);
 }
 
 void Reducer::prepare_forward() {

@@ -349,32 +349,35 @@ TEST(DDPAccumulation, NoSyncGuardEitherPlacement) {
   auto reference = make_model<Mlp>(42, kFloat32);
   for (int i = 0; i < 3; ++i) cross_entropy(reference->forward(xs[i]), ts[i]).backward();
   std::vector<Tensor> ref = grads_of(*reference);
-  auto models = rank_models<Mlp>(2);
-  run_ranks(2, [&](const ProcessGroupPtr& group, int r) {
-    nn::DistributedDataParallel<Mlp> ddp(models[r], group);
-    auto rows = [&](int i) { return std::make_pair(xs[i].narrow(0, r * 3, 3), ts[i].narrow(0, r * 3, 3)); };
-    {
-      auto guard = ddp->no_sync();
-      EXPECT_FALSE(ddp->will_sync());
-      auto [x, t] = rows(0);
-      ddp->forward_loss(nn::CrossEntropyLoss(), t, x).backward();
-    }
-    EXPECT_FALSE(ddp->last_backward_synced());
-    // Local only: rank r's gradient is its own share, not the global one.
-    auto [x1, t1] = rows(1);
-    Tensor loss1 = ddp->forward_loss(nn::CrossEntropyLoss(), t1, x1);
-    {
-      auto guard = ddp->no_sync();
-      loss1.backward();
-    }
-    EXPECT_FALSE(ddp->last_backward_synced());
-    EXPECT_TRUE(ddp->will_sync());
-    auto [x2, t2] = rows(2);
-    ddp->forward_loss(nn::CrossEntropyLoss(), t2, x2).backward();
-    EXPECT_TRUE(ddp->last_backward_synced());
-    const auto params = ddp->parameters();
-    for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(allclose(params[i].grad(), ref[i], 1e-5, 1e-6)) << "rank " << r << " param " << i;
-  });
+  // forward_loss (summed over ranks) and a plain forward (averaged; equal shares, so the same).
+  for (bool use_loss : {true, false}) {
+    auto models = rank_models<Mlp>(2);
+    run_ranks(2, [&](const ProcessGroupPtr& group, int r) {
+      nn::DistributedDataParallel<Mlp> ddp(models[r], group);
+      auto loss_of = [&](int i) {
+        Tensor x = xs[i].narrow(0, r * 3, 3), t = ts[i].narrow(0, r * 3, 3);
+        return use_loss ? ddp->forward_loss(nn::CrossEntropyLoss(), t, x) : cross_entropy(ddp(x), t);
+      };
+      {
+        auto guard = ddp->no_sync();
+        EXPECT_FALSE(ddp->will_sync());
+        loss_of(0).backward();
+      }
+      EXPECT_FALSE(ddp->last_backward_synced());
+      Tensor loss1 = loss_of(1);
+      {
+        auto guard = ddp->no_sync();
+        loss1.backward();
+      }
+      EXPECT_FALSE(ddp->last_backward_synced());
+      EXPECT_TRUE(ddp->will_sync());
+      loss_of(2).backward();
+      EXPECT_TRUE(ddp->last_backward_synced());
+      const auto params = ddp->parameters();
+      for (size_t i = 0; i < params.size(); ++i)
+        EXPECT_TRUE(allclose(params[i].grad(), ref[i], 1e-5, 1e-6)) << "rank " << r << " param " << i << " forward_loss " << use_loss;
+    });
+  }
 }
 
 TEST(DDPAccumulation, AccumulateEveryK) {
@@ -418,6 +421,30 @@ TEST(DDPAccumulation, AccumulateEveryK) {
   EXPECT_THROW(nn::DistributedDataParallel<Mlp>(make_model<Mlp>(1, kFloat32), nullptr), ValueError);
 }
 
+// One rank: nothing to reduce (no hooks, buffers or collectives), the gradients are the plain
+// module's, and accumulate(k) still says when to step.
+TEST(DDPAccumulation, OneRankIsThePlainModule) {
+  manual_seed(13);
+  Tensor x = randn({5, 8}), t = randint(0, 4, {5});
+  auto reference = make_model<Mlp>(42, kFloat32);
+  cross_entropy(reference->forward(x), t).backward();
+  const auto ref = grads_of(*reference);
+  auto models = rank_models<Mlp>(1);
+  run_ranks(1, [&](const ProcessGroupPtr& group, int) {
+    nn::DistributedDataParallel<Mlp> ddp(models[0], group);
+    ddp->accumulate(2);
+    for (int micro = 0; micro < 4; ++micro) {
+      EXPECT_EQ(ddp->will_sync(), micro % 2 == 1);
+      ddp->zero_grad();
+      (micro % 2 ? ddp->forward_loss(nn::CrossEntropyLoss(), t, x) : cross_entropy(ddp(x), t)).backward();
+      EXPECT_EQ(ddp->last_backward_synced(), micro % 2 == 1);
+      const auto params = ddp->parameters();
+      for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(allclose(params[i].grad(), ref[i], 1e-6, 1e-7)) << "micro " << micro << " param " << i;
+    }
+    EXPECT_EQ(ddp->reducer_stats().bytes, 0);
+  });
+}
+
 // Buckets: reverse registration order; with a tiny cap one parameter per bucket; .grad tensors
 // are views into the bucket buffers (the same storage within a bucket).
 TEST(DDPBuckets, ReverseOrderAndGradientsAsViews) {
@@ -446,13 +473,19 @@ TEST(DDPBuckets, ReverseOrderAndGradientsAsViews) {
     auto buckets = ddp->bucket_indices();
     ASSERT_EQ(buckets.size(), 6u);
     for (size_t b = 0; b < 6; ++b) EXPECT_EQ(buckets[b], (std::vector<size_t>{5 - b}));
-    // zero_grad() (set to none) and zero_grad(false) both keep working with views.
-    for (bool set_to_none : {true, false, true}) {
-      ddp->zero_grad(set_to_none);
-      ddp->forward_loss(nn::CrossEntropyLoss(), t.narrow(0, r * 2, 2), x.narrow(0, r * 2, 2)).backward();
+    // zero_grad() (set to none: gradients copied into the buckets) and zero_grad(false)
+    // (accumulated in place in the views), with forward_loss (summed over ranks) and a plain
+    // forward (averaged: in the copy, or at launch for in-place gradients).
+    for (bool set_to_none : {true, false, true, false}) {
+      for (bool use_loss : {true, false}) {
+        ddp->zero_grad(set_to_none);
+        Tensor xr = x.narrow(0, r * 2, 2), tr = t.narrow(0, r * 2, 2);
+        (use_loss ? ddp->forward_loss(nn::CrossEntropyLoss(), tr, xr) : cross_entropy(ddp(xr), tr)).backward();
+        const auto params = ddp->parameters();
+        for (size_t i = 0; i < params.size(); ++i)
+          EXPECT_TRUE(allclose(params[i].grad(), ref[i], 1e-5, 1e-6)) << "param " << i << " set_to_none " << set_to_none << " loss " << use_loss;
+      }
     }
-    const auto params = ddp->parameters();
-    for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(allclose(params[i].grad(), ref[i], 1e-5, 1e-6)) << "param " << i;
   });
 }
 
