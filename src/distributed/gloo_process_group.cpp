@@ -52,11 +52,17 @@ GlooProcessGroup::GlooProcessGroup(GlooConnection connection, std::shared_ptr<St
       store_(std::move(store)),
       connection_(std::move(connection)),
       debug_(debug),
-      progress_(connection_.group_store, rank) {
+      progress_(connection_.group_store, rank),
+      inline_access_(std::make_shared<InlineAccess>()) {
+  inline_access_->group = this;
   thread_ = std::thread([this] { loop(); });
 }
 
 GlooProcessGroup::~GlooProcessGroup() {
+  {
+    std::lock_guard<std::mutex> lock(inline_access_->mu);  // waits for an inline operation to finish
+    inline_access_->group = nullptr;
+  }
   std::deque<Op> dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -94,7 +100,29 @@ WorkPtr GlooProcessGroup::enqueue(const char* name, std::vector<Tensor> outputs,
   queue_.push_back(Op{work, name, sequence, std::move(description), std::move(run)});
   lock.unlock();
   cv_.notify_one();
+  // The raw pointer: the function is the work's own, so the work outlives every call of it.
+  work->set_inline_runner([access = inline_access_, raw = work.get()] {
+    std::lock_guard<std::mutex> guard(access->mu);
+    if (access->group != nullptr) access->group->run_inline(raw);
+  });
   return work;
+}
+
+void GlooProcessGroup::run_inline(const Work* work) {
+  Op op;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ || running_ || broken_ || queue_.empty() || queue_.front().work.get() != work) return;
+    op = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+  }
+  execute(op);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+  }
+  cv_.notify_all();  // the communication thread may take the next one
 }
 
 void GlooProcessGroup::loop() {
@@ -103,17 +131,22 @@ void GlooProcessGroup::loop() {
     std::exception_ptr broken;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return (stop_ && !running_) || (!queue_.empty() && !running_); });
       if (queue_.empty()) return;
       op = std::move(queue_.front());
       queue_.pop_front();
       broken = broken_;
+      running_ = true;
     }
     if (broken) {
       op.work->finish(unusable_error(broken, options_.name, rank(), size()));
-      continue;
+    } else {
+      execute(op);
     }
-    execute(op);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_ = false;
+    }
   }
 }
 

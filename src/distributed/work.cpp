@@ -13,7 +13,20 @@ bool Work::is_success() const {
   return done_ && !error_;
 }
 
+void Work::set_inline_runner(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  inline_runner_ = std::move(fn);
+}
+
 bool Work::wait(std::optional<std::chrono::milliseconds> timeout) {
+  if (!timeout) {
+    std::function<void()> run_here;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!done_) run_here = inline_runner_;
+    }
+    if (run_here) run_here();
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (timeout) {
     if (!cv_.wait_for(lock, *timeout, [&] { return done_; })) return false;

@@ -49,6 +49,10 @@ class Work : public std::enable_shared_from_this<Work> {
   void finish(std::exception_ptr error = nullptr);
   // An already-completed work (success), e.g. for an operation with nothing to do.
   static std::shared_ptr<Work> completed(std::string operation, std::vector<Tensor> outputs = {});
+  // A function wait() (without a timeout) calls before blocking: the backend may run the operation
+  // on the waiting thread when nothing else is running it, which saves the two thread hand-offs of
+  // a collective that is waited for right away.
+  void set_inline_runner(std::function<void()> fn);
 
  private:
   std::string operation_;
@@ -59,6 +63,7 @@ class Work : public std::enable_shared_from_this<Work> {
   bool done_ = false;
   std::exception_ptr error_;
   std::vector<std::function<void()>> continuations_;
+  std::function<void()> inline_runner_;
 };
 
 using WorkPtr = std::shared_ptr<Work>;
