@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 #include "distributed/workers/ddp_worker_model.h"
-#include "distributed/workers/worker_process.h"
+#include "distributed/workers/worker_job.h"
 #include "dp/distributed/store.h"
 #include "dp/dp.h"
 #include "dp/optim/optim.h"
@@ -24,32 +24,14 @@ namespace dp::distributed {
 namespace {
 
 using dp::test::mono_ms;
-using dp::test::WorkerProcess;
 using std::chrono::milliseconds;
 constexpr milliseconds kRun{30000};
 
-class Job {
+// One ddp_worker per rank (args[r] are rank r's arguments).
+class Job : public dp::test::WorkerJob {
  public:
-  Job(int world, const std::vector<std::vector<std::string>>& args, double timeout_seconds = 20, const std::vector<std::string>& extra_env = {})
-      : server_("127.0.0.1", 0) {
-    for (int r = 0; r < world; ++r) {
-      std::vector<std::string> env{"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world), "MASTER_ADDR=127.0.0.1",
-                                   "MASTER_PORT=" + std::to_string(server_.port()), "DP_STORE_HOSTED=1",
-                                   "DP_DIST_TIMEOUT=" + std::to_string(timeout_seconds), "DP_CPU_DEVICES=1", "OPENBLAS_NUM_THREADS=1"};
-      env.insert(env.end(), extra_env.begin(), extra_env.end());
-      ranks_.push_back(std::make_unique<WorkerProcess>(DP_DDP_WORKER, args[static_cast<size_t>(r)], env));
-    }
-  }
-  WorkerProcess& operator[](int r) { return *ranks_[static_cast<size_t>(r)]; }
-  std::string outputs() const {
-    std::string all;
-    for (size_t r = 0; r < ranks_.size(); ++r) all += "--- rank " + std::to_string(r) + ":\n" + ranks_[r]->output();
-    return all;
-  }
-
- private:
-  TCPStoreServer server_;
-  std::vector<std::unique_ptr<WorkerProcess>> ranks_;
+  explicit Job(const std::vector<std::vector<std::string>>& args, double timeout_seconds = 20, const std::vector<std::string>& extra_env = {})
+      : WorkerJob(DP_DDP_WORKER, args, timeout_seconds, extra_env) {}
 };
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -79,7 +61,7 @@ void train_and_compare(const std::vector<int64_t>& rows) {
   dp::test::TempDir dir;
   const std::string save = (dir.path / "final").string();
   std::vector<std::vector<std::string>> args(world, {"--steps", "6", "--rows-of-rank", shares, "--save", save});
-  Job job(world, args);
+  Job job(args);
   for (int r = 0; r < world; ++r) {
     auto status = job[r].wait_exit(kRun);
     ASSERT_TRUE(status.has_value()) << "rank " << r << " did not finish\n" << job.outputs();
@@ -105,7 +87,7 @@ TEST(DDPProcesses, TwoProcessesMatchTheSingleProcessRun) { train_and_compare({6,
 TEST(DDPProcesses, ThreeProcessesWithRaggedSharesMatchTheSingleProcessRun) { train_and_compare({5, 4, 3}); }
 
 TEST(DDPProcesses, AKilledRankIsNamedInTheSurvivorWithinOneSecond) {
-  Job job(2, {{"--steps", "100000"}, {"--steps", "100000"}});
+  Job job({{"--steps", "100000"}, {"--steps", "100000"}});
   ASSERT_TRUE(job[1].wait_for_line("STEP 3", kRun)) << job.outputs();
   const int64_t killed_at = mono_ms();
   job[1].signal(SIGKILL);
@@ -118,7 +100,7 @@ TEST(DDPProcesses, AKilledRankIsNamedInTheSurvivorWithinOneSecond) {
 }
 
 TEST(DDPProcesses, ARankThatSkipsABackwardIsNamedInTheTimeout) {
-  Job job(2, {{"--steps", "10"}, {"--steps", "10", "--skip-backward-at", "2"}}, /*timeout_seconds=*/2);
+  Job job({{"--steps", "10"}, {"--steps", "10", "--skip-backward-at", "2"}}, /*timeout_seconds=*/2);
   ASSERT_TRUE(job[1].wait_for_line("SKIPPED 2", kRun)) << job.outputs();
   const int64_t skipped_at = mono_ms();
   auto error = job[0].wait_for_line("ERROR", milliseconds(15000));
@@ -131,7 +113,7 @@ TEST(DDPProcesses, ARankThatSkipsABackwardIsNamedInTheTimeout) {
 // With DP_DISTRIBUTED_DEBUG=1 the rank that went on to the next forward (a different collective)
 // is named at once, not after the timeout.
 TEST(DDPProcesses, DebugModeNamesTheRankThatTookAnotherBranch) {
-  Job job(2, {{"--steps", "10"}, {"--steps", "10", "--skip-backward-at", "2", "--then", "continue"}}, /*timeout_seconds=*/20,
+  Job job({{"--steps", "10"}, {"--steps", "10", "--skip-backward-at", "2", "--then", "continue"}}, /*timeout_seconds=*/20,
           {"DP_DISTRIBUTED_DEBUG=1"});
   const int64_t start = mono_ms();
   auto error = job[0].wait_for_line("ERROR", milliseconds(30000));

@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include "distributed/workers/worker_process.h"
+#include "distributed/workers/worker_job.h"
 #include "dp/distributed/store.h"
 
 #ifndef DP_PG_WORKER
@@ -22,40 +22,20 @@ namespace dp::distributed {
 namespace {
 
 using dp::test::mono_ms;
-using dp::test::WorkerProcess;
 using std::chrono::milliseconds;
 
-// A job: the store server and one worker per rank, each with its scenario.
-class Job {
+// A job: the store server and one pg_worker per rank, each running its scenario.
+class Job : public dp::test::WorkerJob {
  public:
   Job(const std::vector<std::string>& scenarios, double timeout_seconds, const std::vector<std::string>& extra_env = {})
-      : server_("127.0.0.1", 0) {
-    const int size = static_cast<int>(scenarios.size());
-    for (int r = 0; r < size; ++r) {
-      std::vector<std::string> env{"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(size), "LOCAL_RANK=" + std::to_string(r),
-                                   "LOCAL_WORLD_SIZE=" + std::to_string(size), "MASTER_ADDR=127.0.0.1",
-                                   "MASTER_PORT=" + std::to_string(server_.port()), "DP_STORE_HOSTED=1",
-                                   "DP_DIST_TIMEOUT=" + std::to_string(timeout_seconds), "DP_DISTRIBUTED_DEBUG=0", "DP_CPU_DEVICES=1"};
-      for (const std::string& extra : extra_env) {  // replaces a default of the same name
-        const std::string name = extra.substr(0, extra.find('=') + 1);
-        std::erase_if(env, [&](const std::string& e) { return e.rfind(name, 0) == 0; });
-        env.push_back(extra);
-      }
-      ranks_.push_back(std::make_unique<WorkerProcess>(DP_PG_WORKER, std::vector<std::string>{scenarios[static_cast<size_t>(r)]}, env));
-    }
-  }
-  WorkerProcess& operator[](int rank) { return *ranks_[static_cast<size_t>(rank)]; }
-  int size() const { return static_cast<int>(ranks_.size()); }
-  // Everything every rank printed, for failure messages.
-  std::string outputs() const {
-    std::string all;
-    for (size_t r = 0; r < ranks_.size(); ++r) all += "--- rank " + std::to_string(r) + ":\n" + ranks_[r]->output();
-    return all;
-  }
+      : WorkerJob(DP_PG_WORKER, one_argument_each(scenarios), timeout_seconds, extra_env) {}
 
  private:
-  TCPStoreServer server_;
-  std::vector<std::unique_ptr<WorkerProcess>> ranks_;
+  static std::vector<std::vector<std::string>> one_argument_each(const std::vector<std::string>& scenarios) {
+    std::vector<std::vector<std::string>> args;
+    for (const std::string& s : scenarios) args.push_back({s});
+    return args;
+  }
 };
 
 // The value of "name=value" in a worker's line ("" when absent).

@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 #include "dp/distributed/store.h"
+#include "support/forked_child.h"
 #include "support/temp_files.h"
 
 namespace dp::distributed {
@@ -30,62 +31,12 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using dp::test::ForkedChild;
 
 Bytes bytes_of(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Runs `fn` in a forked child whose exit status is fn's result (100 if it threw). The destructor
-// kills and reaps a child that is still running, so no test path leaves one behind.
-class ForkedChild {
- public:
-  explicit ForkedChild(const std::function<int()>& fn) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      int code = 100;
-      try {
-        code = fn();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "child: %s\n", e.what());
-      } catch (...) {
-      }
-      ::_exit(code);  // no atexit handlers, no gtest output from the child
-    }
-  }
-  ~ForkedChild() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  ForkedChild(const ForkedChild&) = delete;
-  ForkedChild& operator=(const ForkedChild&) = delete;
-
-  // The child's exit code; -1 if it died by a signal or had to be killed after `timeout`.
-  int wait(std::chrono::milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    while (pid_ > 0) {
-      int status = 0;
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      if (Clock::now() >= deadline) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, nullptr, 0);
-        pid_ = -1;
-        return -1;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    return -1;
-  }
-  bool started() const { return pid_ > 0; }
-
- private:
-  pid_t pid_ = -1;
-};
 
 // ---------------------------------------------------------------------------------------------
 // One store, any kind; open() gives another handle on it (another "rank"): the same HashStore,

@@ -22,12 +22,14 @@
 #include <thread>
 #include <vector>
 #include "dp/distributed/store.h"
+#include "support/forked_child.h"
 
 namespace dp::distributed {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using dp::test::ForkedChild;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -46,57 +48,6 @@ TCPStoreOptions server_options(std::chrono::milliseconds timeout) {
   return o;
 }
 
-// Runs `fn` in a forked child whose exit status is fn's result (100 if it threw). The destructor
-// kills and reaps a child that is still running, so no test path leaves one behind.
-class ForkedChild {
- public:
-  explicit ForkedChild(const std::function<int()>& fn) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      int code = 100;
-      try {
-        code = fn();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "child: %s\n", e.what());
-      } catch (...) {
-      }
-      ::_exit(code);  // no atexit handlers, no gtest output from the child
-    }
-  }
-  ~ForkedChild() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  ForkedChild(const ForkedChild&) = delete;
-  ForkedChild& operator=(const ForkedChild&) = delete;
-
-  // The child's exit code; -1 if it died by a signal or had to be killed after `timeout`.
-  int wait(std::chrono::milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    while (pid_ > 0) {
-      int status = 0;
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      if (Clock::now() >= deadline) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, nullptr, 0);
-        pid_ = -1;
-        return -1;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    return -1;
-  }
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-};
 
 // A pipe that carries one port number from parent to child, read with a timeout.
 class PortPipe {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <functional>
 #include "dp/dp.h"
+#include "support/test_models.h"
 #include "dp/nn/nn.h"
 #include "dp/optim/optim.h"
 #include "dp/parallel/parallel.h"
@@ -11,30 +12,9 @@
 namespace dp::parallel {
 namespace {
 
-struct Mlp : nn::Module {
-  nn::Sequential net{nullptr};
-  Mlp() { net = register_module("net", nn::Sequential(nn::Linear(8, 16), nn::ReLU(), nn::Linear(16, 16), nn::Tanh(), nn::Linear(16, 4))); }
-  Tensor forward(const Tensor& x) { return net->forward(x); }
-};
-
-struct Cnn : nn::Module {
-  nn::Sequential net{nullptr};
-  Cnn() {
-    net = register_module("net", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 4, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
-                                                nn::Conv2d(nn::Conv2dOptions(4, 6, 3).padding(1)), nn::ReLU(), nn::Flatten(), nn::Linear(6 * 4 * 4, 4)));
-  }
-  Tensor forward(const Tensor& x) { return net->forward(x); }
-};
-
-struct EmbeddingModel : nn::Module {
-  nn::Embedding emb{nullptr};
-  nn::Linear fc{nullptr};
-  EmbeddingModel() {
-    emb = register_module("emb", nn::Embedding(50, 6));
-    fc = register_module("fc", nn::Linear(3 * 6, 4));
-  }
-  Tensor forward(const Tensor& tokens) { return fc(emb(tokens).flatten(1)); }
-};
+using dp::test::Cnn;
+using dp::test::EmbeddingModel;
+using dp::test::Mlp;
 
 struct LstmModel : nn::Module {
   nn::LSTM lstm{nullptr};
