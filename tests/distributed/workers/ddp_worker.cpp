@@ -2,6 +2,7 @@
 // starts several, as a launcher would). It forms the group with init_process_group() from the
 // environment, trains the test's MLP on its share of a fixed global batch for --steps SGD steps
 // with forward_loss, and reports on stdout:
+//   BOUND <address>             the local address the group's transport bound (after rendezvous)
 //   STEP <n> mono_ms=<t>        step n finished (the test acts on it: kill, stop)
 //   SAVED <path>                the final parameters were written (dp::save)
 //   ERROR <type> mono_ms=<t> :: <message>   a distributed error ended the run (exit status 3)
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
     set_num_threads(1);
     ProcessGroupPtr group = init_process_group();
     const int rank = group->rank(), world = group->size();
+    say("BOUND " + group->options().bind_address);
     if (rows_of_rank.empty()) rows_of_rank.assign(static_cast<size_t>(world), 12 / world);
     int64_t offset = 0;
     for (int r = 0; r < rank; ++r) offset += rows_of_rank[static_cast<size_t>(r)];
