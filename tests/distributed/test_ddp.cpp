@@ -208,23 +208,25 @@ TEST(DDPEquivalence, FiftyStepsBitwiseIdenticalAcrossRanks) {
 // BatchNorm: each rank normalises with its own rows' statistics (as PyTorch's DDP without
 // SyncBatchNorm), so the reference runs each rank's rows through the model separately; the
 // running statistics come from rank 0 before every forward.
-TEST(DDPEquivalence, BatchNormPerRankStatisticsAndRankZerosBuffers) {
-  const std::vector<int64_t> rows{5, 3};
+void check_batch_norm(const std::vector<int64_t>& rows) {
+  const int world = static_cast<int>(rows.size());
   const std::vector<int64_t> off = offsets_of(rows);
+  const int64_t total = off.back();
+  SCOPED_TRACE(::testing::Message() << world << " ranks");
   manual_seed(3);
-  Tensor x = randn({8, 8}), t = randint(0, 4, {8});
+  Tensor x = randn({total, 8}), t = randint(0, 4, {total});
   auto reference = make_model<BatchNormModel>(42, kFloat32);
-  std::vector<std::shared_ptr<BatchNormModel>> models{make_model<BatchNormModel>(42, kFloat32), make_model<BatchNormModel>(9, kFloat32)};
   Tensor ref_sum = Tensor();
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < world; ++r) {
     Tensor part = cross_entropy(reference->forward(x.narrow(0, off[r], rows[r])), t.narrow(0, off[r], rows[r]), {}, -100, Reduction::Sum);
     ref_sum = ref_sum.defined() ? ref_sum + part : part;
   }
-  (ref_sum / 8.0).backward();
+  (ref_sum / static_cast<double>(total)).backward();
   std::vector<Tensor> ref_grads = grads_of(*reference);
-  std::vector<std::vector<Tensor>> buffers_after_eval(2);
-  std::vector<Tensor> eval_out(2);
-  run_ranks(2, [&](const ProcessGroupPtr& group, int r) {
+  std::vector<std::vector<Tensor>> buffers_after_eval(world);
+  std::vector<Tensor> eval_out(world);
+  auto models = rank_models<BatchNormModel>(world);
+  run_ranks(world, [&](const ProcessGroupPtr& group, int r) {
     nn::DistributedDataParallel<BatchNormModel> ddp(models[r], group);
     Tensor loss = ddp->forward_loss(nn::CrossEntropyLoss(), t.narrow(0, off[r], rows[r]), x.narrow(0, off[r], rows[r]));
     loss.backward();
@@ -239,8 +241,15 @@ TEST(DDPEquivalence, BatchNormPerRankStatisticsAndRankZerosBuffers) {
     for (const Tensor& b : ddp->buffers()) buffers_after_eval[r].push_back(b.clone());
   });
   ASSERT_EQ(buffers_after_eval[0].size(), 3u);  // running_mean, running_var, num_batches_tracked
-  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(bitwise_equal(buffers_after_eval[0][i], buffers_after_eval[1][i])) << "buffer " << i;
-  EXPECT_TRUE(bitwise_equal(eval_out[0], eval_out[1]));
+  for (int r = 1; r < world; ++r) {
+    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(bitwise_equal(buffers_after_eval[0][i], buffers_after_eval[r][i])) << "rank " << r << " buffer " << i;
+    EXPECT_TRUE(bitwise_equal(eval_out[0], eval_out[r])) << "rank " << r;
+  }
+}
+
+TEST(DDPEquivalence, BatchNormPerRankStatisticsAndRankZerosBuffers) {
+  check_batch_norm({5, 3});
+  check_batch_norm({3, 3, 2});
 }
 
 // Rank 0 never uses `b`, rank 1 does; nobody uses `never`. b's gradient on rank 0 is rank 1's
