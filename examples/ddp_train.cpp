@@ -174,13 +174,13 @@ int main(int argc, char** argv) {
 
     nn::Sequential model = make_model(a.data);
     if (a.devices.empty()) {
-      nn::DistributedDataParallel<nn::SequentialImpl> ddp(model.ptr(), group);
+      nn::DistributedDataParallel ddp(model, group);
       return train(ddp, a, *group, *sampler, loader, test_set, Device::cpu(), images);
     }
     // Hybrid: DataParallel over this process's devices, DDP across processes.
     model->to(a.devices[0]);
     nn::DataParallel<nn::SequentialImpl> local(model.ptr(), a.devices);
-    nn::DistributedDataParallel<parallel::DataParallelImpl<nn::SequentialImpl>> ddp(local.ptr(), group);
+    nn::DistributedDataParallel ddp(local, group);
     return train(ddp, a, *group, *sampler, loader, test_set, a.devices[0], images);
   } catch (const distributed::DistributedError& e) {
     std::fprintf(stderr, "ddp_train: %s\n", e.what());

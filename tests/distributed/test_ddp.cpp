@@ -521,7 +521,7 @@ TEST(DDPHybrid, DataParallelInsideEachRank) {
     auto model = models[r];
     model->to(Device::cpu(2 * r));
     nn::DataParallel<Mlp> local(model, {Device::cpu(2 * r), Device::cpu(2 * r + 1)});
-    nn::DistributedDataParallel<parallel::DataParallelImpl<Mlp>> ddp(local.ptr(), group);
+    nn::DistributedDataParallel ddp(local, group);  // DistributedDataParallel<parallel::DataParallelImpl<Mlp>>
     auto opt = make_optimizer(Opt::Adam, ddp->parameters());
     for (int step = 0; step < 3; ++step) {
       opt->zero_grad();
