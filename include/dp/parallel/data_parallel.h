@@ -9,7 +9,7 @@
 //   dp::Tensor out = net(input);                               // input [30,5] -> replicas see [15,5]
 //   loss_fn(out, target).backward();                           // model's .grad = full-batch gradient
 //
-// It follows torch.nn.DataParallel (../shared/spec/dataparallel.md), with the project's decisions:
+// It follows torch.nn.DataParallel (docs/data-parallel.md), with the project's decisions:
 //  - device_ids: default every CUDA device; with none, DataParallel just calls the module (the
 //    no-device path). CPU devices (cpu:0 ... cpu:N-1, each a worker thread) are used when listed.
 //  - output_device: default device_ids[0]; may be any device, the host "cpu" included. With one
