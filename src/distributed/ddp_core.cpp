@@ -114,6 +114,7 @@ void DDPCore::check_same_model(const std::vector<std::string>& descriptions) {
 
 void DDPCore::before_forward() {
   reducer_->prepare_forward();
+  group_->note_progress(reducer_->synced_passes(), module_->is_training() ? "forward" : "evaluation");
   if (!options_.broadcast_buffers || buffers_.empty() || group_->size() == 1) return;
   // Training: every forward starts from rank 0's buffers (and then updates them locally).
   // Evaluation leaves buffers alone, so one copy after training is enough: evaluation forwards then

@@ -30,7 +30,7 @@ std::exception_ptr timeout_error(const std::string& gloo_text, const OpLabel& la
   if (report.complete) {
     for (const RankProgress& p : report.ranks) {
       if (p.rank == label.rank) continue;
-      if (!p.known || p.sequence < label.sequence) {
+      if (!p.known || p.operation == "-" || p.sequence < label.sequence) {  // "-": noted a step, no collective yet
         behind.push_back(p.rank);
       } else if (p.sequence == label.sequence && p.operation != label.operation) {
         diverged.push_back(dp::detail::str("rank ", p.rank, " issued ", p.operation, " as collective #", p.sequence, ", this rank ", label.operation));
@@ -62,8 +62,8 @@ std::exception_ptr timeout_error(const std::string& gloo_text, const OpLabel& la
     for (size_t i = 0; i < parts.size(); ++i) msg += (i ? "; " : "") + parts[i];
   }
   for (const auto& w : where) msg += "; " + w;
-  msg += dp::detail::str("; this rank waited ", waited.count(), " ms in ", label.operation, " #", label.sequence, " (gloo: ",
-                         strip_gloo_location(gloo_text), ")");
+  msg += dp::detail::str("; this rank", label.position.empty() ? std::string() : " (at " + label.position + ")", " waited ", waited.count(),
+                         " ms in ", label.operation, " #", label.sequence, " (gloo: ", strip_gloo_location(gloo_text), ")");
   return std::make_exception_ptr(CollectiveTimeout(msg, label.operation, label.sequence, waited, behind));
 }
 

@@ -22,6 +22,7 @@ struct OpLabel {
   int size = 1;
   const char* operation = "";
   uint64_t sequence = 0;
+  std::string position;  // where this rank's program noted it is ("step 41 (backward)"); may be empty
   std::string str() const;
 };
 

@@ -153,7 +153,7 @@ void GlooProcessGroup::loop() {
 void GlooProcessGroup::execute(Op& op) {
   progress_.publish(op.sequence, op.name, /*finished=*/false);
   const auto start = std::chrono::steady_clock::now();
-  const OpLabel label{options_.name, rank(), size(), op.name, op.sequence};
+  const OpLabel label{options_.name, rank(), size(), op.name, op.sequence, {}};
   const GlooCall call{connection_.context, tag_of(op.sequence), options_.timeout};
   try {
     if (debug_) check_same_collective(call, label, op.description);
@@ -165,7 +165,9 @@ void GlooProcessGroup::execute(Op& op) {
       std::this_thread::sleep_for(kProgressSettle);
       return read_progress(connection_.group_store, size(), kProgressReadBudget);
     };
-    const std::exception_ptr error = translate_operation_error(std::current_exception(), label, connection_.peers, waited, read_others);
+    OpLabel where = label;
+    where.position = progress_.position();
+    const std::exception_ptr error = translate_operation_error(std::current_exception(), where, connection_.peers, waited, read_others);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!broken_) broken_ = error;

@@ -52,6 +52,7 @@ class GlooProcessGroup final : public ProcessGroup {
   WorkPtr barrier() override;
   void monitored_barrier(std::optional<std::chrono::milliseconds> timeout, bool wait_all_ranks) override;
   uint64_t sequence() const override;
+  void note_progress(int64_t step, const char* phase) override { progress_.note(step, phase); }
   const std::shared_ptr<Store>& store() const override { return store_; }
 
   // The generation this group's keys live under in the store ("<name>/<generation>/...").

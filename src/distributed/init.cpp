@@ -66,6 +66,10 @@ ProcessGroupPtr init_process_group(InitOptions options) {
   } else if (group.bind_address.empty()) {
     if (const TCPStore* tcp = underlying_tcp_store(store.get())) group.bind_address = local_address_towards(tcp->host());
   }
+  // A launcher that restarts a job on the same store gives each attempt its own key space, so the
+  // new attempt's groups never meet the previous one's keys (a half-formed group, old progress).
+  if (const char* prefix = std::getenv("DP_STORE_PREFIX"); prefix != nullptr && *prefix != '\0')
+    store = std::make_shared<PrefixStore>(prefix, std::move(store));
   return make_gloo_process_group(std::move(store), rank, world, std::move(group));
 }
 

@@ -19,9 +19,10 @@ int64_t unix_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// "<sequence> <operation> <started|finished> <unix_ms>"
-std::string encode(uint64_t sequence, const char* operation, bool finished, int64_t unix_ms) {
-  return dp::detail::str(sequence, ' ', operation, ' ', finished ? "finished" : "started", ' ', unix_ms);
+// "<sequence> <operation> <started|finished> <unix_ms> <step> <phase>" ("-" for no operation or phase)
+std::string encode(uint64_t sequence, const char* operation, bool finished, int64_t unix_ms, int64_t step, const char* phase) {
+  return dp::detail::str(sequence, ' ', *operation ? operation : "-", ' ', finished ? "finished" : "started", ' ', unix_ms, ' ', step, ' ',
+                         *phase ? phase : "-");
 }
 
 bool decode(const std::string& text, RankProgress& out) {
@@ -29,6 +30,12 @@ bool decode(const std::string& text, RankProgress& out) {
   std::string state;
   if (!(in >> out.sequence >> out.operation >> state >> out.unix_ms)) return false;
   out.finished = state == "finished";
+  if (in >> out.step >> out.phase) {
+    if (out.phase == "-") out.phase.clear();
+  } else {
+    out.step = -1;
+    out.phase.clear();
+  }
   return state == "finished" || state == "started";
 }
 
@@ -46,6 +53,8 @@ struct ProgressPublisher::State {
   const char* operation = "";
   bool finished = false;
   int64_t unix_ms = 0;
+  int64_t step = -1;
+  const char* phase = "";
   uint64_t version = 0;
   uint64_t sent = 0;
   bool stop = false;
@@ -89,6 +98,25 @@ void ProgressPublisher::publish(uint64_t sequence, const char* operation, bool f
   if (wake) state_->cv.notify_all();
 }
 
+void ProgressPublisher::note(int64_t step, const char* phase) {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->step == step && state_->phase == phase) return;  // nothing new: no store write
+    state_->step = step;
+    state_->phase = phase;
+    ++state_->version;
+    wake = state_->idle;
+  }
+  if (wake) state_->cv.notify_all();
+}
+
+std::string ProgressPublisher::position() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->step < 0 && *state_->phase == '\0') return "";
+  return dp::detail::str("step ", state_->step, *state_->phase ? dp::detail::str(" (", state_->phase, ")") : std::string());
+}
+
 bool ProgressPublisher::flush(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(state_->mu);
   const uint64_t target = state_->version;
@@ -107,7 +135,7 @@ void ProgressPublisher::run(std::shared_ptr<State> s) {
     const auto next = s->last_write + kMinInterval;
     if (std::chrono::steady_clock::now() < next && s->cv.wait_until(lock, next, [&] { return s->stop; })) break;
     const uint64_t version = s->version;
-    const std::string value = encode(s->sequence, s->operation, s->finished, s->unix_ms);
+    const std::string value = encode(s->sequence, s->operation, s->finished, s->unix_ms, s->step, s->phase);
     lock.unlock();
     try {
       s->store->set(s->key, value);
@@ -171,12 +199,16 @@ ProgressReport read_progress(const std::shared_ptr<Store>& store, int size, std:
 }
 
 std::string describe_progress(const RankProgress& p) {
-  if (!p.known) return dp::detail::str("rank ", p.rank, " has not started any collective");
+  const std::string where = p.step >= 0 || !p.phase.empty()
+                                ? dp::detail::str(" is at step ", p.step, p.phase.empty() ? "" : " (" + p.phase + ")", ",")
+                                : std::string();
+  if (!p.known) return dp::detail::str("rank ", p.rank, where.empty() ? " has" : where + " and has", " not started any collective");
+  if (p.operation == "-") return dp::detail::str("rank ", p.rank, where, " before its first collective");
   const double ago = static_cast<double>(unix_ms_now() - p.unix_ms) / 1000.0;
   char when[32];
   std::snprintf(when, sizeof when, "%.1f", ago < 0 ? 0.0 : ago);
-  return dp::detail::str("rank ", p.rank, " is at collective #", p.sequence, " (", p.operation, ", ", p.finished ? "finished" : "started",
-                         " ", when, " s ago)");
+  return dp::detail::str("rank ", p.rank, where.empty() ? " is at" : where, " collective #", p.sequence, " (", p.operation, ", ",
+                         p.finished ? "finished" : "started", " ", when, " s ago)");
 }
 
 }  // namespace dp::distributed::detail

@@ -1,6 +1,7 @@
 #pragma once
 // Progress diagnostics: every rank keeps "progress/<rank>" in its group's store up to date with the
-// collective it is in (sequence number, operation, started or finished, wall-clock time), so that a
+// collective it is in (sequence number, operation, started or finished, wall-clock time) and where
+// its program says it is (training step and phase: ProcessGroup::note_progress), so that a
 // rank whose collective times out can say who is behind and where. Publishing must never slow the
 // hot path: publish() only records the value (and wakes a background thread if it is idle); the
 // thread writes at most one value per 50 ms, always the latest (values recorded meanwhile
@@ -30,6 +31,11 @@ class ProgressPublisher {
   // Records this rank's position; `operation` must be a string literal (it is kept by pointer:
   // no allocation on the hot path). Never blocks on the store.
   void publish(uint64_t sequence, const char* operation, bool finished);
+  // Records the program's position: `phase` must be a string literal without spaces (kept by
+  // pointer). Never blocks on the store.
+  void note(int64_t step, const char* phase);
+  // "step 41 (backward)" from the last note; empty when nothing was noted.
+  std::string position() const;
   // Waits up to `timeout` until the latest recorded value has been written (or failed to be).
   bool flush(std::chrono::milliseconds timeout);
 
@@ -48,6 +54,8 @@ struct RankProgress {
   std::string operation;
   bool finished = false;
   int64_t unix_ms = 0;  // when it was recorded (wall clock of that rank's machine)
+  int64_t step = -1;    // the program's step and phase (note_progress); -1 / empty when never noted
+  std::string phase;
 };
 
 struct ProgressReport {
@@ -60,7 +68,8 @@ struct ProgressReport {
 // store costs at most the budget (the helper is then abandoned to finish on its own).
 ProgressReport read_progress(const std::shared_ptr<Store>& store, int size, std::chrono::milliseconds budget);
 
-// "rank 1 is at collective #40 (broadcast, finished 2.1 s ago)" / "rank 1 has not started any collective"
+// "rank 1 is at step 41 (forward), collective #40 (broadcast, finished 2.1 s ago)" / "rank 1 has not
+// started any collective"
 std::string describe_progress(const RankProgress& p);
 
 }  // namespace dp::distributed::detail

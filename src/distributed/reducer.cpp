@@ -11,6 +11,7 @@
 #include <mutex>
 #include "dp/autograd/callback.h"
 #include "dp/autograd/grad_mode.h"
+#include "dp/distributed/timeline.h"
 #include "dp/ops/factory.h"
 #include "distributed/reducer_buckets.h"
 
@@ -61,6 +62,7 @@ struct Reducer::State {
   int accumulate_every = 1;
   uint64_t passes_in_cycle = 0;  // backward passes since the last synchronised one
   bool last_synced = false;
+  int64_t synced_passes = 0;  // backward passes that synchronised: the optimizer steps, as a rank's "step"
   GradReduction next_reduction = GradReduction::Mean;
 
   // ---- the pass in progress ----
@@ -79,6 +81,7 @@ struct Reducer::State {
   Tensor used_u8;
   std::string error;            // a misuse found during the pass, reported at its end
   Clock::time_point first_ready, first_launch;
+  int64_t pass_start_us = 0;  // timeline: when the pass reached this model
   ReducerStats stats;
 
   bool is_view(size_t i, const Tensor& g) const {
@@ -118,6 +121,8 @@ struct Reducer::State {
     next_launch = 0;
     error.clear();
     first_ready = Clock::now();
+    if (timeline::enabled()) pass_start_us = timeline::now_us();
+    group->note_progress(synced_passes, "backward");
     std::shared_ptr<State> self = self_ptr.lock();
     autograd::queue_callback([self] { self->finalize(); });
   }
@@ -169,6 +174,12 @@ struct Reducer::State {
       }
       w = group->allreduce(buffers[b], op);
     }
+    if (timeline::enabled()) {  // bucket ready and launched now (training thread); reduced on the communication side
+      const int64_t at = timeline::now_us();
+      const std::string args = detail::str("\"bucket\": ", b, ", \"bytes\": ", grads[b].nbytes(), ", \"parameters\": ", plans[b].params.size());
+      timeline::instant(detail::str("bucket ", b, " ready"), "ddp", at, 0, args);
+      w->then([b, at, args] { timeline::span(detail::str("allreduce bucket ", b), "ddp", at, timeline::now_us(), 1, args); });
+    }
     works[b] = std::move(w);
   }
 
@@ -180,7 +191,11 @@ struct Reducer::State {
       if (!sync || group->size() == 1) {
         armed = false;
         last_synced = sync;
-        if (sync) passes_in_cycle = 0;
+        if (sync) {
+          passes_in_cycle = 0;
+          ++synced_passes;
+        }
+        if (timeline::enabled()) timeline::span(sync ? "backward" : "backward (no_sync)", "ddp", pass_start_us, timeline::now_us());
         return;
       }
       // Parameters this pass did not reach: their current .grad (accumulated under no_sync, or set
@@ -202,6 +217,7 @@ struct Reducer::State {
       if (used_work) wait_for.push_back(used_work);
     }
     const Clock::time_point pass_end = Clock::now();
+    const int64_t pass_end_us = timeline::enabled() ? timeline::now_us() : 0;
     try {
       for (auto& w : wait_for) w->wait();
     } catch (...) {
@@ -209,6 +225,11 @@ struct Reducer::State {
       throw;
     }
     const Clock::time_point reduced = Clock::now();
+    if (timeline::enabled()) {
+      const int64_t now = timeline::now_us();
+      timeline::span("wait for buckets", "ddp", pass_end_us, now);
+      timeline::span("backward", "ddp", pass_start_us, now);
+    }
     std::string misuse;
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -243,6 +264,7 @@ struct Reducer::State {
     std::lock_guard<std::mutex> lock(mu);
     armed = false;
     last_synced = synced;
+    if (synced) group->note_progress(++synced_passes, "after-backward");
     passes_in_cycle = 0;
     std::fill(used.begin(), used.end(), 0);
     std::fill(works.begin(), works.end(), nullptr);
@@ -371,6 +393,11 @@ bool Reducer::will_sync() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   const State& s = *state_;
   return s.no_sync_depth == 0 && (s.passes_in_cycle + 1) % static_cast<uint64_t>(s.accumulate_every) == 0;
+}
+
+int64_t Reducer::synced_passes() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->synced_passes;
 }
 
 bool Reducer::last_backward_synced() const {

@@ -106,6 +106,9 @@ TEST(DDPProcesses, ARankThatSkipsABackwardIsNamedInTheTimeout) {
   auto error = job[0].wait_for_line("ERROR", milliseconds(15000));
   ASSERT_TRUE(error.has_value()) << job.outputs();
   EXPECT_TRUE(contains(*error, "CollectiveTimeout behind=1")) << *error;
+  // Both ranks' positions: rank 1 did step 2's forward and went no further; rank 0 waits in its backward.
+  EXPECT_TRUE(contains(*error, "rank 1 is at step 2 (forward)")) << *error;
+  EXPECT_TRUE(contains(*error, "this rank (at step 2 (backward)) waited")) << *error;
   EXPECT_LE(field_ms(*error) - skipped_at, 2000 + 2000) << *error;
   EXPECT_EQ(job[0].wait_exit(milliseconds(5000)), 3);
 }

@@ -138,7 +138,7 @@ class InitProcessGroup : public ::testing::Test {
  protected:
   void SetUp() override {
     for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
-                             "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "DP_STORE_HOSTED"}) {
+                             "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "DP_STORE_HOSTED", "DP_STORE_PREFIX"}) {
       if (const char* v = std::getenv(name)) saved_.emplace_back(name, v);
       ::unsetenv(name);
     }
@@ -270,6 +270,39 @@ TEST_F(InitProcessGroup, ACallersTcpStoreIsUsedAndSetsTheBindAddress) {
     EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
     EXPECT_EQ(results[static_cast<size_t>(r)], 20.0) << "rank " << r;
   }
+}
+
+// DP_STORE_PREFIX (a launcher's restart attempt) puts every key of the group under the prefix: a
+// second attempt on the same store does not see the first one's.
+TEST_F(InitProcessGroup, StorePrefixFromTheEnvironmentSeparatesAttempts) {
+  auto shared = std::make_shared<HashStore>(std::chrono::seconds(10));
+  for (const char* attempt : {"run9/attempt0", "run9/attempt1"}) {
+    ::setenv("DP_STORE_PREFIX", attempt, 1);
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          InitOptions o;
+          o.rank = r;
+          o.world_size = 2;
+          o.store = shared;
+          o.group.timeout = std::chrono::seconds(10);
+          auto pg = init_process_group(o);
+          Tensor t = full({1}, double(r + 1), kFloat64);
+          pg->allreduce(t)->wait();
+          EXPECT_EQ(t.item<double>(), 3.0);
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(r)] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << attempt << " rank " << r;
+    // The group's keys are under the attempt's prefix, and each attempt is generation 0 of its own
+    // key space (without the prefix the second would have been generation 1 of the first's).
+    EXPECT_TRUE(shared->check({std::string(attempt) + "/default/0/arrived/0", std::string(attempt) + "/default/0/arrived/1"})) << attempt;
+  }
+  ::unsetenv("DP_STORE_PREFIX");
 }
 
 }  // namespace

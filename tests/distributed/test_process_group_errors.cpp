@@ -221,6 +221,27 @@ TEST(ProcessGroupErrors, ARankThatSkipsACollectiveIsNamedInTheTimeoutAndTheGroup
   }, options_with_timeout(kShort));
 }
 
+// note_progress: the timeout says where the late rank's program is (its step and phase) besides
+// its last collective, and where this rank's program was.
+TEST(ProcessGroupErrors, TheTimeoutSaysAtWhichStepAndPhaseEachRankIs) {
+  run_ranks(2, [&](int rank, ProcessGroup& pg) {
+    Tensor t = full({4}, 1.0, kFloat32);
+    pg.note_progress(41, "forward");
+    pg.allreduce(t)->wait();  // #0: both
+    if (rank == 1) {
+      pg.note_progress(41, "evaluation");  // goes somewhere else instead of the next collective
+      std::this_thread::sleep_for(milliseconds(3500));
+      return;
+    }
+    pg.note_progress(41, "backward");
+    auto e = thrown<CollectiveTimeout>([&] { pg.allreduce(t)->wait(); });
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->ranks_behind(), std::vector<int>{1}) << e->what();
+    EXPECT_TRUE(contains(e->what(), "rank 1 is at step 41 (evaluation), collective #0 (allreduce, finished")) << e->what();
+    EXPECT_TRUE(contains(e->what(), "this rank (at step 41 (backward)) waited")) << e->what();
+  }, options_with_timeout(kShort));
+}
+
 TEST(ProcessGroupErrors, APeerWhoseGroupGoesAwayIsNamedInAPeerLostError) {
   // Rank 1 destroys its group (its connections close) while rank 0 waits in an allreduce.
   std::promise<void> rank0_waiting;

@@ -10,7 +10,8 @@
 // The first set that is present wins, in that order; a missing or malformed variable is a
 // ValueError that names it. The store is a TCPStore at MASTER_ADDR:MASTER_PORT, hosted by rank 0
 // (or by the launcher when DP_STORE_HOSTED=1); the transport binds the local address that routes
-// to MASTER_ADDR (not whatever the host name resolves to).
+// to MASTER_ADDR (not whatever the host name resolves to). DP_STORE_PREFIX, when set, puts the
+// group's keys under that prefix (dp-run gives every restart attempt its own).
 #include <chrono>
 #include <cstdint>
 #include <functional>

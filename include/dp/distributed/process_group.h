@@ -85,6 +85,12 @@ class ProcessGroup {
 
   // How many collectives this group has issued (the sequence number of the next one).
   virtual uint64_t sequence() const = 0;
+  // Where this rank is, for the report of a collective that times out ("rank 1 is at step 41
+  // (forward), collective #40 ..."): the training step and a phase, a string literal without spaces
+  // ("forward", "backward", "optimizer", "evaluation", ...). Published with the rank's collective
+  // progress, never on the hot path (it only records the values). DDP notes forward and backward
+  // itself.
+  virtual void note_progress(int64_t step, const char* phase) {}
   // The store the group met in (progress and diagnostics live there).
   virtual const std::shared_ptr<Store>& store() const = 0;
 

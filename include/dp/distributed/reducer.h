@@ -87,6 +87,8 @@ class Reducer {
   // Whether the next backward pass will synchronise gradients, and whether the last one did.
   bool will_sync() const;
   bool last_backward_synced() const;
+  // How many backward passes synchronised so far (the optimizer steps, in the usual loop).
+  int64_t synced_passes() const;
 
   // Bucket layout (indices into params, in launch order), for tests and tuning.
   std::vector<std::vector<size_t>> bucket_indices() const;
