@@ -44,6 +44,7 @@
 #include "dp/distributed/comm_hooks.h"
 #include "dp/distributed/process_group.h"
 #include "dp/distributed/reducer.h"
+#include "dp/distributed/timeline.h"
 #include "dp/nn/module.h"
 #include "dp/nn/module_holder.h"
 #include "dp/parallel/data_parallel.h"
@@ -117,6 +118,7 @@ class DistributedDataParallelImpl : public nn::Module {
 
   template <typename... Args>
   auto forward(Args&&... args) {
+    timeline::Scope span("forward", "ddp");
     core_->before_forward();
     using R = std::decay_t<decltype(module_->forward(std::forward<Args>(args)...))>;
     if constexpr (std::is_void_v<R>) {
@@ -137,6 +139,7 @@ class DistributedDataParallelImpl : public nn::Module {
   // splits this rank's rows over its devices.
   template <typename Criterion, typename Target, typename... Args>
   Tensor forward_loss(Criterion&& criterion, const Target& target, Args&&... args) {
+    timeline::Scope span("forward and loss", "ddp");
     core_->before_forward();
     parallel::LossPart part;
     if constexpr (requires(M& m, Criterion& c, const Target& t, std::decay_t<Args>&... a) { m.forward_loss_part(c, t, a...); }) {
