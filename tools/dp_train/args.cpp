@@ -22,8 +22,15 @@ const char* kDescription =
     "for seed, a random linear map to 10 classes for mlp/cnn; as many test rows, drawn after them);\n"
     "fashion-mnist = Debian's dataset-fashion-mnist (60000 train / 10000 test images, normalised).\n"
     "\n"
+    "Across processes: started by a launcher (dp-run --nproc-per-node 2 -- dp-train ..., or torchrun's,\n"
+    "mpirun's or srun's environment with WORLD_SIZE > 1), every process trains with DistributedDataParallel\n"
+    "(and DataParallel over its own --devices); --batch-size stays the rows of one optimizer step, split\n"
+    "over the processes; rank 0 prints, logs, plots and writes the checkpoint. After a launcher restart\n"
+    "(DP_RESTART_COUNT > 0) the run resumes from --checkpoint-dir when it holds a checkpoint.\n"
+    "\n"
     "Exit status: 0 done; 1 final test accuracy below --min-accuracy; 2 bad arguments or input files;\n"
-    "3 an error during training; 130 (143) stopped by Ctrl-C = SIGINT (SIGTERM), after writing the checkpoint.";
+    "3 an error during training (across processes also: a lost peer, a timeout, a failed rendezvous);\n"
+    "130 (143) stopped by Ctrl-C = SIGINT (SIGTERM), after writing the checkpoint.";
 
 // Per-model defaults for the run options the user did not type (the main job's are cnn's).
 struct ModelDefaults {
@@ -175,6 +182,9 @@ ParseResult parse_args(int argc, char** argv) {
   app.add_option("--output-device", o.output_device, "where outputs are gathered and the loss computed (default: the first device; 'cpu' = host)")
       ->group("Devices");
   app.add_flag("--parallel-loss", o.parallel_loss, "compute the loss on the replicas (only scalars travel back)")->group("Devices");
+  app.add_flag("--distributed", o.distributed,
+               "train across processes even if WORLD_SIZE is 1 (default: when the launcher's WORLD_SIZE > 1)")
+      ->group("Devices");
 
   app.add_option("--epochs", r.epochs, "run length in epochs (default: 5; seed 50)")->group("Training");
   app.add_option("--steps", r.steps, "run length in optimizer steps (instead of --epochs)")->group("Training");

@@ -49,6 +49,9 @@ struct Options {
   int64_t stop_after = 0;        // stop (as Ctrl-C does) after N steps of this invocation
   double min_accuracy = -1;      // >= 0: exit 1 when the final test accuracy is below it
   std::string progress = "auto"; // auto | bar | lines | none
+  // Across processes (DistributedDataParallel): on when the launcher's environment says the world
+  // has more than one process (WORLD_SIZE > 1, see dp/distributed/init.h), or forced by --distributed.
+  bool distributed = false;
 };
 
 // What main() should do after parsing: run with `options`, or exit with `exit_code` (help printed:

@@ -55,16 +55,13 @@ void restore_generators(const nlohmann::json& states) {
   }
 }
 
-void save_checkpoint(const std::string& dir, const RunSettings& settings, const TrainState& state, const nn::Module& model,
-                     const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler, const std::vector<Device>& devices) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  DP_CHECK(!ec, IOError, "checkpoint: cannot create the directory ", dir, ": ", ec.message());
-
-  OrderedDict<std::string, Tensor> tensors;
-  for (const auto& item : model.state_dict()) tensors.insert(kModel + item.key(), item.value());
+CheckpointContents checkpoint_contents(const RunSettings& settings, const TrainState& state, const nn::Module& model,
+                                       const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler,
+                                       const std::vector<Device>& devices, int world_size) {
+  CheckpointContents out;
+  for (const auto& item : model.state_dict()) out.tensors.insert(kModel + item.key(), item.value());
   const optim::OptimizerState opt = optimizer.state_dict();
-  for (const auto& item : opt.tensors) tensors.insert(kOptimizer + item.key(), item.value());
+  for (const auto& item : opt.tensors) out.tensors.insert(kOptimizer + item.key(), item.value());
 
   nlohmann::json meta = {{"version", kFormatVersion},
                          {"settings", to_json(settings)},
@@ -73,21 +70,34 @@ void save_checkpoint(const std::string& dir, const RunSettings& settings, const 
                          {"epoch_seconds", state.epoch_seconds},
                          {"wall_seconds", state.wall_seconds},
                          {"generators", generator_states(devices)},
-                         {"history", history_json(state.history)}};
+                         {"history", history_json(state.history)},
+                         {"world_size", world_size}};
   if (scheduler) {
     const optim::LRSchedulerState s = scheduler->state();
     meta["scheduler"] = {{"last_epoch", s.last_epoch}, {"step_count", s.step_count}, {"base_lrs", s.base_lrs}, {"last_lrs", s.last_lrs}};
   }
-  std::map<std::string, std::string> metadata{{"format", "pt"}, {"dp_train", meta.dump()}};
-  for (const auto& [key, value] : opt.metadata) metadata[kOptimizer + key] = value;
-  save(tensors, checkpoint_path(dir), metadata);
+  out.metadata = {{"format", "pt"}, {"dp_train", meta.dump()}};
+  for (const auto& [key, value] : opt.metadata) out.metadata[kOptimizer + key] = value;
+  return out;
+}
+
+void save_checkpoint(const std::string& dir, const RunSettings& settings, const TrainState& state, const nn::Module& model,
+                     const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler, const std::vector<Device>& devices) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  DP_CHECK(!ec, IOError, "checkpoint: cannot create the directory ", dir, ": ", ec.message());
+  const CheckpointContents c = checkpoint_contents(settings, state, model, optimizer, scheduler, devices);
+  save(c.tensors, checkpoint_path(dir), c.metadata);
 }
 
 Checkpoint load_checkpoint(const std::string& dir) {
   const std::string path = checkpoint_path(dir);
   DP_CHECK(std::filesystem::is_directory(dir), IOError, dir, " is not a directory (expected a --checkpoint-dir of an earlier run)");
   DP_CHECK(std::filesystem::exists(path), IOError, "no checkpoint in ", dir, " (", path, " is missing)");
-  SafetensorsFile file = load_file(path);
+  return parse_checkpoint(load_file(path), path);
+}
+
+Checkpoint parse_checkpoint(const SafetensorsFile& file, const std::string& path) {
   auto found = file.metadata.find("dp_train");
   DP_CHECK(found != file.metadata.end(), ValueError, path, " is a safetensors file but not a dp-train checkpoint");
   Checkpoint c;
@@ -113,7 +123,7 @@ Checkpoint load_checkpoint(const std::string& dir) {
   } catch (const ValueError& e) {
     throw ValueError(path + ": " + e.what());
   }
-  for (auto& item : file.tensors) {
+  for (const auto& item : file.tensors) {
     if (starts_with(item.key(), kModel)) c.model.insert(item.key().substr(kModel.size()), item.value());
     else if (starts_with(item.key(), kOptimizer)) c.optimizer.tensors.insert(item.key().substr(kOptimizer.size()), item.value());
   }

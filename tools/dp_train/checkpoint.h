@@ -11,12 +11,14 @@
 // Doubles go through JSON, whose writer prints the shortest text that reads back to the same bits,
 // so learning rates and scheduler state resume exactly.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
 #include "args.h"
 #include "dp/core/device.h"
+#include "dp/core/serialize.h"
 #include "dp/nn/module.h"
 #include "dp/optim/optim.h"
 
@@ -61,6 +63,18 @@ struct Checkpoint {
 
 std::string checkpoint_path(const std::string& dir);
 
+// The checkpoint's tensors and metadata (what save_checkpoint writes; a distributed run hands
+// them to dp::distributed::save_checkpoint, which checks that every rank holds the same tensors
+// and lets rank 0 write them). `world_size` is recorded for information only: the state does not
+// depend on it, so a run resumes on any number of processes.
+struct CheckpointContents {
+  OrderedDict<std::string, Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+CheckpointContents checkpoint_contents(const RunSettings& settings, const TrainState& state, const nn::Module& model,
+                                       const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler,
+                                       const std::vector<Device>& devices, int world_size = 1);
+
 // Writes DIR/checkpoint.safetensors (creating DIR); IOError naming the path when it cannot.
 void save_checkpoint(const std::string& dir, const RunSettings& settings, const TrainState& state, const nn::Module& model,
                      const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler, const std::vector<Device>& devices);
@@ -68,6 +82,8 @@ void save_checkpoint(const std::string& dir, const RunSettings& settings, const 
 // Reads DIR/checkpoint.safetensors. IOError when it is missing or unreadable, ValueError when it is
 // not a dp-train checkpoint (or one of a newer format).
 Checkpoint load_checkpoint(const std::string& dir);
+// The checkpoint in a file already read (from `path`, named in messages); ValueError as above.
+Checkpoint parse_checkpoint(const SafetensorsFile& file, const std::string& path);
 
 // The generator state of the host and of `devices`, and its inverse (devices that no longer exist
 // are skipped: a run resumed on fewer devices).

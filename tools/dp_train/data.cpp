@@ -63,8 +63,18 @@ DataSets load_data(const RunSettings& settings) {
   return settings.data == "random" ? random_sets(settings) : fashion_sets(settings);
 }
 
-EpochSampler::EpochSampler(size_t n, bool shuffle, uint64_t seed, uint64_t epoch, size_t skip)
-    : n_(n), shuffle_(shuffle), seed_(seed), epoch_(epoch), skip_(std::min(skip, n)) {}
+Share rank_share(int64_t rows, int world, int rank) {
+  const int64_t w = world, r = rank, base = rows / w, extra = rows % w;
+  return {r * base + std::min(r, extra), base + (r < extra ? 1 : 0)};
+}
+
+EpochSampler::EpochSampler(size_t n, bool shuffle, uint64_t seed, uint64_t epoch, int64_t batch_size, int64_t first_batch, int world,
+                           int rank)
+    : n_(n), shuffle_(shuffle), seed_(seed), epoch_(epoch), batch_size_(batch_size), first_batch_(first_batch), world_(world), rank_(rank) {
+  const int64_t total = static_cast<int64_t>(n);
+  for (int64_t start = first_batch * batch_size; start < total; start += batch_size)
+    size_ += static_cast<size_t>(rank_share(std::min(batch_size, total - start), world, rank).count);
+}
 
 std::vector<int64_t> EpochSampler::indices(uint64_t) {
   std::vector<int64_t> all;
@@ -74,8 +84,14 @@ std::vector<int64_t> EpochSampler::indices(uint64_t) {
     all.resize(n_);
     for (size_t i = 0; i < n_; ++i) all[i] = static_cast<int64_t>(i);
   }
-  all.erase(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(skip_));
-  return all;
+  const int64_t total = static_cast<int64_t>(n_);
+  std::vector<int64_t> mine;
+  mine.reserve(size_);
+  for (int64_t start = first_batch_ * batch_size_; start < total; start += batch_size_) {
+    const Share s = rank_share(std::min(batch_size_, total - start), world_, rank_);
+    mine.insert(mine.end(), all.begin() + start + s.offset, all.begin() + start + s.offset + s.count);
+  }
+  return mine;
 }
 
 namespace {
@@ -89,15 +105,32 @@ uint64_t shuffle_seed(uint64_t seed) {
 }
 }  // namespace
 
-data::DataLoader epoch_loader(const DataSets& sets, const RunSettings& settings, uint64_t epoch, int64_t first_batch, int64_t workers) {
-  const size_t skip = static_cast<size_t>(first_batch * settings.batch_size);
-  auto sampler = std::make_shared<EpochSampler>(sets.train->size(), settings.shuffle, shuffle_seed(settings.seed), epoch, skip);
-  return data::DataLoader(sets.train, data::DataLoaderOptions(settings.batch_size).num_workers(workers), sampler);
+data::DataLoader epoch_loader(const DataSets& sets, const RunSettings& settings, uint64_t epoch, int64_t first_batch, int64_t workers,
+                              int world, int rank) {
+  auto sampler = std::make_shared<EpochSampler>(sets.train->size(), settings.shuffle, shuffle_seed(settings.seed), epoch, settings.batch_size,
+                                                first_batch, world, rank);
+  const int64_t batch = rank_share(settings.batch_size, world, rank).count;
+  return data::DataLoader(sets.train, data::DataLoaderOptions(batch).num_workers(workers), sampler);
 }
 
 int64_t steps_per_epoch(const DataSets& sets, const RunSettings& settings) {
   const int64_t n = static_cast<int64_t>(sets.train->size());
   return (n + settings.batch_size - 1) / settings.batch_size;
+}
+
+int64_t batch_rows(const DataSets& sets, const RunSettings& settings, int64_t batch) {
+  const int64_t n = static_cast<int64_t>(sets.train->size());
+  return std::min(settings.batch_size, n - batch * settings.batch_size);
+}
+
+void check_rank_shares(const DataSets& sets, const RunSettings& settings, int world) {
+  if (world <= 1) return;
+  const int64_t n = static_cast<int64_t>(sets.train->size());
+  const int64_t last = batch_rows(sets, settings, steps_per_epoch(sets, settings) - 1);
+  DP_CHECK(settings.batch_size >= world, ValueError, "--batch-size ", settings.batch_size, " is smaller than the ", world,
+           " processes: every rank needs at least one row of every batch (the batch is split over the processes)");
+  DP_CHECK(last >= world, ValueError, "--batch-size ", settings.batch_size, " leaves ", last, " row(s) for the last batch of each epoch (", n,
+           " training rows) but there are ", world, " processes, each of which needs at least one row of every batch; choose another --batch-size");
 }
 
 }  // namespace dp::train

@@ -22,25 +22,48 @@ struct DataSets {
 // IOError that names the files and the package to install.
 DataSets load_data(const RunSettings& settings);
 
-// The indices one epoch visits from batch `first_batch` on: the epoch's permutation (the e-th of
-// dp::data::RandomSampler(n, seed), which recomputes any epoch on its own) or 0..n-1, without
-// its first first_batch * batch_size entries. So the batches of a resumed epoch are exactly those
-// the interrupted epoch would have gone on to.
+// This rank's rows of a batch of `rows` rows split over `world` ranks: contiguous shares, the
+// first rows % world ranks one row more (rank r starts at r * (rows / world) + min(r, rows % world)).
+// With world 1 the whole batch.
+struct Share {
+  int64_t offset = 0, count = 0;
+};
+Share rank_share(int64_t rows, int world, int rank);
+
+// The indices one epoch visits from batch `first_batch` on, on rank `rank` of `world`: the epoch's
+// permutation (the e-th of dp::data::RandomSampler(n, seed), which recomputes any epoch on its own)
+// or 0..n-1, cut into the run's global batches of `batch_size` rows, of which this rank takes its
+// share (rank_share) of every batch from first_batch on. So the ranks' batches of step k together
+// are exactly the single-process batch of step k, and the batches of a resumed epoch are exactly
+// those the interrupted epoch would have gone on to, whatever the world size of either.
 class EpochSampler : public data::Sampler {
  public:
-  EpochSampler(size_t n, bool shuffle, uint64_t seed, uint64_t epoch, size_t skip);
+  EpochSampler(size_t n, bool shuffle, uint64_t seed, uint64_t epoch, int64_t batch_size, int64_t first_batch, int world = 1, int rank = 0);
   std::vector<int64_t> indices(uint64_t /*loader epoch: ignored, this sampler serves one epoch*/) override;
-  size_t size() const override { return n_ - skip_; }
+  size_t size() const override { return size_; }
 
  private:
   size_t n_;
   bool shuffle_;
   uint64_t seed_, epoch_;
-  size_t skip_;
+  int64_t batch_size_, first_batch_;
+  int world_, rank_;
+  size_t size_ = 0;
 };
 
-// A loader for the rest of epoch `epoch` (0-based), starting at batch `first_batch`.
-data::DataLoader epoch_loader(const DataSets& sets, const RunSettings& settings, uint64_t epoch, int64_t first_batch, int64_t workers);
+// A loader for the rest of epoch `epoch` (0-based), starting at batch `first_batch`: this rank's
+// shares of the global batches (its batch size is its share of a full batch; the epoch's last,
+// shorter batch gives a share no larger). Every rank must get at least one row of every batch
+// (check_rank_shares).
+data::DataLoader epoch_loader(const DataSets& sets, const RunSettings& settings, uint64_t epoch, int64_t first_batch, int64_t workers,
+                              int world = 1, int rank = 0);
+
+// Throws ValueError when some batch of an epoch has fewer rows than there are ranks (a rank would
+// have nothing to train on at that step).
+void check_rank_shares(const DataSets& sets, const RunSettings& settings, int world);
+
+// Rows of global batch `batch` (0-based) of an epoch.
+int64_t batch_rows(const DataSets& sets, const RunSettings& settings, int64_t batch);
 
 // Batches in one epoch (the last may be shorter: nothing is dropped).
 int64_t steps_per_epoch(const DataSets& sets, const RunSettings& settings);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <numeric>
 #include <optional>
@@ -12,6 +14,9 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "devices.h"
+#include "dp/distributed/distributed.h"
+#include "dp/distributed/launch.h"
+#include "dp/distributed/timeline.h"
 #include "dp/dp.h"
 #include "dp/nn/serialize.h"
 #include "dp/optim/optim.h"
@@ -78,6 +83,13 @@ struct Trainer::Impl {
   DataSets sets;
   nn::Sequential model{nullptr};
   nn::DataParallel<nn::SequentialImpl> net{nullptr};
+  // Across processes: the group (null in one process), this process's rank, and the model wrapped
+  // in DistributedDataParallel around `net` (hybrid: DDP between processes, DataParallel inside).
+  distributed::ProcessGroupPtr group;
+  int rank = 0, world = 1;
+  nn::DistributedDataParallel<parallel::DataParallelImpl<nn::SequentialImpl>> ddp{nullptr};
+  std::string resume_dir;     // --resume, or --checkpoint-dir when a restarted job resumes by itself
+  bool auto_resumed = false;  // resumed because the launcher restarted the job (DP_RESTART_COUNT > 0)
   Criterion criterion;
   std::unique_ptr<optim::Optimizer> optimizer;
   std::unique_ptr<optim::LRScheduler> scheduler;
@@ -91,16 +103,109 @@ struct Trainer::Impl {
   double invocation_train_s = 0, eval_s = 0, checkpoint_s = 0;
   int64_t invocation_steps = 0, invocation_samples = 0;
   std::vector<int64_t> device_samples;
+  int64_t rank_samples = 0;  // rows this process trained on in this invocation (its shares)
   int64_t last_checkpoint_step = -1;
+  int stop_sig = 0;          // the signal that stopped the run (agreed over the ranks)
 
   explicit Impl(Options o) : opt(std::move(o)), progress(progress_mode(opt.progress), opt.log_every) {}
 
+  bool leader() const { return rank == 0; }
+  void note(const char* phase) {
+    if (group) group->note_progress(state.position.global_step, phase);
+  }
+  // A line on stdout, from rank 0 only.
+  void say(const std::string& text) {
+    if (leader()) progress.line(text);
+  }
+
   // ---- setup --------------------------------------------------------------------------------
+  // One process: the local setup; its errors are SetupErrors. Across processes: the group first,
+  // then the checkpoint to resume from (rank 0 reads it, every rank gets it), then the local setup
+  // on every rank, after which the ranks compare notes: if any failed, every rank stops with exit
+  // status 2 (the failed one with its own message), so no rank is left waiting in a collective.
+  // Errors of the group itself (a lost peer, a timeout) are DistributedErrors.
   void setup() {
+    join_group();
+    decide_resume();
+    if (!group) {
+      setup_local(nullptr);
+      return;
+    }
+    std::string error;
+    std::optional<SafetensorsFile> file;
+    if (!resume_dir.empty()) {
+      try {
+        file = distributed::load_checkpoint_file(*group, checkpoint_path(resume_dir));
+      } catch (const distributed::DistributedError&) {
+        throw;
+      } catch (const std::exception& e) {  // rank 0 could not read it: the same error on every rank
+        error = "--resume " + resume_dir + ": " + e.what();
+      }
+    }
+    if (error.empty()) {
+      try {
+        setup_local(file ? &*file : nullptr);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    agree_setup(error);
+    note("setup");
+    // Checks that every rank built the same model and copies rank 0's weights to all.
+    ddp = nn::DistributedDataParallel<parallel::DataParallelImpl<nn::SequentialImpl>>(net.ptr(), group);
+  }
+
+  void join_group() {
+    std::optional<distributed::Environment> env = guarded("", [] { return distributed::read_environment(); });
+    if (!opt.distributed && !(env && env->world_size > 1)) return;
+    try {
+      group = distributed::init_process_group();
+    } catch (const distributed::DistributedError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw SetupError(std::string("--distributed: ") + e.what());
+    }
+    rank = group->rank();
+    world = group->size();
+  }
+
+  // A job the launcher restarted (DP_RESTART_COUNT > 0) continues from its own checkpoint: the
+  // same command line then resumes where the failed attempt's last checkpoint left off.
+  void decide_resume() {
+    resume_dir = opt.resume;
+    if (!resume_dir.empty() || opt.checkpoint_dir.empty() || distributed::restart_count() <= 0) return;
+    int64_t exists = leader() && std::filesystem::exists(checkpoint_path(opt.checkpoint_dir)) ? 1 : 0;
+    if (group) {
+      Tensor flag = tensor(std::vector<int64_t>{exists});
+      group->broadcast(flag, 0)->wait();
+      exists = flag.item<int64_t>();
+    }
+    if (exists != 0) {
+      resume_dir = opt.checkpoint_dir;
+      auto_resumed = true;
+    }
+  }
+
+  // Every rank says whether its setup failed; a failed rank throws its own error, the others one
+  // naming the failed ranks.
+  void agree_setup(const std::string& error) {
+    std::vector<Tensor> all;
+    for (int r = 0; r < world; ++r) all.push_back(zeros({1}, TensorOptions().dtype(kInt64)));
+    group->allgather(all, tensor(std::vector<int64_t>{error.empty() ? 0 : 1}))->wait();
+    std::string failed;
+    for (int r = 0; r < world; ++r)
+      if (all[static_cast<size_t>(r)].item<int64_t>() != 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+    if (!error.empty()) throw SetupError(error);
+    if (!failed.empty())
+      throw SetupError("rank " + failed + " could not set up the run (its own message says why), so no rank trains");
+  }
+
+  void setup_local(const SafetensorsFile* file) {
     run = opt.run;
-    if (!opt.resume.empty()) {
-      resumed = guarded("--resume " + opt.resume, [&] { return load_checkpoint(opt.resume); });
-      run = guarded("--resume " + opt.resume, [&] { return merge_resumed(opt, resumed->settings); });
+    if (!resume_dir.empty()) {
+      const std::string what = "--resume " + resume_dir;
+      resumed = guarded(what, [&] { return file ? parse_checkpoint(*file, checkpoint_path(resume_dir)) : load_checkpoint(resume_dir); });
+      run = guarded(what, [&] { return merge_resumed(opt, resumed->settings); });
       state = resumed->state;
       last_checkpoint_step = state.position.global_step;  // that checkpoint is already on disk
     }
@@ -112,9 +217,13 @@ struct Trainer::Impl {
     // the initial weights. A resumed run repeats them and then overwrites weights and generators.
     manual_seed(run.seed);
     sets = guarded(run.data == "random" ? "--data random" : "--data-dir " + run.data_dir, [&] { return load_data(run); });
+    guarded("", [&] {
+      check_rank_shares(sets, run, world);
+      return 0;
+    });
     model = make_model(run.model, run.hidden);
-    if (!opt.init.empty()) guarded("--init " + opt.init, [&] { return dp::load(model, opt.init); });
-    if (resumed) guarded("--resume " + opt.resume, [&] { return model->load_state_dict(resumed->model); });
+    if (!opt.init.empty() && !resumed) guarded("--init " + opt.init, [&] { return dp::load(model, opt.init); });
+    if (resumed) guarded("--resume " + resume_dir, [&] { return model->load_state_dict(resumed->model); });
     criterion = make_criterion(run.model);
 
     model->to(devices[0]);  // DataParallel's rule: parameters on device_ids[0]
@@ -127,7 +236,7 @@ struct Trainer::Impl {
     optimizer = make_optimizer(run, model->parameters());
     if (run.schedule == "cosine") scheduler = std::make_unique<optim::CosineAnnealingLR>(*optimizer, total_steps);
     if (resumed) {
-      guarded("--resume " + opt.resume, [&] {
+      guarded("--resume " + resume_dir, [&] {
         optimizer->load_state_dict(resumed->optimizer);
         if (scheduler) {
           DP_CHECK(resumed->scheduler.has_value(), ValueError, "the checkpoint has no scheduler state");
@@ -137,82 +246,134 @@ struct Trainer::Impl {
         return 0;
       });
     }
-    if (!opt.log.empty()) log_ptr = guarded("", [&] { return std::make_unique<JsonlLog>(opt.log, resumed.has_value()); });
+    // A restarted job appends to the failed attempt's log, as a resumed run does.
+    if (!opt.log.empty() && leader())
+      log_ptr = guarded("", [&] { return std::make_unique<JsonlLog>(opt.log, resumed.has_value() || distributed::restart_count() > 0); });
   }
 
   void log_record(const nlohmann::json& j) {
     if (log_ptr) log_ptr->write(j);
   }
 
+  // "64+64": how `rows` rows are split into `parts` (ranks or devices), idle ones left out.
+  static std::string split_text(const std::vector<int64_t>& split) {
+    std::string out;
+    for (int64_t rows : split)
+      if (rows > 0) out += (out.empty() ? "" : "+") + std::to_string(rows);
+    return out;
+  }
+
   void print_header() {
+    if (!leader()) return;
     std::ostringstream m;
     m << model;
-    const std::vector<int64_t> split = chunk_rows(run.batch_size, devices.size());
-    std::string split_text;
-    for (size_t i = 0; i < split.size(); ++i)
-      if (split[i] > 0) split_text += (split_text.empty() ? "" : "+") + std::to_string(split[i]);
     progress.line(format("dp-train: %s, %lld parameters\n%s", run.model.c_str(), static_cast<long long>(parameter_count(*model)), m.str().c_str()));
     progress.line("data: " + sets.description);
-    progress.line(format("devices: %s (DataParallel: batch %lld split %s), outputs gathered on %s, loss on %s", join(devices).c_str(),
-                         static_cast<long long>(run.batch_size), split_text.c_str(), output_device.str().c_str(),
-                         opt.parallel_loss ? "the replicas" : output_device.str().c_str()));
+    if (!group) {
+      progress.line(format("devices: %s (DataParallel: batch %lld split %s), outputs gathered on %s, loss on %s", join(devices).c_str(),
+                           static_cast<long long>(run.batch_size), split_text(chunk_rows(run.batch_size, devices.size())).c_str(),
+                           output_device.str().c_str(), opt.parallel_loss ? "the replicas" : output_device.str().c_str()));
+    } else {
+      std::vector<int64_t> shares;
+      for (int r = 0; r < world; ++r) shares.push_back(rank_share(run.batch_size, world, r).count);
+      const int64_t mine = shares[0];
+      progress.line(format("processes: %d (DistributedDataParallel over %s; rank 0 prints, logs and checkpoints): batch %lld split %s over the "
+                           "ranks; inside rank 0 DataParallel over %s (its %lld rows split %s), loss on the replicas",
+                           world, group->backend_name().c_str(), static_cast<long long>(run.batch_size), split_text(shares).c_str(),
+                           join(devices).c_str(), static_cast<long long>(mine), split_text(chunk_rows(mine, devices.size())).c_str()));
+    }
     progress.line(format("training: %s, batch %lld, %lld epochs x %lld steps = %lld steps%s, seed %llu, %s, %lld loader worker(s)",
                          optimizer_text(run, total_steps).c_str(), static_cast<long long>(run.batch_size), static_cast<long long>(total_epochs),
                          static_cast<long long>(spe), static_cast<long long>(total_steps),
                          run.steps > 0 && total_steps % spe != 0 ? " (the last epoch partial)" : "",
                          static_cast<unsigned long long>(run.seed), run.shuffle ? "shuffled" : "in order", static_cast<long long>(opt.workers)));
+    if (auto_resumed)
+      progress.line(format("restart %d of this job (DP_RESTART_COUNT): continuing from the checkpoint in %s", distributed::restart_count(),
+                           resume_dir.c_str()));
+    else if (!resumed && !opt.checkpoint_dir.empty() && distributed::restart_count() > 0)
+      progress.line(format("restart %d of this job (DP_RESTART_COUNT): %s holds no checkpoint yet, so the run starts again",
+                           distributed::restart_count(), opt.checkpoint_dir.c_str()));
     if (resumed && state.position.global_step >= total_steps)
-      progress.line(format("the run checkpointed in %s is complete (step %lld of %lld): nothing left to train", opt.resume.c_str(),
+      progress.line(format("the run checkpointed in %s is complete (step %lld of %lld): nothing left to train", resume_dir.c_str(),
                            static_cast<long long>(state.position.global_step), static_cast<long long>(total_steps)));
     else if (resumed)
-      progress.line(format("resuming %s at step %lld of %lld (epoch %lld, batch %lld of %lld)", opt.resume.c_str(),
+      progress.line(format("resuming %s at step %lld of %lld (epoch %lld, batch %lld of %lld)", resume_dir.c_str(),
                            static_cast<long long>(state.position.global_step), static_cast<long long>(total_steps),
                            static_cast<long long>(state.position.epoch + 1), static_cast<long long>(state.position.batch + 1),
                            static_cast<long long>(spe)));
     else if (!opt.init.empty())
       progress.line("initial weights: " + opt.init);
     log_record({{"event", "start"}, {"settings", to_json(run)}, {"devices", join(devices)}, {"output_device", output_device.str()},
-                {"parallel_loss", opt.parallel_loss}, {"total_steps", total_steps}, {"steps_per_epoch", spe},
-                {"resumed_at", resumed ? state.position.global_step : 0}});
+                {"parallel_loss", opt.parallel_loss || group != nullptr}, {"total_steps", total_steps}, {"steps_per_epoch", spe},
+                {"resumed_at", resumed ? state.position.global_step : 0}, {"world_size", world},
+                {"restart", distributed::restart_count()}});
   }
 
   // ---- one step and evaluation --------------------------------------------------------------
   double train_step(const data::Batch& b) {
     optimizer->zero_grad();
+    note("forward");
     Tensor loss = std::visit(
         [&](auto& c) -> Tensor {
           // Inputs stay on the host: DataParallel hands each replica its rows (views on CPU devices, copies on GPUs).
+          // Across processes: this rank's rows; the loss is the global batch's (every rank's rows).
+          if (ddp) return ddp->forward_loss(c, b.target, b.data);
           if (opt.parallel_loss) return net->forward_loss(c, b.target, b.data);
           return c(net(b.data), b.target.to(output_device));
         },
         criterion);
-    loss.backward();
-    optimizer->step();
-    if (scheduler) scheduler->step();
+    loss.backward();  // across processes: the gradients are all-reduced during backward
+    {
+      note("optimizer");
+      distributed::timeline::Scope span("optimizer", "train");
+      optimizer->step();
+      if (scheduler) scheduler->step();
+    }
     return loss.item<double>();
   }
 
   struct Eval {
     double accuracy, loss;
   };
+  // Every test row counted once: in one process all of them; across processes rank r takes rows
+  // r, r + world, ... (DistributedSampler's evaluation layout) and the sums are added over ranks.
   Eval evaluate() {
     const auto t0 = Clock::now();
+    note("evaluation");
     NoGradGuard no_grad;
-    model->eval();
-    const Tensor& x = sets.test->data();
-    const Tensor& y = sets.test->target();
-    const int64_t n = x.size(0);
+    if (ddp) ddp->eval();
+    else model->eval();
+    const int64_t n = static_cast<int64_t>(sets.test->size());
+    std::vector<int64_t> rows;
+    if (group) rows = data::DistributedSampler::evaluation(static_cast<size_t>(n), world, rank).indices(0);
     double loss_sum = 0;
     int64_t correct = 0;
-    for (int64_t start = 0; start < n; start += 1000) {
-      const int64_t len = std::min<int64_t>(1000, n - start);
-      Tensor out = net(x.narrow(0, start, len));
-      Tensor target = y.narrow(0, start, len).to(out.device());
+    const int64_t mine = group ? static_cast<int64_t>(rows.size()) : n;
+    for (int64_t start = 0; start < mine; start += 1000) {
+      const int64_t len = std::min<int64_t>(1000, mine - start);
+      Tensor x, y;
+      if (group) {
+        data::Example e = sets.test->get_batch(std::vector<int64_t>(rows.begin() + start, rows.begin() + start + len));
+        x = e.data;
+        y = e.target;
+      } else {
+        x = sets.test->data().narrow(0, start, len);
+        y = sets.test->target().narrow(0, start, len);
+      }
+      Tensor out = net(x);
+      Tensor target = y.to(out.device());
       loss_sum += std::visit([&](auto& c) { return c(out, target).template item<double>(); }, criterion) * static_cast<double>(len);
       Tensor hit = sets.binary ? out.gt(0.5).to(kFloat32).eq(target) : out.argmax(1).eq(target);
       correct += hit.sum().item<int64_t>();
     }
-    model->train();
+    if (group) {
+      Tensor sums = tensor(std::vector<double>{loss_sum, static_cast<double>(correct)});
+      group->allreduce(sums, distributed::ReduceOp::Sum)->wait();
+      loss_sum = sums[0].item<double>();
+      correct = static_cast<int64_t>(sums[1].item<double>());
+    }
+    if (ddp) ddp->train();
+    else model->train();
     eval_s += since(t0);
     return {static_cast<double>(correct) / static_cast<double>(n), loss_sum / static_cast<double>(n)};
   }
@@ -231,11 +392,26 @@ struct Trainer::Impl {
     return h.evals.back();
   }
 
+  // One process writes the file itself; across processes every rank calls and rank 0 writes
+  // (dp::distributed::save_checkpoint: the ranks' states are checked to be identical first, and
+  // every rank learns whether the write worked). Both atomic.
   void checkpoint() {
     if (opt.checkpoint_dir.empty() || last_checkpoint_step == state.position.global_step) return;
     const auto t0 = Clock::now();
+    note("checkpoint");
     state.wall_seconds = resumed_wall() + since(started);
-    save_checkpoint(opt.checkpoint_dir, run, state, *model, *optimizer, scheduler.get(), devices);
+    if (!group) {
+      save_checkpoint(opt.checkpoint_dir, run, state, *model, *optimizer, scheduler.get(), devices);
+    } else {
+      if (leader()) {
+        std::error_code ec;  // a failure shows in the write below, on every rank
+        std::filesystem::create_directories(opt.checkpoint_dir, ec);
+      }
+      CheckpointContents c = checkpoint_contents(run, state, *model, *optimizer, scheduler.get(), devices, world);
+      distributed::CheckpointOptions o;
+      o.metadata = std::move(c.metadata);
+      distributed::save_checkpoint(*group, c.tensors, checkpoint_path(opt.checkpoint_dir), o);
+    }
     checkpoint_s += since(t0);
     last_checkpoint_step = state.position.global_step;
     log_record({{"event", "checkpoint"}, {"step", state.position.global_step}, {"path", checkpoint_path(opt.checkpoint_dir)}});
@@ -243,11 +419,11 @@ struct Trainer::Impl {
   double resumed_wall() const { return resumed ? resumed->state.wall_seconds : 0; }
 
   void write_plot_file() {
-    if (opt.plot.empty()) return;
+    if (opt.plot.empty() || !leader()) return;
     PlotInput in;
-    in.title = format("dp-train: %s on %s, DataParallel over %s, %s, batch %lld", run.model.c_str(),
-                      run.data == "random" ? "random data" : "Fashion-MNIST", join(devices).c_str(), optimizer_text(run, total_steps).c_str(),
-                      static_cast<long long>(run.batch_size));
+    const std::string how = group ? format("DDP over %d processes x %s", world, join(devices).c_str()) : "DataParallel over " + join(devices);
+    in.title = format("dp-train: %s on %s, %s, %s, batch %lld", run.model.c_str(), run.data == "random" ? "random data" : "Fashion-MNIST",
+                      how.c_str(), optimizer_text(run, total_steps).c_str(), static_cast<long long>(run.batch_size));
     in.loss_name = sets.binary ? "binary cross-entropy" : "cross-entropy";
     in.target_accuracy = opt.min_accuracy;
     in.history = &state.history;
@@ -263,21 +439,24 @@ struct Trainer::Impl {
     while (pos.global_step < total_steps) {
       auto epoch_t0 = Clock::now();
       double epoch_base = state.epoch_seconds;
-      data::DataLoader loader = epoch_loader(sets, run, static_cast<uint64_t>(pos.epoch), pos.batch, opt.workers);
+      data::DataLoader loader = epoch_loader(sets, run, static_cast<uint64_t>(pos.epoch), pos.batch, opt.workers, world, rank);
       std::optional<Outcome> stop;
       for (auto it = loader.begin(); it != loader.end(); ++it) {
+        note("data");
         const data::Batch& b = *it;
         const auto t0 = Clock::now();
         const double lr = optimizer->get_lr(0);
         const double loss = train_step(b);
         const double dt = since(t0);
-        if (!std::isfinite(loss))
+        if (!std::isfinite(loss))  // the global batch's loss: the same on every rank, so every rank stops here
           throw Error(format("the loss is %g at step %lld (epoch %lld, batch %lld): training diverged; try a lower --lr", loss,
                              static_cast<long long>(pos.global_step + 1), static_cast<long long>(pos.epoch + 1),
                              static_cast<long long>(pos.batch + 1)));
-        const int64_t rows = b.data.size(0);
-        const std::vector<int64_t> split = chunk_rows(rows, devices.size());
+        const int64_t local_rows = b.data.size(0);
+        const int64_t rows = group ? batch_rows(sets, run, pos.batch) : local_rows;
+        const std::vector<int64_t> split = chunk_rows(local_rows, devices.size());
         for (size_t d = 0; d < devices.size(); ++d) device_samples[d] += split[d];
+        rank_samples += local_rows;
         invocation_train_s += dt;
         ++invocation_steps;
         invocation_samples += rows;
@@ -290,8 +469,7 @@ struct Trainer::Impl {
           checkpoint();
         }
         if (pos.global_step >= total_steps) break;
-        if (stop_signal() != 0) stop = Outcome::Signal;
-        else if (opt.stop_after > 0 && invocation_steps >= opt.stop_after) stop = Outcome::StopAfter;
+        stop = stop_requested();
         if (stop) break;
       }
       sync_time(epoch_t0, epoch_base);
@@ -299,6 +477,27 @@ struct Trainer::Impl {
       if (stop) return *stop;
     }
     return Outcome::Finished;
+  }
+
+  // Whether to stop after this step: Ctrl-C / SIGTERM, or --stop-after. Across processes the
+  // ranks decide together (the maximum over ranks of [signal, stop-after]), so a signal that
+  // reached one rank stops every rank after the same step and their checkpoint is consistent.
+  std::optional<Outcome> stop_requested() {
+    int64_t sig = stop_signal();
+    int64_t after = opt.stop_after > 0 && invocation_steps >= opt.stop_after ? 1 : 0;
+    if (group) {
+      note("stop-check");
+      Tensor votes = tensor(std::vector<int64_t>{sig, after});
+      group->allreduce(votes, distributed::ReduceOp::Max)->wait();
+      sig = votes[0].item<int64_t>();
+      after = votes[1].item<int64_t>();
+    }
+    if (sig != 0) {
+      stop_sig = static_cast<int>(sig);
+      return Outcome::Signal;
+    }
+    if (after != 0) return Outcome::StopAfter;
+    return std::nullopt;
   }
 
   // Adds the time since epoch_t0 to the epoch's and the run's training time.
@@ -325,7 +524,7 @@ struct Trainer::Impl {
     r.lr = lr;
     r.samples_per_s = rate;
     r.eta_s = per_step * static_cast<double>(total_steps - pos.global_step);
-    progress.step(r);
+    if (leader()) progress.step(r);
     log_record({{"event", "step"}, {"step", pos.global_step}, {"epoch", pos.epoch + 1}, {"batch", pos.batch}, {"rows", rows}, {"loss", loss},
                 {"lr", lr}, {"samples_per_s", rate}, {"time_s", since(started)}});
   }
@@ -335,7 +534,7 @@ struct Trainer::Impl {
     const double seconds = state.epoch_seconds;
     state.history.epoch_seconds.push_back(seconds);
     const History::Eval e = record_eval();
-    progress.line(format("epoch %lld/%lld done: train loss %.4f  test loss %.4f  test accuracy %.4f  (%s training, %.0f samples/s)",
+    say(format("epoch %lld/%lld done: train loss %.4f  test loss %.4f  test accuracy %.4f  (%s training, %.0f samples/s)",
                          static_cast<long long>(pos.epoch + 1), static_cast<long long>(total_epochs), e.train_loss, e.test_loss,
                          e.test_accuracy, format_duration(seconds).c_str(),
                          static_cast<double>(sets.train->size()) / std::max(seconds, 1e-9)));
@@ -349,35 +548,64 @@ struct Trainer::Impl {
   int finish(Outcome outcome) {
     const Position& pos = state.position;
     if (outcome != Outcome::Finished) {
+      if (outcome == Outcome::Signal && stop_sig == 0) stop_sig = stop_signal();
       checkpoint();
       write_plot_file();
-      const std::string why = outcome == Outcome::Signal ? (stop_signal() == SIGTERM ? "stopped by SIGTERM" : "stopped by Ctrl-C (SIGINT)")
+      const std::string why = outcome == Outcome::Signal ? (stop_sig == SIGTERM ? "stopped by SIGTERM" : "stopped by Ctrl-C (SIGINT)")
                                                          : format("stopped after %lld steps (--stop-after)", static_cast<long long>(invocation_steps));
       const std::string where = format("at step %lld of %lld (epoch %lld, batch %lld of %lld next)", static_cast<long long>(pos.global_step),
                                        static_cast<long long>(total_steps), static_cast<long long>(pos.epoch + 1),
                                        static_cast<long long>(pos.batch + 1), static_cast<long long>(spe));
       const std::string how = opt.checkpoint_dir.empty()
                                   ? "no --checkpoint-dir was given, so nothing was saved to resume from"
-                                  : "checkpoint in " + opt.checkpoint_dir + "; continue with: dp-train --resume " + opt.checkpoint_dir;
-      progress.line(why + " " + where + ": " + how);
+                                  : "checkpoint in " + opt.checkpoint_dir + "; continue with: dp-train --resume " + opt.checkpoint_dir +
+                                        (group ? " (on any number of processes)" : "");
+      say(why + (group ? format(" (all %d processes)", world) : std::string()) + " " + where + ": " + how);
       log_record({{"event", "stop"}, {"reason", outcome == Outcome::Signal ? "signal" : "stop-after"}, {"step", pos.global_step},
                   {"checkpoint", opt.checkpoint_dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(checkpoint_path(opt.checkpoint_dir))}});
-      return outcome == Outcome::Signal ? 128 + stop_signal() : 0;
+      return outcome == Outcome::Signal ? 128 + stop_sig : 0;
     }
     if (state.history.evals.empty() || state.history.evals.back().step != pos.global_step) record_eval();
     checkpoint();
-    if (!opt.save.empty()) dp::save(model, opt.save);
+    if (!opt.save.empty()) save_weights();
     write_plot_file();
     summary();
     const double accuracy = state.history.evals.back().test_accuracy;
     if (opt.min_accuracy >= 0 && accuracy < opt.min_accuracy) {
-      progress.line(format("test accuracy %.4f is below --min-accuracy %.4f", accuracy, opt.min_accuracy));
+      say(format("test accuracy %.4f is below --min-accuracy %.4f", accuracy, opt.min_accuracy));
       return 1;
     }
     return 0;
   }
 
+  // --save: the model's state dict, as dp::save writes it; across processes written by rank 0 after
+  // checking that every rank holds the same weights.
+  void save_weights() {
+    if (!group) {
+      dp::save(model, opt.save);
+      return;
+    }
+    note("save");
+    distributed::CheckpointOptions o;
+    o.metadata = {{"format", "pt"}, {"dparallel_module", model->name()}};
+    distributed::save_checkpoint(*group, model->state_dict(), opt.save, o);
+  }
+
+  // Every rank's training throughput: [rows trained, training seconds] of each rank (allgather).
+  std::vector<std::pair<int64_t, double>> rank_throughput() {
+    if (!group) return {{rank_samples, invocation_train_s}};
+    note("summary");
+    std::vector<Tensor> all;
+    for (int r = 0; r < world; ++r) all.push_back(zeros({2}, TensorOptions().dtype(kFloat64)));
+    group->allgather(all, tensor(std::vector<double>{static_cast<double>(rank_samples), invocation_train_s}))->wait();
+    std::vector<std::pair<int64_t, double>> out;
+    for (const Tensor& t : all) out.emplace_back(static_cast<int64_t>(t[0].item<double>()), t[1].item<double>());
+    return out;
+  }
+
   void summary() {
+    const std::vector<std::pair<int64_t, double>> ranks = rank_throughput();  // collective: before rank 0's early return
+    if (!leader()) return;
     const History::Eval& e = state.history.evals.back();
     const double wall = since(started);
     progress.line(format("finished: %lld steps (%.4g epochs) of batch %lld", static_cast<long long>(total_steps),
@@ -404,7 +632,15 @@ struct Trainer::Impl {
       per_device += format("%s%s %.0f samples/s (%lld samples)", d ? ", " : "", devices[d].str().c_str(),
                            invocation_train_s > 0 ? static_cast<double>(device_samples[d]) / invocation_train_s : 0.0,
                            static_cast<long long>(device_samples[d]));
-    if (invocation_steps > 0) progress.line(format("throughput: %.0f samples/s on %zu device(s): %s", rate, devices.size(), per_device.c_str()));
+    if (invocation_steps > 0 && !group) progress.line(format("throughput: %.0f samples/s on %zu device(s): %s", rate, devices.size(), per_device.c_str()));
+    if (invocation_steps > 0 && group) {
+      std::string per_rank;
+      for (size_t r = 0; r < ranks.size(); ++r)
+        per_rank += format("%srank %zu %.0f samples/s (%lld samples)", r ? ", " : "", r,
+                           ranks[r].second > 0 ? static_cast<double>(ranks[r].first) / ranks[r].second : 0.0, static_cast<long long>(ranks[r].first));
+      progress.line(format("throughput: %.0f samples/s over %d processes: %s", rate, world, per_rank.c_str()));
+      progress.line(format("rank 0's devices: %s", per_device.c_str()));
+    }
     std::string files;
     if (!opt.save.empty()) files += " weights " + opt.save + ";";
     if (!opt.checkpoint_dir.empty()) files += " checkpoint " + checkpoint_path(opt.checkpoint_dir) + ";";
@@ -413,9 +649,20 @@ struct Trainer::Impl {
     if (!files.empty()) progress.line("wrote" + files.substr(0, files.size() - 1));
     nlohmann::json per_dev = nlohmann::json::object();
     for (size_t d = 0; d < devices.size(); ++d) per_dev[devices[d].str()] = device_samples[d];
-    log_record({{"event", "end"}, {"step", state.position.global_step}, {"test_accuracy", e.test_accuracy}, {"test_loss", e.test_loss},
-                {"wall_s", wall}, {"train_s", invocation_train_s}, {"samples_per_s", rate}, {"device_samples", per_dev},
-                {"epoch_seconds", state.history.epoch_seconds}});
+    nlohmann::json end = {{"event", "end"}, {"step", state.position.global_step}, {"test_accuracy", e.test_accuracy}, {"test_loss", e.test_loss},
+                          {"wall_s", wall}, {"train_s", invocation_train_s}, {"samples_per_s", rate}, {"device_samples", per_dev},
+                          {"epoch_seconds", state.history.epoch_seconds}};
+    if (group) {
+      nlohmann::json samples = nlohmann::json::array(), rates = nlohmann::json::array();
+      for (const auto& [n, t] : ranks) {
+        samples.push_back(n);
+        rates.push_back(t > 0 ? static_cast<double>(n) / t : 0.0);
+      }
+      end["world_size"] = world;
+      end["rank_samples"] = samples;
+      end["rank_samples_per_s"] = rates;
+    }
+    log_record(end);
   }
 };
 
