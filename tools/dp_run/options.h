@@ -1,0 +1,41 @@
+#pragma once
+// dp-run's command line: what to start (PROGRAM ARGS after "--"), how many workers where, and how
+// to supervise them.
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dp::run {
+
+struct Options {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  // Where the store is: one node: 127.0.0.1 (the store is this dp-run's, on a free port unless
+  // --master-port is given); several: node 0's address, on master_port (default 29500).
+  std::string master_addr;  // empty: 127.0.0.1
+  int master_port = -1;     // -1: not given
+  int max_restarts = 0;
+  std::optional<double> timeout_s;  // --timeout: exported as DP_DIST_TIMEOUT
+  double grace_s = 5.0;             // SIGTERM -> SIGKILL
+  double rdzv_timeout_s = 300.0;    // how long the nodes wait for each other
+  std::string run_id;               // empty: generated (several nodes: node 0's is used)
+  std::string timeline;             // --timeline FILE.json
+  bool quiet = false;
+  std::vector<std::string> command;  // PROGRAM ARGS...
+
+  bool multi_node() const { return nnodes > 1; }
+  std::string master() const { return master_addr.empty() ? "127.0.0.1" : master_addr; }
+};
+
+struct ParseResult {
+  std::optional<Options> options;  // empty: exit with exit_code (--help: 0, an error: 2)
+  int exit_code = 0;
+};
+
+ParseResult parse_args(int argc, char** argv);
+
+// A run id is 1-64 characters of [A-Za-z0-9._-] (it becomes a store key prefix and a file name part).
+bool valid_run_id(const std::string& id);
+
+}  // namespace dp::run

@@ -1,0 +1,87 @@
+#include "report.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstdio>
+#include "process.h"
+
+namespace dp::run {
+
+void say(const std::string& text) {
+  const std::string line = "dp-run: " + text + "\n";
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(2, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+bool failed(const WorkerExit& w) { return !(WIFEXITED(w.wait_status) && WEXITSTATUS(w.wait_status) == 0); }
+
+bool is_consequence(const WorkerExit& w) { return w.error && w.error->type == "PeerLostError"; }
+
+size_t pick_first_failure(const std::vector<WorkerExit>& failures) {
+  for (size_t i = 0; i < failures.size(); ++i)
+    if (!is_consequence(failures[i])) return i;
+  return failures.empty() ? std::string::npos : 0;
+}
+
+int shell_status(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 255;
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", s < 0 ? 0.0 : s);
+  return buf;
+}
+
+std::string one_line(const std::string& text, size_t max_chars) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      if (i + 1 < text.size()) out += " | ";
+    } else if (c == '\r' || c == '\t') {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  if (out.size() > max_chars) out = out.substr(0, max_chars) + " ...";
+  return out;
+}
+
+std::string describe(const WorkerExit& w) {
+  std::string line = "rank " + std::to_string(w.rank) + " (node " + std::to_string(w.node) + ", local " + std::to_string(w.local_rank) +
+                     ", pid " + std::to_string(w.pid) + ") ";
+  const std::string after = " after " + seconds_text(w.seconds) + " s";
+  if (WIFSIGNALED(w.wait_status)) {
+    const int sig = WTERMSIG(w.wait_status);
+    if (w.stop_signal != 0 && sig == w.stop_signal) {
+      line += "was stopped by dp-run (" + signal_name(sig) + ")" + after;
+    } else {
+      line += "was killed by " + signal_name(sig) + after;
+      if (WCOREDUMP(w.wait_status)) line += " (core dumped)";
+      if (w.stop_signal != 0) line += " (after dp-run's " + signal_name(w.stop_signal) + ")";
+    }
+  } else {
+    line += "exited with status " + std::to_string(shell_status(w.wait_status)) + after;
+    if (w.stop_signal != 0) line += " (after dp-run's " + signal_name(w.stop_signal) + ")";
+  }
+  if (w.error) {
+    line += ": " + w.error->type + ": " + one_line(w.error->message);
+  } else if (w.stop_signal == 0 && WIFEXITED(w.wait_status) && failed(w)) {
+    // A signal explains itself; a status does not, and this program wrote no error file.
+    line += " (no error recorded)";
+  }
+  return line;
+}
+
+}  // namespace dp::run
