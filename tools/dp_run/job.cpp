@@ -57,7 +57,10 @@ class ScratchDir {
   std::string path_;
 };
 
-int interrupted_status(int sig) { return kExitSignalBase + sig; }
+int interrupted_status(int sig) {
+  say("stopped by " + signal_name(sig) + " (exit status " + std::to_string(kExitSignalBase + sig) + ")");
+  return kExitSignalBase + sig;
+}
 
 std::string plural(size_t n, const char* word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
@@ -95,7 +98,10 @@ int run_job(const Options& o) {
       server = std::make_unique<dp::distributed::TCPStoreServer>(listen, static_cast<uint16_t>(want));
       port = server->port();
     } catch (const std::exception& e) {
-      say("cannot host the store on " + master + ":" + std::to_string(want) + ": " + e.what());
+      // The server's message names the address again: keep its reason.
+      std::string why = e.what();
+      if (const size_t at = why.find("): "); why.rfind("TCPStoreServer: cannot listen on ", 0) == 0 && at != std::string::npos) why = why.substr(at + 3);
+      say("cannot host the store on " + master + ":" + std::to_string(want) + ": " + why);
       return kExitCannotStart;
     }
   }

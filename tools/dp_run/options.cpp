@@ -83,7 +83,12 @@ ParseResult parse_args(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     o.command = app.remaining();
-    if (!o.command.empty() && o.command.front() == "--") o.command.erase(o.command.begin());
+    if (!o.command.empty() && o.command.front() == "--") {
+      o.command.erase(o.command.begin());
+    } else if (!o.command.empty() && o.command.front().size() > 1 && o.command.front()[0] == '-') {
+      // Not ours, and not after "--": a mistyped option rather than a program named "-x".
+      usage("unknown option " + o.command.front() + " (the program and its arguments go after \"--\")");
+    }
     if (o.multi_node() && o.master_port == -1) o.master_port = 29500;
     check(o, app);
   } catch (const CLI::Success& e) {  // --help

@@ -7,7 +7,7 @@
 //   RESUMED rank=<r> step=<n>                         a restarted worker continues from its checkpoint
 //   STOPPED rank=<r> signal=<s>                       SIGINT/SIGTERM asked it to stop (--on-signal)
 //   ERROR <Type> rank=<r> mono_ms=<t> :: <message>    an error ended it (recorded in DP_ERROR_FILE; status 3)
-//   ENV <NAME>=<value>                                (--print-env) then it exits 0 without a group
+//   ENV <rank> <NAME>=<value>                         (--print-env) then it exits 0 without a group
 // Options:
 //   --steps N, --step-ms M (sleep per step), --save PATH (final weights to PATH.<rank>)
 //   --checkpoint PATH  a collective checkpoint after every step; after a restart, resume from it
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
                              "DP_STORE_PREFIX", "DP_RESTART_COUNT", "DP_RUN_ID", "DP_ERROR_FILE", "DP_CPU_DEVICES", "OPENBLAS_NUM_THREADS",
                              "OMP_NUM_THREADS", "DP_DIST_TIMEOUT", "DP_TIMELINE", "TORCHELASTIC_ERROR_FILE"}) {
       const char* v = std::getenv(name);
-      say(std::string("ENV ") + name + "=" + (v ? v : "<unset>"));
+      say(std::string("ENV ") + (std::getenv("RANK") ? std::getenv("RANK") : "?") + " " + name + "=" + (v ? v : "<unset>"));
     }
     return 0;
   }

@@ -1,0 +1,129 @@
+#pragma once
+// Helpers of dp-run's end-to-end tests: start the built dp-run (DP_RUN_BIN, set by
+// tools/CMakeLists.txt) on the scenario worker (DP_RUN_WORKER, tests/tools/workers/dp_run_worker.cpp)
+// as a WorkerProcess (its output read line by line with deadlines; killed and reaped whatever
+// happens), and pick apart what they print.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+#include <gtest/gtest.h>
+#include "distributed/workers/worker_process.h"
+
+namespace dp_run_test {
+
+using dp::test::mono_ms;
+using dp::test::WorkerProcess;
+using std::chrono::milliseconds;
+
+#if defined(DP_RUN_BIN) && defined(DP_RUN_WORKER)
+inline const char* kDpRun = DP_RUN_BIN;
+inline const char* kWorker = DP_RUN_WORKER;
+#else
+inline const char* kDpRun = nullptr;  // tools not built (DP_BUILD_TOOLS=OFF)
+inline const char* kWorker = nullptr;
+#endif
+#define DP_RUN_REQUIRE_BINARY() \
+  if (::dp_run_test::kDpRun == nullptr) GTEST_SKIP() << "dp-run is not built (configure with -DDP_BUILD_TOOLS=ON)"
+
+// The environment a test run adds to the test's own (from which start_dp_run removed the variables
+// that would change dp-run's choices).
+inline std::vector<std::string> clean_env(std::vector<std::string> extra = {}) {
+  std::vector<std::string> env{"DP_DISTRIBUTED_DEBUG=0"};
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+// dp-run with `args` (its options, "--", the program and its arguments).
+inline std::unique_ptr<WorkerProcess> start_dp_run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  // Variables the test process may have that would change dp-run's choices are removed first.
+  for (const char* name : {"DP_CPU_DEVICES", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "DP_TIMELINE", "DP_DIST_TIMEOUT", "RANK", "WORLD_SIZE",
+                           "LOCAL_RANK", "LOCAL_WORLD_SIZE", "DP_ERROR_FILE", "DP_RESTART_COUNT", "DP_RUN_ID"})
+    ::unsetenv(name);
+  return std::make_unique<WorkerProcess>(kDpRun, args, clean_env(env));
+}
+
+// "dp-run [options] -- dp_run_worker [worker args]"
+inline std::vector<std::string> job(std::vector<std::string> options, const std::vector<std::string>& worker_args) {
+  options.push_back("--");
+  options.push_back(kWorker);
+  options.insert(options.end(), worker_args.begin(), worker_args.end());
+  return options;
+}
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The integer after "<field>=" in a line, or -1.
+inline int64_t field(const std::string& line, const std::string& name) {
+  std::smatch m;
+  return std::regex_search(line, m, std::regex("\\b" + name + "=(-?[0-9]+)")) ? std::stoll(m[1].str()) : -1;
+}
+
+// Every line of `text` that starts with `prefix`.
+inline std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) out.push_back(line);
+  return out;
+}
+
+// The report line dp-run printed for `rank`, or "".
+inline std::string report_of(const std::string& text, int rank) {
+  for (const std::string& line : lines_starting(text, "dp-run: rank " + std::to_string(rank) + " ")) return line;
+  return "";
+}
+
+// Reads until the READY lines of `n` workers came; their pids by rank (empty on a timeout).
+inline std::vector<pid_t> wait_ready(WorkerProcess& p, int n, milliseconds timeout) {
+  std::vector<pid_t> pids(static_cast<size_t>(n), 0);
+  int seen = 0;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (seen < n) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto line = p.wait_for_line("READY", left);
+    if (!line) return {};
+    const int64_t rank = field(*line, "rank"), pid = field(*line, "pid");
+    if (rank >= 0 && rank < n && pids[static_cast<size_t>(rank)] == 0) {
+      pids[static_cast<size_t>(rank)] = static_cast<pid_t>(pid);
+      ++seen;
+    }
+  }
+  return pids;
+}
+
+// Whether the process is gone (or a zombie nobody has reaped yet: it runs no more).
+inline bool process_gone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string all;
+  std::getline(stat, all);
+  const size_t paren = all.rfind(')');
+  return paren != std::string::npos && paren + 2 < all.size() && (all[paren + 2] == 'Z' || all[paren + 2] == 'X');
+}
+
+// A port nothing listens on now (bound and released; good enough for a test).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+}  // namespace dp_run_test
