@@ -436,6 +436,7 @@ struct Trainer::Impl {
 
   Outcome train() {
     Position& pos = state.position;
+    if (group) post_vote();  // about the first step (see stop_requested)
     while (pos.global_step < total_steps) {
       auto epoch_t0 = Clock::now();
       double epoch_base = state.epoch_seconds;
@@ -479,18 +480,21 @@ struct Trainer::Impl {
     return Outcome::Finished;
   }
 
-  // Whether to stop after this step: Ctrl-C / SIGTERM, or --stop-after. Across processes the
-  // ranks decide together (the maximum over ranks of [signal, stop-after]), so a signal that
-  // reached one rank stops every rank after the same step and their checkpoint is consistent.
+  // Whether to stop after this step: Ctrl-C / SIGTERM, or --stop-after. Across processes a signal
+  // may reach one rank only (and --stop-after may be given to one rank only), so the ranks vote:
+  // before every step each posts [its signal (0: none), 1 if its --stop-after count ends with that
+  // step] to a Max all-reduce, which runs while the step computes and is read after it. So a signal
+  // that reached any rank during step k stops every rank after step k + 1, --stop-after N stops
+  // every rank after step N exactly, the same step everywhere, and their checkpoint is consistent;
+  // the vote costs no waiting. In one process the flags are read directly.
   std::optional<Outcome> stop_requested() {
     int64_t sig = stop_signal();
     int64_t after = opt.stop_after > 0 && invocation_steps >= opt.stop_after ? 1 : 0;
     if (group) {
-      note("stop-check");
-      Tensor votes = tensor(std::vector<int64_t>{sig, after});
-      group->allreduce(votes, distributed::ReduceOp::Max)->wait();
-      sig = votes[0].item<int64_t>();
-      after = votes[1].item<int64_t>();
+      const std::vector<int64_t> v = finish_vote();
+      sig = v[0];
+      after = v[1];
+      if (sig == 0 && after == 0) post_vote();
     }
     if (sig != 0) {
       stop_sig = static_cast<int>(sig);
@@ -499,6 +503,22 @@ struct Trainer::Impl {
     if (after != 0) return Outcome::StopAfter;
     return std::nullopt;
   }
+  // The vote about stopping after the next step (posted before it).
+  void post_vote() {
+    const int64_t after = opt.stop_after > 0 && invocation_steps + 1 >= opt.stop_after ? 1 : 0;
+    vote = tensor(std::vector<int64_t>{stop_signal(), after});
+    vote_work = group->allreduce(vote, distributed::ReduceOp::Max);
+  }
+  // The outcome of the vote in flight: [signal, stop-after] over all ranks ({0, 0} when none is).
+  std::vector<int64_t> finish_vote() {
+    if (!vote_work) return {0, 0};
+    note("stop-vote");
+    vote_work->wait();
+    vote_work.reset();
+    return vote.to_vector<int64_t>();
+  }
+  Tensor vote;
+  distributed::WorkPtr vote_work;
 
   // Adds the time since epoch_t0 to the epoch's and the run's training time.
   void sync_time(Clock::time_point& epoch_t0, double& epoch_base) {
@@ -547,6 +567,7 @@ struct Trainer::Impl {
   // ---- the end ------------------------------------------------------------------------------
   int finish(Outcome outcome) {
     const Position& pos = state.position;
+    finish_vote();  // a vote still in flight (the run ended at its last step) completes on every rank
     if (outcome != Outcome::Finished) {
       if (outcome == Outcome::Signal && stop_sig == 0) stop_sig = stop_signal();
       checkpoint();

@@ -1,0 +1,318 @@
+// dp-train across processes (DistributedDataParallel), each rank a process started with the
+// launcher's environment (dp::test::WorkerJob): the same command trains the same model on 1, 2 and
+// 3 processes (ragged shares of the batch included) and with DataParallel inside each rank; rank 0
+// alone prints and the summary has every rank's throughput; a signal to one rank stops every rank
+// after the same step with one consistent checkpoint, which resumes bit for bit on the same world
+// size and to float rounding on another; a job restarted by its launcher resumes by itself; a
+// setup failure on one rank stops all of them; 3 SGD steps on 2 processes end on PyTorch's weights.
+#include <csignal>
+#include <regex>
+#include <thread>
+#include "tools/test_dp_train_ddp_util.h"
+
+namespace {
+
+using namespace dp_train_ddp_test;
+
+// 52 rows in batches of 7: 8 steps an epoch, the last of 3 rows. On 2 processes a batch is split
+// 4+3 and the last 2+1; on 3, 3+2+2 and 1+1+1.
+const std::vector<std::string> kSmall{"--model", "mlp", "--hidden", "16", "--data", "random", "--data-size", "52", "--batch-size", "7",
+                                      "--epochs", "2", "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--progress", "lines"};
+
+// Long enough to be interrupted after a few steps: 400 rows in batches of 10, 60 steps of Adam
+// (40 an epoch, so the run crosses an epoch end).
+const std::vector<std::string> kLong{"--model", "mlp", "--hidden", "16", "--data", "random", "--data-size", "400", "--batch-size", "10",
+                                     "--steps", "60", "--optimizer", "adam", "--lr", "0.01", "--progress", "none"};
+
+class DpTrainDdp : public ::testing::Test {
+ protected:
+  void SetUp() override { DP_TRAIN_REQUIRE_BINARY(); }
+  TempDir dir;
+};
+
+TEST_F(DpTrainDdp, OneTwoAndThreeProcessesTrainTheSameModel) {
+  Result one = run(concat(kSmall, {"--save", dir.file("w1.safetensors"), "--log", dir.file("w1.jsonl")}), dir, "one");
+  ASSERT_EQ(one.status, 0) << describe(one);
+  for (int world : {2, 3}) {
+    SCOPED_TRACE(std::to_string(world) + " processes");
+    const std::string w = dir.file("w" + std::to_string(world) + ".safetensors"), log = dir.file("w" + std::to_string(world) + ".jsonl");
+    Ranks r = run_world(world, concat(kSmall, {"--save", w, "--log", log, "--checkpoint-dir", dir.file("ck" + std::to_string(world))}));
+    for (int s : r.status) ASSERT_EQ(s, 0) << r.all();
+    const std::string& out = r.output[0];
+    // Rank 0 prints; the others print nothing.
+    EXPECT_TRUE(contains(out, "processes: " + std::to_string(world) + " (DistributedDataParallel over gloo")) << out;
+    EXPECT_TRUE(contains(out, world == 2 ? "batch 7 split 4+3 over the ranks" : "batch 7 split 3+2+2 over the ranks")) << out;
+    EXPECT_TRUE(contains(out, "finished: 16 steps (2 epochs) of batch 7")) << out;
+    for (int rank = 1; rank < world; ++rank) {
+      EXPECT_FALSE(contains(r.output[static_cast<size_t>(rank)], "epoch")) << r.all();
+      EXPECT_FALSE(contains(r.output[static_cast<size_t>(rank)], "finished")) << r.all();
+    }
+    // Every rank's throughput: its rows of 2 epochs (7 full batches and the last of 3 rows each).
+    const std::string expect = world == 2 ? "over 2 processes: rank 0 .* samples/s (60 samples), rank 1 .* samples/s (44 samples)"
+                                          : "over 3 processes: rank 0 .* samples/s (44 samples), rank 1 .* samples/s (30 samples), "
+                                            "rank 2 .* samples/s (30 samples)";
+    EXPECT_TRUE(std::regex_search(out, std::regex("throughput: [0-9]+ samples/s " + std::regex_replace(expect, std::regex("[()]"), "\\$&"))))
+        << out;
+    const auto end = events(read_jsonl(log), "end");
+    ASSERT_EQ(end.size(), 1u);
+    EXPECT_EQ(end[0].at("world_size"), world);
+    EXPECT_EQ(end[0].at("rank_samples").size(), static_cast<size_t>(world));
+    // The steps are the single process's: the rows of each global batch, the loss of each.
+    const auto steps = events(read_jsonl(log), "step");
+    ASSERT_EQ(steps.size(), 16u);
+    EXPECT_EQ(steps[7].at("rows"), 3);
+    const auto ours = step_losses(log), single = step_losses(dir.file("w1.jsonl"));
+    ASSERT_EQ(ours.size(), single.size());
+    for (size_t i = 0; i < ours.size(); ++i) EXPECT_NEAR(ours[i], single[i], 1e-5) << "step " << i + 1;
+    // The same weights as one process (the gradient sums round differently: float rounding).
+    const double diff = max_abs_diff(w, dir.file("w1.safetensors"));
+    EXPECT_LT(diff, 1e-5);
+    std::printf("%d processes vs 1: max |weight difference| %g after 16 SGD steps\n", world, diff);
+    // The checkpoint, written by rank 0 for all, says where the run stands, as one process's would.
+    EXPECT_EQ(checkpoint_step(dir.file("ck" + std::to_string(world))), 16);
+  }
+}
+
+TEST_F(DpTrainDdp, DataParallelInsideEachProcess) {
+  Result one = run(concat(kSmall, {"--devices", "cpu:0", "--save", dir.file("w1.safetensors")}), dir, "one");
+  ASSERT_EQ(one.status, 0) << describe(one);
+  Ranks r = run_world(2, concat(kSmall, {"--devices", "cpu:0,cpu:1", "--save", dir.file("hybrid.safetensors")}), {"DP_CPU_DEVICES=2"});
+  for (int s : r.status) ASSERT_EQ(s, 0) << r.all();
+  EXPECT_TRUE(contains(r.output[0], "inside rank 0 DataParallel over cpu:0,cpu:1 (its 4 rows split 2+2)")) << r.output[0];
+  EXPECT_TRUE(contains(r.output[0], "rank 0's devices: cpu:0 ")) << r.output[0];
+  const double diff = max_abs_diff(dir.file("hybrid.safetensors"), dir.file("w1.safetensors"));
+  EXPECT_LT(diff, 1e-5);
+  std::printf("2 processes x 2 devices vs 1 process x 1 device: max |weight difference| %g\n", diff);
+}
+
+// SIGINT reaches rank 1 only; the ranks agree to stop after the same step, write one checkpoint
+// and exit 130. Resumed on 2 processes the run ends on the uninterrupted run's weights bit for bit;
+// resumed on 1 or 3 processes, to float rounding.
+TEST_F(DpTrainDdp, SignalToOneRankStopsAllAndTheCheckpointResumesOnAnyWorldSize) {
+  Ranks straight = run_world(2, concat(kLong, {"--save", dir.file("straight.safetensors")}));
+  for (int s : straight.status) ASSERT_EQ(s, 0) << straight.all();
+
+  const std::string ck = dir.file("ck"), log = dir.file("log.jsonl");
+  int64_t stopped_at = 0;
+  {
+    dp::test::WorkerJob job(kBinary, {concat(kLong, {"--checkpoint-dir", ck, "--log", log}), concat(kLong, {"--checkpoint-dir", ck, "--log", log})},
+                            30);
+    auto ranks = [&](size_t i) -> dp::test::WorkerProcess& { return job[static_cast<int>(i)]; };
+    const auto deadline = std::chrono::steady_clock::now() + seconds(60);
+    while (last_step(read_jsonl_so_far(log)) < 3 && std::chrono::steady_clock::now() < deadline) {
+      for (size_t i = 0; i < 2; ++i)
+        while (ranks(i).read_line(milliseconds(1))) {
+        }
+    }
+    ASSERT_GE(last_step(read_jsonl_so_far(log)), 3) << job.outputs();
+    job[1].signal(SIGINT);
+    std::vector<int> status = wait_all(ranks, 2, milliseconds(60000));
+    EXPECT_EQ(status, (std::vector<int>{130, 130})) << job.outputs();
+    const auto stop = events(read_jsonl(log), "stop");
+    ASSERT_EQ(stop.size(), 1u) << job.outputs();
+    stopped_at = stop[0].at("step").get<int64_t>();
+    EXPECT_EQ(stop[0].at("reason"), "signal");
+    EXPECT_TRUE(contains(job[0].output(), "stopped by Ctrl-C (SIGINT) (all 2 processes) at step " + std::to_string(stopped_at))) << job.outputs();
+    ASSERT_LT(stopped_at, 60) << "the run ended before the signal";
+  }
+  EXPECT_EQ(checkpoint_step(ck), stopped_at);
+  std::printf("stopped at step %lld of 60\n", static_cast<long long>(stopped_at));
+  copy_dir(ck, dir.file("ck1"));
+  copy_dir(ck, dir.file("ck3"));
+
+  Ranks two = run_world(2, {"--resume", ck, "--save", dir.file("two.safetensors"), "--progress", "none", "--log", log});
+  for (int s : two.status) ASSERT_EQ(s, 0) << two.all();
+  EXPECT_TRUE(same_weights(dir.file("two.safetensors"), dir.file("straight.safetensors")))
+      << "max |difference| " << max_abs_diff(dir.file("two.safetensors"), dir.file("straight.safetensors"));
+  EXPECT_EQ(events(read_jsonl(log), "start").back().at("resumed_at"), stopped_at);
+
+  Result one = run({"--resume", dir.file("ck1"), "--save", dir.file("one.safetensors"), "--progress", "none"}, dir, "one");
+  ASSERT_EQ(one.status, 0) << describe(one);
+  const double diff1 = max_abs_diff(dir.file("one.safetensors"), dir.file("straight.safetensors"));
+  EXPECT_LT(diff1, 1e-5);
+
+  Ranks three = run_world(3, {"--resume", dir.file("ck3"), "--save", dir.file("three.safetensors"), "--progress", "lines", "--log-every", "1000"});
+  for (int s : three.status) ASSERT_EQ(s, 0) << three.all();
+  EXPECT_TRUE(contains(three.output[0], "resuming " + dir.file("ck3") + " at step " + std::to_string(stopped_at))) << three.output[0];
+  EXPECT_TRUE(contains(three.output[0], "batch 10 split 4+3+3 over the ranks")) << three.output[0];
+  const double diff3 = max_abs_diff(dir.file("three.safetensors"), dir.file("straight.safetensors"));
+  EXPECT_LT(diff3, 1e-5);
+  std::printf("2 processes stopped at step %lld and resumed on 1 / 3 processes vs uninterrupted on 2: max |weight difference| %g / %g "
+              "(on 2: identical)\n",
+              static_cast<long long>(stopped_at), diff1, diff3);
+}
+
+// --stop-after stops every rank; a launcher restart (DP_RESTART_COUNT=1) of the same command then
+// resumes from --checkpoint-dir by itself and ends on the uninterrupted run's weights.
+TEST_F(DpTrainDdp, RestartedJobResumesFromItsCheckpoint) {
+  Ranks straight = run_world(2, concat(kSmall, {"--save", dir.file("straight.safetensors")}));
+  for (int s : straight.status) ASSERT_EQ(s, 0) << straight.all();
+  const std::vector<std::string> job = concat(kSmall, {"--checkpoint-dir", dir.file("ck"), "--save", dir.file("w.safetensors"), "--log", dir.file("log.jsonl")});
+
+  Ranks first = run_world(2, concat(job, {"--stop-after", "5"}));
+  EXPECT_EQ(first.status, (std::vector<int>{0, 0})) << first.all();
+  EXPECT_TRUE(contains(first.output[0], "stopped after 5 steps (--stop-after) (all 2 processes) at step 5 of 16")) << first.all();
+
+  Ranks restarted = run_world(2, job, {"DP_RESTART_COUNT=1"});
+  for (int s : restarted.status) ASSERT_EQ(s, 0) << restarted.all();
+  EXPECT_TRUE(contains(restarted.output[0], "restart 1 of this job (DP_RESTART_COUNT): continuing from the checkpoint in " + dir.file("ck")))
+      << restarted.output[0];
+  EXPECT_TRUE(contains(restarted.output[0], "resuming " + dir.file("ck") + " at step 5 of 16")) << restarted.output[0];
+  EXPECT_TRUE(same_weights(dir.file("w.safetensors"), dir.file("straight.safetensors")))
+      << "max |difference| " << max_abs_diff(dir.file("w.safetensors"), dir.file("straight.safetensors"));
+  // The restarted attempt appends to the log: two starts, the second at step 5.
+  const auto starts = events(read_jsonl(dir.file("log.jsonl")), "start");
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_EQ(starts[1].at("resumed_at"), 5);
+  EXPECT_EQ(starts[1].at("restart"), 1);
+
+  // A restart before any checkpoint was written starts the run again.
+  Ranks fresh = run_world(2, concat(kSmall, {"--checkpoint-dir", dir.file("empty"), "--save", dir.file("fresh.safetensors")}), {"DP_RESTART_COUNT=1"});
+  for (int s : fresh.status) ASSERT_EQ(s, 0) << fresh.all();
+  EXPECT_TRUE(contains(fresh.output[0], "holds no checkpoint yet, so the run starts again")) << fresh.output[0];
+  EXPECT_TRUE(same_weights(dir.file("fresh.safetensors"), dir.file("straight.safetensors")));
+}
+
+// --stop-after given to rank 1 only: the vote stops rank 0 after the same step.
+TEST_F(DpTrainDdp, StopAfterOnOneRankStopsEveryRankAfterThatStep) {
+  Ranks r = run_ranks({concat(kSmall, {"--checkpoint-dir", dir.file("ck")}), concat(kSmall, {"--checkpoint-dir", dir.file("ck"), "--stop-after", "3"})});
+  EXPECT_EQ(r.status, (std::vector<int>{0, 0})) << r.all();
+  EXPECT_TRUE(contains(r.output[0], "stopped after 3 steps (--stop-after) (all 2 processes) at step 3 of 16")) << r.all();
+  EXPECT_EQ(checkpoint_step(dir.file("ck")), 3);
+}
+
+TEST_F(DpTrainDdp, SetupFailureOnOneRankStopsEveryRank) {
+  const std::string missing = dir.file("missing.safetensors");
+  Ranks r = run_ranks({kSmall, concat(kSmall, {"--init", missing})});
+  EXPECT_EQ(r.status, (std::vector<int>{2, 2})) << r.all();
+  EXPECT_TRUE(contains(r.output[1], "dp-train: rank 1: error: --init " + missing)) << r.all();
+  EXPECT_TRUE(contains(r.output[0], "dp-train: rank 0: error: rank 1 could not set up the run")) << r.all();
+}
+
+TEST_F(DpTrainDdp, EveryRankNeedsRowsOfEveryBatch) {
+  // 50 rows in batches of 7: the last batch has 1 row, which 2 processes cannot share.
+  Ranks r = run_world(2, concat(kSmall, {"--data-size", "50"}));
+  EXPECT_EQ(r.status, (std::vector<int>{2, 2})) << r.all();
+  EXPECT_TRUE(contains(r.output[0], "--batch-size 7 leaves 1 row(s) for the last batch of each epoch (50 training rows) but there are 2 processes"))
+      << r.all();
+  Ranks tiny = run_world(2, concat(kSmall, {"--batch-size", "1"}));
+  EXPECT_EQ(tiny.status, (std::vector<int>{2, 2})) << tiny.all();
+  EXPECT_TRUE(contains(tiny.output[1], "--batch-size 1 is smaller than the 2 processes")) << tiny.all();
+}
+
+TEST_F(DpTrainDdp, DistributedFlagWithoutALauncherSaysWhatToSet) {
+  Result r = run(concat(kSmall, {"--distributed"}), dir);
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "dp-train: error: --distributed: ")) << r.err;
+}
+
+// ---- PyTorch ------------------------------------------------------------------------------------
+
+// PyTorch's side: initial weights, and the single-process SGD steps replayed on the same batches.
+const char* kScript = R"PY(
+import gzip, json, struct, sys
+sys.path.insert(0, sys.argv[1])
+import torch
+from gen_safetensors import write_safetensors
+from check_safetensors import read
+
+def mlp(hidden):
+    nn = torch.nn
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+
+def load(path):
+    return {name: t for name, t, _, _ in read(path)[1]}
+
+def idx(path, count):
+    with gzip.open(path, "rb") as f:
+        magic, n = struct.unpack(">II", f.read(8))
+        if magic == 2051:
+            f.read(8)
+            return torch.frombuffer(bytearray(f.read(count * 784)), dtype=torch.uint8).reshape(count, 1, 28, 28)
+        return torch.frombuffer(bytearray(f.read(count)), dtype=torch.uint8)
+
+cmd = sys.argv[2]
+if cmd == "write-init":                       # HIDDEN PATH
+    torch.manual_seed(1234)
+    m = mlp(int(sys.argv[3]))
+    write_safetensors(sys.argv[4], {k: v.detach().contiguous() for k, v in m.state_dict().items()}, {"format": "pt"})
+elif cmd == "replay":                         # INIT SAVED LOG DATA_DIR HIDDEN BATCH STEPS LR MOMENTUM
+    init, saved, log, data_dir = sys.argv[3:7]
+    hidden, batch, steps = int(sys.argv[7]), int(sys.argv[8]), int(sys.argv[9])
+    lr, momentum = float(sys.argv[10]), float(sys.argv[11])
+    m = mlp(hidden)
+    m.load_state_dict(load(init), strict=True)
+    images = (idx(data_dir + "/train-images-idx3-ubyte.gz", batch * steps).float() / 255 - 0.2860) / 0.3530
+    labels = idx(data_dir + "/train-labels-idx1-ubyte.gz", batch * steps).long()
+    opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum)
+    ours = [json.loads(l)["loss"] for l in open(log) if json.loads(l)["event"] == "step"]
+    losses = []
+    for s in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(m(images[s * batch:(s + 1) * batch]), labels[s * batch:(s + 1) * batch])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    final = load(saved)
+    weight_diff = max((v - final[k]).abs().max().item() for k, v in m.state_dict().items())
+    print(json.dumps({"torch_losses": losses, "our_losses": ours, "max_weight_diff": weight_diff}))
+)PY";
+
+// The returned JSON of the script's last line (null when it printed none or failed).
+nlohmann::json py(const std::string& python, const TempDir& dir, const std::vector<std::string>& args) {
+  std::string cmd = python + " '" + dir.file("torch_side.py") + "' '" + DP_GOLDEN_DIR + "'";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  cmd += " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = ::pclose(p);
+  EXPECT_EQ(status, 0) << cmd << "\n" << out;
+  std::string last;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty()) last = line;
+  if (status != 0 || last.empty() || last.front() != '{') return nullptr;
+  return nlohmann::json::parse(last);
+}
+
+// Three SGD steps (momentum 0.9) of the MLP from PyTorch's initial weights on the first 3 x 64
+// training images (--no-shuffle), each batch split 32+32 over two processes (and, on the second
+// run, 33+32 of a batch of 65 over two processes with two devices each): each step's loss and the
+// final weights match PyTorch's single-process steps to float rounding.
+TEST_F(DpTrainDdp, SgdStepsOnTwoProcessesMatchPyTorch) {
+  DP_TRAIN_REQUIRE_FASHION_MNIST();
+  std::string why;
+  const std::string python = torch_python(&why);
+  if (python.empty()) GTEST_SKIP() << why;
+  std::ofstream(dir.file("torch_side.py")) << kScript;
+  const std::string init = dir.file("init.safetensors");
+  py(python, dir, {"write-init", "32", init});
+  ASSERT_TRUE(std::filesystem::exists(init));
+  for (const char* batch : {"64", "65"}) {
+    SCOPED_TRACE(std::string("batch ") + batch);
+    const std::string saved = dir.file(std::string("saved") + batch + ".safetensors"), log = dir.file(std::string("log") + batch + ".jsonl");
+    std::vector<std::string> args{"--model", "mlp", "--hidden", "32", "--data", "fashion-mnist", "--no-shuffle", "--steps", "3", "--batch-size", batch,
+                                  "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--schedule", "constant", "--init", init, "--save", saved,
+                                  "--log", log};
+    std::vector<std::string> env;
+    if (std::string(batch) == "65") {
+      args = concat(args, {"--devices", "cpu:0,cpu:1"});
+      env.push_back("DP_CPU_DEVICES=2");
+    }
+    Ranks r = run_world(2, args, env);
+    for (int s : r.status) ASSERT_EQ(s, 0) << r.all();
+    nlohmann::json result = py(python, dir, {"replay", init, saved, log, kFashionDir, "32", batch, "3", "0.1", "0.9"});
+    ASSERT_TRUE(result.is_object());
+    const auto torch_losses = result.at("torch_losses").get<std::vector<double>>();
+    const auto our_losses = result.at("our_losses").get<std::vector<double>>();
+    ASSERT_EQ(our_losses.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(our_losses[i], torch_losses[i], 1e-5) << "step " << i + 1 << ": " << result.dump();
+    EXPECT_LT(result.at("max_weight_diff").get<double>(), 1e-5) << result.dump();
+    std::printf("batch %s on 2 processes, PyTorch vs dp-train: losses %s vs %s, max |weight difference| %g\n", batch,
+                result.at("torch_losses").dump().c_str(), result.at("our_losses").dump().c_str(), result.at("max_weight_diff").get<double>());
+  }
+}
+
+}  // namespace
