@@ -20,6 +20,7 @@ using std::chrono::milliseconds;
 constexpr milliseconds kRequestTimeout{5000};
 constexpr milliseconds kPoll{100};
 constexpr int kHeartbeatEvery = 5;  // polls (0.5 s)
+constexpr milliseconds kSilentAfterFailure{5000};
 
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
@@ -269,8 +270,11 @@ AttemptEnd NodeCoordinator::finish_attempt(bool ok, const std::optional<RemoteFa
       const auto now = Clock::now();
       const bool failure_known = !ok || first_.has_value();
       bool give_up = failure_known && now - started >= failure_wait;
+      // A node that stopped beating is gone; after a failure, sooner (its watcher beats every
+      // 0.5 s while it stops its workers, so 5 s of silence means it cannot reach the store).
+      const auto silent = failure_known ? std::min(node_timeout, kSilentAfterFailure) : node_timeout;
       for (int n = 0; n < nnodes_; ++n)
-        if (!done[n] && now - beat[n].second >= node_timeout) give_up = true;
+        if (!done[n] && now - beat[n].second >= silent) give_up = true;
       if (give_up) {
         for (int n = 0; n < nnodes_; ++n)
           if (!done[n]) end.lost_nodes.push_back(n);

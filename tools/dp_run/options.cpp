@@ -27,6 +27,12 @@ const char* kDescription =
 
 [[noreturn]] void usage(const std::string& message) { throw CLI::ValidationError(message); }
 
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 void check(const Options& o, const CLI::App& app) {
   if (o.command.empty()) usage("no program to run: give it after the options, e.g. dp-run --nproc-per-node 2 -- ./train --lr 0.1");
   if (o.nproc_per_node < 1 || o.nproc_per_node > 1024) usage("--nproc-per-node " + std::to_string(o.nproc_per_node) + " is not in [1, 1024]");
@@ -40,10 +46,10 @@ void check(const Options& o, const CLI::App& app) {
     usage("--master-port " + std::to_string(o.master_port) + " is not a port in [1, 65535]");
   if (o.max_restarts < 0) usage("--max-restarts " + std::to_string(o.max_restarts) + " is negative");
   if (o.timeout_s && !(std::isfinite(*o.timeout_s) && *o.timeout_s >= 0.001 && *o.timeout_s <= 1e7))
-    usage("--timeout " + std::to_string(*o.timeout_s) + " is not a number of seconds in [0.001, 1e7]");
-  if (!(std::isfinite(o.grace_s) && o.grace_s >= 0 && o.grace_s <= 3600)) usage("--grace " + std::to_string(o.grace_s) + " is not in [0, 3600] seconds");
+    usage("--timeout " + num(*o.timeout_s) + " is not a number of seconds in [0.001, 1e7]");
+  if (!(std::isfinite(o.grace_s) && o.grace_s >= 0 && o.grace_s <= 3600)) usage("--grace " + num(o.grace_s) + " is not in [0, 3600] seconds");
   if (!(std::isfinite(o.rdzv_timeout_s) && o.rdzv_timeout_s > 0 && o.rdzv_timeout_s <= 1e6))
-    usage("--rdzv-timeout " + std::to_string(o.rdzv_timeout_s) + " is not a positive number of seconds");
+    usage("--rdzv-timeout " + num(o.rdzv_timeout_s) + " is not a positive number of seconds");
   if (!o.run_id.empty() && !valid_run_id(o.run_id))
     usage("--run-id '" + o.run_id + "' is not 1-64 characters of letters, digits, '.', '_' and '-'");
   if (!o.timeline.empty() && o.timeline.back() == '/') usage("--timeline '" + o.timeline + "' is a directory, not a file");
