@@ -71,7 +71,13 @@ pid_t spawn_process(const std::string& path, const std::vector<std::string>& arg
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
-    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);
+    // SIGPIPE ignored (exec keeps that), as in every Python program torchrun starts, which is how
+    // Gloo is used and tested: a write to a peer that died is an EPIPE error the collective library
+    // can name, not a silent death of the survivor (Gloo's TCP transport writes without MSG_NOSIGNAL).
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ign, nullptr);
     const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null_fd >= 0) {
       ::dup2(null_fd, 0);  // dup2 clears close-on-exec on the copy

@@ -2,8 +2,9 @@
 // Starting a worker process: its own process group (so a signal reaches the worker and whatever it
 // starts, and the terminal's Ctrl-C reaches dp-run, which passes it on), killed with SIGKILL when
 // dp-run dies (PR_SET_PDEATHSIG, checked against the race with getppid), stdin from /dev/null (a
-// background process group reading the terminal would be stopped by SIGTTIN), stdout and stderr
-// inherited.
+// background process group reading the terminal would be stopped by SIGTTIN), SIGPIPE ignored (as
+// Python programs have it: a write to a dead peer is an error, not a silent death), stdout and
+// stderr inherited.
 #include <sys/types.h>
 #include <string>
 #include <vector>

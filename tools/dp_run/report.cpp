@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
@@ -21,7 +22,10 @@ void say(const std::string& text) {
 
 bool failed(const WorkerExit& w) { return !(WIFEXITED(w.wait_status) && WEXITSTATUS(w.wait_status) == 0); }
 
-bool is_consequence(const WorkerExit& w) { return w.error && w.error->type == "PeerLostError"; }
+bool is_consequence(const WorkerExit& w) {
+  // A PeerLostError, or a write to a connection a dead peer left (for programs that restored SIGPIPE).
+  return (w.error && w.error->type == "PeerLostError") || (WIFSIGNALED(w.wait_status) && WTERMSIG(w.wait_status) == SIGPIPE);
+}
 
 size_t pick_first_failure(const std::vector<WorkerExit>& failures) {
   for (size_t i = 0; i < failures.size(); ++i)

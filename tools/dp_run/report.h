@@ -30,8 +30,9 @@ struct WorkerExit {
 
 // Whether the worker ended other than with exit status 0.
 bool failed(const WorkerExit& w);
-// Whether its failure was the consequence of another's: it recorded a PeerLostError (a peer died
-// first). When several workers fail together, the first failure reported is one that is not.
+// Whether its failure was the consequence of another's: it recorded a PeerLostError or died of
+// SIGPIPE (a peer died first). When several workers fail together, the first failure reported is
+// one that is not.
 bool is_consequence(const WorkerExit& w);
 // Of failed workers in the order they were collected, the index of the one to report as the first
 // failure: the first that is not a consequence, else the first. npos for none.
