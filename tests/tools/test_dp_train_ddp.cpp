@@ -8,6 +8,7 @@
 #include <csignal>
 #include <regex>
 #include <thread>
+#include "dp/distributed/launch.h"
 #include "tools/test_dp_train_ddp_util.h"
 
 namespace {
@@ -187,6 +188,21 @@ TEST_F(DpTrainDdp, SetupFailureOnOneRankStopsEveryRank) {
   EXPECT_EQ(r.status, (std::vector<int>{2, 2})) << r.all();
   EXPECT_TRUE(contains(r.output[1], "dp-train: rank 1: error: --init " + missing)) << r.all();
   EXPECT_TRUE(contains(r.output[0], "dp-train: rank 0: error: rank 1 could not set up the run")) << r.all();
+}
+
+// The global batch's loss is the same on every rank, so a diverging run stops every rank at the
+// same step with exit status 3, and the error goes to the launcher's error file.
+TEST_F(DpTrainDdp, DivergenceStopsEveryRankAndIsRecordedForTheLauncher) {
+  const std::string error_file = dir.file("error.json");
+  Ranks r = run_world(2, concat(kSmall, {"--lr", "1e30"}), {"DP_ERROR_FILE=" + error_file});
+  EXPECT_EQ(r.status, (std::vector<int>{3, 3})) << r.all();
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_TRUE(contains(r.output[static_cast<size_t>(rank)], "dp-train: rank " + std::to_string(rank) + ": error during training: the loss is"))
+        << r.all();
+  const auto recorded = dp::distributed::read_error_file(error_file);
+  ASSERT_TRUE(recorded.has_value()) << r.all();
+  EXPECT_EQ(recorded->type, "Error");
+  EXPECT_TRUE(contains(recorded->message, "training diverged; try a lower --lr")) << recorded->message;
 }
 
 TEST_F(DpTrainDdp, EveryRankNeedsRowsOfEveryBatch) {
