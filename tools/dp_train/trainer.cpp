@@ -258,8 +258,11 @@ struct Trainer::Impl {
   // "64+64": how `rows` rows are split into `parts` (ranks or devices), idle ones left out.
   static std::string split_text(const std::vector<int64_t>& split) {
     std::string out;
-    for (int64_t rows : split)
-      if (rows > 0) out += (out.empty() ? "" : "+") + std::to_string(rows);
+    for (int64_t rows : split) {
+      if (rows <= 0) continue;
+      if (!out.empty()) out += '+';
+      out += std::to_string(rows);
+    }
     return out;
   }
 
