@@ -95,6 +95,7 @@ int run_job(const Options& o) {
     const std::string listen = o.multi_node() ? std::string() : master;
     const int want = port > 0 ? port : 0;
     try {
+      const SignalsBlocked blocked;  // the server's thread inherits the mask: signals go to the main thread
       server = std::make_unique<dp::distributed::TCPStoreServer>(listen, static_cast<uint16_t>(want));
       port = server->port();
     } catch (const std::exception& e) {

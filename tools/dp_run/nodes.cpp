@@ -159,6 +159,7 @@ void NodeCoordinator::start_watch(int attempt) {
   pending_failure_.reset();
   remote_.reset();
   first_.reset();
+  const SignalsBlocked blocked;  // the watcher inherits the mask: signals go to the main thread
   watcher_ = std::thread([this] { watch_loop(); });
 }
 

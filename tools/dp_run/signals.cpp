@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 #include <atomic>
@@ -54,6 +55,16 @@ void wait_for_signal_or(int timeout_ms) {
     }
   }
 }
+
+SignalsBlocked::SignalsBlocked() {
+  static_assert(sizeof(sigset_t) <= sizeof(saved_));
+  sigset_t block;
+  sigemptyset(&block);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaddset(&block, sig);
+  ::pthread_sigmask(SIG_BLOCK, &block, reinterpret_cast<sigset_t*>(saved_));
+}
+
+SignalsBlocked::~SignalsBlocked() { ::pthread_sigmask(SIG_SETMASK, reinterpret_cast<const sigset_t*>(saved_), nullptr); }
 
 int stop_signal() { return g_last_stop.load(std::memory_order_relaxed); }
 int stop_signal_count() { return g_stop_count.load(std::memory_order_relaxed); }

@@ -12,4 +12,17 @@ void wait_for_signal_or(int timeout_ms);
 int stop_signal();
 int stop_signal_count();
 
+// While alive, the calling thread blocks dp-run's signals, so a thread started meanwhile (the store
+// server's, the node watcher) inherits the mask and every signal goes to the main thread.
+class SignalsBlocked {
+ public:
+  SignalsBlocked();
+  ~SignalsBlocked();
+  SignalsBlocked(const SignalsBlocked&) = delete;
+  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+ private:
+  unsigned char saved_[128];  // a sigset_t
+};
+
 }  // namespace dp::run
