@@ -133,6 +133,9 @@ AttemptResult run_attempt(const AttemptSpec& spec) {
         stop_all(sig);
         phase = Phase::kTerminating;
         kill_at = now + grace;
+        // The other nodes stop too (their workers would only lose their peers).
+        if (spec.nodes && !result.remote)
+          spec.nodes->report_failure("node " + std::to_string(spec.node_rank) + "'s dp-run got " + signal_name(sig), false);
       } else if (!killed) {
         say("got " + signal_name(sig) + " again: killing the workers");
         kill_at = now;
