@@ -2,6 +2,11 @@
 // choice of the first failure, each worker's environment and core share, the timeline merge, the
 // command line, and finding the program.
 #include <gtest/gtest.h>
+
+#ifndef DP_RUN_BIN
+// tools/ not built (DP_BUILD_TOOLS=OFF): dp-run's sources are not compiled in.
+TEST(DpRunParts, NotBuilt) { GTEST_SKIP() << "dp-run is not built (configure with -DDP_BUILD_TOOLS=ON)"; }
+#else
 #include <sys/wait.h>
 #include <algorithm>
 #include <fstream>
@@ -204,3 +209,4 @@ TEST(DpRunProcess, FindsTheProgramAndSaysWhyNot) {
 
 }  // namespace
 }  // namespace dp::run
+#endif  // DP_RUN_BIN
