@@ -162,13 +162,13 @@ class FnRunner : public Runner {
 };
 
 // The spec's fields: mode (plain | ddp | dp | pg-flat | pg-buckets | gloo-raw), model, rank, world,
-// rows [begin, end), devices (dp), bucket_cap_mb, count (floats, communication modes), store_dir
+// rows [begin, end), devices (dp), bucket_cap_mb, first_bucket_mb, count (floats, communication modes), store_dir
 // (gloo-raw), sync (plain: wait for the other processes after every step), fp16 (ddp: the
 // fp16_compress comm hook).
 inline std::unique_ptr<Runner> make_runner(const json& spec) {
   using namespace dp;
   const std::string mode = spec.at("mode"), model_name = spec.at("model");
-  const double cap = spec.value("bucket_cap_mb", 25.0);
+  const double cap = spec.value("bucket_cap_mb", 25.0), first_cap = spec.value("first_bucket_mb", 1.0);
   const int rank = spec.value("rank", 0), world = spec.value("world", 1);
   nn::CrossEntropyLoss criterion;
 
@@ -206,6 +206,7 @@ inline std::unique_ptr<Runner> make_runner(const json& spec) {
              group->size(), ", the spec ", rank, " of ", world);
     distributed::DistributedDataParallelOptions opts;
     opts.bucket_cap_mb = cap;
+    opts.first_bucket_mb = first_cap;
     nn::DistributedDataParallel<nn::SequentialImpl> ddp(model.ptr(), group, opts);
     if (spec.value("fp16", false)) ddp->register_comm_hook(distributed::comm_hooks::fp16_compress());
     // PyTorch's usual loop: the module's output, the criterion's mean over this rank's rows, and
@@ -233,6 +234,7 @@ inline std::unique_ptr<Runner> make_runner(const json& spec) {
     {
       distributed::DistributedDataParallelOptions opts;
       opts.bucket_cap_mb = cap;
+      opts.first_bucket_mb = first_cap;
       nn::DistributedDataParallel<nn::SequentialImpl> ddp(model.ptr(), group, opts);
       layout = ddp->bucket_indices();
     }

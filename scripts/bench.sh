@@ -2,7 +2,8 @@
 # Builds the benchmarks (Release, -march=native) and runs them against PyTorch: the kernels, then
 # training steps (seed model, MLP, CNN; 1 thread), then DataParallel's training throughput on 1, 2,
 # ... CPU devices (up to nproc), then DistributedDataParallel across processes against the compute
-# floor, DataParallel, PyTorch's DDP and a raw Gloo allreduce; prints the tables, writes
+# floor, DataParallel, PyTorch's DDP and a raw Gloo allreduce (as root also over a 1 Gbit/s shaped
+# link between two network namespaces); prints the tables, writes
 # bench/results/{kernels,training,data_parallel,ddp}.json and the tables in docs/benchmarks.md.
 #
 #   bash scripts/bench.sh                 # 1 thread, then nproc threads; dparallel and PyTorch alike
@@ -24,5 +25,9 @@ threads=1
 devices_max=$(nproc)
 [[ $devices_max -lt 2 ]] && devices_max=2
 "$BUILD_DIR/bench/bench_data_parallel" --devices-max "$devices_max" --root "$DP_ROOT"
-# DDP on 1 and 2 processes (the program starts its own workers; SCHED_FIFO where permitted).
-"$BUILD_DIR/bench/bench_ddp" --root "$DP_ROOT"
+# DDP on 1 and 2 processes (the program starts its own workers; SCHED_FIFO where permitted). As
+# root, also the shaped-link rows: the two ranks in two network namespaces over a veth pair limited
+# to 1 Gbit/s with tc (bench_ddp --shaped; it makes and removes the namespaces itself).
+ddp_args=()
+[[ $(id -u) -eq 0 ]] && ddp_args+=(--shaped 1gbit)
+"$BUILD_DIR/bench/bench_ddp" --root "$DP_ROOT" ${ddp_args[@]+"${ddp_args[@]}"}
