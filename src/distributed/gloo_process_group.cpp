@@ -3,10 +3,13 @@
 #include "distributed/gloo_process_group.h"
 #include <map>
 #include <gloo/context.h>
+#include <gloo/transport/pair.h>
+#include "distributed/failure_notice.h"
 #include "distributed/gloo_errors.h"
 #include "distributed/gloo_fingerprint.h"
 #include "distributed/gloo_monitored_barrier.h"
 #include "distributed/gloo_reduce.h"
+#include "distributed/sigpipe_block.h"
 #include "dp/core/errors.h"
 #include "dp/distributed/errors.h"
 
@@ -21,6 +24,8 @@ uint32_t tag_of(uint64_t sequence) { return static_cast<uint32_t>(sequence & 0x7
 // long it waits for the store to answer.
 constexpr std::chrono::milliseconds kProgressSettle{150};
 constexpr std::chrono::milliseconds kProgressReadBudget{1000};
+// How long a failing rank may spend on the store telling the others (failure_notice.h).
+constexpr std::chrono::milliseconds kNoticeBudget{300};
 
 void check_defined(const char* op, const std::vector<Tensor>& tensors, const char* what) {
   for (size_t i = 0; i < tensors.size(); ++i)
@@ -156,6 +161,7 @@ void GlooProcessGroup::execute(Op& op) {
   const OpLabel label{options_.name, rank(), size(), op.name, op.sequence, {}};
   const GlooCall call{connection_.context, tag_of(op.sequence), options_.timeout};
   try {
+    SigpipeBlock no_sigpipe;
     if (debug_) check_same_collective(call, label, op.description);
     op.run(call);
   } catch (...) {
@@ -167,7 +173,8 @@ void GlooProcessGroup::execute(Op& op) {
     };
     OpLabel where = label;
     where.position = progress_.position();
-    const std::exception_ptr error = translate_operation_error(std::current_exception(), where, connection_.peers, waited, read_others);
+    const std::exception_ptr error =
+        spread_failure(translate_operation_error(std::current_exception(), where, connection_.peers, waited, read_others));
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!broken_) broken_ = error;
@@ -179,6 +186,46 @@ void GlooProcessGroup::execute(Op& op) {
   progress_.publish(op.sequence, op.name, /*finished=*/true);
   op.run = nullptr;
   op.work->finish();
+}
+
+// Tells the other ranks (failure_notice.h) and closes this rank's connections, so that every rank
+// blocked on this one fails now instead of at its timeout; a lost peer that turns out to have closed
+// on purpose, after losing another rank, is reported as that other rank.
+std::exception_ptr GlooProcessGroup::spread_failure(std::exception_ptr error) {
+  int culprit = -1;
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerLostError& e) {
+    culprit = e.peer_rank();
+    const std::optional<FailureNotice> first = read_failure_notice(connection_.group_store, kNoticeBudget);
+    if (first && first->writer == e.peer_rank() && first->culprit >= 0 && first->culprit != rank()) {
+      culprit = first->culprit;
+      error = std::make_exception_ptr(PeerLostError(
+          dp::detail::str(e.what(), "; rank ", first->writer, " closed its connections after it had lost rank ", first->culprit, " (", first->text, ")"),
+          first->culprit, e.operation(), e.sequence()));
+    }
+  } catch (const CollectiveTimeout& e) {
+    if (!e.ranks_behind().empty()) culprit = e.ranks_behind().front();
+  } catch (...) {
+  }
+  std::string text;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    text = e.what();
+  } catch (...) {
+    text = "unknown error";
+  }
+  publish_failure_notice(connection_.group_store, FailureNotice{rank(), culprit, text}, kNoticeBudget);
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank()) continue;
+    try {
+      if (auto& pair = connection_.context->getPair(peer)) pair->close();
+    } catch (...) {
+      // Already broken: nothing left to close.
+    }
+  }
+  return error;
 }
 
 // ---- allreduce ----
@@ -363,6 +410,8 @@ ProcessGroupPtr make_gloo_process_group(std::shared_ptr<Store> store, int rank, 
   DP_CHECK(!options.name.empty() && options.name.find('/') == std::string::npos, ValueError, "make_gloo_process_group: group name '",
            options.name, "' must be non-empty and without '/' (it is a store key prefix)");
   const bool debug = detail::distributed_debug_enabled();  // read now: a malformed value fails before connecting
+  // Gloo's I/O thread (made while connecting) and the group's threads inherit a blocked SIGPIPE.
+  detail::SigpipeBlock no_sigpipe;
   detail::GlooConnection connection = detail::connect_gloo(store, rank, size, options);
   if (options.bind_address.empty()) options.bind_address = "127.0.0.1";
   return std::make_shared<detail::GlooProcessGroup>(std::move(connection), std::move(store), rank, size, std::move(options), debug);

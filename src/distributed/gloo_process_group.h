@@ -74,6 +74,7 @@ class GlooProcessGroup final : public ProcessGroup {
 
   WorkPtr enqueue(const char* name, std::vector<Tensor> outputs, std::string description, std::function<void(const GlooCall&)> run);
   void loop();
+  std::exception_ptr spread_failure(std::exception_ptr error);
   // Runs `work`'s operation on this thread if it is next and nothing is running (see above).
   void run_inline(const Work* work);
   void execute(Op& op);

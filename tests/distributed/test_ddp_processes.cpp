@@ -99,6 +99,23 @@ TEST(DDPProcesses, AKilledRankIsNamedInTheSurvivorWithinOneSecond) {
   EXPECT_EQ(job[0].wait_exit(milliseconds(5000)), 3);
 }
 
+// Three ranks: only some survivors talk to the killed rank in the collective at hand; the others
+// learn of it from the survivors that saw it (their notice, their closed connections), and every
+// survivor names rank 1, within a second.
+TEST(DDPProcesses, AKilledRankIsNamedByEverySurvivorOfThree) {
+  Job job({{"--steps", "100000"}, {"--steps", "100000"}, {"--steps", "100000"}});
+  ASSERT_TRUE(job[1].wait_for_line("STEP 3", kRun)) << job.outputs();
+  const int64_t killed_at = mono_ms();
+  job[1].signal(SIGKILL);
+  for (int r : {0, 2}) {
+    auto error = job[r].wait_for_line("ERROR", milliseconds(10000));
+    ASSERT_TRUE(error.has_value()) << "rank " << r << " did not report the lost rank\n" << job.outputs();
+    EXPECT_TRUE(contains(*error, "PeerLostError peer=1")) << "rank " << r << ": " << *error;
+    EXPECT_LE(field_ms(*error) - killed_at, 1000) << *error;
+    EXPECT_EQ(job[r].wait_exit(milliseconds(5000)), 3) << job.outputs();
+  }
+}
+
 TEST(DDPProcesses, ARankThatSkipsABackwardIsNamedInTheTimeout) {
   Job job({{"--steps", "10"}, {"--steps", "10", "--skip-backward-at", "2"}}, /*timeout_seconds=*/2);
   ASSERT_TRUE(job[1].wait_for_line("SKIPPED 2", kRun)) << job.outputs();
