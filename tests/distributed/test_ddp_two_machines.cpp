@@ -17,7 +17,7 @@
 #include "distributed/workers/worker_process.h"
 #include "dp/dp.h"
 #include "dp/optim/optim.h"
-#include "support/run_command.h"
+#include "support/two_hosts.h"
 #include "support/temp_files.h"
 
 #ifndef DP_DDP_WORKER
@@ -28,64 +28,9 @@ namespace dp::distributed {
 namespace {
 
 using dp::test::mono_ms;
-using dp::test::run_command;
+using dp::test::TwoHosts;
 using dp::test::WorkerProcess;
 using std::chrono::milliseconds;
-
-// Two namespaces and a veth pair between them; removed by the destructor whatever happened.
-class TwoHosts {
- public:
-  explicit TwoHosts(int instance) {
-    const std::string tag = std::to_string(::getpid() % 100000) + "_" + std::to_string(instance);
-    ns_[0] = "dpA" + tag;
-    ns_[1] = "dpB" + tag;
-    veth_[0] = "dva" + tag;
-    veth_[1] = "dvb" + tag;
-    // A /24 per test process and instance, so concurrent runs do not collide.
-    const int subnet = 1 + (::getpid() + instance * 97) % 250;
-    addr_[0] = "10.231." + std::to_string(subnet) + ".1";
-    addr_[1] = "10.231." + std::to_string(subnet) + ".2";
-    const std::vector<std::string> setup = {
-        "ip netns add " + ns_[0],
-        "ip netns add " + ns_[1],
-        "ip link add " + veth_[0] + " type veth peer name " + veth_[1],
-        "ip link set " + veth_[0] + " netns " + ns_[0],
-        "ip link set " + veth_[1] + " netns " + ns_[1],
-        "ip -n " + ns_[0] + " addr add " + addr_[0] + "/24 dev " + veth_[0],
-        "ip -n " + ns_[1] + " addr add " + addr_[1] + "/24 dev " + veth_[1],
-        "ip -n " + ns_[0] + " link set " + veth_[0] + " up",
-        "ip -n " + ns_[1] + " link set " + veth_[1] + " up",
-        "ip -n " + ns_[0] + " link set lo up",
-        "ip -n " + ns_[1] + " link set lo up",
-    };
-    for (const std::string& cmd : setup) {
-      auto [status, out] = run_command(cmd);
-      if (status != 0) {
-        error_ = cmd + ": " + out;
-        return;
-      }
-    }
-    ok_ = true;
-  }
-  ~TwoHosts() {
-    run_command("ip netns del " + ns_[0]);  // takes the veth pair with it
-    run_command("ip netns del " + ns_[1]);
-  }
-  TwoHosts(const TwoHosts&) = delete;
-  TwoHosts& operator=(const TwoHosts&) = delete;
-
-  bool ok() const { return ok_; }
-  const std::string& error() const { return error_; }
-  const std::string& ns(int r) const { return ns_[r]; }
-  const std::string& address(int r) const { return addr_[r]; }
-  // Cuts the link: packets stop, no FIN or RST reaches either side.
-  void partition() { run_command("ip -n " + ns_[0] + " link set " + veth_[0] + " down"); }
-
- private:
-  std::string ns_[2], veth_[2], addr_[2];
-  bool ok_ = false;
-  std::string error_;
-};
 
 // Rank r of 2 in host r: `ip netns exec <ns> ddp_worker args...`, rank 0 hosting the store.
 std::unique_ptr<WorkerProcess> start_rank(const TwoHosts& hosts, int r, const std::vector<std::string>& worker_args, double timeout_s,
@@ -104,13 +49,11 @@ int64_t field_ms(const std::string& line) {
   return std::regex_search(line, m, std::regex("mono_ms=([0-9]+)")) ? std::stoll(m[1].str()) : -1;
 }
 
-#define REQUIRE_TWO_HOSTS(hosts)                                                                                    \
-  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";                                            \
-  if (::access("/usr/sbin/ip", X_OK) != 0) GTEST_SKIP() << "iproute2's ip is not installed";                       \
-  if (!(hosts).ok()) GTEST_SKIP() << "could not make two network namespaces here: " << (hosts).error()
+#define REQUIRE_TWO_HOSTS(hosts) \
+  if (!(hosts).ok()) GTEST_SKIP() << (hosts).error()
 
 TEST(DDPTwoMachines, EachRankBindsItsOwnAddressAndTrainingMatchesOneProcess) {
-  TwoHosts hosts(0);
+  TwoHosts hosts("dd", 231, 0);
   REQUIRE_TWO_HOSTS(hosts);
   dp::test::TempDir dir;
   const std::string save = (dir.path / "final").string();
@@ -143,7 +86,7 @@ TEST(DDPTwoMachines, EachRankBindsItsOwnAddressAndTrainingMatchesOneProcess) {
 }
 
 TEST(DDPTwoMachines, APartitionIsATimeoutInBothRanksNotAHang) {
-  TwoHosts hosts(1);
+  TwoHosts hosts("dd", 231, 1);
   REQUIRE_TWO_HOSTS(hosts);
   const std::vector<std::string> args{"--steps", "100000"};
   const int port = 29900 + ::getpid() % 500;

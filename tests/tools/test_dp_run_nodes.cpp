@@ -9,6 +9,7 @@
 #include <cstring>
 #include "dp/dp.h"
 #include "support/run_command.h"
+#include "support/two_hosts.h"
 #include "support/temp_files.h"
 #include "tools/test_dp_run_util.h"
 
@@ -142,92 +143,31 @@ TEST(DpRunNodes, ANodeRankGivenTwiceIsRefused) {
   EXPECT_EQ(a->wait_exit(kRun), 0) << a->output();
 }
 
-// Two network namespaces joined by a veth pair, each a "machine"; removed by the destructor.
-class TwoHosts {
- public:
-  explicit TwoHosts(int instance) {
-    const std::string tag = std::to_string(::getpid() % 100000) + "_" + std::to_string(instance);
-    ns_[0] = "dprA" + tag;
-    ns_[1] = "dprB" + tag;
-    veth_[0] = "drva" + tag;
-    veth_[1] = "drvb" + tag;
-    const int subnet = 1 + (::getpid() + instance * 89) % 250;
-    addr_[0] = "10.232." + std::to_string(subnet) + ".1";
-    addr_[1] = "10.232." + std::to_string(subnet) + ".2";
-    if (::geteuid() != 0) {
-      error_ = "network namespaces need root";
-      return;
-    }
-    if (::access("/usr/sbin/ip", X_OK) != 0) {
-      error_ = "iproute2's ip is not installed";
-      return;
-    }
-    const std::vector<std::string> setup = {
-        "ip netns add " + ns_[0],
-        "ip netns add " + ns_[1],
-        "ip link add " + veth_[0] + " type veth peer name " + veth_[1],
-        "ip link set " + veth_[0] + " netns " + ns_[0],
-        "ip link set " + veth_[1] + " netns " + ns_[1],
-        "ip -n " + ns_[0] + " addr add " + addr_[0] + "/24 dev " + veth_[0],
-        "ip -n " + ns_[1] + " addr add " + addr_[1] + "/24 dev " + veth_[1],
-        "ip -n " + ns_[0] + " link set " + veth_[0] + " up",
-        "ip -n " + ns_[1] + " link set " + veth_[1] + " up",
-        "ip -n " + ns_[0] + " link set lo up",
-        "ip -n " + ns_[1] + " link set lo up",
-    };
-    for (const std::string& cmd : setup) {
-      auto [status, out] = run_command(cmd);
-      if (status != 0) {
-        error_ = "could not make two network namespaces here: " + cmd + ": " + out;
-        return;
-      }
-    }
-    ok_ = true;
-  }
-  ~TwoHosts() {
-    if (::geteuid() != 0) return;
-    run_command("ip netns del " + ns_[0] + " 2>/dev/null");  // takes the veth pair with it
-    run_command("ip netns del " + ns_[1] + " 2>/dev/null");
-  }
-  TwoHosts(const TwoHosts&) = delete;
-  TwoHosts& operator=(const TwoHosts&) = delete;
-
-  bool ok() const { return ok_; }
-  const std::string& error() const { return error_; }
-  const std::string& address(int n) const { return addr_[n]; }
-  // Cuts the link: packets stop, no FIN or RST reaches either side.
-  void partition() { run_command("ip -n " + ns_[0] + " link set " + veth_[0] + " down"); }
-
-  // dp-run as node `node` in its namespace: `ip netns exec <ns> dp-run ...` (ip execs dp-run itself).
-  std::unique_ptr<WorkerProcess> dp_run(int node, int port, const std::vector<std::string>& options, const std::vector<std::string>& worker_args) {
-    std::vector<std::string> args{"netns", "exec", ns_[node], kDpRun, "--nnodes", "2", "--node-rank", std::to_string(node), "--master-addr", addr_[0],
-                                  "--master-port", std::to_string(port)};
-    args.insert(args.end(), options.begin(), options.end());
-    args.push_back("--");
-    args.push_back(kWorker);
-    args.insert(args.end(), worker_args.begin(), worker_args.end());
-    for (const char* name : {"DP_CPU_DEVICES", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "DP_TIMELINE", "DP_DIST_TIMEOUT", "RANK", "WORLD_SIZE"})
-      ::unsetenv(name);
-    return std::make_unique<WorkerProcess>("/usr/sbin/ip", args, clean_env());
-  }
-
- private:
-  std::string ns_[2], veth_[2], addr_[2];
-  bool ok_ = false;
-  std::string error_;
-};
+// dp-run as node `node` in its namespace: `ip netns exec <ns> dp-run ...` (ip execs dp-run itself).
+std::unique_ptr<WorkerProcess> dp_run_on(const dp::test::TwoHosts& hosts, int node, int port, const std::vector<std::string>& options,
+                                         const std::vector<std::string>& worker_args) {
+  std::vector<std::string> args{"netns", "exec", hosts.ns(node), kDpRun, "--nnodes", "2", "--node-rank", std::to_string(node), "--master-addr",
+                                hosts.address(0), "--master-port", std::to_string(port)};
+  args.insert(args.end(), options.begin(), options.end());
+  args.push_back("--");
+  args.push_back(kWorker);
+  args.insert(args.end(), worker_args.begin(), worker_args.end());
+  for (const char* name : {"DP_CPU_DEVICES", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "DP_TIMELINE", "DP_DIST_TIMEOUT", "RANK", "WORLD_SIZE"})
+    ::unsetenv(name);
+  return std::make_unique<WorkerProcess>("/usr/sbin/ip", args, clean_env());
+}
 
 #define REQUIRE_TWO_HOSTS(hosts) \
   if (!(hosts).ok()) GTEST_SKIP() << (hosts).error()
 
 TEST(DpRunTwoMachines, TwoNodesInTwoNamespacesTrainLikeOneNode) {
   DP_RUN_REQUIRE_BINARY();
-  TwoHosts hosts(0);
+  dp::test::TwoHosts hosts("dr", 232, 0);
   REQUIRE_TWO_HOSTS(hosts);
   dp::test::TempDir dir;
   const int port = 29400 + ::getpid() % 500;  // node 0's own namespace: nothing else listens there
-  auto n0 = hosts.dp_run(0, port, {"--nproc-per-node", "1", "--timeout", "20"}, {"--steps", "6", "--save", dir.file("two")});
-  auto n1 = hosts.dp_run(1, port, {"--nproc-per-node", "1", "--timeout", "20"}, {"--steps", "6", "--save", dir.file("two")});
+  auto n0 = dp_run_on(hosts, 0, port, {"--nproc-per-node", "1", "--timeout", "20"}, {"--steps", "6", "--save", dir.file("two")});
+  auto n1 = dp_run_on(hosts, 1, port, {"--nproc-per-node", "1", "--timeout", "20"}, {"--steps", "6", "--save", dir.file("two")});
   ASSERT_EQ(n0->wait_exit(kRun), 0) << n0->output() << n1->output();
   ASSERT_EQ(n1->wait_exit(kRun), 0) << n0->output() << n1->output();
   EXPECT_TRUE(contains(n1->output(), "store " + hosts.address(0) + ":" + std::to_string(port) + " (node 0's)")) << n1->output();
@@ -239,13 +179,13 @@ TEST(DpRunTwoMachines, TwoNodesInTwoNamespacesTrainLikeOneNode) {
 
 TEST(DpRunTwoMachines, CuttingTheLinkEndsBothNodesWithANamedTimeout) {
   DP_RUN_REQUIRE_BINARY();
-  TwoHosts hosts(1);
+  dp::test::TwoHosts hosts("dr", 232, 1);
   REQUIRE_TWO_HOSTS(hosts);
   const int port = 29900 + ::getpid() % 500;
   const std::vector<std::string> options{"--nproc-per-node", "1", "--timeout", "3", "--grace", "2"};
   const std::vector<std::string> worker{"--steps", "100000", "--step-ms", "10"};
-  auto n0 = hosts.dp_run(0, port, options, worker);
-  auto n1 = hosts.dp_run(1, port, options, worker);
+  auto n0 = dp_run_on(hosts, 0, port, options, worker);
+  auto n1 = dp_run_on(hosts, 1, port, options, worker);
   ASSERT_TRUE(n0->wait_for_line("STEP 3 ", kRun)) << n0->output() << n1->output();
   const int64_t cut_at = mono_ms();
   hosts.partition();
