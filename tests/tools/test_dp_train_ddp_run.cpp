@@ -82,6 +82,12 @@ class DpTrainDpRun : public ::testing::Test {
 // 3-epoch run reached 0.9001, one test image above the bar, too thin a margin for a test.
 TEST_F(DpTrainDpRun, TwoProcessesTrainTheCnnToTheAccuracy) {
   DP_TRAIN_REQUIRE_FASHION_MNIST();
+#if defined(__SANITIZE_THREAD__)
+  // Measured under TSan: 169 samples/s against 2400 in Release, so the 4 epochs would take about
+  // 24 minutes. The same DDP code paths run under TSan in the shorter DpTrainDdp* tests.
+  GTEST_SKIP() << "a 4-epoch training run is about 14x slower under ThreadSanitizer (~24 min); "
+                  "DpTrainDdp* cover the same paths under it";
+#endif
   const std::string log = dir.file("cnn.jsonl");
   auto p = start_dp_run({}, {"--model", "cnn", "--epochs", "4", "--min-accuracy", "0.90", "--progress", "lines", "--log-every", "100", "--log", log,
                              "--checkpoint-dir", dir.file("ck"), "--plot", dir.file("cnn.svg")});
