@@ -17,7 +17,7 @@ class Comm : public ::testing::Test {
 using test::cpu_devices;
 
 TEST_F(Comm, ChunkSizesFollowTorchChunk) {
-  // The table of ../shared/spec/dataparallel.md §4.1.
+  // torch.chunk's split sizes (docs/data-parallel.md, "How a batch is split").
   EXPECT_EQ(chunk_sizes(20, 2), (std::vector<int64_t>{10, 10}));
   EXPECT_EQ(chunk_sizes(10, 4), (std::vector<int64_t>{3, 3, 3, 1}));
   EXPECT_EQ(chunk_sizes(9, 4), (std::vector<int64_t>{3, 3, 3}));

@@ -1,4 +1,4 @@
-// DataParallel's behaviours, point by point as in ../shared/spec/dataparallel.md and decisions.md.
+// DataParallel's behaviours, point by point as in docs/data-parallel.md and docs/decisions.md.
 #include <gtest/gtest.h>
 #include <dirent.h>
 #include <mutex>
