@@ -72,7 +72,7 @@ struct SplitOptions {
 // The sizes a tensor with `batch` rows along the split dim is cut into.
 std::vector<int64_t> split_sizes(const SplitOptions& options, int64_t batch);
 
-// Fields<T>::tie(value) returns a tuple of references to T's scattered/gathered fields. The
+// `Fields<T>::tie(value)` returns a tuple of references to T's scattered/gathered fields. The
 // default uses the DP_FIELDS member; specialise it for types you can't edit.
 template <typename T>
 struct Fields {
