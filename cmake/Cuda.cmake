@@ -102,6 +102,12 @@ if(DP_WITH_CUDA)
     endif()
   endif()
 endif()
+if(NOT DP_HAVE_CUDA)
+  # Public headers test `#if DP_HAVE_CUDA` (dp/autograd/node.h's layout): every user of the target
+  # gets it defined, 0 here, so a consumer cannot pick a layout the library was not built with. The
+  # library's own sources read it undefined, which #if takes as the same 0.
+  target_compile_definitions(dparallel INTERFACE DP_HAVE_CUDA=0)
+endif()
 message(STATUS "dparallel: CUDA backend ${DP_HAVE_CUDA}")
 if(DP_HAVE_CUDA)
   message(STATUS "dparallel: CUDA ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}")

@@ -1,0 +1,58 @@
+# The install tests (ctest -L install): dparallel used by another project (tests/consumer), through
+# the installed CMake package, through pkg-config, and through add_subdirectory. Registered when
+# the tests and the install rules are on, and not in the sanitizer builds (a consumer would have to
+# repeat their link options).
+#
+#   Install.FindPackage       cmake --install into a temporary prefix; find_package(dparallel)
+#   Install.PkgConfig         the same prefix; c++ main.cpp $(pkg-config --cflags --libs dparallel)
+#   Install.AddSubdirectory   add_subdirectory(<source tree>): compiles the library again with this
+#                             build's compiler, flags and options, so ccache answers (a cold cache
+#                             makes it a full library build: hence its longer TIMEOUT)
+if(NOT DP_INSTALL OR DP_SANITIZE)
+  return()
+endif()
+find_program(DP_PKG_CONFIG NAMES pkg-config)
+
+set(_dp_build_type ${CMAKE_BUILD_TYPE})
+if(NOT _dp_build_type)
+  set(_dp_build_type Release)
+endif()
+set(_dp_env
+  "DP_CXX=${CMAKE_CXX_COMPILER}"
+  "DP_GENERATOR=${CMAKE_GENERATOR}"
+  "DP_BUILD_TYPE=${_dp_build_type}"
+  "DP_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER}")
+# The options the add_subdirectory build repeats (DP_CMAKE_ARGS, a ;-list, escaped for ENVIRONMENT).
+set(_dp_subdir_args
+  -DDP_NATIVE=${DP_NATIVE} -DDP_WITH_CUDA=${DP_WITH_CUDA} -DDP_CPU_DISPATCH=${DP_CPU_DISPATCH}
+  -DBUILD_SHARED_LIBS=${BUILD_SHARED_LIBS})
+if(CMAKE_CUDA_COMPILER)
+  list(APPEND _dp_subdir_args -DCMAKE_CUDA_COMPILER=${CMAKE_CUDA_COMPILER})
+endif()
+string(REPLACE ";" "\\;" _dp_subdir_args "${_dp_subdir_args}")
+
+set(_dp_run ${PROJECT_SOURCE_DIR}/tests/consumer/run.sh)
+set(_dp_work ${PROJECT_BINARY_DIR}/tests/consumer)
+add_test(NAME Install.FindPackage
+  COMMAND bash ${_dp_run} package ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR} ${_dp_work}/package)
+if(DP_PKG_CONFIG)
+  add_test(NAME Install.PkgConfig
+    COMMAND bash ${_dp_run} pkgconfig ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR} ${_dp_work}/pkgconfig)
+else()
+  message(STATUS "dparallel: pkg-config not found; Install.PkgConfig is not registered (scripts/install-deps.sh installs it)")
+endif()
+add_test(NAME Install.AddSubdirectory
+  COMMAND bash ${_dp_run} subdir ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR} ${_dp_work}/subdir)
+set_tests_properties(Install.FindPackage PROPERTIES TIMEOUT 300 LABELS install ENVIRONMENT "${_dp_env}")
+if(DP_PKG_CONFIG)
+  set_tests_properties(Install.PkgConfig PROPERTIES TIMEOUT 300 LABELS install ENVIRONMENT "${_dp_env}")
+endif()
+set_tests_properties(Install.AddSubdirectory PROPERTIES TIMEOUT 1500 LABELS install
+  ENVIRONMENT "${_dp_env};DP_CMAKE_ARGS=${_dp_subdir_args}")
+# Installing needs the library and its package files, which the build has made; the tests do not
+# install the tools.
+unset(_dp_env)
+unset(_dp_build_type)
+unset(_dp_subdir_args)
+unset(_dp_run)
+unset(_dp_work)

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The install tests (label install, registered by cmake/InstallTests.cmake): dparallel used by
+# another project, three ways. Each builds tests/consumer/main.cpp in a fresh folder and runs it.
+#
+#   run.sh package    BUILD SRC WORK   cmake --install BUILD into WORK/prefix, then the consumer
+#                                      with find_package(dparallel) (CMAKE_PREFIX_PATH)
+#   run.sh pkgconfig  BUILD SRC WORK   the same prefix, the consumer compiled by hand with
+#                                      pkg-config --cflags --libs dparallel
+#   run.sh subdir     BUILD SRC WORK   the consumer with add_subdirectory(SRC): builds the library
+#                                      a second time, with BUILD's settings (so ccache serves it)
+#
+# Environment (set by the test): DP_CXX, DP_GENERATOR, DP_BUILD_TYPE, DP_CMAKE_ARGS (;-list of
+# -D options the subdir build repeats), DP_LAUNCHER (ccache or empty). Needs no network.
+set -euo pipefail
+mode=$1 build=$2 src=$3 work=$4
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+rm -rf "$work"
+mkdir -p "$work"
+launcher=()
+[[ -n "${DP_LAUNCHER:-}" ]] && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="$DP_LAUNCHER")
+
+install_prefix() {  # the library's components only: the tools need not be built for these tests
+  for c in dev lib; do
+    cmake --install "$build" --prefix "$work/prefix" --component "$c" >"$work/install-$c.log"
+  done
+  echo "installed into $work/prefix:"
+  (cd "$work/prefix" && find . -type f -not -path "./include/*" | sort | sed 's/^/  /')
+  echo "  + $(find "$work/prefix/include" -name '*.h' | wc -l) headers under include/dp"
+}
+
+start=$SECONDS
+case "$mode" in
+  package)
+    install_prefix
+    cmake -S "$here" -B "$work/consumer" -G "$DP_GENERATOR" -DCMAKE_BUILD_TYPE="$DP_BUILD_TYPE" \
+      -DCMAKE_CXX_COMPILER="$DP_CXX" "${launcher[@]}" -DDP_CONSUMER_MODE=package \
+      -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$work/configure.log" 2>&1 \
+      || { cat "$work/configure.log"; exit 1; }
+    grep "consumer: dparallel" "$work/configure.log"
+    cmake --build "$work/consumer" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+    "$work/consumer/consumer"
+    ;;
+  pkgconfig)
+    install_prefix
+    pc_dir=$(dirname "$(find "$work/prefix" -name dparallel.pc | head -1)")
+    export PKG_CONFIG_PATH="$pc_dir"
+    flags=$(pkg-config --cflags --libs dparallel)
+    echo "pkg-config --cflags --libs dparallel: $flags"
+    # shellcheck disable=SC2086  # the flags are words
+    ${DP_LAUNCHER:-} "$DP_CXX" -std=c++20 -O2 "$here/main.cpp" -o "$work/consumer" $flags
+    LD_LIBRARY_PATH="$(pkg-config --variable=libdir dparallel)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$work/consumer"
+    ;;
+  subdir)
+    IFS=';' read -r -a extra <<<"${DP_CMAKE_ARGS:-}"
+    cmake -S "$here" -B "$work/consumer" -G "$DP_GENERATOR" -DCMAKE_BUILD_TYPE="$DP_BUILD_TYPE" \
+      -DCMAKE_CXX_COMPILER="$DP_CXX" "${launcher[@]}" -DDP_CONSUMER_MODE=subdir -DDP_SOURCE_DIR="$src" \
+      "${extra[@]}" >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }
+    cmake --build "$work/consumer" -j "${DP_JOBS:-2}" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+    echo "built $(grep -c 'Building' "$work/build.log" || true) objects (library and consumer)"
+    "$work/consumer/consumer"
+    ;;
+  *) echo "run.sh: unknown mode $mode" >&2; exit 2 ;;
+esac
+echo "run.sh $mode: $((SECONDS - start)) s"
