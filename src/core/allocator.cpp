@@ -1,6 +1,7 @@
 #include "dp/core/allocator.h"
 #include <sys/mman.h>
 #include <bit>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -164,6 +165,8 @@ class HostAllocator final : public Allocator {
   explicit HostAllocator(Device d) : device_(d) {}
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
+    // No block can be this large, and rounding it up to the cache's steps would wrap around.
+    if (nbytes > static_cast<size_t>(PTRDIFF_MAX) / 2) [[unlikely]] throw_oom(nbytes);
     if (nbytes <= kSmallMax) {
       void* p = small_cache_pop(nbytes);
       if (p == nullptr) p = std::aligned_alloc(64, small_class_bytes(nbytes));

@@ -24,8 +24,24 @@ std::ostream& operator<<(std::ostream& os, IntArrayRef s) { return os << shape_s
 
 int64_t numel_of(IntArrayRef sizes) {
   int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
+  for (int64_t s : sizes)
+    if (__builtin_mul_overflow(n, s, &n)) [[unlikely]]
+      throw ShapeError(detail::str("numel: the element count of size ", shape_str(sizes), " overflows int64"));
   return n;
+}
+
+bool sizes_fit(IntArrayRef sizes, size_t element_size, int64_t* numel, int64_t* nbytes) noexcept {
+  int64_t n = 1, span = 1;  // span: the product with empty dims counted as 1 (the largest stride x size)
+  for (int64_t s : sizes) {
+    if (s < 0) return false;
+    n *= s;  // n <= span, so it can't overflow where span does not
+    if (__builtin_mul_overflow(span, s > 1 ? s : 1, &span)) return false;
+  }
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(span, static_cast<int64_t>(element_size), &bytes)) return false;
+  if (numel) *numel = n;
+  if (nbytes) *nbytes = n * static_cast<int64_t>(element_size);
+  return true;
 }
 
 Shape contiguous_strides(IntArrayRef sizes) {

@@ -28,20 +28,25 @@ AutogradMeta& TensorImpl::autograd_meta() {
 }
 
 Tensor make_empty(IntArrayRef sizes, DType dtype, Device device) {
-  // One pass from the last dim: the check, the element count and the row-major strides (a size-1
-  // dim gets the stride of the dims after it, as contiguous_strides gives).
+  // The one checked size computation of every new tensor (sizes_fit): a size whose element count,
+  // strides or byte count overflows int64 is a ShapeError, never a wrapped allocation size.
+  int64_t n = 0, nbytes = 0;
+  if (!sizes_fit(sizes, element_size(dtype), &n, &nbytes)) [[unlikely]] {
+    for (int64_t s : sizes)
+      if (s < 0) throw ShapeError(detail::str("empty: negative dimension in size ", shape_str(sizes)));
+    throw ShapeError(detail::str("empty: size ", shape_str(sizes), " of dtype ", dtype_name(dtype),
+                                 " is too large: its element count or byte size overflows int64"));
+  }
+  // Row-major strides (a size-1 or empty dim gets the stride of the dims after it, as
+  // contiguous_strides gives); they can't overflow once sizes_fit said yes.
   const size_t nd = sizes.size();
   Shape strides(nd);
-  int64_t n = 1, stride = 1;
+  int64_t stride = 1;
   for (size_t i = nd; i-- > 0;) {
-    const int64_t s = sizes[i];
-    if (s < 0) [[unlikely]]
-      throw ShapeError(detail::str("empty: negative dimension in size ", shape_str(sizes)));
     strides[i] = stride;
-    stride *= s > 1 ? s : 1;  // as contiguous_strides: an empty dim does not zero the strides before it
-    n *= s;
+    stride *= sizes[i] > 1 ? sizes[i] : 1;
   }
-  auto storage = ::dp::detail::make_pooled<StorageImpl>(static_cast<size_t>(n) * element_size(dtype), device);
+  auto storage = ::dp::detail::make_pooled<StorageImpl>(static_cast<size_t>(nbytes), device);
   return Tensor(::dp::detail::make_pooled<TensorImpl>(TensorImpl::Contiguous{}, std::move(storage), sizes.vec(), std::move(strides), n, dtype));
 }
 

@@ -229,7 +229,14 @@ std::string shape_str(IntArrayRef s);
 std::ostream& operator<<(std::ostream& os, IntArrayRef s);
 inline std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << IntArrayRef(s); }
 
+// The element count; ShapeError when the product overflows int64.
 int64_t numel_of(IntArrayRef sizes);
+// The one size check of every new tensor (make_empty, the safetensors reader): true when `sizes`
+// can describe a contiguous tensor of elements of `element_size` bytes, that is every size is >= 0,
+// and neither the row-major strides (the product of the sizes with an empty dimension counted as 1,
+// as contiguous_strides computes them) nor the element count times `element_size` overflow int64.
+// The rule does not depend on the order of the dimensions. Fills *numel and *nbytes when it fits.
+bool sizes_fit(IntArrayRef sizes, size_t element_size, int64_t* numel, int64_t* nbytes) noexcept;
 Shape contiguous_strides(IntArrayRef sizes);
 // Wraps a possibly negative dim into [0, ndim); throws IndexError naming op and range. (A 0-dim
 // tensor accepts 0 and -1.) The in-range case is inline: size(d) and stride(d) call it constantly.

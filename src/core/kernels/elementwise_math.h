@@ -143,8 +143,10 @@ DP_HOST_DEVICE DP_INLINE double sel(bool c, double a, double b) {
 
 DP_HOST_DEVICE DP_INLINE float vexp(float x) {
   constexpr float hi = 88.7228394f, lo = -104.0f;
-  float xc = sel(x < lo, lo, x);
-  xc = sel(xc > hi, hi, xc);
+  // Clamped so that NaN lands in range too (every comparison with NaN is false): the float-to-int
+  // cast of n below must never see NaN or a value out of int32's range (undefined behaviour).
+  float xc = sel(x > lo, x, lo);
+  xc = sel(xc < hi, xc, hi);
   const float n = std::nearbyint(xc * 1.44269504088896341f);
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
