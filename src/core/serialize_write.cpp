@@ -3,17 +3,21 @@
 // destination, and the directory fsync'ed so the rename itself survives a crash. Any failure before
 // the rename removes the temporary file and leaves the previous file untouched.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
+#include <string_view>
 #include <stdexcept>
 #include <system_error>
 #include <vector>
@@ -29,6 +33,19 @@ namespace {
 thread_local SaveFault tls_save_fault;
 }  // namespace
 void set_save_fault(const SaveFault& fault) { tls_save_fault = fault; }
+
+std::string temp_file_host_tag() {
+  static const std::string tag = [] {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (const char* p = host; *p; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 16777619u;
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%08x", h);
+    return std::string(buf);
+  }();
+  return tag;
+}
 void clear_save_fault() { tls_save_fault = SaveFault{}; }
 }  // namespace detail
 
@@ -135,6 +152,48 @@ Destination resolve_destination(const std::string& path) {
   return d;
 }
 
+// Stale temporary files of earlier saves to the same destination: a writer killed mid-save (kill -9,
+// a crash, a power cut) leaves its ".<name>.tmp.<host>-<pid>.<n>.<hex>" behind. Removed are only
+// names of exactly that pattern (or the older ".<name>.tmp.<pid>.<n>.<hex>") written on this host
+// (the host tag; another machine sharing the directory has its own pids) by a process that no
+// longer exists. A live writer's file, another rank's on this host included, and this process's own
+// (another thread may be saving) are kept. Best effort: errors are ignored.
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+bool all_hex(std::string_view s, size_t n) {
+  return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+}
+void remove_stale_temporaries(const Destination& dest) {
+  const std::string prefix = "." + dest.base.substr(0, 100) + ".tmp.";
+  const std::string host = detail::temp_file_host_tag();
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dest.dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string_view rest(name);
+    rest.remove_prefix(prefix.size());
+    // [<host>-]<pid>.<counter>.<8 hex>
+    const size_t dot1 = rest.find('.');
+    if (dot1 == std::string_view::npos) continue;
+    std::string_view who = rest.substr(0, dot1), tail = rest.substr(dot1 + 1);
+    const size_t dot2 = tail.find('.');
+    if (dot2 == std::string_view::npos || !all_digits(tail.substr(0, dot2)) || !all_hex(tail.substr(dot2 + 1), 8)) continue;
+    if (const size_t dash = who.find('-'); dash != std::string_view::npos) {
+      if (who.substr(0, dash) != host) continue;  // another machine's writer
+      who.remove_prefix(dash + 1);
+    }
+    if (!all_digits(who) || who.size() > 9) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(std::string(who)));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to signal: alive)
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    ::unlink(it->path().c_str());
+  }
+}
+
 // The temporary file: created exclusively with a name no other thread or process uses, removed by the
 // destructor unless commit() renamed it into place.
 class TempFile {
@@ -144,9 +203,10 @@ class TempFile {
     thread_local std::mt19937_64 rng{std::random_device{}()};
     // Hidden, and short enough that a long destination name can't overflow NAME_MAX.
     std::string stem = dest.base.substr(0, 100);
+    const std::string host = detail::temp_file_host_tag();
     for (int attempt = 0; attempt < 100; ++attempt) {
-      char suffix[64];
-      std::snprintf(suffix, sizeof suffix, ".tmp.%d.%llu.%08llx", static_cast<int>(::getpid()),
+      char suffix[96];
+      std::snprintf(suffix, sizeof suffix, ".tmp.%s-%d.%llu.%08llx", host.c_str(), static_cast<int>(::getpid()),
                     static_cast<unsigned long long>(counter.fetch_add(1)), static_cast<unsigned long long>(rng() & 0xffffffffu));
       tmp_ = (dest.dir == "/" ? "/" : dest.dir + "/") + "." + stem + suffix;
       fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
@@ -264,6 +324,7 @@ void save(const OrderedDict<std::string, Tensor>& tensors, const std::string& pa
   const std::string header = build_header(entries, metadata, path);
 
   Destination dest = resolve_destination(path);
+  remove_stale_temporaries(dest);
   TempFile file(dest);
   unsigned char len[8];
   uint64_t n = header.size();

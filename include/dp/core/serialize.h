@@ -22,7 +22,9 @@ namespace dp {
 // Writes `tensors` (and optional string metadata) to `path`, atomically: the bytes go to a unique
 // temporary file in the same directory, which is flushed, fsync'ed and renamed over `path`, then the
 // directory is fsync'ed. Either the complete new file is at `path` or the previous file is left
-// untouched; the temporary file never outlives the call.
+// untouched; the temporary file never outlives the call, except when the process dies during it
+// (kill -9): such stale temporaries (of this host, by a process no longer running) are removed by
+// the next save to the same path.
 //
 // Layout matches the reference writer (safetensors' serialize_to_file), so the same tensors give a
 // byte-identical file: tensors ordered by the reference's dtype order, descending (I64, F64, F32,
@@ -71,6 +73,10 @@ struct SaveFault {
 };
 void set_save_fault(const SaveFault& fault);
 void clear_save_fault();
+// This host's tag in temporary file names (8 hex digits of a hash of the host name): save() writes
+// ".<name>.tmp.<tag>-<pid>.<n>.<hex>" and, on the next save to the same name, removes those whose
+// tag is this host's and whose process no longer exists (left by a writer killed mid-save).
+std::string temp_file_host_tag();
 // The header limit the reader enforces (as the reference: 100,000,000 bytes).
 inline constexpr uint64_t kSafetensorsMaxHeader = 100000000;
 // dtype <-> the format's spelling ("F32"); the rank is the reference's dtype order (writer sort key).
