@@ -463,7 +463,12 @@ void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here) {
       else schedule(task, to);
     }
   } catch (...) {
-    task.set_error(std::current_exception());
+    std::exception_ptr error = std::current_exception();
+    // A node of a DataParallel replica: say which, as parallel_apply does for forward errors.
+    if (const Node* fn = task.nodes[idx].fn; fn->replica() >= 0) [[unlikely]]
+      error = ::dp::detail::with_context(std::move(error), "in replica " + std::to_string(fn->replica()) + " on device " + fn->device().str() +
+                                                               " (in backward, node " + fn->name() + ")");
+    task.set_error(std::move(error));
   }
 }
 

@@ -46,7 +46,12 @@ void drain_deferred() {
 
 }  // namespace
 
-Node::Node() : sequence_nr_(tls_next_sequence_nr++) {}
+thread_local int tls_replica = -1;
+
+Node::Node() : replica_(tls_replica), sequence_nr_(tls_next_sequence_nr++) {}
+
+ReplicaScope::ReplicaScope(int index) noexcept : previous_(tls_replica) { tls_replica = index; }
+ReplicaScope::~ReplicaScope() { tls_replica = previous_; }
 
 Node::~Node() {
   if (tls_release_queue_gone) return;  // thread exit: plain (recursive) release by the members

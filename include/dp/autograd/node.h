@@ -95,6 +95,9 @@ class Node : public std::enable_shared_from_this<Node> {
 #endif
   // Creation order on the creating thread (as PyTorch's sequence numbers: per thread).
   uint64_t sequence_nr() const { return sequence_nr_; }
+  // The DataParallel replica whose forward created this node (ReplicaScope), or -1. An error in its
+  // backward is re-thrown "in replica i on device d", as forward errors are.
+  int replica() const { return replica_; }
   // True: outputs that received no gradient are passed to apply() as zeros.
   bool materialize_grads = true;
   // Set once the graph has been run without retain_graph; running it again is an error.
@@ -124,6 +127,7 @@ class Node : public std::enable_shared_from_this<Node> {
   edge_list next_edges_;
   meta_list output_meta_;
   Device device_;
+  int replica_ = -1;
   uint64_t sequence_nr_;
   std::mutex hooks_mu_;
   std::vector<OutputHook> output_hooks_;
@@ -132,6 +136,19 @@ class Node : public std::enable_shared_from_this<Node> {
   void record_creation_stream();  // out of line: CPU nodes pay only the branch above
   std::optional<cuda::Stream> stream_;
 #endif
+};
+
+// While alive, nodes created on this thread belong to DataParallel replica `index` (parallel_apply
+// sets it around each replica's forward). Scopes nest; the previous replica is restored.
+class ReplicaScope {
+ public:
+  explicit ReplicaScope(int index) noexcept;
+  ~ReplicaScope();
+  ReplicaScope(const ReplicaScope&) = delete;
+  ReplicaScope& operator=(const ReplicaScope&) = delete;
+
+ private:
+  int previous_;
 };
 
 // A node whose backward is a callable (most ops): the callable captures what the op saved.

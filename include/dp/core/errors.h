@@ -1,5 +1,6 @@
 #pragma once
 // One exception hierarchy. Every message names the op and the shapes, dtypes or devices involved.
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,14 @@ std::string str(const Args&... args) {
   (os << ... << args);
   return os.str();
 }
+// Re-throws the exception `e` with a message saying where it happened, as PyTorch's DataParallel
+// does: "Caught <type> <where>.\nOriginal message: <what>", keeping its type for dparallel's error
+// types and the standard exception types (others become dp::Error; std::bad_alloc is re-thrown as
+// it is). Used for errors of DataParallel replicas, in forward (parallel_apply) and backward (the
+// autograd engine, for nodes a replica's forward created).
+[[noreturn]] void rethrow_with_context(std::exception_ptr e, const std::string& where);
+// The same, returned as an exception_ptr instead of thrown.
+std::exception_ptr with_context(std::exception_ptr e, const std::string& where);
 }  // namespace detail
 
 }  // namespace dp
