@@ -49,16 +49,11 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
   const std::string ctx = dp::detail::str(name(), ".load_state_dict");
   auto opt_it = state.metadata.find("optimizer");
   DP_CHECK(opt_it == state.metadata.end() || opt_it->second == name(), ValueError, ctx, ": the state was saved by ",
-           opt_it->second, ", not ", name());
+           opt_it->second.substr(0, 100), ", not ", name());
   auto pg_it = state.metadata.find("param_groups");
   DP_CHECK(pg_it != state.metadata.end(), ValueError, ctx, ": metadata has no 'param_groups' entry");
-  json groups;
-  try {
-    groups = json::parse(pg_it->second);
-  } catch (const json::exception& e) {
-    throw ValueError(dp::detail::str(ctx, ": metadata 'param_groups' is not valid JSON (", e.what(), ")"));
-  }
-  DP_CHECK(groups.is_array(), ValueError, ctx, ": metadata 'param_groups' must be a JSON list, got ", groups.dump());
+  const json groups = detail::parse_json(pg_it->second, ctx + ": metadata 'param_groups'");
+  DP_CHECK(groups.is_array(), ValueError, ctx, ": metadata 'param_groups' must be a JSON list, got ", detail::brief(groups));
   DP_CHECK(groups.size() == param_groups_.size(), ValueError, ctx, ": the loaded state has ", groups.size(),
            " parameter groups but this optimizer has ", param_groups_.size());
 
@@ -70,13 +65,13 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
     const json& jg = groups[gi];
     const std::string gctx = dp::detail::str(ctx, ": param group ", gi);
     DP_CHECK(jg.is_object() && jg.contains("params") && jg["params"].is_array(), ValueError, gctx,
-             " must be an object with a 'params' list, got ", jg.dump());
+             " must be an object with a 'params' list, got ", detail::brief(jg));
     const json& ids = jg["params"];
     const auto& params = param_groups_[gi].params();
     DP_CHECK(ids.size() == params.size(), ValueError, gctx, " has ", ids.size(), " parameters in the loaded state but ",
              params.size(), " in this optimizer");
     for (size_t k = 0; k < ids.size(); ++k) {
-      DP_CHECK(ids[k].is_number_integer(), ValueError, gctx, ": parameter index ", ids[k].dump(), " is not an integer");
+      DP_CHECK(ids[k].is_number_integer(), ValueError, gctx, ": parameter index ", detail::brief(ids[k]), " is not an integer");
       const int64_t id = ids[k].get<int64_t>();
       DP_CHECK(by_index.emplace(id, &params[k]).second, ValueError, gctx, ": parameter index ", id, " is listed twice");
     }

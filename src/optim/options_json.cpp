@@ -3,6 +3,57 @@
 #include <typeinfo>
 
 namespace dp::optim::detail {
+
+std::string brief(const nlohmann::json& j) {
+  if (j.is_array()) return "a list of " + std::to_string(j.size()) + " item(s)";
+  if (j.is_object()) return "an object of " + std::to_string(j.size()) + " field(s)";
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    return s.size() > 100 ? nlohmann::json(s.substr(0, 100)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "..."
+                          : j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  return j.dump();
+}
+
+namespace {
+// Accepts any JSON, but stops at the first value nested deeper than the limit.
+struct DepthCheck : nlohmann::json_sax<nlohmann::json> {
+  int depth = 0;
+  bool too_deep = false;
+  std::string error;
+  bool open() { return !(too_deep = ++depth > 64); }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return open(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { --depth; return true; }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override { --depth; return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
+    error = ex.what();
+    if (error.size() > 200) error = error.substr(0, 200) + "...";
+    return false;
+  }
+};
+}  // namespace
+
+nlohmann::json parse_json(const std::string& text, const std::string& context) {
+  DepthCheck check;
+  try {
+    nlohmann::json::sax_parse(text, &check);
+  } catch (const nlohmann::json::exception& e) {
+    check.error = std::string(e.what()).substr(0, 200);
+  }
+  DP_CHECK(!check.too_deep, ValueError, context, " nests deeper than 64 levels");
+  DP_CHECK(check.error.empty(), ValueError, context, " is not valid JSON (", check.error, ")");
+  return nlohmann::json::parse(text);
+}
+
 namespace {
 
 class ToJson : public OptionsVisitor {
@@ -26,20 +77,20 @@ class FromJson : public OptionsVisitor {
   void field(const char* name, double& value, bool& is_set) override {
     const nlohmann::json* v = find(name, is_set);
     if (v == nullptr) return;
-    DP_CHECK(v->is_number(), ValueError, context_, ": option '", name, "' must be a number, got ", v->dump());
+    DP_CHECK(v->is_number(), ValueError, context_, ": option '", name, "' must be a number, got ", brief(*v));
     value = v->get<double>();
   }
   void field(const char* name, bool& value, bool& is_set) override {
     const nlohmann::json* v = find(name, is_set);
     if (v == nullptr) return;
-    DP_CHECK(v->is_boolean(), ValueError, context_, ": option '", name, "' must be a boolean, got ", v->dump());
+    DP_CHECK(v->is_boolean(), ValueError, context_, ": option '", name, "' must be a boolean, got ", brief(*v));
     value = v->get<bool>();
   }
   void field(const char* name, std::tuple<double, double>& value, bool& is_set) override {
     const nlohmann::json* v = find(name, is_set);
     if (v == nullptr) return;
     DP_CHECK(v->is_array() && v->size() == 2 && (*v)[0].is_number() && (*v)[1].is_number(), ValueError, context_,
-             ": option '", name, "' must be a list of two numbers, got ", v->dump());
+             ": option '", name, "' must be a list of two numbers, got ", brief(*v));
     value = {(*v)[0].get<double>(), (*v)[1].get<double>()};
   }
 
@@ -68,7 +119,7 @@ nlohmann::json options_to_json(const OptimizerOptions& options) {
 }
 
 void options_from_json(OptimizerOptions& options, const nlohmann::json& j, const std::string& context) {
-  DP_CHECK(j.is_object(), ValueError, context, ": expected a JSON object of options, got ", j.dump());
+  DP_CHECK(j.is_object(), ValueError, context, ": expected a JSON object of options, got ", brief(j));
   FromJson v(j, context, /*only_unset=*/false);
   options.visit(v);
 }

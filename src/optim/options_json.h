@@ -17,4 +17,12 @@ void options_from_json(OptimizerOptions& options, const nlohmann::json& j, const
 // the same class, else a ValueError naming `optimizer` ("SGD").
 void inherit_unset(OptimizerOptions& options, const OptimizerOptions& defaults, const char* optimizer);
 
+// A JSON value in a message: scalars as JSON (strings clipped), lists and objects by kind and size,
+// so a message never holds an unbounded piece of a file (nor prints a deeply nested value, which
+// recurses).
+std::string brief(const nlohmann::json& j);
+// json::parse of metadata read from a file: nesting deeper than 64 levels and every parser error
+// (numbers overflowing a double included) are a ValueError naming `context`.
+nlohmann::json parse_json(const std::string& text, const std::string& context);
+
 }  // namespace dp::optim::detail
