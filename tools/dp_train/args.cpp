@@ -51,8 +51,13 @@ std::string fmt(double v) {
   return s.str();
 }
 
-// A usage error: reported as "dp-train: error: <message>" with exit status 2.
-[[noreturn]] void usage(const std::string& message) { throw CLI::ValidationError(message); }
+// A usage error: reported as "dp-train: error: <message>" with exit status 2. Inside finish() and
+// the settings checks it is a ValueError (the checks are shared with the checkpoint reader), which
+// finish() turns into CLI's usage error.
+[[noreturn]] void usage(const std::string& message) { throw ValueError(message); }
+
+// A value from the command line or a checkpoint, in a message: at most 100 bytes of it.
+std::string clip(const std::string& s) { return s.size() <= 100 ? s : s.substr(0, 100) + "... (" + std::to_string(s.size()) + " bytes)"; }
 
 void check_choice(const std::string& option, const std::string& value, std::initializer_list<const char*> choices) {
   std::string list;
@@ -63,11 +68,16 @@ void check_choice(const std::string& option, const std::string& value, std::init
     list += c;
     ++i;
   }
-  usage(option + ": '" + value + "' is not one of " + list);
+  usage(option + ": '" + clip(value) + "' is not one of " + list);
 }
 
 void check_at_least(const std::string& option, int64_t value, int64_t least) {
   if (value < least) usage(option + " must be at least " + std::to_string(least) + ", got " + std::to_string(value));
+}
+
+void check_range(const std::string& option, int64_t value, int64_t least, int64_t most) {
+  check_at_least(option, value, least);
+  if (value > most) usage(option + " must be at most " + std::to_string(most) + ", got " + std::to_string(value));
 }
 
 void check_non_negative(const std::string& option, double value) {
@@ -75,7 +85,15 @@ void check_non_negative(const std::string& option, double value) {
 }
 
 // Fills in the per-model defaults and checks every value; throws CLI::ValidationError.
+void finish_checked(Options& o, const CLI::App& app);
 void finish(Options& o, const CLI::App& app) {
+  try {
+    finish_checked(o, app);
+  } catch (const ValueError& e) {
+    throw CLI::ValidationError(e.what());
+  }
+}
+void finish_checked(Options& o, const CLI::App& app) {
   RunSettings& r = o.run;
   auto given = [&](const char* name) { return app.count(std::string("--") + name) > 0; };
   for (const char* name : {"model", "hidden", "data", "data-dir", "data-size", "epochs", "steps", "batch-size", "optimizer", "lr",
@@ -91,25 +109,15 @@ void finish(Options& o, const CLI::App& app) {
   if (given("epochs") && given("steps")) usage("give --epochs or --steps, not both");
   if (!given("epochs") && !given("steps")) r.epochs = d.epochs;
 
-  check_choice("--data", r.data, {"random", "fashion-mnist"});
-  check_choice("--optimizer", r.optimizer, {"sgd", "adam", "adamw"});
-  check_choice("--schedule", r.schedule, {"cosine", "constant"});
   check_choice("--progress", o.progress, {"auto", "bar", "lines", "none"});
-  if (r.model == "seed" && r.data != "random")
-    usage("--model seed takes 5 features, so it trains on --data random (the tutorial's RandomDataset), not " + r.data);
-  check_at_least("--hidden", r.hidden, 1);
-  check_at_least("--data-size", r.data_size, 1);
-  check_at_least("--batch-size", r.batch_size, 1);
   if (given("epochs")) check_at_least("--epochs", r.epochs, 1);
   if (given("steps")) check_at_least("--steps", r.steps, 1);
-  check_non_negative("--lr", r.lr);
-  check_non_negative("--momentum", r.momentum);
-  check_non_negative("--weight-decay", r.weight_decay);
   if (given("momentum") && r.optimizer != "sgd") usage("--momentum applies to --optimizer sgd only (Adam's betas are fixed at 0.9, 0.999)");
-  check_at_least("--workers", o.workers, 0);
-  check_at_least("--log-every", o.log_every, 1);
-  check_at_least("--checkpoint-every", o.checkpoint_every, 0);
-  check_at_least("--stop-after", o.stop_after, 0);
+  check_run_settings(r);
+  check_range("--workers", o.workers, 0, kMaxWorkers);
+  check_range("--log-every", o.log_every, 1, kMaxSteps);
+  check_range("--checkpoint-every", o.checkpoint_every, 0, kMaxSteps);
+  check_range("--stop-after", o.stop_after, 0, kMaxSteps);
   if (given("min-accuracy") && !(o.min_accuracy >= 0 && o.min_accuracy <= 1))
     usage("--min-accuracy must lie in [0, 1], got " + fmt(o.min_accuracy));
   if (!o.resume.empty() && !o.init.empty())
@@ -118,6 +126,27 @@ void finish(Options& o, const CLI::App& app) {
 }
 
 }  // namespace
+
+void check_run_settings(const RunSettings& r) {
+  check_choice("--model", r.model, {"seed", "mlp", "cnn"});
+  check_choice("--data", r.data, {"random", "fashion-mnist"});
+  check_choice("--optimizer", r.optimizer, {"sgd", "adam", "adamw"});
+  check_choice("--schedule", r.schedule, {"cosine", "constant"});
+  if (r.model == "seed" && r.data != "random")
+    usage("--model seed takes 5 features, so it trains on --data random (the tutorial's RandomDataset), not " + clip(r.data));
+  if (r.data == "fashion-mnist" && r.data_dir.empty()) usage("--data-dir must not be empty");
+  check_range("--hidden", r.hidden, 1, kMaxHidden);
+  check_range("--data-size", r.data_size, 1, kMaxRows);
+  check_range("--batch-size", r.batch_size, 1, kMaxRows);
+  if (r.epochs > 0 && r.steps > 0) usage("give --epochs or --steps, not both");
+  if (r.steps == 0) check_range("--epochs", r.epochs, 1, kMaxEpochs);
+  else check_range("--steps", r.steps, 1, kMaxSteps);
+  if (r.epochs != 0 && r.steps != 0) usage("give --epochs or --steps, not both");
+  check_non_negative("--lr", r.lr);
+  check_non_negative("--momentum", r.momentum);
+  check_non_negative("--weight-decay", r.weight_decay);
+  if (r.momentum != 0 && r.optimizer != "sgd") usage("--momentum applies to --optimizer sgd only (Adam's betas are fixed at 0.9, 0.999)");
+}
 
 nlohmann::json to_json(const RunSettings& s) {
   return {{"model", s.model},     {"hidden", s.hidden},         {"data", s.data},         {"data-dir", s.data_dir},
@@ -154,7 +183,7 @@ RunSettings merge_resumed(const Options& options, const RunSettings& saved) {
     // the learning-rate schedule of the steps already taken.
     if (mine.at(name) != theirs.at(name)) {
       const std::string flag = name == "shuffle" ? "--no-shuffle" : "--" + name;
-      throw ValueError(flag + " " + mine.at(name).dump() + " differs from the checkpoint's " + theirs.at(name).dump() +
+      throw ValueError(flag + " " + clip(mine.at(name).dump()) + " differs from the checkpoint's " + clip(theirs.at(name).dump()) +
                        ": a resumed run continues the saved run with its settings (leave the option out, or start a new run)");
     }
   }

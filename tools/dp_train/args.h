@@ -31,6 +31,18 @@ struct RunSettings {
   bool shuffle = true;
 };
 
+// The largest values the numeric options take (so that no size or step count computed from them
+// overflows, and a typo is caught before anything is allocated).
+inline constexpr int64_t kMaxHidden = 65536;          // --hidden: the H x H layer is 16 GiB
+inline constexpr int64_t kMaxRows = 1000000000;       // --data-size, --batch-size
+inline constexpr int64_t kMaxEpochs = 1000000;        // --epochs
+inline constexpr int64_t kMaxSteps = 1000000000000;   // --steps, --checkpoint-every, --stop-after, --log-every
+inline constexpr int64_t kMaxWorkers = 256;           // --workers
+
+// The rules every RunSettings obeys, on the command line and in a checkpoint: known names, every
+// number in its range, exactly one of epochs and steps. ValueError naming the option otherwise.
+void check_run_settings(const RunSettings& settings);
+
 // Keys are the option names without "--" ("batch-size"), so a conflict message can name the option.
 nlohmann::json to_json(const RunSettings& s);
 RunSettings run_settings_from_json(const nlohmann::json& j);

@@ -1,6 +1,9 @@
 #include "checkpoint.h"
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
+#include <set>
 #include <system_error>
 #include "dp/core/device_registry.h"
 #include "dp/core/errors.h"
@@ -11,6 +14,33 @@ namespace dp::train {
 namespace {
 
 constexpr int kFormatVersion = 1;
+
+// json::parse, refusing JSON nested deeper than 64 levels (the checkpoint's is 4 deep): printing or
+// comparing such a value recurses. Parser errors are json::exceptions.
+struct DepthCheck : nlohmann::json_sax<nlohmann::json> {
+  int depth = 0;
+  bool too_deep = false;
+  bool open() { return !(too_deep = ++depth > 64); }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return open(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { --depth; return true; }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override { --depth; return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+nlohmann::json optim_like_parse(const std::string& text) {
+  DepthCheck check;
+  nlohmann::json::sax_parse(text, &check);
+  DP_CHECK(!check.too_deep, ValueError, "\"dp_train\" metadata nests deeper than 64 levels");
+  return nlohmann::json::parse(text);  // syntax errors: json::parse_error, numbers overflowing a double: json::out_of_range
+}
 const std::string kModel = "model.", kOptimizer = "optimizer.";
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
@@ -22,14 +52,158 @@ nlohmann::json history_json(const History& h) {
   return {{"step_loss", h.step_loss}, {"evals", evals}, {"epoch_seconds", h.epoch_seconds}};
 }
 
-History history_from(const nlohmann::json& j) {
+// ---- reading the metadata: every field checked, each problem a ValueError naming the field
+// ("settings.batch-size", "history.step_loss[3]"), never a JSON library exception, never a piece of
+// the value longer than a few words.
+using nlohmann::json;
+
+[[noreturn]] void field_error(const std::string& field, const std::string& what) { throw ValueError("\"" + field + "\" " + what); }
+
+std::string kind(const json& j) {
+  switch (j.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "a list";
+    case json::value_t::object: return "an object";
+    case json::value_t::binary: return "binary data";
+    case json::value_t::discarded: return "nothing";
+    default: return "a number";
+  }
+}
+
+const json& field(const json& obj, const std::string& key, const std::string& path) {
+  const std::string name = path.empty() ? key : path + "." + key;
+  if (!obj.is_object()) field_error(path.empty() ? "dp_train" : path, "must be an object, got " + kind(obj));
+  auto it = obj.find(key);
+  if (it == obj.end()) field_error(name, "is missing");
+  return *it;
+}
+std::string name_of(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+
+int64_t get_int(const json& obj, const std::string& key, const std::string& path, int64_t least = std::numeric_limits<int64_t>::min()) {
+  const json& v = field(obj, key, path);
+  if (!v.is_number_integer()) field_error(name_of(path, key), "must be an integer, got " + kind(v));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    field_error(name_of(path, key), "is out of range");
+  const int64_t x = v.get<int64_t>();
+  if (x < least) field_error(name_of(path, key), "must be at least " + std::to_string(least) + ", got " + std::to_string(x));
+  return x;
+}
+uint64_t get_uint(const json& v, const std::string& name) {
+  if (!v.is_number_unsigned()) field_error(name, "must be an integer >= 0, got " + kind(v) + (v.is_number_integer() ? " below 0" : ""));
+  return v.get<uint64_t>();
+}
+double number(const json& v, const std::string& name, bool null_is_nan = false) {
+  if (null_is_nan && v.is_null()) return std::numeric_limits<double>::quiet_NaN();  // NaN is written as null
+  if (!v.is_number()) field_error(name, "must be a number, got " + kind(v));
+  return v.get<double>();
+}
+double get_seconds(const json& obj, const std::string& key) {
+  const double x = number(field(obj, key, ""), key);
+  if (!std::isfinite(x) || x < 0) field_error(key, "must be a finite number >= 0");
+  return x;
+}
+std::string get_string(const json& obj, const std::string& key, const std::string& path) {
+  const json& v = field(obj, key, path);
+  if (!v.is_string()) field_error(name_of(path, key), "must be a string, got " + kind(v));
+  return v.get<std::string>();
+}
+const json& get_list(const json& obj, const std::string& key, const std::string& path) {
+  const json& v = field(obj, key, path);
+  if (!v.is_array()) field_error(name_of(path, key), "must be a list, got " + kind(v));
+  return v;
+}
+std::vector<double> get_numbers(const json& obj, const std::string& key, const std::string& path) {
+  const json& list = get_list(obj, key, path);
+  std::vector<double> out;
+  out.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) out.push_back(number(list[i], name_of(path, key) + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+RunSettings settings_from(const json& j) {
+  const std::string p = "settings";
+  RunSettings s;
+  s.model = get_string(j, "model", p);
+  s.hidden = get_int(j, "hidden", p);
+  s.data = get_string(j, "data", p);
+  s.data_dir = get_string(j, "data-dir", p);
+  s.data_size = get_int(j, "data-size", p);
+  s.epochs = get_int(j, "epochs", p);
+  s.steps = get_int(j, "steps", p);
+  s.batch_size = get_int(j, "batch-size", p);
+  s.optimizer = get_string(j, "optimizer", p);
+  s.lr = number(field(j, "lr", p), p + ".lr");
+  s.momentum = number(field(j, "momentum", p), p + ".momentum");
+  s.weight_decay = number(field(j, "weight-decay", p), p + ".weight-decay");
+  s.schedule = get_string(j, "schedule", p);
+  s.seed = get_uint(field(j, "seed", p), p + ".seed");
+  const json& shuffle = field(j, "shuffle", p);
+  if (!shuffle.is_boolean()) field_error(p + ".shuffle", "must be a boolean, got " + kind(shuffle));
+  s.shuffle = shuffle.get<bool>();
+  try {
+    check_run_settings(s);  // the command line's rules
+  } catch (const ValueError& e) {
+    throw ValueError(std::string("\"settings\" break the command line's rules: ") + e.what());
+  }
+  return s;
+}
+
+History history_from(const json& j, int64_t global_step) {
+  const std::string p = "history";
   History h;
-  h.step_loss = j.at("step_loss").get<std::vector<float>>();
-  for (const auto& e : j.at("evals"))
-    h.evals.push_back({e.at("step").get<int64_t>(), e.at("test_accuracy").get<double>(), e.at("test_loss").get<double>(),
-                       e.at("train_loss").get<double>()});
-  h.epoch_seconds = j.at("epoch_seconds").get<std::vector<double>>();
+  const json& losses = get_list(j, "step_loss", p);
+  // One loss per step taken: the summary and evaluation read them by step.
+  if (losses.size() != static_cast<uint64_t>(global_step))
+    field_error("history.step_loss", "has " + std::to_string(losses.size()) + " entries but \"position.global_step\" is " +
+                                         std::to_string(global_step) + " (one loss per step)");
+  h.step_loss.reserve(losses.size());
+  for (size_t i = 0; i < losses.size(); ++i) {
+    const double x = number(losses[i], "history.step_loss[" + std::to_string(i) + "]", true);
+    // Beyond float's range: infinity (a plain conversion would be undefined).
+    h.step_loss.push_back(std::isfinite(x) && std::fabs(x) > std::numeric_limits<float>::max()
+                              ? std::copysign(std::numeric_limits<float>::infinity(), static_cast<float>(x > 0 ? 1 : -1))
+                              : static_cast<float>(x));
+  }
+  const json& evals = get_list(j, "evals", p);
+  int64_t previous = 0;
+  for (size_t i = 0; i < evals.size(); ++i) {
+    const std::string e = "history.evals[" + std::to_string(i) + "]";
+    const json& ev = evals[i];
+    History::Eval out;
+    out.step = get_int(ev, "step", e, 0);
+    if (out.step < previous || out.step > global_step)
+      field_error(e + ".step", "is " + std::to_string(out.step) + ": evaluations must be in step order, at or before step " + std::to_string(global_step));
+    previous = out.step;
+    out.test_accuracy = number(field(ev, "test_accuracy", e), e + ".test_accuracy");
+    out.test_loss = number(field(ev, "test_loss", e), e + ".test_loss", true);
+    out.train_loss = number(field(ev, "train_loss", e), e + ".train_loss", true);
+    h.evals.push_back(out);
+  }
+  h.epoch_seconds = get_numbers(j, "epoch_seconds", p);
   return h;
+}
+
+// [{"device": "cpu", "seed": s, "offset": o}, ...]: the host first, each device once.
+json generators_from(const json& j) {
+  if (!j.is_array() || j.empty()) field_error("generators", "must be a non-empty list, got " + kind(j));
+  std::set<std::string> seen;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string g = "generators[" + std::to_string(i) + "]";
+    const std::string device = get_string(j[i], "device", g);
+    try {
+      const Device d(device);
+      if (d.has_index() && d.index < 0) throw ValueError("negative index");
+    } catch (const std::exception&) {
+      field_error(g + ".device", "is not a device name (cpu, cpu:N or cuda:N)");
+    }
+    if (!seen.insert(Device(device).str()).second) field_error(g + ".device", "names " + Device(device).str() + " a second time");
+    get_uint(field(j[i], "seed", g), g + ".seed");
+    get_uint(field(j[i], "offset", g), g + ".offset");
+  }
+  if (!seen.count("cpu")) field_error("generators", "has no entry for the host (\"cpu\")");
+  return j;
 }
 
 }  // namespace
@@ -45,6 +219,54 @@ nlohmann::json generator_states(const std::vector<Device>& devices) {
     out.push_back({{"device", d.str()}, {"seed", g.seed()}, {"offset", g.offset()}});
   }
   return out;
+}
+
+Checkpoint parse_checkpoint_metadata(const std::string& text) {
+  json meta;
+  try {
+    meta = optim_like_parse(text);
+  } catch (const json::exception& e) {
+    throw ValueError(std::string("\"dp_train\" metadata is not valid JSON: ") + std::string(e.what()).substr(0, 200));
+  }
+  Checkpoint c;
+  try {
+    const int64_t version = get_int(meta, "version", "");
+    DP_CHECK(version == kFormatVersion, ValueError, "checkpoint format version ", version, " (this dp-train reads ", kFormatVersion, ")");
+    c.settings = settings_from(field(meta, "settings", ""));
+    const json& pos = field(meta, "position", "");
+    c.state.position = {get_int(pos, "global_step", "position", 0), get_int(pos, "epoch", "position", 0), get_int(pos, "batch", "position", 0)};
+    c.state.train_seconds = get_seconds(meta, "train_seconds");
+    c.state.epoch_seconds = get_seconds(meta, "epoch_seconds");
+    c.state.wall_seconds = get_seconds(meta, "wall_seconds");
+    c.state.history = history_from(field(meta, "history", ""), c.state.position.global_step);
+    // One training time per finished epoch.
+    if (c.state.history.epoch_seconds.size() != static_cast<uint64_t>(c.state.position.epoch))
+      field_error("history.epoch_seconds", "has " + std::to_string(c.state.history.epoch_seconds.size()) + " entries but \"position.epoch\" is " +
+                                                std::to_string(c.state.position.epoch) + " (one per finished epoch)");
+    c.generators = generators_from(field(meta, "generators", ""));
+    if (meta.contains("scheduler")) {
+      const json& s = meta.at("scheduler");
+      c.scheduler = optim::LRSchedulerState{get_int(s, "last_epoch", "scheduler", -1), get_int(s, "step_count", "scheduler", 0),
+                                            get_numbers(s, "base_lrs", "scheduler"), get_numbers(s, "last_lrs", "scheduler")};
+    }
+  } catch (const json::exception& e) {  // not expected (every access is checked first); never let one escape
+    throw ValueError(std::string("damaged metadata: ") + std::string(e.what()).substr(0, 200));
+  }
+  return c;
+}
+
+void check_position(const Checkpoint& c, int64_t steps_per_epoch, int64_t total_steps) {
+  const Position& p = c.state.position;
+  if (p.batch >= steps_per_epoch)
+    field_error("position.batch", "is " + std::to_string(p.batch) + " but an epoch of this run has " + std::to_string(steps_per_epoch) + " batches");
+  if (p.epoch > (total_steps + steps_per_epoch - 1) / steps_per_epoch || (p.epoch != 0 && p.epoch > std::numeric_limits<int64_t>::max() / steps_per_epoch) ||
+      p.epoch * steps_per_epoch + p.batch != p.global_step)
+    field_error("position", "is inconsistent: epoch " + std::to_string(p.epoch) + ", batch " + std::to_string(p.batch) + " is not global step " +
+                                std::to_string(p.global_step) + " with " + std::to_string(steps_per_epoch) + " batches an epoch");
+  if (p.global_step > total_steps)
+    field_error("position.global_step", "is " + std::to_string(p.global_step) + ", past the run's " + std::to_string(total_steps) + " steps");
+  if (c.scheduler && c.scheduler->step_count > total_steps + 1)
+    field_error("scheduler.step_count", "is " + std::to_string(c.scheduler->step_count) + ", past the run's " + std::to_string(total_steps) + " steps");
 }
 
 void restore_generators(const nlohmann::json& states) {
@@ -102,26 +324,9 @@ Checkpoint parse_checkpoint(const SafetensorsFile& file, const std::string& path
   DP_CHECK(found != file.metadata.end(), ValueError, path, " is a safetensors file but not a dp-train checkpoint");
   Checkpoint c;
   try {
-    const nlohmann::json meta = nlohmann::json::parse(found->second);
-    const int version = meta.at("version").get<int>();
-    DP_CHECK(version == kFormatVersion, ValueError, "checkpoint format version ", version, " (this dp-train reads ", kFormatVersion, ")");
-    c.settings = run_settings_from_json(meta.at("settings"));
-    const auto& pos = meta.at("position");
-    c.state.position = {pos.at("global_step").get<int64_t>(), pos.at("epoch").get<int64_t>(), pos.at("batch").get<int64_t>()};
-    c.state.train_seconds = meta.at("train_seconds").get<double>();
-    c.state.epoch_seconds = meta.at("epoch_seconds").get<double>();
-    c.state.wall_seconds = meta.at("wall_seconds").get<double>();
-    c.state.history = history_from(meta.at("history"));
-    c.generators = meta.at("generators");
-    if (meta.contains("scheduler")) {
-      const auto& s = meta.at("scheduler");
-      c.scheduler = optim::LRSchedulerState{s.at("last_epoch").get<int64_t>(), s.at("step_count").get<int64_t>(),
-                                            s.at("base_lrs").get<std::vector<double>>(), s.at("last_lrs").get<std::vector<double>>()};
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw ValueError(path + ": damaged dp-train metadata: " + e.what());
+    c = parse_checkpoint_metadata(found->second);
   } catch (const ValueError& e) {
-    throw ValueError(path + ": " + e.what());
+    throw ValueError(path + ": damaged dp-train checkpoint: " + e.what());
   }
   for (const auto& item : file.tensors) {
     if (starts_with(item.key(), kModel)) c.model.insert(item.key().substr(kModel.size()), item.value());

@@ -83,7 +83,17 @@ void save_checkpoint(const std::string& dir, const RunSettings& settings, const 
 // not a dp-train checkpoint (or one of a newer format).
 Checkpoint load_checkpoint(const std::string& dir);
 // The checkpoint in a file already read (from `path`, named in messages); ValueError as above.
+// Everything in the "dp_train" metadata is checked (parse_checkpoint_metadata).
 Checkpoint parse_checkpoint(const SafetensorsFile& file, const std::string& path);
+// The "dp_train" metadata alone (no tensors): every field present and of its type, the settings by
+// the command line's rules (check_run_settings), the position non-negative, one step loss per step
+// taken, evaluations in step order, one epoch time per finished epoch, well-formed generator states
+// (the host's included), the scheduler state. ValueError naming the field ("settings.batch-size")
+// for the first problem; never a JSON library exception, never the whole value in the message.
+Checkpoint parse_checkpoint_metadata(const std::string& text);
+// What needs the data set too (steps_per_epoch, total_steps of the run): the position is a batch of
+// an epoch, epoch x steps_per_epoch + batch is the global step, and that is within the run.
+void check_position(const Checkpoint& checkpoint, int64_t steps_per_epoch, int64_t total_steps);
 
 // The generator state of the host and of `devices`, and its inverse (devices that no longer exist
 // are skipped: a run resumed on fewer devices).

@@ -1,11 +1,15 @@
 #include "trainer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <numeric>
@@ -51,7 +55,34 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const RunSettings& s, std::vect
   if (s.optimizer == "sgd")
     return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions(s.lr).momentum(s.momentum).weight_decay(s.weight_decay));
   if (s.optimizer == "adamw") return std::make_unique<optim::AdamW>(std::move(params), optim::AdamWOptions(s.lr).weight_decay(s.weight_decay));
-  return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions(s.lr).weight_decay(s.weight_decay));
+  if (s.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions(s.lr).weight_decay(s.weight_decay));
+  throw ValueError("unknown optimizer '" + s.optimizer.substr(0, 100) + "' (sgd, adam or adamw)");
+}
+
+// An output file (or directory) given on the command line is checked before the first step, so a
+// typo'd or read-only location fails at once instead of after the training it was to keep: a probe
+// file is created where the output will be written, and removed. IOError naming the option and path.
+void probe_output(const std::string& option, const std::string& path, bool directory) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir;
+  if (directory) {
+    fs::create_directories(path, ec);
+    DP_CHECK(!ec, IOError, option, " ", path, ": cannot create the directory: ", ec.message());
+    dir = path;
+  } else {
+    DP_CHECK(!fs::is_directory(path, ec), IOError, option, " ", path, ": is a directory, not a file");
+    dir = fs::path(path).parent_path();
+    if (dir.empty()) dir = ".";
+  }
+  const fs::path probe = dir / (".dp-train-probe." + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    DP_CHECK(false, IOError, option, " ", path, ": cannot write there: cannot create a file in ", dir.string(), ": ", std::strerror(err));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 std::string optimizer_text(const RunSettings& s, int64_t total_steps) {
@@ -230,8 +261,12 @@ struct Trainer::Impl {
     net = nn::DataParallel<nn::SequentialImpl>(model, parallel::DataParallelOptions(devices).output_device(output_device));
 
     spe = steps_per_epoch(sets, run);
-    total_steps = run.steps > 0 ? run.steps : run.epochs * spe;
+    total_steps = run.steps > 0 ? run.steps : run.epochs * spe;  // <= 1e6 epochs x 1e9 rows (args.h): no overflow
     total_epochs = (total_steps + spe - 1) / spe;
+    if (resumed) guarded("--resume " + resume_dir + ": " + checkpoint_path(resume_dir) + ": damaged dp-train checkpoint", [&] {
+        check_position(*resumed, spe, total_steps);
+        return 0;
+      });
 
     optimizer = make_optimizer(run, model->parameters());
     if (run.schedule == "cosine") scheduler = std::make_unique<optim::CosineAnnealingLR>(*optimizer, total_steps);
@@ -245,6 +280,12 @@ struct Trainer::Impl {
         restore_generators(resumed->generators);
         return 0;
       });
+    }
+    // Every file this run will write is checked now, before the first step (rank 0 writes them).
+    if (leader()) {
+      if (!opt.save.empty()) guarded("", [&] { probe_output("--save", opt.save, false); return 0; });
+      if (!opt.plot.empty()) guarded("", [&] { probe_output("--plot", opt.plot, false); return 0; });
+      if (!opt.checkpoint_dir.empty()) guarded("", [&] { probe_output("--checkpoint-dir", opt.checkpoint_dir, true); return 0; });
     }
     // A restarted job appends to the failed attempt's log, as a resumed run does.
     if (!opt.log.empty() && leader())
