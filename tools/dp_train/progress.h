@@ -1,8 +1,17 @@
 #pragma once
 // What a person watching the run sees on stdout: on a terminal one progress line redrawn in place
-// (steps, samples/s, loss, ETA); otherwise (a pipe, a file, CI) plain lines, one per step or per
-// --log-every steps, so a log shows every step without carriage returns.
+// (a bar over the whole run, steps, loss, samples/s, ETA); otherwise (a pipe, a file, CI) plain
+// lines, one per step or per --log-every steps, so a log shows every step without carriage returns.
+//
+// The bar line is fitted to the terminal's width, read (ioctl TIOCGWINSZ on stdout) at every
+// redraw, so a resized window is followed at the next redraw: it is never longer than the width
+// minus one column, so the terminal never wraps it and each redraw (\r, then ESC[K to clear)
+// replaces the previous one. After the window narrowed below the last bar's length, the rows a
+// reflowing terminal wrapped it over are cleared too. Narrow terminals drop the least useful fields first (lr, samples/s,
+// batch, epoch). Lines printed while the bar is shown (an epoch's evaluation) go above it and the
+// bar is redrawn below them; the bar of the run's last step stays on screen.
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -22,6 +31,14 @@ enum class ProgressMode { Bar, Lines, None };
 // "auto" picks Bar when stdout is a terminal (isatty), else Lines.
 ProgressMode progress_mode(const std::string& option);
 
+// The width of the terminal on stdout in columns; when stdout is not a terminal (--progress bar
+// into a file or a pipe), $COLUMNS, else 80.
+int terminal_columns();
+
+// The bar line for a step, at most columns - 1 characters (no control characters). The bar tracks
+// the whole run (step / total_steps), also with --steps.
+std::string bar_line(const StepReport& r, int columns);
+
 class Progress {
  public:
   Progress(ProgressMode mode, int64_t every) : mode_(mode), every_(every) {}
@@ -30,16 +47,23 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   void step(const StepReport& r);
-  // A line of its own (an epoch's evaluation, a message): ends the bar line first. Printed also in
-  // None mode: only the per-step output is silenced there.
+  // A line of its own (an epoch's evaluation, a message). In bar mode it is printed above the
+  // bar, which is redrawn below it. Printed also in None mode: only the per-step output is
+  // silenced there.
   void line(const std::string& text);
 
  private:
+  void draw();
   void end_bar();
+  // What moves the cursor to the start of the bar and erases it, at the terminal's width now.
+  std::string clear_bar(int columns) const;
 
   ProgressMode mode_;
   int64_t every_;
   bool bar_open_ = false;
+  StepReport last_{};
+  int drawn_columns_ = 0;      // the terminal's width when the bar was last drawn
+  size_t drawn_length_ = 0;    // and the bar's length then
   std::chrono::steady_clock::time_point last_draw_{};
 };
 
