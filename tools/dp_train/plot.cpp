@@ -87,7 +87,7 @@ class Panel {
            << "\" stroke=\"#e8e8e8\"/>\n";
       svg_ << "<line x1=\"" << px(t) << "\" y1=\"" << kTop + kPlotH << "\" x2=\"" << px(t) << "\" y2=\"" << kTop + kPlotH + 5
            << "\" stroke=\"#333\"/>\n";
-      svg_ << "<text x=\"" << px(t) << "\" y=\"" << kTop + kPlotH + 20 << "\" text-anchor=\"middle\">" << num(t) << "</text>\n";
+      svg_ << "<text x=\"" << px(t) << "\" y=\"" << kTop + kPlotH + 20 << "\" text-anchor=\"middle\">" << num(t, 7) << "</text>\n";
     }
     for (double t : nice_ticks(y_.lo, y_.hi)) {
       svg_ << "<line x1=\"" << x0_ << "\" y1=\"" << py(t) << "\" x2=\"" << x0_ + kPlotW << "\" y2=\"" << py(t) << "\" stroke=\"#e8e8e8\"/>\n";
@@ -102,22 +102,41 @@ class Panel {
          << escape(ylabel) << "</text>\n";
   }
 
-  void polyline(const std::vector<Point>& pts, const char* color, double width, double opacity = 1) {
+  // `cls` names the series (class="..."), for readers of the SVG and its tests.
+  void polyline(const std::vector<Point>& pts, const char* cls, const char* color, double width, double opacity = 1) {
     if (pts.empty()) return;
-    svg_ << "<polyline clip-path=\"url(#clip" << id_ << ")\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << width
+    svg_ << "<polyline class=\"" << cls << "\" clip-path=\"url(#clip" << id_ << ")\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << width
          << "\" stroke-opacity=\"" << opacity << "\" stroke-linejoin=\"round\" points=\"";
     for (const Point& p : pts) svg_ << num(px(p.x), 6) << "," << num(py(p.y), 6) << " ";
     svg_ << "\"/>\n";
   }
 
-  void markers(const std::vector<Point>& pts, const char* color) {
+  void markers(const std::vector<Point>& pts, const char* cls, const char* color) {
     for (const Point& p : pts)
-      svg_ << "<circle cx=\"" << px(p.x) << "\" cy=\"" << py(p.y) << "\" r=\"4\" fill=\"" << color << "\" stroke=\"white\"/>\n";
+      svg_ << "<circle class=\"" << cls << "\" cx=\"" << px(p.x) << "\" cy=\"" << py(p.y) << "\" r=\"4\" fill=\"" << color << "\" stroke=\"white\"/>\n";
   }
 
   void label(const Point& p, const std::string& text, const char* color) {
     svg_ << "<text x=\"" << px(p.x) - 6 << "\" y=\"" << py(p.y) - 10 << "\" text-anchor=\"end\" fill=\"" << color
          << "\" font-weight=\"bold\">" << escape(text) << "</text>\n";
+  }
+
+  // A dashed vertical line at the end of each epoch inside the x range, labelled with the epoch's
+  // number; with many epochs, every 2nd, 5th, 10th, ... so that at most 10 are marked.
+  void epochs(int64_t steps_per_epoch) {
+    if (steps_per_epoch <= 1) return;
+    const auto n = static_cast<int64_t>(std::floor(x_.hi / static_cast<double>(steps_per_epoch)));
+    int64_t every = 1;
+    for (int64_t m = 1; every * 10 < n; m *= 10)
+      for (int64_t k : {2, 5, 10})
+        if (every * 10 < n) every = k * m;
+    for (int64_t e = every; e <= n; e += every) {
+      const double xs = px(static_cast<double>(e * steps_per_epoch));
+      svg_ << "<line class=\"epoch\" x1=\"" << xs << "\" y1=\"" << kTop << "\" x2=\"" << xs << "\" y2=\"" << kTop + kPlotH
+           << "\" stroke=\"#999\" stroke-dasharray=\"3 3\"/>\n";
+      svg_ << "<text x=\"" << xs - 3 << "\" y=\"" << kTop + 12 << "\" text-anchor=\"end\" font-size=\"10\" fill=\"#777\">epoch " << e
+           << "</text>\n";
+    }
   }
 
   void hline(double y, const char* color) {
@@ -167,10 +186,13 @@ std::vector<double> moving_average(const std::vector<float>& v, size_t window) {
 
 std::string render_plot(const PlotInput& in) {
   const History& h = *in.history;
-  const double spe = static_cast<double>(std::max<int64_t>(in.steps_per_epoch, 1));
-  auto epoch_of = [&](int64_t step) { return static_cast<double>(step) / spe; };
+  const int64_t spe = std::max<int64_t>(in.steps_per_epoch, 1);
   const int64_t steps = static_cast<int64_t>(h.step_loss.size());
-  const Range x = nice_range(0, std::max(epoch_of(std::max<int64_t>(steps, 1)), 1e-3));
+  // Both panels count steps, so a run of an epoch or less spreads its evaluations over the axis.
+  int64_t last = std::max<int64_t>(steps, 1);
+  for (const auto& e : h.evals) last = std::max(last, e.step);
+  const Range x = nice_range(0, static_cast<double>(last));
+  const std::string xlabel = spe > 1 ? "step (an epoch is " + std::to_string(spe) + " steps; dashed lines mark the epochs)" : "step";
 
   std::ostringstream svg;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << kHeight << "\" viewBox=\"0 0 " << kWidth << " "
@@ -178,36 +200,40 @@ std::string render_plot(const PlotInput& in) {
   svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   svg << "<text x=\"" << kWidth / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"14\">" << escape(in.title) << "</text>\n";
 
-  // Loss: the smoothed curve and the test loss set the scale; raw per-step spikes are clipped.
+  // Loss: the axis covers every plotted value (each step's loss, the moving average, the test
+  // losses) from 0, widened to round ticks.
   const size_t window = static_cast<size_t>(std::clamp<int64_t>(in.steps_per_epoch / 8, 1, 200));
   const std::vector<double> smooth = moving_average(h.step_loss, window);
   double lmax = 0;
-  for (double v : smooth) lmax = std::max(lmax, v);
-  for (const auto& e : h.evals) lmax = std::max(lmax, e.test_loss);
-  Panel loss(svg, 0, x, nice_range(0, lmax > 0 ? lmax * 1.05 : 1));
-  loss.frame("Loss", "epoch", in.loss_name);
+  for (float v : h.step_loss)
+    if (std::isfinite(v)) lmax = std::max(lmax, static_cast<double>(v));
+  for (const auto& e : h.evals)
+    if (std::isfinite(e.test_loss)) lmax = std::max(lmax, e.test_loss);
+  Panel loss(svg, 0, x, nice_range(0, lmax > 0 ? lmax : 1));
+  loss.frame("Loss", xlabel, in.loss_name);
+  loss.epochs(spe);
   std::vector<Point> raw, avg, test_loss;
   for (int64_t i = 0; i < steps; ++i) {
-    raw.push_back({epoch_of(i + 1), h.step_loss[static_cast<size_t>(i)]});
-    avg.push_back({epoch_of(i + 1), smooth[static_cast<size_t>(i)]});
+    raw.push_back({static_cast<double>(i + 1), h.step_loss[static_cast<size_t>(i)]});
+    avg.push_back({static_cast<double>(i + 1), smooth[static_cast<size_t>(i)]});
   }
-  for (const auto& e : h.evals) test_loss.push_back({epoch_of(e.step), e.test_loss});
+  for (const auto& e : h.evals) test_loss.push_back({static_cast<double>(e.step), e.test_loss});
   if (window >= 3) {
     // Many steps an epoch: the raw losses are noise around the trend, so they are drawn faint.
-    loss.polyline(raw, kBlue, 1, 0.25);
-    loss.polyline(avg, kBlue, 2.2);
+    loss.polyline(raw, "train-loss", kBlue, 1, 0.25);
+    loss.polyline(avg, "train-loss-mean", kBlue, 2.2);
     loss.legend({{"train loss per step", "#a9c8e4"}, {"train, mean of " + std::to_string(window) + " steps", kBlue}, {"test loss", kOrange}}, true);
   } else {
-    loss.polyline(raw, kBlue, 1.5);
+    loss.polyline(raw, "train-loss", kBlue, 1.5);
     loss.legend({{"train loss per step", kBlue}, {"test loss", kOrange}}, true);
   }
-  loss.polyline(test_loss, kOrange, 2);
-  loss.markers(test_loss, kOrange);
+  loss.polyline(test_loss, "test-loss", kOrange, 2);
+  loss.markers(test_loss, "test-loss", kOrange);
   if (steps == 0) loss.note("no step recorded");
 
   // Accuracy: the range of the values measured, widened to round ticks, within [0, 1].
   std::vector<Point> acc;
-  for (const auto& e : h.evals) acc.push_back({epoch_of(e.step), e.test_accuracy});
+  for (const auto& e : h.evals) acc.push_back({static_cast<double>(e.step), e.test_accuracy});
   double amin = 1, amax = 0;
   for (const Point& p : acc) {
     amin = std::min(amin, p.y);
@@ -223,10 +249,11 @@ std::string render_plot(const PlotInput& in) {
   ar.lo = std::max(0.0, ar.lo);
   ar.hi = std::min(1.0, ar.hi);
   Panel accuracy(svg, 1, x, ar);
-  accuracy.frame("Test accuracy", "epoch", "accuracy");
+  accuracy.frame("Test accuracy", xlabel, "accuracy");
+  accuracy.epochs(spe);
   if (in.target_accuracy >= 0) accuracy.hline(in.target_accuracy, "#888");
-  accuracy.polyline(acc, kGreen, 2);
-  accuracy.markers(acc, kGreen);
+  accuracy.polyline(acc, "accuracy", kGreen, 2);
+  accuracy.markers(acc, "accuracy", kGreen);
   if (!acc.empty()) accuracy.label(acc.back(), num(acc.back().y, 4), kGreen);
   if (in.target_accuracy >= 0) accuracy.legend({{"test accuracy", kGreen}, {"target " + num(in.target_accuracy), "#888"}}, false);
   else accuracy.legend({{"test accuracy", kGreen}}, false);

@@ -1,7 +1,11 @@
 #pragma once
 // The run's curves as a hand-written SVG, two panels side by side: training loss per step (raw,
 // faint, and a moving average) with the test loss at each evaluation; and test accuracy at each
-// evaluation. Both x axes count epochs; axes have ticks, labels and a legend.
+// evaluation. Both x axes count steps, so a run of an epoch or less shows its evaluations where
+// they happened, with a dashed line marking each epoch's end (every 2nd, 5th, ... when there are
+// many). The loss axis starts at 0 and covers every plotted loss, the first steps' included; the
+// accuracy axis covers the accuracies measured (and the target). Ticks are round values (1, 2,
+// 2.5, 5 x 10^k). Series carry class names (train-loss, train-loss-mean, test-loss, accuracy).
 #include <cstdint>
 #include <string>
 #include "checkpoint.h"
