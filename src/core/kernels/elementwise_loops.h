@@ -18,6 +18,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include "core/kernels/cpu_dispatch.h"
 #include "core/kernels/loops.h"
 
 namespace dp::kernels {
@@ -25,8 +26,10 @@ namespace dp::kernels {
 // The loops are functions of their own (noinline) into which the element functor and the math it
 // calls are inlined whatever their size (flatten): so compiled, every loop whose functor allows it
 // vectorises (inlined into a large caller, or calling a functor left out of line, it stayed scalar).
+// In a portable build each loop is also compiled for AVX2 and AVX-512 and the CPU's best is taken
+// at run time (DP_TARGET_CLONES, core/kernels/cpu_dispatch.h).
 #if defined(__GNUC__) && !defined(__CUDACC__)
-#define DP_FLATTEN __attribute__((flatten, noinline))
+#define DP_FLATTEN __attribute__((flatten, noinline)) DP_TARGET_CLONES
 #else
 #define DP_FLATTEN
 #endif

@@ -4,7 +4,8 @@
 //  - otherwise: per block of up to kBlock columns of the inner dims, the same three passes run down
 //    `dim`, vectorised across the contiguous columns (no transpose copy).
 // float32 uses a vectorised polynomial exp (reduce_vec.h); float64 uses std::exp;
-// float16/bfloat16 compute in float32.
+// float16/bfloat16 compute in float32. In a portable build the four loops below are also compiled for
+// AVX2 and AVX-512 and chosen at run time (DP_TARGET_CLONES, core/kernels/cpu_dispatch.h).
 #include "core/kernels/reduce.h"
 #include "core/kernels/reduce_vec.h"
 #include "cuda/reduce.h"
@@ -19,7 +20,7 @@ constexpr int64_t kBlock = 1024;
 // ---- forward ----
 
 template <typename T, bool Log>
-void softmax_rows(const T* x, T* y, int64_t rows, int64_t n) {
+DP_TARGET_CLONES void softmax_rows(const T* x, T* y, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r, x += n, y += n) {
     // A NaN anywhere gives a NaN row through the arithmetic; +inf gives nan (inf - inf) as in PyTorch.
     const T m = row_max(x, n);
@@ -36,7 +37,7 @@ void softmax_rows(const T* x, T* y, int64_t rows, int64_t n) {
 }
 
 template <typename T, bool Log>
-void softmax_cols(const T* x, T* y, int64_t outer, int64_t dsize, int64_t inner) {
+DP_TARGET_CLONES void softmax_cols(const T* x, T* y, int64_t outer, int64_t dsize, int64_t inner) {
   // Column sums run down all of `dim` one term at a time: accumulate them in double.
   T mx[kBlock];
   double acc[kBlock];
@@ -81,7 +82,7 @@ void softmax_cols(const T* x, T* y, int64_t outer, int64_t dsize, int64_t inner)
 // ---- backward ----
 
 template <typename T, bool Log>
-void softmax_backward_rows(const T* g, const T* y, T* gi, int64_t rows, int64_t n) {
+DP_TARGET_CLONES void softmax_backward_rows(const T* g, const T* y, T* gi, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r, g += n, y += n, gi += n) {
     if constexpr (Log) {
       const T s = row_sum(g, n);
@@ -95,7 +96,7 @@ void softmax_backward_rows(const T* g, const T* y, T* gi, int64_t rows, int64_t 
 }
 
 template <typename T, bool Log>
-void softmax_backward_cols(const T* g, const T* y, T* gi, int64_t outer, int64_t dsize, int64_t inner) {
+DP_TARGET_CLONES void softmax_backward_cols(const T* g, const T* y, T* gi, int64_t outer, int64_t dsize, int64_t inner) {
   double acc[kBlock];
   T accT[kBlock];
   for (int64_t o = 0; o < outer; ++o) {

@@ -3,6 +3,9 @@
 // square root GCC will not vectorise under -fmath-errno) is written with AVX intrinsics.
 // std::fma compiles to one instruction with FMA (-march=native); no other multiply-add is fused
 // (fp-contract off below), so the roundings stay PyTorch's.
+// In a portable build (core/kernels/cpu_dispatch.h) the SGD loop is compiled for x86-64, AVX2 and
+// AVX-512 and the CPU's best is taken at run time; Adam's AVX path runs when the CPU has AVX2 and
+// FMA. Every copy gives the same bits (std::fma is a correctly rounded fma everywhere).
 // Floating-point contraction off for this file (GCC contracts a * b + c into an FMA by default in
 // C++, even with -std=c++20): every rounding here must be the one PyTorch does, and the FMAs
 // PyTorch does are written out. Before the includes, so inlined helpers compile the same way.
@@ -14,9 +17,14 @@
 #include "optim/kernels/fused_updates.h"
 #include <cmath>
 #include <type_traits>
-#if defined(__AVX__) && defined(__FMA__)
-#include <immintrin.h>
+#include "core/kernels/cpu_dispatch.h"
+#if DP_HAVE_AVX2_PATHS
 #define DP_OPTIM_AVX 1
+#endif
+#if DP_X86_DISPATCH && defined(__GNUC__) && !defined(__clang__)
+// adam_elements<LaneAvx<T>> is a default-target function that passes __m256 values; GCC warns
+// about their ABI, but it is only ever inlined (adam_loop_avx's flatten), never called.
+#pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
 namespace dp::optim::kernels {
@@ -60,31 +68,31 @@ template <>
 struct LaneAvx<float> {
   using V = __m256;
   static constexpr int kWidth = 8;
-  static V load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-  static V set1(float x) { return _mm256_set1_ps(x); }
-  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  static V sqrt(V x) { return _mm256_sqrt_ps(x); }
+  DP_TARGET_AVX2 static V load(const float* p) { return _mm256_loadu_ps(p); }
+  DP_TARGET_AVX2 static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  DP_TARGET_AVX2 static V set1(float x) { return _mm256_set1_ps(x); }
+  DP_TARGET_AVX2 static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  DP_TARGET_AVX2 static V sqrt(V x) { return _mm256_sqrt_ps(x); }
   // max_ps(a, b) gives b when either is NaN: right for b NaN, so only a NaN needs patching in.
-  static V nan_max(V a, V b) { return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
+  DP_TARGET_AVX2 static V nan_max(V a, V b) { return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
 };
 template <>
 struct LaneAvx<double> {
   using V = __m256d;
   static constexpr int kWidth = 4;
-  static V load(const double* p) { return _mm256_loadu_pd(p); }
-  static void store(double* p, V v) { _mm256_storeu_pd(p, v); }
-  static V set1(double x) { return _mm256_set1_pd(x); }
-  static V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
-  static V sqrt(V x) { return _mm256_sqrt_pd(x); }
-  static V nan_max(V a, V b) { return _mm256_blendv_pd(_mm256_max_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q)); }
+  DP_TARGET_AVX2 static V load(const double* p) { return _mm256_loadu_pd(p); }
+  DP_TARGET_AVX2 static void store(double* p, V v) { _mm256_storeu_pd(p, v); }
+  DP_TARGET_AVX2 static V set1(double x) { return _mm256_set1_pd(x); }
+  DP_TARGET_AVX2 static V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
+  DP_TARGET_AVX2 static V sqrt(V x) { return _mm256_sqrt_pd(x); }
+  DP_TARGET_AVX2 static V nan_max(V a, V b) { return _mm256_blendv_pd(_mm256_max_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q)); }
 };
 #endif
 
 // d_p = ±grad; d_p = d_p.add(param, alpha=wd); buf = clone(d_p) | buf.mul_(m).add_(d_p, alpha=1-damp);
 // d_p = d_p.add(buf, alpha=m) | buf; param.add_(d_p, alpha=-lr).
 template <typename S, bool kMaximize, bool kWeightDecay, int kMomentum /*0 none, 1 first, 2 running*/, bool kNesterov>
-void sgd_loop(S* __restrict param, const S* __restrict grad, S* __restrict buf, int64_t n, const SgdScalars& s) {
+DP_TARGET_CLONES void sgd_loop(S* __restrict param, const S* __restrict grad, S* __restrict buf, int64_t n, const SgdScalars& s) {
   using T = typename ComputeOf<S>::type;
   const T wd = static_cast<T>(s.weight_decay);
   const T momentum = static_cast<T>(s.momentum);
@@ -157,6 +165,20 @@ inline void adam_elements(int64_t i, S* __restrict param, const S* __restrict gr
   L::store(param + i, p + neg_step_size * m / denom);
 }
 
+#ifdef DP_OPTIM_AVX
+// adam_loop's vector part (S float or double): whole vectors from 0; returns where it stopped.
+// Everything it calls is inlined into it (flatten), so all of it is compiled for AVX2 + FMA.
+template <typename S, bool kMaximize, bool kL2, bool kDecoupled, bool kAmsgrad>
+DP_TARGET_AVX2 __attribute__((flatten)) int64_t adam_loop_avx(S* param, const S* grad, S* exp_avg, S* exp_avg_sq,
+                                                              S* max_exp_avg_sq, int64_t n, const AdamConsts& c) {
+  using LV = LaneAvx<S>;
+  int64_t i = 0;
+  for (; i + LV::kWidth <= n; i += LV::kWidth)
+    adam_elements<LV, S, kMaximize, kL2, kDecoupled, kAmsgrad>(i, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c);
+  return i;
+}
+#endif
+
 // grad = ±grad; (Adam) grad = grad.add(param, alpha=wd) | (AdamW) param.mul_(1 - lr*wd);
 // exp_avg.mul_(b1).add_(grad, alpha=1-b1); exp_avg_sq.mul_(b2).addcmul_(grad, grad, value=1-b2);
 // [amsgrad] max_sq = maximum(max_sq, exp_avg_sq);
@@ -181,9 +203,8 @@ void adam_loop(S* param, const S* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_av
 #ifdef DP_OPTIM_AVX
   // The 16-bit types take the scalar path (their widening and rounding have no AVX2 instructions).
   if constexpr (std::is_same_v<S, T>) {
-    using LV = LaneAvx<T>;
-    for (; i + LV::kWidth <= n; i += LV::kWidth)
-      adam_elements<LV, S, kMaximize, kL2, kDecoupled, kAmsgrad>(i, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c);
+    if (dp::kernels::cpu_has_avx2_fma())
+      i = adam_loop_avx<S, kMaximize, kL2, kDecoupled, kAmsgrad>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, c);
   }
 #endif
   for (; i < n; ++i)
