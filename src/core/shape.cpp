@@ -34,8 +34,8 @@ bool sizes_fit(IntArrayRef sizes, size_t element_size, int64_t* numel, int64_t* 
   int64_t n = 1, span = 1;  // span: the product with empty dims counted as 1 (the largest stride x size)
   for (int64_t s : sizes) {
     if (s < 0) return false;
-    n *= s;  // n <= span, so it can't overflow where span does not
     if (__builtin_mul_overflow(span, s > 1 ? s : 1, &span)) return false;
+    n *= s;  // n <= the previous span and s <= max(s, 1): n * s <= span, which fits
   }
   int64_t bytes = 0;
   if (__builtin_mul_overflow(span, static_cast<int64_t>(element_size), &bytes)) return false;

@@ -67,6 +67,10 @@ TEST(SizeOverflow, RuleDoesNotDependOnTheOrderOfDimensions) {
   EXPECT_EQ(n, 15);
   EXPECT_EQ(bytes, 120);
   EXPECT_FALSE(sizes_fit(std::vector<int64_t>{3, -1}, 8, &n, &bytes));
+  // The element count and the strides overflow in the same dimension (found by fuzzing: the count
+  // was multiplied before the check, a signed overflow UBSan reports).
+  EXPECT_FALSE(sizes_fit(std::vector<int64_t>{int64_t(1) << 62, 4}, 4, &n, &bytes));
+  EXPECT_FALSE(sizes_fit(std::vector<int64_t>{4, int64_t(1) << 62}, 1, &n, &bytes));
   // A valid empty tensor with a large dimension is still fine.
   Tensor t = empty({0, t40});
   EXPECT_EQ(t.numel(), 0);
