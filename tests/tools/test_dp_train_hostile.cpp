@@ -99,6 +99,8 @@ TEST_F(TamperedCheckpoint, SettingsFollowTheCommandLinesRules) {
   expect_setup_error(resume(), {"--data-size must be at least 1, got 0"});
   tamper([](json& m) { m["settings"]["epochs"] = INT64_MAX; });
   expect_setup_error(resume(), {"--epochs must be at most"});
+  tamper([](json& m) { m["settings"]["steps"] = 5; });
+  expect_setup_error(resume(), {"give --epochs or --steps, not both"});
   tamper([](json& m) { m["settings"]["optimizer"] = "lamb"; });
   expect_setup_error(resume(), {"--optimizer: 'lamb' is not one of sgd, adam or adamw"});
   tamper([](json& m) { m["settings"]["hidden"] = "wide"; });

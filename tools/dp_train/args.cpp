@@ -138,10 +138,12 @@ void check_run_settings(const RunSettings& r) {
   check_range("--hidden", r.hidden, 1, kMaxHidden);
   check_range("--data-size", r.data_size, 1, kMaxRows);
   check_range("--batch-size", r.batch_size, 1, kMaxRows);
-  if (r.epochs > 0 && r.steps > 0) usage("give --epochs or --steps, not both");
-  if (r.steps == 0) check_range("--epochs", r.epochs, 1, kMaxEpochs);
-  else check_range("--steps", r.steps, 1, kMaxSteps);
-  if (r.epochs != 0 && r.steps != 0) usage("give --epochs or --steps, not both");
+  if (r.steps == 0) {
+    check_range("--epochs", r.epochs, 1, kMaxEpochs);
+  } else {
+    check_range("--steps", r.steps, 1, kMaxSteps);
+    if (r.epochs != 0) usage("give --epochs or --steps, not both");
+  }
   check_non_negative("--lr", r.lr);
   check_non_negative("--momentum", r.momentum);
   check_non_negative("--weight-decay", r.weight_decay);
