@@ -26,10 +26,14 @@
 #define DP_X86_DISPATCH 1
 #define DP_TARGET_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 #define DP_TARGET_AVX2 __attribute__((target("avx2,fma")))
+// For a loop driver whose inner loops live in lambdas and helpers the compiler leaves out of line
+// (run_reduce): everything it calls is inlined into each copy, so the inner loops are cloned too.
+#define DP_TARGET_CLONES_FLATTEN __attribute__((flatten)) DP_TARGET_CLONES
 #else
 #define DP_X86_DISPATCH 0
 #define DP_TARGET_CLONES
 #define DP_TARGET_AVX2
+#define DP_TARGET_CLONES_FLATTEN
 #endif
 
 // The AVX2 + FMA intrinsics paths are compiled: always on x86-64 with dispatch, else when the

@@ -113,10 +113,11 @@ struct ReduceOpBase {
 };
 
 // Runs the reduction described by `p` over `in` (pointer to the element at the input's offset).
-// In a portable build it is also compiled for AVX2 and AVX-512 and chosen at run time
-// (DP_TARGET_CLONES, core/kernels/cpu_dispatch.h); the accumulation order is the same in every copy.
+// In a portable build it is also compiled, with all it calls, for AVX2 and AVX-512 and chosen at run
+// time (DP_TARGET_CLONES_FLATTEN, core/kernels/cpu_dispatch.h); the accumulation order is the same in
+// every copy.
 template <typename T, typename Op>
-DP_TARGET_CLONES void run_reduce(const ReducePlan& p, const T* in, const Op& op) {
+DP_TARGET_CLONES_FLATTEN void run_reduce(const ReducePlan& p, const T* in, const Op& op) {
   using A = typename Op::acc_type;
   const int nk = static_cast<int>(p.ksize.size());
   const int nr = static_cast<int>(p.rsize.size());
