@@ -18,6 +18,7 @@ PACKAGES=(
   libgloo-dev                                # collectives for DistributedDataParallel (TCP transport)
   pkg-config dpkg-dev                        # install tests (dparallel.pc), cpack -G DEB (dpkg-shlibdeps)
   tmux                                       # a real terminal for dp-train's progress-bar test
+  doxygen                                    # the API reference (scripts/api-docs.sh), kept warning-free by a test
 )
 
 missing=()
