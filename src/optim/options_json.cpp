@@ -1,4 +1,5 @@
 #include "optim/options_json.h"
+#include "dp/core/json_check.h"
 #include <memory>
 #include <typeinfo>
 
@@ -15,42 +16,9 @@ std::string brief(const nlohmann::json& j) {
   return j.dump();
 }
 
-namespace {
-// Accepts any JSON, but stops at the first value nested deeper than the limit.
-struct DepthCheck : nlohmann::json_sax<nlohmann::json> {
-  int depth = 0;
-  bool too_deep = false;
-  std::string error;
-  bool open() { return !(too_deep = ++depth > 64); }
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return open(); }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { --depth; return true; }
-  bool start_array(std::size_t) override { return open(); }
-  bool end_array() override { --depth; return true; }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
-    error = ex.what();
-    if (error.size() > 200) error = error.substr(0, 200) + "...";
-    return false;
-  }
-};
-}  // namespace
-
 nlohmann::json parse_json(const std::string& text, const std::string& context) {
-  DepthCheck check;
-  try {
-    nlohmann::json::sax_parse(text, &check);
-  } catch (const nlohmann::json::exception& e) {
-    check.error = std::string(e.what()).substr(0, 200);
-  }
-  DP_CHECK(!check.too_deep, ValueError, context, " nests deeper than 64 levels");
-  DP_CHECK(check.error.empty(), ValueError, context, " is not valid JSON (", check.error, ")");
+  const std::string problem = dp::detail::json_problem(text, 64);
+  DP_CHECK(problem.empty(), ValueError, context, " ", problem);
   return nlohmann::json::parse(text);
 }
 

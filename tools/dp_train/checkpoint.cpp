@@ -8,6 +8,7 @@
 #include "dp/core/device_registry.h"
 #include "dp/core/errors.h"
 #include "dp/core/generator.h"
+#include "dp/core/json_check.h"
 #include "dp/core/serialize.h"
 
 namespace dp::train {
@@ -15,31 +16,12 @@ namespace {
 
 constexpr int kFormatVersion = 1;
 
-// json::parse, refusing JSON nested deeper than 64 levels (the checkpoint's is 4 deep): printing or
-// comparing such a value recurses. Parser errors are json::exceptions.
-struct DepthCheck : nlohmann::json_sax<nlohmann::json> {
-  int depth = 0;
-  bool too_deep = false;
-  bool open() { return !(too_deep = ++depth > 64); }
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return open(); }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { --depth; return true; }
-  bool start_array(std::size_t) override { return open(); }
-  bool end_array() override { --depth; return true; }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
-};
-nlohmann::json optim_like_parse(const std::string& text) {
-  DepthCheck check;
-  nlohmann::json::sax_parse(text, &check);
-  DP_CHECK(!check.too_deep, ValueError, "\"dp_train\" metadata nests deeper than 64 levels");
-  return nlohmann::json::parse(text);  // syntax errors: json::parse_error, numbers overflowing a double: json::out_of_range
+// json::parse of the metadata, refusing JSON nested deeper than 64 levels (the checkpoint's is 4
+// deep): printing or comparing such a value recurses. Any problem is a ValueError.
+nlohmann::json checked_parse(const std::string& text) {
+  const std::string problem = dp::detail::json_problem(text, 64);
+  DP_CHECK(problem.empty(), ValueError, "\"dp_train\" metadata ", problem);
+  return nlohmann::json::parse(text);
 }
 const std::string kModel = "model.", kOptimizer = "optimizer.";
 
@@ -222,12 +204,7 @@ nlohmann::json generator_states(const std::vector<Device>& devices) {
 }
 
 Checkpoint parse_checkpoint_metadata(const std::string& text) {
-  json meta;
-  try {
-    meta = optim_like_parse(text);
-  } catch (const json::exception& e) {
-    throw ValueError(std::string("\"dp_train\" metadata is not valid JSON: ") + std::string(e.what()).substr(0, 200));
-  }
+  const json meta = checked_parse(text);
   Checkpoint c;
   try {
     const int64_t version = get_int(meta, "version", "");
