@@ -1,4 +1,4 @@
-// DataParallel on one GPU presented as several virtual CUDA devices (issue 6): the MLP
+// DataParallel on one GPU presented as several virtual CUDA devices: the MLP
 // 784-1024-1024-10 at batch 4096 and the CNN at batch 512 (bench_cuda_training's models), cross-
 // entropy, SGD momentum 0.9, float32, TF32 off. Configurations:
 //   plain   the module on cuda:0

@@ -1,4 +1,4 @@
-// Training-step time on one GPU, dparallel against PyTorch (CUDA) in the same run (issue 5):
+// Training-step time on one GPU, dparallel against PyTorch (CUDA) in the same run:
 //   seed  Linear(5,1) + Sigmoid, batch 30, BCELoss, SGD: eager, and the step captured as a CUDA graph
 //   mlp   784-1024-1024-10 at batch 4096, cross-entropy, SGD momentum 0.9
 //   cnn   conv32-pool-conv64-pool-fc128-fc10 at batch 512, cross-entropy, SGD momentum 0.9
@@ -15,7 +15,7 @@
 //   bench_cuda_training [--models seed,mlp,cnn] [--dtypes float32,bfloat16] [--warmup 10] [--steps N]
 //                       [--repeats 7] [--no-torch] [--no-write] [--python python3] [--root DIR]
 //
-// Targets (issue 5): seed >= 20x PyTorch eager (with graph capture), MLP >= 1.2x, CNN >= 1.0x; the
+// Targets: seed >= 20x PyTorch eager (with graph capture), MLP >= 1.2x, CNN >= 1.0x; the
 // MLP's GEMMs >= 70% of the cuBLAS rate. Without a visible GPU it says so and writes nothing.
 // Writes bench/results/cuda_training.json and the bench_cuda_training table in docs/benchmarks.md.
 #include <chrono>

@@ -1,4 +1,4 @@
-# The CUDA backend (issue 5). Included after the dparallel target is defined.
+# The CUDA backend. Included after the dparallel target is defined.
 #
 #  - src/cuda/caching_allocator.cpp is plain C++ (the caching allocator's logic over a raw-memory
 #    backend) and is always built, so it is tested on every machine.

@@ -2,9 +2,13 @@
 # line for line, then runs the built example and checks what it prints. Run by ctest (see
 # examples/CMakeLists.txt):
 #   cmake -DDOC=page.md -DSOURCE=example.cpp -DPROGRAM=built/example -DWORKDIR=dir
-#         [-DARGS=...] [-DEXPECT=regex] [-DLOSS_DECREASES=ON] -P check_doc_program.cmake
+#         [-DARGS=...] [-DEXPECT=regex] [-DLOSS_DECREASES=ON] [-DPRINTS_BLOCK=ON]
+#         -P check_doc_program.cmake
 # In the page, the block is the ```cpp fence right after the line <!-- example: PATH -->, where
-# PATH is the source's path from the repository's root.
+# PATH is the source's path from the repository's root. With PRINTS_BLOCK, the page shows what the
+# program prints in a plain ``` fence after a line "It prints" that follows the program: its
+# losses must be the run's within 0.005 (the last digits may differ between CPUs: the kernels'
+# summation order depends on the vector width).
 foreach(v DOC SOURCE PROGRAM WORKDIR)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "check_doc_program: ${v} is not set")
@@ -61,4 +65,43 @@ if(LOSS_DECREASES)
     message(FATAL_ERROR "the loss did not go down: ${first} -> ${last}")
   endif()
   message(STATUS "loss ${first} -> ${last}")
+endif()
+
+if(PRINTS_BLOCK)
+  string(SUBSTRING "${rest}" ${end} -1 after_program)
+  string(FIND "${after_program}" "It prints\n\n```\n" shown_at)
+  if(shown_at EQUAL -1)
+    message(FATAL_ERROR "${DOC}: no \"It prints\" block after the program")
+  endif()
+  string(SUBSTRING "${after_program}" ${shown_at} -1 shown)
+  string(REGEX MATCH "```\n[^`]*```" shown "${shown}")
+  string(REGEX MATCHALL "loss [0-9]+\\.[0-9]+" shown_losses "${shown}")
+  string(REGEX MATCHALL "loss [0-9]+\\.[0-9]+" run_losses "${out}")
+  list(LENGTH shown_losses n_shown)
+  list(LENGTH run_losses n_run)
+  if(n_shown EQUAL 0 OR NOT n_shown EQUAL n_run)
+    message(FATAL_ERROR "${DOC} shows ${n_shown} losses, the program printed ${n_run}")
+  endif()
+  # In units of 1e-4, so integer math can compare them (CMake has no floating point).
+  function(dp_loss_units text out_var)
+    string(REGEX MATCH "([0-9]+)\\.([0-9]+)" _ "${text}")
+    set(whole "${CMAKE_MATCH_1}")
+    set(frac "${CMAKE_MATCH_2}0000")
+    string(SUBSTRING "${frac}" 0 4 frac)
+    string(REGEX REPLACE "^0+([0-9])" "\\1" frac "${frac}")
+    math(EXPR units "${whole} * 10000 + ${frac}")
+    set(${out_var} ${units} PARENT_SCOPE)
+  endfunction()
+  math(EXPR last "${n_shown} - 1")
+  foreach(i RANGE ${last})
+    list(GET shown_losses ${i} a)
+    list(GET run_losses ${i} b)
+    dp_loss_units("${a}" ua)
+    dp_loss_units("${b}" ub)
+    math(EXPR diff "${ua} - ${ub}")
+    if(diff LESS -50 OR diff GREATER 50)
+      message(FATAL_ERROR "${DOC} shows \"${a}\" where the program printed \"${b}\": update the page")
+    endif()
+  endforeach()
+  message(STATUS "the page's ${n_shown} printed losses are the run's (within 0.005)")
 endif()
