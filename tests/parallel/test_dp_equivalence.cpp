@@ -2,6 +2,7 @@
 // optimizer steps, for an MLP, a CNN, an Embedding model and an LSTM, on 1-4 CPU devices, with
 // batches that split evenly, unevenly and into fewer chunks than devices.
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <functional>
 #include "dp/dp.h"
 #include "support/test_models.h"
@@ -30,6 +31,7 @@ struct LstmModel : nn::Module {
 };
 
 enum class Opt { Sgd, Adam };
+constexpr double kAdamLr = 0.01;
 
 struct Case {
   const char* name;
@@ -72,7 +74,7 @@ void check(const Case& c, int devices, int64_t rows, Opt opt, int steps, DType d
   nn::DataParallel<M> net(original, ids, Device::cpu());
   auto make_opt = [&](std::vector<Tensor> params) -> std::unique_ptr<optim::Optimizer> {
     if (opt == Opt::Sgd) return std::make_unique<optim::SGD>(params, optim::SGDOptions(0.05).momentum(0.9));
-    return std::make_unique<optim::Adam>(params, optim::AdamOptions(0.01));
+    return std::make_unique<optim::Adam>(params, optim::AdamOptions(kAdamLr));
   };
   auto opt_dp = make_opt(original->parameters());
   auto opt_ref = make_opt(reference->parameters());
@@ -101,8 +103,13 @@ void check(const Case& c, int devices, int64_t rows, Opt opt, int steps, DType d
     }
     opt_dp->step();
     opt_ref->step();
+    // Adam divides by sqrt(v) + eps: where |g| is a few eps, a gradient difference well inside
+    // the tolerance above grows by lr * eps / (|g| + eps)^2 (on AVX2 hardware a 1.6% difference of
+    // a 4.7e-7 gradient moved one CNN weight by 3.3e-6). The gradients are held to atol; the
+    // parameters after Adam get lr * 1e-3 of room, far below one step (lr) of disagreement.
+    const double param_atol = opt == Opt::Adam ? std::max(atol, kAdamLr * 1e-3) : atol;
     for (size_t i = 0; i < p_dp.size(); ++i)
-      ASSERT_TRUE(allclose(p_dp[i].value().cpu(), p_ref[i].value(), rtol, atol)) << "parameter " << p_dp[i].key() << " differs";
+      ASSERT_TRUE(allclose(p_dp[i].value().cpu(), p_ref[i].value(), rtol, param_atol)) << "parameter " << p_dp[i].key() << " differs";
   }
   EXPECT_LE(net->replica_builds(), devices);  // built once per device, refreshed every step
 }
