@@ -1,7 +1,9 @@
-// Issue 19 (hardening), dp-train: absurd numeric options, tampered checkpoints, unwritable output
-// locations, and hostile weight files each end in one "dp-train: error: ..." line naming the option,
-// file or field, with exit status 2, before the first step; never a signal. A stale temporary
-// checkpoint file left by a killed writer is removed by the next checkpoint.
+// Hardening (docs/hardening.md), dp-train: absurd numeric options, tampered checkpoints (their
+// metadata and the optimizer state in them), missing, misplaced or read-only output locations, and
+// hostile weight files each end in one "dp-train: error: ..." line naming the option, file or field,
+// with exit status 2, before the first step; never a signal. A stale temporary checkpoint file left
+// by a killed writer is removed by the next checkpoint.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
@@ -26,7 +28,9 @@ void expect_setup_error(const Result& r, const std::vector<std::string>& expecte
   EXPECT_EQ(r.status, 2) << describe(r);
   EXPECT_EQ(r.err.rfind("dp-train: error: ", 0), 0u) << describe(r);
   for (const std::string& e : expected) EXPECT_NE(r.err.find(e), std::string::npos) << "expected '" << e << "'\n" << describe(r);
+  // Nothing trained: no step line (--progress lines) and no finished epoch (every progress mode).
   EXPECT_EQ(r.out.find("step "), std::string::npos) << "nothing may be trained\n" << describe(r);
+  EXPECT_EQ(r.out.find(" done: train loss"), std::string::npos) << "nothing may be trained\n" << describe(r);
   EXPECT_LE(std::count(r.err.begin(), r.err.end(), '\n'), 2) << describe(r);
   EXPECT_LT(r.err.size(), 2000u) << "the message must not carry the input\n" << describe(r);
 }
@@ -192,6 +196,41 @@ TEST(DpTrainHostile, OutputPathsAreCheckedBeforeTheFirstStep) {
   std::vector<std::string> left;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) left.push_back(e.path().filename().string());
   EXPECT_EQ(std::count_if(left.begin(), left.end(), [](const std::string& n) { return n.find("probe") != std::string::npos; }), 0);
+}
+
+// The same outputs in a directory the user may not write to (mode 0555). Root writes anywhere, so as
+// root dp-train runs as the unprivileged user nobody (run_unprivileged).
+TEST(DpTrainHostile, OutputPathsInAReadOnlyDirectoryFailBeforeTheFirstStep) {
+  DP_TRAIN_REQUIRE_BINARY();
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);  // nobody may enter it
+  const std::string ro = dir.file("ro"), rw = dir.file("rw");
+  std::filesystem::create_directory(ro);
+  std::filesystem::create_directory(rw);
+  ASSERT_EQ(::chmod(ro.c_str(), 0555), 0);
+  ASSERT_EQ(::chmod(rw.c_str(), 0777), 0);
+  // The same user can run dp-train and write a file where it may: the failures below are the
+  // read-only directory's.
+  const std::string ok = rw + "/w.safetensors";
+  Result control = run_unprivileged(concat(kSeed, {"--epochs", "1", "--save", ok}), dir, "control");
+  if (control.status == dp::test::kCannotDropPrivileges) GTEST_SKIP() << "cannot drop root privileges to test a read-only directory: " << control.err;
+  ASSERT_EQ(control.status, 0) << describe(control);
+  EXPECT_TRUE(std::filesystem::exists(ok));
+
+  const std::string save = ro + "/w.safetensors", plot = ro + "/p.svg", ck = ro + "/ck";
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
+      {{"--save", save}, {"--save " + save, "cannot write there", "cannot create a file in " + ro, "Permission denied"}},
+      {{"--plot", plot}, {"--plot " + plot, "cannot write there", "cannot create a file in " + ro, "Permission denied"}},
+      {{"--checkpoint-dir", ck}, {"--checkpoint-dir " + ck, "cannot create the directory", "Permission denied"}},
+      {{"--checkpoint-dir", ro}, {"--checkpoint-dir " + ro, "cannot write there", "Permission denied"}},  // exists, read-only
+  };
+  for (const auto& [args, expected] : cases) {
+    // With a step line each step: a run that reached training would show it.
+    Result r = run_unprivileged(concat(kSeed, concat({"--epochs", "100", "--progress", "lines"}, args)), dir);
+    expect_setup_error(r, expected);
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(ro)) << "nothing may be written into the read-only directory";
+  ::chmod(ro.c_str(), 0755);
 }
 
 TEST(DpTrainHostile, EmptyFashionMnistDirectoryIsAnError) {
