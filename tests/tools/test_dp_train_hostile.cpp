@@ -156,6 +156,23 @@ TEST_F(TamperedCheckpoint, HostileJson) {
   expect_setup_error(resume(), {"checkpoint format version 2"});
 }
 
+// The optimizer's state is saved in the checkpoint too: its groups as JSON in the metadata entry
+// "optimizer.param_groups", read by the library's Optimizer::load_state_dict.
+TEST_F(TamperedCheckpoint, HostileOptimizerStateJsonIsAnErrorNotACrash) {
+  ASSERT_EQ(original_.metadata.count("optimizer.param_groups"), 1u);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {std::string(100000, '['), "nests deeper than 64 levels"},
+      {std::string(100000, '[') + std::string(100000, ']'), "nests deeper than 64 levels"},
+      {"[{\"lr\":1e309,\"params\":[0,1]}]", "number overflow"},
+  };
+  for (const auto& [groups, expected] : cases) {
+    std::map<std::string, std::string> meta = original_.metadata;
+    meta["optimizer.param_groups"] = groups;
+    dp::save(original_.tensors, path_, meta);
+    expect_setup_error(resume(), {"--resume " + ck_, "load_state_dict", "param_groups", expected});
+  }
+}
+
 TEST_F(TamperedCheckpoint, DeeplyNestedHeaderIsAnErrorNotACrash) {
   // The safetensors header itself nested 160 KB deep (the file), for --resume and --init.
   const std::string deep(160000, '[');
