@@ -60,6 +60,13 @@ TEST(DpTrainHostile, EveryNumericOptionIsRangeChecked) {
   }
 }
 
+TEST(DpTrainHostile, DataDirLongerThanAPathIsRefused) {
+  DP_TRAIN_REQUIRE_BINARY();
+  TempDir dir;
+  const std::string long_dir = "/" + std::string(5000, 'd');
+  expect_setup_error(run({"--model", "mlp", "--data-dir", long_dir, "--steps", "1"}, dir), {"--data-dir is 5001 bytes long, longer than a path can be (4096)"});
+}
+
 // A checkpoint of a short seed run (stopped after 2 of 8 steps), then its "dp_train" metadata
 // changed by `tamper` and written back.
 class TamperedCheckpoint : public ::testing::Test {
@@ -171,6 +178,25 @@ TEST_F(TamperedCheckpoint, HostileOptimizerStateJsonIsAnErrorNotACrash) {
     dp::save(original_.tensors, path_, meta);
     expect_setup_error(resume(), {"--resume " + ck_, "load_state_dict", "param_groups", expected});
   }
+}
+
+// Free text of the metadata never reaches a message unbounded: a 1 MB --data-dir (which the
+// Fashion-MNIST loader would name in its error), device name or optimizer name.
+TEST_F(TamperedCheckpoint, LongStringsAreRefusedWithoutBeingQuoted) {
+  const std::string huge(1 << 20, 'd');
+  tamper([&](json& m) {
+    m["settings"]["model"] = "mlp";
+    m["settings"]["data"] = "fashion-mnist";
+    m["settings"]["data-dir"] = "/nonexistent/" + huge;
+  });
+  expect_setup_error(resume(), {path_, "\"settings.data-dir\" is 1048589 bytes long"});
+  tamper([&](json& m) { m["generators"][0]["device"] = huge; });
+  expect_setup_error(resume(), {path_, "\"generators[0].device\" is 1048576 bytes long"});
+  tamper([&](json& m) { m["settings"]["optimizer"] = huge; });
+  expect_setup_error(resume(), {path_, "\"settings.optimizer\" is 1048576 bytes long"});
+  // At the limit (4096 bytes, a path's): read, and refused by the rule of its field, quoted clipped.
+  tamper([&](json& m) { m["settings"]["optimizer"] = std::string(4096, 'o'); });
+  expect_setup_error(resume(), {path_, "--optimizer: 'ooo", "(4096 bytes)' is not one of sgd, adam or adamw"});
 }
 
 TEST_F(TamperedCheckpoint, DeeplyNestedHeaderIsAnErrorNotACrash) {

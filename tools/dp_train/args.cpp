@@ -135,6 +135,8 @@ void check_run_settings(const RunSettings& r) {
   if (r.model == "seed" && r.data != "random")
     usage("--model seed takes 5 features, so it trains on --data random (the tutorial's RandomDataset), not " + clip(r.data));
   if (r.data == "fashion-mnist" && r.data_dir.empty()) usage("--data-dir must not be empty");
+  if (r.data_dir.size() > kMaxPathBytes)
+    usage("--data-dir is " + std::to_string(r.data_dir.size()) + " bytes long, longer than a path can be (" + std::to_string(kMaxPathBytes) + ")");
   check_range("--hidden", r.hidden, 1, kMaxHidden);
   check_range("--data-size", r.data_size, 1, kMaxRows);
   check_range("--batch-size", r.batch_size, 1, kMaxRows);
