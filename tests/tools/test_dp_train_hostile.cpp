@@ -58,6 +58,35 @@ TEST(DpTrainHostile, EveryNumericOptionIsRangeChecked) {
     Result r = run(args, dir);
     expect_setup_error(r, {expected});
   }
+  // Every numeric option with NaN, infinities, a negative value and an absurd one. An integer
+  // option refuses NaN, infinities and numbers past its type in the command line parser (the error
+  // names the option); the rest is refused by the option's range.
+  struct Case {
+    std::string option, value, expected;
+    std::vector<std::string> extra = {};
+  };
+  std::vector<Case> numeric;
+  for (const char* option : {"--hidden", "--data-size", "--batch-size", "--epochs", "--steps", "--workers", "--log-every",
+                             "--checkpoint-every", "--stop-after", "--seed"}) {
+    const std::string o = option;
+    for (const char* v : {"nan", "inf", "-inf", "99999999999999999999999"}) numeric.push_back({o, v, o});
+  }
+  for (const auto& [option, least] : std::vector<std::pair<std::string, int>>{
+           {"--hidden", 1}, {"--data-size", 1}, {"--batch-size", 1}, {"--epochs", 1}, {"--steps", 1}, {"--workers", 0},
+           {"--log-every", 1}, {"--checkpoint-every", 0}, {"--stop-after", 0}})
+    numeric.push_back({option, "-5", option + " must be at least " + std::to_string(least) + ", got -5"});
+  numeric.push_back({"--seed", "-5", "--seed: must be an integer from 0 to 18446744073709551615, got -5"});
+  for (const char* option : {"--lr", "--momentum", "--weight-decay"}) {
+    const std::string o = option;
+    for (const char* v : {"nan", "inf", "-inf", "-0.5", "-1e-300", "1e999"})
+      numeric.push_back({o, v, o + " must be a finite number >= 0, got ", {"--optimizer", "sgd"}});
+  }
+  for (const char* v : {"nan", "inf", "-0.5", "1.5", "1e999"}) numeric.push_back({"--min-accuracy", v, "--min-accuracy must lie in [0, 1], got "});
+  for (const Case& c : numeric) {
+    Result r = run(concat(concat({"--model", "seed"}, c.extra), {c.option, c.value}), dir);
+    SCOPED_TRACE(c.option + " " + c.value);
+    expect_setup_error(r, {c.expected});
+  }
 }
 
 TEST(DpTrainHostile, DataDirLongerThanAPathIsRefused) {

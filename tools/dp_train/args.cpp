@@ -1,7 +1,9 @@
 #include "args.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <CLI/CLI.hpp>
@@ -82,6 +84,19 @@ void check_range(const std::string& option, int64_t value, int64_t least, int64_
 
 void check_non_negative(const std::string& option, double value) {
   if (!std::isfinite(value) || value < 0) usage(option + " must be a finite number >= 0, got " + fmt(value));
+}
+
+// --seed's check, before CLI11 converts the text: CLI11 converts unsigned options with strtoull,
+// which takes "-5" for 2^64 - 5 and past 2^64 - 1 gives that largest value; both are refused.
+// "" when fine, else why not (CLI11 prefixes the option's name).
+std::string seed_problem(const std::string& text) {
+  const size_t i = text.find_first_not_of(" \t\n\v\f\r");
+  errno = 0;
+  char* end = nullptr;
+  (void)std::strtoull(text.c_str(), &end, 0);
+  if (i == std::string::npos || text[i] == '-' || errno == ERANGE || end == text.c_str())
+    return "must be an integer from 0 to 18446744073709551615, got " + clip(text);
+  return "";  // anything else (trailing characters) is left to CLI11's conversion error
 }
 
 // Fills in the per-model defaults and checks every value; throws CLI::ValidationError.
@@ -227,7 +242,10 @@ ParseResult parse_args(int argc, char** argv) {
   app.add_option("--momentum", r.momentum, "SGD momentum")->default_val(r.momentum)->group("Training");
   app.add_option("--weight-decay", r.weight_decay, "weight decay (default: 0; adamw 1e-2)")->group("Training");
   app.add_option("--schedule", r.schedule, "cosine (decay to 0 over the run, per step) | constant")->default_val(r.schedule)->group("Training");
-  app.add_option("--seed", r.seed, "seeds initialisation, random data and the shuffle order")->default_val(r.seed)->group("Training");
+  app.add_option("--seed", r.seed, "seeds initialisation, random data and the shuffle order")
+      ->default_val(r.seed)
+      ->check(CLI::Validator([](std::string& text) { return seed_problem(text); }, ""))
+      ->group("Training");
   bool no_shuffle = false;
   app.add_flag("--no-shuffle", no_shuffle, "visit the training set in order (default: a new permutation every epoch)")->group("Training");
   app.add_option("--workers", o.workers, "DataLoader threads building batches ahead (0: on the training thread)")
