@@ -1,7 +1,7 @@
-// Issue 19 (hardening), the IDX reader: a data set of 0 samples, a gzip member whose trailer (CRC-32
-// and length) is cut off or wrong, bytes after the member, a header announcing more than an
-// uncompressed file can hold, running out of memory, and a FIFO in place of a file each end in an
-// IOError (or OutOfMemory) naming the file, at once.
+// Hardening (docs/hardening.md), the IDX reader: a data set of 0 samples, a gzip member whose
+// trailer (CRC-32 and length) is cut off or wrong, bytes after the member, a header announcing more
+// than an uncompressed file can hold, running out of memory, and a FIFO in place of a file each end
+// in an IOError (or OutOfMemory) naming the file, at once.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>

@@ -229,7 +229,7 @@ TEST_F(TamperedCheckpoint, LongStringsAreRefusedWithoutBeingQuoted) {
 }
 
 TEST_F(TamperedCheckpoint, DeeplyNestedHeaderIsAnErrorNotACrash) {
-  // The safetensors header itself nested 160 KB deep (the file), for --resume and --init.
+  // The safetensors header itself nested 160 KB deep (the safetensors reader's hostile file), for --resume and --init.
   const std::string deep(160000, '[');
   std::string bytes(8, '\0');
   const uint64_t n = deep.size() + 5;
