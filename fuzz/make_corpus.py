@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the fuzz targets (fuzz/corpus/<target>/): small valid inputs and the
-hostile cases of issue 19. Crashers found by fuzzing are added beside them (named crash-*)."""
+hostile cases of the hardening work (docs/hardening.md). Crashers found by fuzzing are added beside them (named crash-*)."""
 import gzip, json, os, struct, sys
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")

@@ -1,7 +1,7 @@
-// Issue 19 (hardening), core cases: sizes whose element count, strides or byte count overflow int64
-// are a ShapeError wherever a tensor is made (one checked computation, make_empty / sizes_fit), and
-// exp / sigmoid of NaN and infinities are defined (no float-to-int cast of NaN in the vectorised
-// exp: the UBSan build, scripts/sanitize.sh address, aborts on one).
+// Hardening (docs/hardening.md), core cases: sizes whose element count, strides or byte count
+// overflow int64 are a ShapeError wherever a tensor is made (one checked computation, make_empty /
+// sizes_fit), and exp / sigmoid of NaN and infinities are defined (no float-to-int cast of NaN in
+// the vectorised exp: the UBSan build, scripts/sanitize.sh address, aborts on one).
 #include <gtest/gtest.h>
 #include <cmath>
 #include <cstdint>

@@ -18,6 +18,7 @@
 #include "dp/core/serialize.h"
 #include "dp/ops/factory.h"
 #include "support/temp_files.h"
+#include "support/unprivileged.h"
 
 namespace dp {
 namespace {
@@ -296,7 +297,7 @@ TEST(SaveFailure, BadDestinations) {
 }
 
 // Root ignores directory permissions, so as root the save runs in a child process that has dropped
-// to the unprivileged user "nobody" (uid 65534).
+// to the unprivileged user "nobody" (support/unprivileged.h).
 TEST(SaveFailure, UnwritableDirectory) {
   TempDir dir;
   fs::create_directory(dir.file("ro"));
@@ -311,7 +312,7 @@ TEST(SaveFailure, UnwritableDirectory) {
     }
     return "";
   };
-  if (::geteuid() != 0) {
+  if (test::permissions_bind()) {
     std::string msg = attempt();
     EXPECT_NE(msg.find("temporary file"), std::string::npos) << msg;
     EXPECT_NE(msg.find("Permission denied"), std::string::npos) << msg;
@@ -320,7 +321,7 @@ TEST(SaveFailure, UnwritableDirectory) {
     pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+      if (!test::become_nobody()) ::_exit(test::kCannotDropPrivileges);
       std::string msg = attempt();
       bool ok = msg.find("temporary file") != std::string::npos && msg.find("Permission denied") != std::string::npos && msg.find(path) != std::string::npos;
       ::_exit(ok ? 0 : 1);
@@ -328,7 +329,7 @@ TEST(SaveFailure, UnwritableDirectory) {
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     ASSERT_TRUE(WIFEXITED(status));
-    if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "cannot drop root privileges to test directory permissions";
+    if (WEXITSTATUS(status) == test::kCannotDropPrivileges) GTEST_SKIP() << "cannot drop root privileges to test directory permissions";
     EXPECT_EQ(WEXITSTATUS(status), 0) << "the unprivileged save did not fail with a Permission denied IOError naming the path";
   }
   EXPECT_TRUE(fs::is_empty(dir.file("ro")));

@@ -1,7 +1,8 @@
-// Issue 19 (hardening), safetensors cases: hostile headers end in a dp::Error naming the file, never
-// a stack overflow, a foreign (nlohmann) exception, an unbounded piece of the input in the message,
-// or a memory blow-up; shapes are checked with the same rule as every tensor (independent of the
-// order of the dimensions); stale temporary files of an interrupted save are removed by the next one.
+// Hardening (docs/hardening.md), safetensors cases: hostile headers end in a dp::Error naming the
+// file, never a stack overflow, a foreign (nlohmann) exception, an unbounded piece of the input in
+// the message, or a memory blow-up; shapes are checked with the same rule as every tensor
+// (independent of the order of the dimensions); stale temporary files of an interrupted save are
+// removed by the next one.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -49,8 +50,8 @@ std::string load_error(const std::string& path) {
 TEST(SafetensorsHostile, DeeplyNestedHeaderIsAClearError) {
   TempDir dir;
   const std::string path = dir.file("deep.safetensors");
-  // 160 KB of '[' (the issue's file), inside a tensor entry's ignored field, as a tensor entry,
-  // inside the metadata, and unclosed at the top level.
+  // 160 KB of '[' (the hostile file the hardening work started from), inside a tensor entry's
+  // ignored field, as a tensor entry, inside the metadata, and unclosed at the top level.
   const std::string deep(160000, '[');
   for (const std::string& header : {"{\"a\":" + deep, "{\"a\":{\"dtype\":\"F32\",\"x\":" + deep + std::string(160000, ']') + "}}",
                                     "{\"__metadata__\":{\"k\":" + deep + "}}", "{\"a\":{\"shape\":" + deep + "}}"}) {
@@ -80,7 +81,7 @@ TEST(SafetensorsHostile, ModeratelyNestedIgnoredFieldIsAccepted) {
 TEST(SafetensorsHostile, NumberOverflowingADoubleIsAValueErrorNamingTheFile) {
   TempDir dir;
   const std::string path = dir.file("big.safetensors");
-  write_bytes(path, le64(11) + R"({"a":1e309})");  // the issue's 19-byte file
+  write_bytes(path, le64(11) + R"({"a":1e309})");  // the hostile 19-byte file
   std::string m = load_error<ValueError>(path);
   EXPECT_NE(m.find(path), std::string::npos) << m;
   EXPECT_NE(m.find("number overflow"), std::string::npos) << m;

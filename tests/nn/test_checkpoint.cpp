@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <thread>
 #include "dp/core/serialize.h"
@@ -464,6 +465,36 @@ TEST(OptimizerCheckpoint, WrongOrDamagedFilesFailClearlyAndChangeNothing) {
   test::write_bytes(dir.file("cut.safetensors"), bytes.substr(0, bytes.size() - 10));
   expect_error<IOError>([&] { dp::load(adam, dir.file("cut.safetensors")); }, {"truncated", dir.file("cut.safetensors")});
   expect_error<IOError>([&] { dp::load(adam, dir.file("absent.safetensors")); }, {dir.file("absent.safetensors")});
+}
+
+// The optimizer's groups are JSON in the file's metadata ("param_groups"): nested 100k levels deep
+// (a recursive parser or printer would overflow the stack), or with a number past a double's range,
+// they are a ValueError naming the file, and the optimizer is left as it was.
+TEST(OptimizerCheckpoint, HostileParamGroupsJsonIsAValueErrorNotACrash) {
+  test::TempDir dir;
+  nn::Sequential model = make_model();
+  optim::SGD sgd(model->parameters(), optim::SGDOptions(0.2).momentum(0.9));
+  train(model, sgd, 1, 5);
+  const std::string path = dir.file("sgd.safetensors");
+  dp::save(sgd, path);
+  const Tensor buf_before = sgd.state_dict().tensors["state.0.momentum_buffer"].clone();
+  SafetensorsFile saved = load_file(path);
+  ASSERT_EQ(saved.metadata.count("param_groups"), 1u);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {std::string(100000, '['), "nests deeper than 64 levels"},
+      {std::string(100000, '[') + std::string(100000, ']'), "nests deeper than 64 levels"},
+      {std::string(50000, '{'), "is not valid JSON"},  // '{' must be followed by a key
+      {"[{\"lr\":1e309,\"params\":[0]}]", "number overflow"},
+  };
+  for (const auto& [groups, expected] : cases) {
+    std::map<std::string, std::string> meta = saved.metadata;
+    meta["param_groups"] = groups;
+    dp::save(saved.tensors, path, meta);
+    const std::string msg = expect_error<ValueError>([&] { dp::load(sgd, path); }, {"SGD.load_state_dict", "param_groups", expected, path});
+    EXPECT_LT(msg.size(), 1000u) << "the message must not carry the input";
+    EXPECT_EQ(sgd.get_lr(0), 0.2);
+    EXPECT_TRUE(dp::equal(sgd.state_dict().tensors["state.0.momentum_buffer"], buf_before));
+  }
 }
 
 }  // namespace

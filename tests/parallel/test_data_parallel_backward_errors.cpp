@@ -1,6 +1,6 @@
-// Issue 19 (hardening): an error thrown in the backward of a node that a DataParallel replica's
-// forward created carries "in replica i on device d", as forward errors do, with its type kept; the
-// next step works; nodes made outside replicas are not annotated.
+// Hardening (docs/hardening.md): an error thrown in the backward of a node that a DataParallel
+// replica's forward created carries "in replica i on device d", as forward errors do, with its type
+// kept; the next step works; nodes made outside replicas are not annotated.
 #include <gtest/gtest.h>
 #include <memory>
 #include <string>

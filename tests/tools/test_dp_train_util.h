@@ -17,6 +17,7 @@
 #include <vector>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include "support/unprivileged.h"
 
 extern char** environ;
 
@@ -126,6 +127,43 @@ inline Result wait(const Process& p) {
 inline Result run(const std::vector<std::string>& args, const TempDir& dir, const std::string& tag = "run") {
   Result r = wait(start(args, dir, tag));
   r.command = "dp-train";
+  for (const auto& a : args) r.command += " " + a;
+  return r;
+}
+
+// As run(), but dp-train runs as a user that permission bits bind: the caller, or, when the caller
+// is root (who writes anywhere), the unprivileged user nobody (support/unprivileged.h) in a forked
+// child that then execs dp-train. That user must be able to reach the paths it is given. Status
+// dp::test::kCannotDropPrivileges: the child could not become nobody (the test should skip).
+inline Result run_unprivileged(const std::vector<std::string>& args, const TempDir& dir, const std::string& tag = "run") {
+  if (dp::test::permissions_bind()) return run(args, dir, tag);
+  Process p;
+  p.out_path = dir.file(tag + ".stdout");
+  p.err_path = dir.file(tag + ".stderr");
+  std::vector<std::string> all{kBinary};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  p.pid = ::fork();
+  if (p.pid < 0) throw std::runtime_error("fork failed");
+  if (p.pid == 0) {
+    // Only async-signal-safe calls between fork and exec (the test process may have threads).
+    const int out = ::open(p.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int err = ::open(p.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0 || err < 0 || ::dup2(out, STDOUT_FILENO) < 0 || ::dup2(err, STDERR_FILENO) < 0) ::_exit(127);
+    if (!dp::test::become_nobody()) {
+      static const char msg[] = "test: cannot drop root privileges (setgroups/setresgid/setresuid)\n";
+      (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
+      ::_exit(dp::test::kCannotDropPrivileges);
+    }
+    ::execve(kBinary, argv.data(), environ);
+    static const char msg[] = "test: the user nobody cannot execute dp-train\n";
+    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
+    ::_exit(127);
+  }
+  Result r = wait(p);
+  r.command = "(as nobody) dp-train";
   for (const auto& a : args) r.command += " " + a;
   return r;
 }

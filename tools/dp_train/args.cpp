@@ -1,7 +1,9 @@
 #include "args.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <CLI/CLI.hpp>
@@ -84,6 +86,19 @@ void check_non_negative(const std::string& option, double value) {
   if (!std::isfinite(value) || value < 0) usage(option + " must be a finite number >= 0, got " + fmt(value));
 }
 
+// --seed's check, before CLI11 converts the text: CLI11 converts unsigned options with strtoull,
+// which takes "-5" for 2^64 - 5 and past 2^64 - 1 gives that largest value; both are refused.
+// "" when fine, else why not (CLI11 prefixes the option's name).
+std::string seed_problem(const std::string& text) {
+  const size_t i = text.find_first_not_of(" \t\n\v\f\r");
+  errno = 0;
+  char* end = nullptr;
+  (void)std::strtoull(text.c_str(), &end, 0);
+  if (i == std::string::npos || text[i] == '-' || errno == ERANGE || end == text.c_str())
+    return "must be an integer from 0 to 18446744073709551615, got " + clip(text);
+  return "";  // anything else (trailing characters) is left to CLI11's conversion error
+}
+
 // Fills in the per-model defaults and checks every value; throws CLI::ValidationError.
 void finish_checked(Options& o, const CLI::App& app);
 void finish(Options& o, const CLI::App& app) {
@@ -135,6 +150,8 @@ void check_run_settings(const RunSettings& r) {
   if (r.model == "seed" && r.data != "random")
     usage("--model seed takes 5 features, so it trains on --data random (the tutorial's RandomDataset), not " + clip(r.data));
   if (r.data == "fashion-mnist" && r.data_dir.empty()) usage("--data-dir must not be empty");
+  if (r.data_dir.size() > kMaxPathBytes)
+    usage("--data-dir is " + std::to_string(r.data_dir.size()) + " bytes long, longer than a path can be (" + std::to_string(kMaxPathBytes) + ")");
   check_range("--hidden", r.hidden, 1, kMaxHidden);
   check_range("--data-size", r.data_size, 1, kMaxRows);
   check_range("--batch-size", r.batch_size, 1, kMaxRows);
@@ -225,7 +242,10 @@ ParseResult parse_args(int argc, char** argv) {
   app.add_option("--momentum", r.momentum, "SGD momentum")->default_val(r.momentum)->group("Training");
   app.add_option("--weight-decay", r.weight_decay, "weight decay (default: 0; adamw 1e-2)")->group("Training");
   app.add_option("--schedule", r.schedule, "cosine (decay to 0 over the run, per step) | constant")->default_val(r.schedule)->group("Training");
-  app.add_option("--seed", r.seed, "seeds initialisation, random data and the shuffle order")->default_val(r.seed)->group("Training");
+  app.add_option("--seed", r.seed, "seeds initialisation, random data and the shuffle order")
+      ->default_val(r.seed)
+      ->check(CLI::Validator([](std::string& text) { return seed_problem(text); }, ""))
+      ->group("Training");
   bool no_shuffle = false;
   app.add_flag("--no-shuffle", no_shuffle, "visit the training set in order (default: a new permutation every epoch)")->group("Training");
   app.add_option("--workers", o.workers, "DataLoader threads building batches ahead (0: on the training thread)")

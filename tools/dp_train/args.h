@@ -5,6 +5,7 @@
 //    continues the same run; typing one with another value next to --resume is an error.
 //  - The rest says how this invocation carries the run out (devices, workers, files, output) and
 //    may differ between an interrupted run and its resumption.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -38,9 +39,12 @@ inline constexpr int64_t kMaxRows = 1000000000;       // --data-size, --batch-si
 inline constexpr int64_t kMaxEpochs = 1000000;        // --epochs
 inline constexpr int64_t kMaxSteps = 1000000000000;   // --steps, --checkpoint-every, --stop-after, --log-every
 inline constexpr int64_t kMaxWorkers = 256;           // --workers
+// The longest string a setting may hold (--data-dir; in a checkpoint, every string): a path
+// (PATH_MAX). Longer cannot be opened, and would make every message that names it unbounded.
+inline constexpr size_t kMaxPathBytes = 4096;
 
 // The rules every RunSettings obeys, on the command line and in a checkpoint: known names, every
-// number in its range, exactly one of epochs and steps. ValueError naming the option otherwise.
+// number in its range, exactly one of epochs and steps, a --data-dir no longer than a path. ValueError naming the option otherwise.
 void check_run_settings(const RunSettings& settings);
 
 // Keys are the option names without "--" ("batch-size"), so a conflict message can name the option.

@@ -86,10 +86,16 @@ double get_seconds(const json& obj, const std::string& key) {
   if (!std::isfinite(x) || x < 0) field_error(key, "must be a finite number >= 0");
   return x;
 }
+// Every string of the metadata is a name or a path: one longer than a path can be is refused here,
+// by its length, so that no later message (a file not found in --data-dir, an unknown name) quotes
+// an unbounded piece of the file.
 std::string get_string(const json& obj, const std::string& key, const std::string& path) {
   const json& v = field(obj, key, path);
   if (!v.is_string()) field_error(name_of(path, key), "must be a string, got " + kind(v));
-  return v.get<std::string>();
+  const std::string& s = v.get_ref<const std::string&>();
+  if (s.size() > kMaxPathBytes)
+    field_error(name_of(path, key), "is " + std::to_string(s.size()) + " bytes long (at most " + std::to_string(kMaxPathBytes) + ")");
+  return s;
 }
 const json& get_list(const json& obj, const std::string& key, const std::string& path) {
   const json& v = field(obj, key, path);
