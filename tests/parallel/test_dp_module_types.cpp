@@ -1,11 +1,14 @@
 // DataParallel and replicate() with the parameter containers (ParameterList, ParameterDict,
 // ModuleDict): the replicas' container parameters equal the originals and carry gradient history,
-// and a container that grows between steps is followed.
+// and a container that grows between steps is followed. With lazy modules (LazyLinear): an
+// uninitialised one is refused with PyTorch's message (tests/golden/gen_lazy.py) before any
+// replica exists, and after a dummy forward DataParallel trains it like any module.
 #include <gtest/gtest.h>
 #include "dp/dp.h"
 #include "dp/nn/nn.h"
 #include "dp/parallel/parallel.h"
 #include "support/devices.h"
+#include "support/golden.h"
 #include "support/test_models.h"
 
 namespace dp::parallel {
@@ -114,6 +117,81 @@ TEST_F(DpModuleTypes, AParameterListGrowingBetweenStepsIsFollowed) {
   ASSERT_TRUE(model->scales->at(1).grad().defined());
   EXPECT_TRUE(allclose(model->scales->at(1).grad().cpu(), reference->scales->at(1).grad(), 1e-5, 1e-6));
   EXPECT_TRUE(allclose(model->scales->at(0).grad().cpu(), reference->scales->at(0).grad(), 1e-5, 1e-6));
+}
+
+struct LazyModel : nn::Module {
+  nn::Linear pre{nullptr};
+  nn::Sequential body{nullptr};
+  LazyModel() {
+    pre = register_module("pre", nn::Linear(5, 6));
+    body = register_module("body", nn::Sequential(nn::Tanh(), nn::LazyLinear(3)));
+  }
+  Tensor forward(const Tensor& x) { return body->forward(pre(x)); }
+};
+
+std::string pytorch_refusal() { return test::golden_case("lazy.json", "lazy_linear")["message"].get<std::string>(); }
+
+template <typename F>
+void expect_refused(F&& call, const char* what) {
+  SCOPED_TRACE(what);
+  try {
+    call();
+    FAIL() << "expected the uninitialized module to be refused";
+  } catch (const ValueError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(pytorch_refusal(), 0), 0u) << msg;  // PyTorch's message, then which module
+    EXPECT_NE(msg.find("'body.1', a LazyLinear"), std::string::npos) << msg;
+  }
+}
+
+TEST_F(DpModuleTypes, UninitializedLazyModulesAreRefusedUntilADummyForward) {
+  manual_seed(8);
+  auto model = std::make_shared<LazyModel>();
+  model->to("cpu:0");
+  nn::DataParallel<LazyModel> net(model, cpu_devices(2), Device::cpu());
+  Tensor x = randn({6, 5});
+  expect_refused([&] { net(x); }, "DataParallel");
+  EXPECT_EQ(net->replica_builds(), 0);  // refused before any replica was made
+  EXPECT_TRUE(model->body->ptr<nn::LazyLinearImpl>(1)->has_uninitialized_params());
+  expect_refused([&] { replicate(model, cpu_devices(2)); }, "replicate");
+  expect_refused([&] { data_parallel(model, x, cpu_devices(2)); }, "data_parallel");
+  // A lone lazy module is named as the module itself.
+  auto lone = nn::LazyLinear(2).ptr();
+  lone->to("cpu:0");
+  try {
+    replicate(lone, cpu_devices(2));
+    FAIL() << "expected a refusal";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("(uninitialized: the module itself, a LazyLinear)"), std::string::npos) << e.what();
+  }
+
+  // The dummy forward (on the module, on device_ids[0]) initialises it; then DataParallel works
+  // and its gradients equal the single-device run's.
+  model->forward(x.narrow(0, 0, 1).to("cpu:0"));
+  auto reference = nn::clone(model);
+  reference->to(Device::cpu());
+  Tensor y = net(x);
+  EXPECT_EQ(net->replica_builds(), 2);
+  Tensor y_ref = reference->forward(x);
+  ASSERT_TRUE(allclose(y, y_ref, 1e-5, 1e-6));
+  y.pow(2).sum().backward();
+  y_ref.pow(2).sum().backward();
+  auto got = model->named_parameters();
+  auto want = reference->named_parameters();
+  ASSERT_EQ(got.keys(), (std::vector<std::string>{"pre.weight", "pre.bias", "body.1.weight", "body.1.bias"}));
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(allclose(got[i].value().grad().cpu(), want[i].value().grad(), 1e-5, 1e-6)) << got[i].key();
+}
+
+TEST_F(DpModuleTypes, OneDeviceCallsTheLazyModuleDirectlyAsPyTorchDoes) {
+  // With a single device DataParallel runs the module itself (no replica), so the first forward
+  // initialises it there, as torch.nn.DataParallel does.
+  auto model = std::make_shared<LazyModel>();
+  nn::DataParallel<LazyModel> net(model, cpu_devices(1));
+  Tensor y = net(randn({4, 5}).to("cpu:0"));
+  EXPECT_EQ(y.sizes(), (Shape{4, 3}));
+  EXPECT_FALSE(model->body->ptr<nn::LazyLinearImpl>(1)->has_uninitialized_params());
+  EXPECT_EQ(model->body->ptr<nn::LazyLinearImpl>(1)->weight.device(), Device("cpu:0"));
 }
 
 }  // namespace

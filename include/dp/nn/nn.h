@@ -8,6 +8,7 @@
 #include "dp/nn/modules/conv.h"
 #include "dp/nn/modules/dropout.h"
 #include "dp/nn/modules/embedding.h"
+#include "dp/nn/modules/lazy.h"
 #include "dp/nn/modules/linear.h"
 #include "dp/nn/modules/loss.h"
 #include "dp/nn/modules/module_dict.h"
