@@ -12,9 +12,10 @@
 // them their shape on that device and dtype, in place (handles taken earlier stay valid), then
 // initialises them exactly as Linear(in_features, out_features) would (same random draws).
 // Until then:
-//  - DataParallel and replicate() refuse the module, with PyTorch's message ("Modules with
-//    uninitialized parameters can't be used with `DataParallel`. Run a dummy forward pass to
-//    correctly initialize the modules"), plus which module it is; run one forward first.
+//  - DataParallel on two or more devices, replicate() and data_parallel() refuse the module with a
+//    ValueError carrying PyTorch's message ("Modules with uninitialized parameters can't be used
+//    with `DataParallel`. Run a dummy forward pass to correctly initialize the modules") and which
+//    module it is; run one forward first. (With one device DataParallel calls the module itself.)
 //  - load_state_dict() needs the shapes: run a forward (or initialize_parameters) first, else it
 //    reports a size mismatch for the key.
 // After initialisation the module prints as PyTorch's class it becomes ("Linear(...)").
