@@ -8,7 +8,10 @@ namespace {
 // ParameterDict as torch.typename ("torch.FloatTensor", "torch.cuda.FloatTensor").
 std::string describe_parameter(const Tensor& p, bool legacy_type) {
   std::string size;
-  for (size_t i = 0; i < p.sizes().size(); ++i) size += (i ? "x" : "") + std::to_string(p.sizes()[i]);
+  for (size_t i = 0; i < p.sizes().size(); ++i) {
+    if (i > 0) size += 'x';
+    size += std::to_string(p.sizes()[i]);
+  }
   std::string type;
   if (legacy_type) {
     type = legacy_type_name(p.dtype());
