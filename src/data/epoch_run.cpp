@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <typeinfo>
+#include "dp/data/map_dataset.h"
 
 namespace dp::data::detail {
 
@@ -54,6 +55,8 @@ Batch EpochRun::build(size_t i) {
   try {
     const std::vector<int64_t> idx(indices_.begin() + static_cast<std::ptrdiff_t>(begin),
                                    indices_.begin() + static_cast<std::ptrdiff_t>(end));
+    // Where these samples sit in the epoch, for the per-sample generators of MapDatasets.
+    detail::SampleScope scope(epoch_, begin);
     Batch b = dataset_->get_batch(idx);
     // A user dataset's get_batch may be wrong; say so here rather than deep inside the model.
     const auto count = static_cast<int64_t>(idx.size());

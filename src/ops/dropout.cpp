@@ -99,4 +99,42 @@ Tensor& dropout_(Tensor& input, double p, bool training, Generator* gen) {
   return input;
 }
 
+namespace {
+
+// feature_dropout's noise: [N, C, 1, ..., 1] holding 0 or 1 / (1 - p) in the input's dtype, or a
+// 0-d zero for p = 1 (PyTorch multiplies by zero without drawing).
+Tensor feature_noise(const Tensor& input, double p, Generator* gen) {
+  const TensorOptions opts = options_of(input);
+  if (p >= 1.0) return zeros({}, opts);
+  Shape sizes(static_cast<size_t>(input.dim()), 1);
+  sizes[0] = input.size(0);
+  sizes[1] = input.size(1);
+  Tensor noise = empty(sizes, opts);
+  bernoulli_(noise, 1.0 - p, gen);
+  noise.div_(1.0 - p);  // as PyTorch: the kept value is 1 / (1 - p) rounded once in the dtype
+  return noise;
+}
+
+}  // namespace
+
+Tensor feature_dropout(const Tensor& input, double p, bool training, Generator* gen) {
+  check_dropout("feature_dropout", input, p);
+  DP_CHECK(input.dim() >= 2, ShapeError, "feature_dropout: Feature dropout requires at least 2 dimensions in the input, got ",
+           input.describe());
+  if (is_identity(input, p, training)) return input;
+  check_runnable("feature_dropout", input);
+  return dp::mul(input, feature_noise(input, p, gen));
+}
+
+Tensor& feature_dropout_(Tensor& input, double p, bool training, Generator* gen) {
+  check_dropout("feature_dropout_", input, p);
+  DP_CHECK(input.dim() >= 2, ShapeError, "feature_dropout_: Feature dropout requires at least 2 dimensions in the input, got ",
+           input.describe());
+  if (is_identity(input, p, training)) return input;
+  check_runnable("feature_dropout_", input);
+  autograd::check_inplace(input, "feature_dropout_");
+  input.mul_(feature_noise(input, p, gen));
+  return input;
+}
+
 }  // namespace dp

@@ -5,6 +5,7 @@
 #include "dp/autograd/function.h"
 #include "dp/core/device_registry.h"
 #include "dp/core/pooled.h"
+#include "dp/nn/modules/lazy.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/shape.h"
@@ -232,6 +233,16 @@ void ReplicaSet::check_location(Device device, const char* what) {
 
 void ReplicaSet::build(size_t j, Device device) {
   check_device(device);
+  // PyTorch's LazyModuleMixin._replicate_for_data_parallel: a replica can't be made of parameters
+  // that have no shape yet (and the first forward, which gives them one, would run per replica).
+  if (std::optional<std::string> lazy = nn::first_uninitialized_module(*original_)) {
+    const nn::Module* m = original_.get();
+    for (const auto& item : original_->named_modules())
+      if (item.key() == *lazy) m = item.value().get();
+    throw ValueError(::dp::detail::str("Modules with uninitialized parameters can't be used with `DataParallel`. Run a dummy forward pass to "
+                                       "correctly initialize the modules (uninitialized: ",
+                                       lazy->empty() ? std::string("the module itself") : "'" + *lazy + "'", ", a ", m->name(), ")"));
+  }
   auto rep = std::make_unique<Replica>();
   rep->device = device;
   std::unordered_map<const TensorImpl*, Tensor> made;

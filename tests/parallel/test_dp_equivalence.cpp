@@ -1,5 +1,6 @@
 // DataParallel against the single-device run: outputs, gradients and parameters after several
-// optimizer steps, for an MLP, a CNN, an Embedding model and an LSTM, on 1-4 CPU devices, with
+// optimizer steps, for an MLP, a CNN, an Embedding model, an LSTM and a model built of parameter
+// containers (ParameterList, ParameterDict, ModuleDict), on 1-4 CPU devices, with
 // batches that split evenly, unevenly and into fewer chunks than devices.
 #include <gtest/gtest.h>
 #include <algorithm>
@@ -14,6 +15,7 @@ namespace dp::parallel {
 namespace {
 
 using dp::test::Cnn;
+using dp::test::ContainerModel;
 using dp::test::EmbeddingModel;
 using dp::test::Mlp;
 
@@ -50,6 +52,7 @@ std::vector<Case> cases() {
       make_case<Cnn>("cnn", [](int64_t b) { return randn({b, 1, 8, 8}); }),
       make_case<EmbeddingModel>("embedding", [](int64_t b) { return randint(0, 50, {b, 3}); }),
       make_case<LstmModel>("lstm", [](int64_t b) { return randn({b, 4, 3}); }),
+      make_case<ContainerModel>("containers", [](int64_t b) { return randn({b, 8}); }),
   };
 }
 
@@ -134,6 +137,7 @@ TEST_P(Equivalence, Mlp) { run_all<Mlp>(cases()[0], GetParam()); }
 TEST_P(Equivalence, Cnn) { run_all<Cnn>(cases()[1], GetParam()); }
 TEST_P(Equivalence, Embedding) { run_all<EmbeddingModel>(cases()[2], GetParam()); }
 TEST_P(Equivalence, Lstm) { run_all<LstmModel>(cases()[3], GetParam()); }
+TEST_P(Equivalence, Containers) { run_all<ContainerModel>(cases()[4], GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Equivalence, ::testing::Values(1, 2, 3, 4), [](const auto& info) {
   return std::to_string(info.param) + "devices";

@@ -1,6 +1,7 @@
 #pragma once
 // Small models the equivalence tests of DataParallel and DistributedDataParallel train: an MLP
-// (8 features, 4 classes), a CNN on 1x8x8 images and an Embedding model on 3 tokens of 50.
+// (8 features, 4 classes), a CNN on 1x8x8 images, an Embedding model on 3 tokens of 50, and a
+// model whose parameters sit in ParameterList, ParameterDict and ModuleDict (8 features, 4 classes).
 #include "dp/nn/nn.h"
 
 namespace dp::test {
@@ -31,6 +32,31 @@ struct EmbeddingModel : nn::Module {
     fc = register_module("fc", nn::Linear(3 * 6, 4));
   }
   Tensor forward(const Tensor& tokens) { return fc(emb(tokens).flatten(1)); }
+};
+
+// Every parameter container, each used by forward() through its lookups (which, in a replica,
+// return the replica's tensors and children).
+struct ContainerModel : nn::Module {
+  nn::Linear fc{nullptr};
+  nn::ParameterList scales{nullptr};
+  nn::ParameterDict gates{nullptr};
+  nn::ModuleDict heads{nullptr};
+  ContainerModel() {
+    fc = register_module("fc", nn::Linear(8, 6));
+    scales = register_module("scales", nn::ParameterList(randn({6}), randn({6, 6}).mul(0.4)));
+    gates = register_module("gates", nn::ParameterDict());
+    gates->insert("input", randn({6}));
+    gates->insert("output", randn({4}));
+    heads = register_module("heads", nn::ModuleDict());
+    heads->insert("hidden", nn::Sequential(nn::Linear(6, 6), nn::Tanh()));
+    heads->insert("cls", nn::Linear(6, 4));
+  }
+  Tensor forward(const Tensor& x) {
+    Tensor h = fc(x) * scales->at(0);
+    h = h.matmul(scales->at(1)) + gates->get("input");
+    h = heads->at<nn::SequentialImpl>("hidden")->forward(h);
+    return heads->at<nn::LinearImpl>("cls")->forward(h) * gates->get("output");
+  }
 };
 
 }  // namespace dp::test

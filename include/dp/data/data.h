@@ -5,6 +5,8 @@
 #include "dp/data/distributed_sampler.h"
 #include "dp/data/example.h"
 #include "dp/data/fashion_mnist.h"
+#include "dp/data/map_dataset.h"
 #include "dp/data/random_dataset.h"
 #include "dp/data/sampler.h"
 #include "dp/data/tensor_dataset.h"
+#include "dp/data/transforms.h"
