@@ -2,10 +2,12 @@
 // the CNN on Fashion-MNIST to >= 0.90 test accuracy (4 epochs); Ctrl-C (SIGINT to dp-run) reaches the workers,
 // which stop after the same step, checkpoint and exit, and the run resumes; with --max-restarts 1 a
 // killed worker makes dp-run restart both, dp-train resumes from its checkpoint by itself, and the
-// run ends on the weights of an uninterrupted run that resumed from the same checkpoint.
+// run ends on the weights of an uninterrupted run that resumed from the same checkpoint; 3 SGD
+// steps end on PyTorch's weights (test_dp_train_ddp_torch.h).
 #include <csignal>
 #include <fstream>
 #include <regex>
+#include "tools/test_dp_train_ddp_torch.h"
 #include "tools/test_dp_train_ddp_util.h"
 
 namespace {
@@ -24,14 +26,16 @@ const char* kDpRun = nullptr;
 const std::vector<std::string> kRun{"--model", "mlp", "--hidden", "16", "--data", "random", "--data-size", "400", "--batch-size", "10",
                                     "--steps", "120", "--optimizer", "adam", "--lr", "0.01", "--progress", "none", "--devices", "cpu:0"};
 
-// dp-run --nproc-per-node 2 [launcher options] -- dp-train ARGS, its output read as it runs.
-std::unique_ptr<dp::test::WorkerProcess> start_dp_run(const std::vector<std::string>& launcher, const std::vector<std::string>& args) {
+// dp-run --nproc-per-node 2 [launcher options] -- dp-train ARGS, with `env` added to the test's
+// environment, its output read as it runs.
+std::unique_ptr<dp::test::WorkerProcess> start_dp_run(const std::vector<std::string>& launcher, const std::vector<std::string>& args,
+                                                      const std::vector<std::string>& env = {}) {
   std::vector<std::string> all{"--nproc-per-node", "2", "--timeout", "30"};
   all.insert(all.end(), launcher.begin(), launcher.end());
   all.push_back("--");
   all.push_back(kBinary);
   all.insert(all.end(), args.begin(), args.end());
-  return std::make_unique<dp::test::WorkerProcess>(kDpRun, all, std::vector<std::string>{});
+  return std::make_unique<dp::test::WorkerProcess>(kDpRun, all, env);
 }
 
 int finish(dp::test::WorkerProcess& p, milliseconds limit) {
@@ -164,6 +168,26 @@ TEST_F(DpTrainDpRun, KilledWorkerRestartsAndTheRunEndsOnTheResumedWeights) {
       << "max |difference| " << max_abs_diff(saved, dir.file("reference.safetensors"));
   std::printf("rank 1 killed; dp-run restarted both workers, which resumed at step %lld and ended on the reference weights\n",
               static_cast<long long>(resumed_at));
+}
+
+// test_dp_train_ddp_torch.h through the launcher: `dp-run --nproc-per-node 2 -- dp-train ...`, 3
+// SGD steps (batches of 64, then of 65 with two devices per process) end on PyTorch's
+// single-process losses and weights.
+TEST_F(DpTrainDpRun, SgdStepsMatchPyTorch) {
+  DP_TRAIN_REQUIRE_FASHION_MNIST();
+  std::string why;
+  const std::string python = torch_python(&why);
+  if (python.empty()) GTEST_SKIP() << why;
+  expect_sgd_steps_match_pytorch(
+      python, dir,
+      [](const std::vector<std::string>& args, const std::vector<std::string>& env) {
+        auto p = start_dp_run({}, args, env);
+        Ranks r;
+        r.status.push_back(finish(*p, milliseconds(120000)));
+        r.output.push_back(p->output());
+        return r;
+      },
+      "dp-run");
 }
 
 }  // namespace
