@@ -3,9 +3,11 @@
 // which stop after the same step, checkpoint and exit, and the run resumes; with --max-restarts 1 a
 // killed worker makes dp-run restart both, dp-train resumes from its checkpoint by itself, and the
 // run ends on the weights of an uninterrupted run that resumed from the same checkpoint; 3 SGD
-// steps end on PyTorch's weights (test_dp_train_ddp_torch.h).
+// steps end on PyTorch's weights (test_dp_train_ddp_torch.h); --timeline has every rank's
+// optimizer steps.
 #include <csignal>
 #include <fstream>
+#include <map>
 #include <regex>
 #include "tools/test_dp_train_ddp_torch.h"
 #include "tools/test_dp_train_ddp_util.h"
@@ -188,6 +190,36 @@ TEST_F(DpTrainDpRun, SgdStepsMatchPyTorch) {
         return r;
       },
       "dp-run");
+}
+
+// dp-run --timeline with dp-train: every rank's trace has one "optimizer" span (dp-train's, category
+// "train") per step, next to DDP's forward and backward of each step.
+TEST_F(DpTrainDpRun, TimelineHasEveryRanksOptimizerSteps) {
+  constexpr int kSteps = 4;
+  const std::string trace_file = dir.file("trace.json");
+  auto p = start_dp_run({"--timeline", trace_file}, {"--model", "mlp", "--hidden", "16", "--data", "random", "--data-size", "80", "--batch-size", "10",
+                                                     "--steps", std::to_string(kSteps), "--progress", "none", "--devices", "cpu:0"});
+  ASSERT_EQ(finish(*p, milliseconds(60000)), 0) << p->output();
+  EXPECT_TRUE(contains(p->output(), "dp-run: timeline: ")) << p->output();
+  const nlohmann::json trace = nlohmann::json::parse(read_text(trace_file));
+  std::map<int, std::map<std::string, int>> names;  // per rank, event name -> count
+  for (const auto& e : trace.at("traceEvents")) {
+    const std::string name = e.at("name");
+    ++names[e.at("pid").get<int>()][name];
+    if (name == "optimizer") {
+      EXPECT_EQ(e.at("cat"), "train") << e.dump();
+      EXPECT_EQ(e.at("ph"), "X") << e.dump();
+      EXPECT_EQ(e.at("tid"), 0) << e.dump();
+      EXPECT_GE(e.at("dur").get<int64_t>(), 0) << e.dump();
+    }
+  }
+  EXPECT_EQ(names.size(), 2u) << "one process per rank";
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(names[r]["optimizer"], kSteps);
+    EXPECT_EQ(names[r]["forward and loss"], kSteps);
+    EXPECT_EQ(names[r]["backward"], kSteps);
+  }
 }
 
 }  // namespace
