@@ -1,11 +1,11 @@
 // dp-train across processes (DistributedDataParallel), each rank a process started with the
 // launcher's environment (dp::test::WorkerJob): the same command trains the same model on 1, 2 and
-// 3 processes (ragged shares of the batch included) and with DataParallel inside each rank; rank 0
-// alone prints and the summary has every rank's throughput; a signal to one rank stops every rank
-// after the same step with one consistent checkpoint, which resumes bit for bit on the same world
-// size and to float rounding on another; a job restarted by its launcher resumes by itself; a
-// setup failure on one rank stops all of them; 3 SGD steps on 2 processes end on PyTorch's weights
-// (test_dp_train_ddp_torch.h).
+// 3 processes (ragged shares of the batch included; also from --init weights in --no-shuffle order)
+// and with DataParallel inside each rank; rank 0 alone prints and the summary has every rank's
+// throughput; a signal to one rank stops every rank after the same step with one consistent
+// checkpoint, which resumes bit for bit on the same world size and to float rounding on another; a
+// job restarted by its launcher resumes by itself; a setup failure on one rank stops all of them; 3
+// SGD steps on 2 processes end on PyTorch's weights (test_dp_train_ddp_torch.h).
 #include <csignal>
 #include <regex>
 #include <thread>
@@ -74,6 +74,26 @@ TEST_F(DpTrainDdp, OneTwoAndThreeProcessesTrainTheSameModel) {
     // The checkpoint, written by rank 0 for all, says where the run stands, as one process's would.
     EXPECT_EQ(checkpoint_step(dir.file("ck" + std::to_string(world))), 16);
   }
+}
+
+// --init and --no-shuffle (given starting weights, the rows visited in order: how a comparison
+// with another framework runs) on 1 and 3 processes end on the same weights. The starting weights
+// are those of one SGD step from the seed's, so they are not what the seed would initialise.
+TEST_F(DpTrainDdp, InitAndNoShuffleOnOneAndThreeProcessesReachTheSameWeights) {
+  const std::vector<std::string> base{"--model", "mlp", "--hidden", "16", "--data", "random", "--data-size", "52", "--batch-size", "7",
+                                      "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--progress", "none"};
+  const std::string init = dir.file("init.safetensors");
+  Result first = run(concat(base, {"--steps", "1", "--save", init}), dir, "init");
+  ASSERT_EQ(first.status, 0) << describe(first);
+  const std::vector<std::string> args = concat(base, {"--epochs", "2", "--no-shuffle", "--init", init});
+  Result one = run(concat(args, {"--save", dir.file("w1.safetensors")}), dir, "one");
+  ASSERT_EQ(one.status, 0) << describe(one);
+  Ranks three = run_world(3, concat(args, {"--save", dir.file("w3.safetensors")}));
+  for (int s : three.status) ASSERT_EQ(s, 0) << three.all();
+  const double diff = max_abs_diff(dir.file("w3.safetensors"), dir.file("w1.safetensors"));
+  EXPECT_LT(diff, 1e-5);
+  EXPECT_GT(max_abs_diff(dir.file("w1.safetensors"), init), 1e-3) << "the runs did not train";
+  std::printf("--init --no-shuffle, 3 processes vs 1: max |weight difference| %g after 16 SGD steps\n", diff);
 }
 
 TEST_F(DpTrainDdp, DataParallelInsideEachProcess) {
