@@ -36,14 +36,17 @@ std::exception_ptr timeout_error(const std::string& gloo_text, const OpLabel& la
         diverged.push_back(dp::detail::str("rank ", p.rank, " issued ", p.operation, " as collective #", p.sequence, ", this rank ", label.operation));
       }
     }
-    // Where the ranks behind are; when none is, where everyone else is (a peer stuck inside the
-    // same collective, or a network that went away). At most 8, so a large group's message stays
-    // readable.
-    for (const RankProgress& p : report.ranks) {
-      if (p.rank == label.rank || where.size() >= 8) continue;
-      const bool is_behind = std::find(behind.begin(), behind.end(), p.rank) != behind.end();
-      if ((behind.empty() && diverged.empty()) || is_behind) where.push_back(describe_progress(p));
-    }
+    // Where every other rank is (step and phase, last collective): the ranks behind first, then
+    // the others in rank order. At most kListed, then how many more, so a large group's message
+    // stays readable and still names the ranks behind. (This rank's own position ends the message.)
+    std::vector<const RankProgress*> order;
+    for (const RankProgress& p : report.ranks)
+      if (p.rank != label.rank && std::find(behind.begin(), behind.end(), p.rank) != behind.end()) order.push_back(&p);
+    for (const RankProgress& p : report.ranks)
+      if (p.rank != label.rank && std::find(behind.begin(), behind.end(), p.rank) == behind.end()) order.push_back(&p);
+    constexpr size_t kListed = 8;
+    for (size_t i = 0; i < order.size() && i < kListed; ++i) where.push_back(describe_progress(*order[i]));
+    if (order.size() > kListed) where.push_back(dp::detail::str("and ", order.size() - kListed, " more rank", order.size() - kListed == 1 ? "" : "s"));
   }
   std::string msg = label.str() + " timed out: ";
   if (!report.complete) {

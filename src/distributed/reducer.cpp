@@ -81,7 +81,10 @@ struct Reducer::State {
   Tensor used_u8;
   std::string error;            // a misuse found during the pass, reported at its end
   Clock::time_point first_ready, first_launch;
-  int64_t pass_start_us = 0;  // timeline: when the pass reached this model
+  // Timeline (timeline.h): whether it records, read once at construction so that with it off the
+  // hot path pays one branch on this flag, and when the pass reached this model.
+  bool timeline_on = false;
+  int64_t pass_start_us = 0;
   ReducerStats stats;
 
   bool is_view(size_t i, const Tensor& g) const {
@@ -121,7 +124,7 @@ struct Reducer::State {
     next_launch = 0;
     error.clear();
     first_ready = Clock::now();
-    if (timeline::enabled()) pass_start_us = timeline::now_us();
+    if (timeline_on) pass_start_us = timeline::now_us();
     group->note_progress(synced_passes, "backward");
     std::shared_ptr<State> self = self_ptr.lock();
     autograd::queue_callback([self] { self->finalize(); });
@@ -135,7 +138,19 @@ struct Reducer::State {
     }
     ready[i] = 1;
     used[i] = 1;
-    if (--pending[bucket_of[i]] == 0) launch_ready_locked();
+    if (count_ready_locked(bucket_of[i])) launch_ready_locked();
+  }
+  // One more parameter of bucket b is ready; true when that was its last. The timeline's "bucket b
+  // ready" is this moment: the bucket may still wait for an earlier one before it is launched.
+  bool count_ready_locked(size_t b) {
+    if (--pending[b] != 0) return false;
+    if (timeline_on) timeline::instant(detail::str("bucket ", b, " ready"), "ddp", timeline::now_us(), 0, bucket_args(b));
+    return true;
+  }
+  // The timeline's arguments of bucket b's events in this pass ("step": the optimizer steps before it).
+  std::string bucket_args(size_t b) const {
+    return detail::str("\"bucket\": ", b, ", \"step\": ", synced_passes, ", \"rank\": ", group->rank(), ", \"bytes\": ", grads[b].nbytes(),
+                       ", \"parameters\": ", plans[b].params.size());
   }
   void launch_ready_locked() {
     while (next_launch < plans.size() && pending[next_launch] == 0) launch_locked(next_launch++);
@@ -143,6 +158,7 @@ struct Reducer::State {
   void launch_locked(size_t b) {
     const bool last = b + 1 == plans.size();
     if (b == 0) first_launch = Clock::now();
+    const int64_t launched_us = timeline_on ? timeline::now_us() : 0;
     const ReduceOp op = reduction == GradReduction::Mean && !prescale ? ReduceOp::Avg : ReduceOp::Sum;
     if (prescale) {  // the slots not yet divided by the world size (accumulated in place)
       NoGradGuard no_grad;
@@ -174,12 +190,10 @@ struct Reducer::State {
       }
       w = group->allreduce(buffers[b], op);
     }
-    if (timeline::enabled()) {  // bucket ready and launched now (training thread); reduced on the communication side
-      const int64_t at = timeline::now_us();
-      const std::string args = detail::str("\"bucket\": ", b, ", \"bytes\": ", grads[b].nbytes(), ", \"parameters\": ", plans[b].params.size());
-      timeline::instant(detail::str("bucket ", b, " ready"), "ddp", at, 0, args);
-      w->then([b, at, args] { timeline::span(detail::str("allreduce bucket ", b), "ddp", at, timeline::now_us(), 1, args); });
-    }
+    if (timeline_on)  // from its launch (here, in order) to its completion, on the communication row
+      w->then([b, launched_us, args = bucket_args(b)] {
+        timeline::span(detail::str("allreduce bucket ", b), "ddp", launched_us, timeline::now_us(), 1, args);
+      });
     works[b] = std::move(w);
   }
 
@@ -195,7 +209,7 @@ struct Reducer::State {
           passes_in_cycle = 0;
           ++synced_passes;
         }
-        if (timeline::enabled()) timeline::span(sync ? "backward" : "backward (no_sync)", "ddp", pass_start_us, timeline::now_us());
+        if (timeline_on) timeline::span(sync ? "backward" : "backward (no_sync)", "ddp", pass_start_us, timeline::now_us());
         return;
       }
       // Parameters this pass did not reach: their current .grad (accumulated under no_sync, or set
@@ -210,14 +224,14 @@ struct Reducer::State {
           zeroed[i] = 1;
         }
         ready[i] = 1;
-        --pending[bucket_of[i]];
+        count_ready_locked(bucket_of[i]);
       }
       launch_ready_locked();
       wait_for = works;
       if (used_work) wait_for.push_back(used_work);
     }
     const Clock::time_point pass_end = Clock::now();
-    const int64_t pass_end_us = timeline::enabled() ? timeline::now_us() : 0;
+    const int64_t pass_end_us = timeline_on ? timeline::now_us() : 0;
     try {
       for (auto& w : wait_for) w->wait();
     } catch (...) {
@@ -225,7 +239,7 @@ struct Reducer::State {
       throw;
     }
     const Clock::time_point reduced = Clock::now();
-    if (timeline::enabled()) {
+    if (timeline_on) {
       const int64_t now = timeline::now_us();
       timeline::span("wait for buckets", "ddp", pass_end_us, now);
       timeline::span("backward", "ddp", pass_start_us, now);
@@ -283,6 +297,7 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, Pro
   s.group = std::move(group);
   s.params = std::move(params);
   s.names = std::move(names);
+  s.timeline_on = timeline::enabled();
   s.plans = plan_buckets(s.params, options.first_bucket_mb, options.bucket_cap_mb);
   const size_t n = s.params.size();
   s.ready.assign(n, 0);

@@ -433,10 +433,49 @@ TEST(ProcessGroupErrors, GlooExceptionsBecomeTypedErrors) {
   ASSERT_TRUE(ct);
   EXPECT_EQ(ct->ranks_behind(), (std::vector<int>{1, 3}));
   EXPECT_EQ(ct->waited(), milliseconds(2003));
+  // Every other rank's position: the ranks behind first, then the rest (rank 2, in the same collective).
   EXPECT_TRUE(contains(ct->what(), "ranks 1, 3 are behind; rank 1 is at collective #40 (allgather, finished ")) << ct->what();
-  EXPECT_TRUE(contains(ct->what(), " s ago); rank 3 has not started any collective")) << ct->what();
-  EXPECT_FALSE(contains(ct->what(), "rank 2 is at")) << "only the ranks behind are described: " << ct->what();
-  EXPECT_TRUE(contains(ct->what(), "this rank waited 2003 ms in broadcast #42 (gloo: Timed out waiting 2000ms")) << ct->what();
+  EXPECT_TRUE(contains(ct->what(), " s ago); rank 3 has not started any collective; rank 2 is at collective #42 (broadcast, started ")) << ct->what();
+  EXPECT_FALSE(contains(ct->what(), "rank 0 is at")) << "this rank's own position ends the message: " << ct->what();
+  EXPECT_FALSE(contains(ct->what(), "more rank")) << ct->what();
+  EXPECT_TRUE(contains(ct->what(), "s ago); this rank waited 2003 ms in broadcast #42 (gloo: Timed out waiting 2000ms")) << ct->what();
+
+  // 12 ranks, rank 0 reporting, rank 10 behind at step 6: the first 8 others are listed with their
+  // step, phase and collective (rank 10 first), then how many more there are.
+  auto twelve = [] {
+    detail::ProgressReport r;
+    r.complete = true;
+    for (int k = 0; k < 12; ++k) {
+      detail::RankProgress p;
+      p.rank = k;
+      p.known = true;
+      p.sequence = k == 10 ? 41 : 42;
+      p.operation = "broadcast";
+      p.finished = k == 10;
+      p.step = k == 10 ? 6 : 7;
+      p.phase = k == 10 ? "forward" : "backward";
+      p.unix_ms = std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+      r.ranks.push_back(p);
+    }
+    return r;
+  };
+  const detail::OpLabel label12{"default", 0, 12, "broadcast", 42, "step 7 (backward)"};
+  auto many = detail::translate_operation_error(std::make_exception_ptr(gloo::IoException("Timed out waiting 2000ms for recv operation to complete")),
+                                                label12, book, milliseconds(2001), twelve);
+  auto cm = thrown<CollectiveTimeout>([&] { std::rethrow_exception(many); });
+  ASSERT_TRUE(cm);
+  EXPECT_EQ(cm->ranks_behind(), std::vector<int>{10});
+  const std::string m = cm->what();
+  EXPECT_TRUE(contains(m, "timed out: rank 10 is behind; rank 10 is at step 6 (forward), collective #41 (broadcast, finished ")) << m;
+  size_t at = m.find("rank 10 is at");
+  for (int k : {1, 2, 3, 4, 5, 6, 7}) {  // then in rank order, 8 in all
+    const size_t next = m.find("; rank " + std::to_string(k) + " is at step 7 (backward), collective #42 (broadcast, started ");
+    ASSERT_NE(next, std::string::npos) << "rank " << k << ": " << m;
+    EXPECT_GT(next, at) << "rank " << k << " out of order: " << m;
+    at = next;
+  }
+  for (int k : {8, 9, 11}) EXPECT_FALSE(contains(m, "rank " + std::to_string(k) + " is at")) << m;
+  EXPECT_TRUE(contains(m, " s ago); and 3 more ranks; this rank (at step 7 (backward)) waited 2001 ms in broadcast #42")) << m;
 
   auto blind = detail::translate_operation_error(std::make_exception_ptr(gloo::IoException("Timed out waiting 2000ms for recv")), label, book,
                                                  milliseconds(2000), no_progress);

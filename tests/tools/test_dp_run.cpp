@@ -7,8 +7,11 @@
 #include <sys/socket.h>
 #include <cstring>
 #include <filesystem>
+#include <array>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <tuple>
+#include "distributed/reducer_buckets.h"
 #include "distributed/workers/ddp_worker_model.h"
 #include "dp/dp.h"
 #include "dp/optim/optim.h"
@@ -254,34 +257,68 @@ TEST(DpRun, CtrlCReachesTheWorkersWhichCheckpointAndExit) {
   EXPECT_TRUE(std::filesystem::exists(ckpt));
 }
 
+// 3 steps with one bucket per parameter (--bucket-mb tiny): each rank's trace has every step's
+// forward, backward, optimizer step and wait, and each bucket's ready point and all-reduce span for
+// each step, ready no later than the launch that starts the span.
 TEST(DpRun, TimelineMergesEveryRanksTrace) {
   DP_RUN_REQUIRE_BINARY();
   dp::test::TempDir dir;
   const std::string timeline = dir.file("trace.json");
-  auto run = start_dp_run(job({"--nproc-per-node", "2", "--timeline", timeline}, {"--steps", "3"}));
+  constexpr int kSteps = 3;
+  constexpr double kBucketMb = 1e-6;
+  auto run = start_dp_run(job({"--nproc-per-node", "2", "--timeline", timeline}, {"--steps", std::to_string(kSteps), "--bucket-mb", "0.000001"}));
   ASSERT_EQ(run->wait_exit(kRun), 0) << run->output();
   EXPECT_TRUE(contains(run->output(), "dp-run: timeline: ")) << run->output();
+  // The buckets DDP makes of the worker's model with that size.
+  const int buckets = static_cast<int>(dp::distributed::plan_buckets(dp::test::make_ddp_worker_model(42)->parameters(), kBucketMb, kBucketMb).size());
+  ASSERT_GT(buckets, 1);
   const nlohmann::json trace = nlohmann::json::parse(dp::test::read_bytes(timeline));
   ASSERT_TRUE(trace.contains("traceEvents")) << trace.dump().substr(0, 500);
   std::map<int, std::map<std::string, int>> names;  // per rank, event name -> count
   std::map<int, std::string> process_names;
+  // Per rank, step and bucket: the ready point, and the all-reduce's start (its launch) and end.
+  std::map<std::tuple<int, int, int>, std::array<int64_t, 3>> times;
   for (const auto& e : trace["traceEvents"]) {
     const int pid = e.at("pid").get<int>();
     const std::string name = e.at("name").get<std::string>();
     if (name == "process_name") process_names[pid] = e.at("args").at("name").get<std::string>();
     ++names[pid][name];
     if (e.at("ph") == "X") EXPECT_GE(e.at("dur").get<int64_t>(), 0);
+    const bool ready = std::regex_match(name, std::regex("bucket [0-9]+ ready")), reduce = std::regex_match(name, std::regex("allreduce bucket [0-9]+"));
+    if (!ready && !reduce) continue;
+    const nlohmann::json& args = e.at("args");
+    EXPECT_EQ(args.at("rank").get<int>(), pid) << e.dump();
+    EXPECT_EQ(e.at("tid").get<int>(), ready ? 0 : 1) << e.dump();
+    auto& t = times.try_emplace({pid, args.at("step").get<int>(), args.at("bucket").get<int>()}, std::array<int64_t, 3>{-1, -1, -1}).first->second;
+    if (ready) {
+      t[0] = e.at("ts").get<int64_t>();
+    } else {
+      t[1] = e.at("ts").get<int64_t>();
+      t[2] = t[1] + e.at("dur").get<int64_t>();
+    }
   }
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     EXPECT_EQ(process_names[r], "rank " + std::to_string(r) + " (node 0)");
-    EXPECT_EQ(names[r]["backward"], 3);
-    EXPECT_EQ(names[r]["optimizer.step"], 3);  // the worker's own span
-    int bucket_events = 0;
-    for (const auto& [name, count] : names[r])
-      if (contains(name, "bucket")) bucket_events += count;
-    EXPECT_GE(bucket_events, 3) << "DDP's bucket events";
+    EXPECT_EQ(names[r]["forward and loss"], kSteps);
+    EXPECT_EQ(names[r]["backward"], kSteps);
+    EXPECT_EQ(names[r]["wait for buckets"], kSteps);
+    EXPECT_EQ(names[r]["optimizer.step"], kSteps);  // the worker's own span
+    for (int b = 0; b < buckets; ++b) {
+      EXPECT_EQ(names[r]["bucket " + std::to_string(b) + " ready"], kSteps) << "bucket " << b;
+      EXPECT_EQ(names[r]["allreduce bucket " + std::to_string(b)], kSteps) << "bucket " << b;
+      for (int step = 0; step < kSteps; ++step) {
+        const auto it = times.find({r, step, b});
+        ASSERT_NE(it, times.end()) << "step " << step << " bucket " << b;
+        const auto& [ready, launch, done] = it->second;
+        EXPECT_GE(ready, 0) << "step " << step << " bucket " << b << ": no ready point";
+        EXPECT_LE(ready, launch) << "step " << step << " bucket " << b;
+        EXPECT_LE(launch, done) << "step " << step << " bucket " << b;
+      }
+    }
+    EXPECT_EQ(names[r].count("bucket " + std::to_string(buckets) + " ready"), 0u) << "more buckets than planned";
   }
+  EXPECT_EQ(times.size(), static_cast<size_t>(2 * kSteps * buckets));
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"trace.json"});
 }
 

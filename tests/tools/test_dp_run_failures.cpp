@@ -1,6 +1,6 @@
 // dp-run when workers fail, each case bounded in time: a rank killed with SIGKILL mid-step (dp-run
-// reports it within 2 s; the survivors raise PeerLostError within 1 s, none dies of SIGPIPE, and
-// one that Gloo leaves waiting is stopped after the settling second), a stopped rank (a named timeout
+// reports it within 2 s; both survivors raise PeerLostError naming it within 1 s, and none dies of
+// SIGPIPE), a stopped rank (a named timeout
 // within the timeout + 2 s), a rank that skips a backward (the report gives both ranks' positions),
 // a rank that never starts (a rendezvous error naming it), a crash, a worker that ignores SIGTERM
 // (SIGKILL after the grace period), and dp-run itself killed (no worker left 1 s later).
@@ -31,8 +31,7 @@ TEST(DpRunFailures, AKilledRankIsReportedWithin2sAndTheJobEndsWithin3s) {
   EXPECT_LE(reported_at - killed_at, 2000) << "dp-run reported the killed rank after " << reported_at - killed_at << " ms";
   ASSERT_EQ(run->wait_exit(milliseconds(15000)), 1) << run->output();
   const int64_t ended_at = mono_ms();
-  // The survivors end by themselves (PeerLostError) or, failing that, dp-run stops them after the
-  // settling second: the job is over well before the 20 s timeout.
+  // The survivors end by themselves (PeerLostError): the job is over well before the 20 s timeout.
   EXPECT_LE(ended_at - killed_at, 3000) << run->output();
   const std::string out = run->output();
   int64_t slowest_survivor = 0;

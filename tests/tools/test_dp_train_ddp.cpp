@@ -1,14 +1,16 @@
 // dp-train across processes (DistributedDataParallel), each rank a process started with the
 // launcher's environment (dp::test::WorkerJob): the same command trains the same model on 1, 2 and
-// 3 processes (ragged shares of the batch included) and with DataParallel inside each rank; rank 0
-// alone prints and the summary has every rank's throughput; a signal to one rank stops every rank
-// after the same step with one consistent checkpoint, which resumes bit for bit on the same world
-// size and to float rounding on another; a job restarted by its launcher resumes by itself; a
-// setup failure on one rank stops all of them; 3 SGD steps on 2 processes end on PyTorch's weights.
+// 3 processes (ragged shares of the batch included; also from --init weights in --no-shuffle order)
+// and with DataParallel inside each rank; rank 0 alone prints and the summary has every rank's
+// throughput; a signal to one rank stops every rank after the same step with one consistent
+// checkpoint, which resumes bit for bit on the same world size and to float rounding on another; a
+// job restarted by its launcher resumes by itself; a setup failure on one rank stops all of them; 3
+// SGD steps on 2 processes end on PyTorch's weights (test_dp_train_ddp_torch.h).
 #include <csignal>
 #include <regex>
 #include <thread>
 #include "dp/distributed/launch.h"
+#include "tools/test_dp_train_ddp_torch.h"
 #include "tools/test_dp_train_ddp_util.h"
 
 namespace {
@@ -72,6 +74,26 @@ TEST_F(DpTrainDdp, OneTwoAndThreeProcessesTrainTheSameModel) {
     // The checkpoint, written by rank 0 for all, says where the run stands, as one process's would.
     EXPECT_EQ(checkpoint_step(dir.file("ck" + std::to_string(world))), 16);
   }
+}
+
+// --init and --no-shuffle (given starting weights, the rows visited in order: how a comparison
+// with another framework runs) on 1 and 3 processes end on the same weights. The starting weights
+// are those of one SGD step from the seed's, so they are not what the seed would initialise.
+TEST_F(DpTrainDdp, InitAndNoShuffleOnOneAndThreeProcessesReachTheSameWeights) {
+  const std::vector<std::string> base{"--model", "mlp", "--hidden", "16", "--data", "random", "--data-size", "52", "--batch-size", "7",
+                                      "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--progress", "none"};
+  const std::string init = dir.file("init.safetensors");
+  Result first = run(concat(base, {"--steps", "1", "--save", init}), dir, "init");
+  ASSERT_EQ(first.status, 0) << describe(first);
+  const std::vector<std::string> args = concat(base, {"--epochs", "2", "--no-shuffle", "--init", init});
+  Result one = run(concat(args, {"--save", dir.file("w1.safetensors")}), dir, "one");
+  ASSERT_EQ(one.status, 0) << describe(one);
+  Ranks three = run_world(3, concat(args, {"--save", dir.file("w3.safetensors")}));
+  for (int s : three.status) ASSERT_EQ(s, 0) << three.all();
+  const double diff = max_abs_diff(dir.file("w3.safetensors"), dir.file("w1.safetensors"));
+  EXPECT_LT(diff, 1e-5);
+  EXPECT_GT(max_abs_diff(dir.file("w1.safetensors"), init), 1e-3) << "the runs did not train";
+  std::printf("--init --no-shuffle, 3 processes vs 1: max |weight difference| %g after 16 SGD steps\n", diff);
 }
 
 TEST_F(DpTrainDdp, DataParallelInsideEachProcess) {
@@ -224,111 +246,16 @@ TEST_F(DpTrainDdp, DistributedFlagWithoutALauncherSaysWhatToSet) {
 
 // ---- PyTorch ------------------------------------------------------------------------------------
 
-// PyTorch's side: initial weights, and the single-process SGD steps replayed on the same batches.
-const char* kScript = R"PY(
-import gzip, json, struct, sys
-sys.path.insert(0, sys.argv[1])
-import torch
-from gen_safetensors import write_safetensors
-from check_safetensors import read
-
-def mlp(hidden):
-    nn = torch.nn
-    return nn.Sequential(nn.Flatten(), nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10))
-
-def load(path):
-    return {name: t for name, t, _, _ in read(path)[1]}
-
-def idx(path, count):
-    with gzip.open(path, "rb") as f:
-        magic, n = struct.unpack(">II", f.read(8))
-        if magic == 2051:
-            f.read(8)
-            return torch.frombuffer(bytearray(f.read(count * 784)), dtype=torch.uint8).reshape(count, 1, 28, 28)
-        return torch.frombuffer(bytearray(f.read(count)), dtype=torch.uint8)
-
-cmd = sys.argv[2]
-if cmd == "write-init":                       # HIDDEN PATH
-    torch.manual_seed(1234)
-    m = mlp(int(sys.argv[3]))
-    write_safetensors(sys.argv[4], {k: v.detach().contiguous() for k, v in m.state_dict().items()}, {"format": "pt"})
-elif cmd == "replay":                         # INIT SAVED LOG DATA_DIR HIDDEN BATCH STEPS LR MOMENTUM
-    init, saved, log, data_dir = sys.argv[3:7]
-    hidden, batch, steps = int(sys.argv[7]), int(sys.argv[8]), int(sys.argv[9])
-    lr, momentum = float(sys.argv[10]), float(sys.argv[11])
-    m = mlp(hidden)
-    m.load_state_dict(load(init), strict=True)
-    images = (idx(data_dir + "/train-images-idx3-ubyte.gz", batch * steps).float() / 255 - 0.2860) / 0.3530
-    labels = idx(data_dir + "/train-labels-idx1-ubyte.gz", batch * steps).long()
-    opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum)
-    ours = [json.loads(l)["loss"] for l in open(log) if json.loads(l)["event"] == "step"]
-    losses = []
-    for s in range(steps):
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(m(images[s * batch:(s + 1) * batch]), labels[s * batch:(s + 1) * batch])
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    final = load(saved)
-    weight_diff = max((v - final[k]).abs().max().item() for k, v in m.state_dict().items())
-    print(json.dumps({"torch_losses": losses, "our_losses": ours, "max_weight_diff": weight_diff}))
-)PY";
-
-// The returned JSON of the script's last line (null when it printed none or failed).
-nlohmann::json py(const std::string& python, const TempDir& dir, const std::vector<std::string>& args) {
-  std::string cmd = python + " '" + dir.file("torch_side.py") + "' '" + DP_GOLDEN_DIR + "'";
-  for (const auto& a : args) cmd += " '" + a + "'";
-  cmd += " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int status = ::pclose(p);
-  EXPECT_EQ(status, 0) << cmd << "\n" << out;
-  std::string last;
-  std::istringstream lines(out);
-  for (std::string line; std::getline(lines, line);)
-    if (!line.empty()) last = line;
-  if (status != 0 || last.empty() || last.front() != '{') return nullptr;
-  return nlohmann::json::parse(last);
-}
-
-// Three SGD steps (momentum 0.9) of the MLP from PyTorch's initial weights on the first 3 x 64
-// training images (--no-shuffle), each batch split 32+32 over two processes (and, on the second
-// run, 33+32 of a batch of 65 over two processes with two devices each): each step's loss and the
-// final weights match PyTorch's single-process steps to float rounding.
+// test_dp_train_ddp_torch.h: 3 SGD steps on two processes (each batch split 32+32, then 33+32 with
+// two devices each) end on PyTorch's single-process losses and weights; here the test starts the
+// ranks with a launcher's environment itself.
 TEST_F(DpTrainDdp, SgdStepsOnTwoProcessesMatchPyTorch) {
   DP_TRAIN_REQUIRE_FASHION_MNIST();
   std::string why;
   const std::string python = torch_python(&why);
   if (python.empty()) GTEST_SKIP() << why;
-  std::ofstream(dir.file("torch_side.py")) << kScript;
-  const std::string init = dir.file("init.safetensors");
-  py(python, dir, {"write-init", "32", init});
-  ASSERT_TRUE(std::filesystem::exists(init));
-  for (const char* batch : {"64", "65"}) {
-    SCOPED_TRACE(std::string("batch ") + batch);
-    const std::string saved = dir.file(std::string("saved") + batch + ".safetensors"), log = dir.file(std::string("log") + batch + ".jsonl");
-    std::vector<std::string> args{"--model", "mlp", "--hidden", "32", "--data", "fashion-mnist", "--no-shuffle", "--steps", "3", "--batch-size", batch,
-                                  "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--schedule", "constant", "--init", init, "--save", saved,
-                                  "--log", log};
-    std::vector<std::string> env;
-    if (std::string(batch) == "65") {
-      args = concat(args, {"--devices", "cpu:0,cpu:1"});
-      env.push_back("DP_CPU_DEVICES=2");
-    }
-    Ranks r = run_world(2, args, env);
-    for (int s : r.status) ASSERT_EQ(s, 0) << r.all();
-    nlohmann::json result = py(python, dir, {"replay", init, saved, log, kFashionDir, "32", batch, "3", "0.1", "0.9"});
-    ASSERT_TRUE(result.is_object());
-    const auto torch_losses = result.at("torch_losses").get<std::vector<double>>();
-    const auto our_losses = result.at("our_losses").get<std::vector<double>>();
-    ASSERT_EQ(our_losses.size(), 3u);
-    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(our_losses[i], torch_losses[i], 1e-5) << "step " << i + 1 << ": " << result.dump();
-    EXPECT_LT(result.at("max_weight_diff").get<double>(), 1e-5) << result.dump();
-    std::printf("batch %s on 2 processes, PyTorch vs dp-train: losses %s vs %s, max |weight difference| %g\n", batch,
-                result.at("torch_losses").dump().c_str(), result.at("our_losses").dump().c_str(), result.at("max_weight_diff").get<double>());
-  }
+  expect_sgd_steps_match_pytorch(
+      python, dir, [](const std::vector<std::string>& args, const std::vector<std::string>& env) { return run_world(2, args, env); }, "WorkerJob");
 }
 
 }  // namespace

@@ -2,9 +2,13 @@
 // A timeline of one process for chrome://tracing / Perfetto (Chrome's trace-event format), so a user
 // can see where a step's time goes and whether communication overlapped backward. Off unless the
 // environment variable DP_TIMELINE names a file (dp-run --timeline sets one per rank and merges
-// them); then DDP records each forward and backward, each gradient bucket (ready, all-reduce from
-// launch to done) and the wait at the end of backward, and programs add their own spans (dp-train
-// records its optimizer steps).
+// them); then DDP records each forward and backward, each gradient bucket and the wait at the end
+// of backward, and programs add their own spans (dp-train records its optimizer steps). A bucket
+// has two events: "bucket N ready", the moment its last gradient arrived, and "allreduce bucket N",
+// a span from its launch to the end of its all-reduce. Buckets are launched in order, so one that
+// is ready while an earlier one still waits for gradients is launched later than it was ready. The
+// bucket events' args give the bucket, the step (optimizer steps before this backward), the rank,
+// its bytes and its parameter count.
 //
 // The file is written as it goes, one event per line in the "JSON array" form of the format (a
 // crash leaves a readable file); times are microseconds of the steady clock, which processes of one

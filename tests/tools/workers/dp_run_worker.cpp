@@ -10,6 +10,7 @@
 //   ENV <rank> <NAME>=<value>                         (--print-env) then it exits 0 without a group
 // Options:
 //   --steps N, --step-ms M (sleep per step), --save PATH (final weights to PATH.<rank>)
+//   --bucket-mb X      DDP's first_bucket_mb and bucket_cap_mb (default: DDP's own)
 //   --checkpoint PATH  a collective checkpoint after every step; after a restart, resume from it
 //   --on-signal        SIGINT/SIGTERM stop it after the step in progress (checkpoint written), status 128+signal
 //   --fail-rank R --fail-at S --fail-how HOW [--fail-restart N]: rank R, at the start of step S (only in
@@ -65,6 +66,7 @@ std::string type_of(const std::exception& e) {
 
 int main(int argc, char** argv) {
   int steps = 5, step_ms = 0, fail_rank = -1, fail_at = 0, fail_restart = -1;
+  DistributedDataParallelOptions ddp_options;
   bool print_env = false, on_signal_stop = false;
   std::string fail_how, save, checkpoint;
   for (int i = 1; i < argc; ++i) {
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
     else if (o == "--steps") steps = std::stoi(v), ++i;
     else if (o == "--step-ms") step_ms = std::stoi(v), ++i;
     else if (o == "--save") save = v, ++i;
+    else if (o == "--bucket-mb") ddp_options.first_bucket_mb = ddp_options.bucket_cap_mb = std::stod(v), ++i;
     else if (o == "--checkpoint") checkpoint = v, ++i;
     else if (o == "--fail-rank") fail_rank = std::stoi(v), ++i;
     else if (o == "--fail-at") fail_at = std::stoi(v), ++i;
@@ -117,7 +120,7 @@ int main(int argc, char** argv) {
         " mono_ms=" + std::to_string(mono_ms()));
     const int64_t rows = 12 / world, offset = rows * rank;
     auto model = test::make_ddp_worker_model(rank == 0 ? 42 : 100 + rank);  // DDP copies rank 0's
-    nn::DistributedDataParallel<nn::SequentialImpl> ddp(model.ptr(), group);
+    nn::DistributedDataParallel<nn::SequentialImpl> ddp(model.ptr(), group, ddp_options);
     optim::SGD opt(ddp->parameters(), optim::SGDOptions(0.1));
     int first_step = 0;
     if (!checkpoint.empty() && restart_count() > 0 && std::filesystem::exists(checkpoint)) {
