@@ -1,15 +1,15 @@
 #pragma once
-// Checking gradients against finite differences (torch.autograd.gradcheck / gradgradcheck):
+// Checking gradients against finite differences (torch.autograd.gradcheck / gradgradcheck). This
+// header is not part of dp/dp.h: include it where you check gradients.
 //
-//   #include "dp/autograd/gradcheck.h"
 //   dp::Tensor x = dp::rand({3, 4}, dp::kFloat64).requires_grad_(true);
 //   dp::Tensor w = dp::rand({4, 2}, dp::kFloat64).requires_grad_(true);
 //   auto f = [](const std::vector<dp::Tensor>& in) { return my_op(in[0], in[1]); };
 //   dp::autograd::gradcheck(f, {x, w});       // true, or throws GradcheckError saying what is wrong
 //   dp::autograd::gradgradcheck(f, {x, w});   // the same for the backward's own backward
 //
-// gradcheck builds the full Jacobian of the function's outputs with respect to every input that
-// requires grad twice: by autograd (one backward per output element) and by central differences
+// gradcheck builds the Jacobian of the function's outputs with respect to each input that requires
+// grad in two ways: by autograd (one backward per output element) and by central differences
 // (f(x + eps) - f(x - eps)) / 2 eps, perturbing one input element at a time. Element (i, j) passes
 // when |analytical - numerical| <= atol + rtol * |numerical|, PyTorch's rule and defaults. So keep
 // the inputs small (tens of elements) and in float64: in float32 the differences are mostly

@@ -18,7 +18,7 @@ namespace dp::nn::utils {
 
 // Scales the gradients so that their total norm (the norm of the vector of every gradient's
 // norm, of order norm_type as dp::norm takes it: 2, 1, any p, or
-// std::numeric_limits<double>::infinity() for the largest absolute value) is at most max_norm:
+// `std::numeric_limits<double>::infinity()` for the largest absolute value) is at most max_norm:
 // each is multiplied by min(1, max_norm / (total + 1e-6)).
 // Returns the total norm before clipping (0 when no parameter has a gradient). A total that is
 // NaN or infinite scales the gradients by it (they become NaN or 0), unless error_if_nonfinite,
