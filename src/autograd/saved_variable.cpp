@@ -22,6 +22,16 @@ Tensor SavedVariable::unpack(const Node* node) const {
   if (!data_.defined()) return Tensor();
   if (!node) node = current_node();
   const uint32_t now = data_.version();
+  if (now < saved_version_) [[unlikely]] {
+    // In-place ops only raise a storage's version: a lower one means the tensor was given other
+    // storage (Tensor::set_data, as Module::to moves parameters) after it was saved. The data the
+    // graph was built with is gone; PyTorch keeps it only where the op saved a view of the tensor.
+    throw AutogradError(detail::str(
+        "a tensor needed for gradient computation was given new data after it was saved: [", legacy_type_name(data_.dtype()), " ",
+        data_.size_str(), "] on ", data_.device().str(),
+        " (Tensor::set_data; Module::to moves parameters this way). Backward through a graph built before the move "
+        "cannot use it; run the forward pass again after moving the module."));
+  }
   if (now != saved_version_) {
     // PyTorch names the tensor's producer: for an input its current grad_fn (after an in-place op
     // that is the in-place op's node), for an output the node it was saved for.

@@ -112,6 +112,22 @@ void Tensor::set_data(const Tensor& data) {
   TensorImpl& i = impl();
   const TensorImpl& d = *data.unsafe_impl();
   if (&i == &d) return;
+  // A leaf's AccumulateGrad describes the gradient it takes (dtype, device) and is reused by every
+  // graph while one holds it. When the data moves to another device or dtype, forget it (as
+  // PyTorch's set_data does), so that the next graph makes one for the new data; a graph made
+  // before keeps its own and still delivers gradients as they were (on the old device). Without
+  // this, backward through a new graph fails with "invalid gradient ... expected device <old>".
+  std::shared_ptr<autograd::Node> stale;  // released after the lock: dropping it may free a node
+  if (i.autograd) {
+    std::lock_guard<std::mutex> lock(i.autograd->mu);
+    if (auto acc = i.autograd->grad_accumulator.lock()) {
+      const autograd::TensorMeta& m = acc->output_meta()[0];
+      if (m.device != d.device() || m.dtype != d.dtype) {
+        i.autograd->grad_accumulator.reset();
+        stale = std::move(acc);
+      }
+    }
+  }
   i.storage = d.storage;
   i.sizes = d.sizes;
   i.strides = d.strides;

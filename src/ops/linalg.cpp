@@ -609,9 +609,14 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
                        // GEMMs: no views, shape checks or graph for the formulas below.
                        // (CPU only: it calls OpenBLAS on host pointers.)
                        if (!GradMode::is_enabled() && g[0].is_cpu() && (g[0].dtype() == kFloat32 || g[0].dtype() == kFloat64) &&
-                           rows > 0 && in > 0 && out_f > 0)
-                         return linear_backward_direct(g[0], gw ? sx.unpack() : Tensor(), gx ? sw.unpack() : Tensor(), rows, in,
-                                                       out_f, gbias ? &b_shape : nullptr);
+                           rows > 0 && in > 0 && out_f > 0) {
+                         Tensor xs = gw ? sx.unpack() : Tensor(), ws = gx ? sw.unpack() : Tensor();
+                         // The GEMMs read the saved tensors as g's dtype on the host: a saved input
+                         // given other data since (set_data, Module::to) takes the checked path.
+                         auto fits = [&](const Tensor& t) { return !t.defined() || (t.dtype() == g[0].dtype() && t.is_cpu()); };
+                         if (fits(xs) && fits(ws))
+                           return linear_backward_direct(g[0], xs, ws, rows, in, out_f, gbias ? &b_shape : nullptr);
+                       }
                        Tensor dx = gx ? dp::matmul(g[0], sw.unpack()) : Tensor();
                        Tensor dw = gw ? dp::mm(dp::reshape(g[0], {rows, out_f}).t(), dp::reshape(sx.unpack(), {rows, in})) : Tensor();
                        Tensor db = gbias ? dp::sum_to(g[0], b_shape) : Tensor();

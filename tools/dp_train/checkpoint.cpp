@@ -229,8 +229,12 @@ Checkpoint parse_checkpoint_metadata(const std::string& text) {
     c.generators = generators_from(field(meta, "generators", ""));
     if (meta.contains("scheduler")) {
       const json& s = meta.at("scheduler");
-      c.scheduler = optim::LRSchedulerState{get_int(s, "last_epoch", "scheduler", -1), get_int(s, "step_count", "scheduler", 0),
-                                            get_numbers(s, "base_lrs", "scheduler"), get_numbers(s, "last_lrs", "scheduler")};
+      optim::LRSchedulerState state;  // the position and rates (dp-train makes the scheduler itself)
+      state.last_epoch = get_int(s, "last_epoch", "scheduler", -1);
+      state.step_count = get_int(s, "step_count", "scheduler", 0);
+      state.base_lrs = get_numbers(s, "base_lrs", "scheduler");
+      state.last_lrs = get_numbers(s, "last_lrs", "scheduler");
+      c.scheduler = std::move(state);
     }
   } catch (const json::exception& e) {  // not expected (every access is checked first); never let one escape
     throw ValueError(std::string("damaged metadata: ") + std::string(e.what()).substr(0, 200));

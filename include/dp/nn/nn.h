@@ -17,3 +17,4 @@
 #include "dp/nn/modules/pooling.h"
 #include "dp/nn/modules/rnn.h"
 #include "dp/nn/serialize.h"
+#include "dp/nn/utils/clip_grad.h"
