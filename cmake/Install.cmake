@@ -40,6 +40,16 @@ set(DP_PACKAGE_CUDA_BIN_DIR "")
 if(DP_HAVE_CUDA)
   set(DP_PACKAGE_CUDA_BIN_DIR "${CUDAToolkit_BIN_DIR}")
 endif()
+# The BLAS vendor (FindBLAS's BLA_VENDOR) the static library's consumers must link: the one this
+# build asked for, else OpenBLAS when that is what FindBLAS found (Debian's libopenblas-dev; the
+# .pc's -lopenblas). Empty: find_dependency(BLAS) takes FindBLAS's default.
+set(DP_PACKAGE_BLA_VENDOR "${BLA_VENDOR}")
+if(NOT DP_PACKAGE_BLA_VENDOR OR DP_PACKAGE_BLA_VENDOR STREQUAL "All")
+  set(DP_PACKAGE_BLA_VENDOR "")
+  if(BLAS_LIBRARIES MATCHES "libopenblas[^/]*$")
+    set(DP_PACKAGE_BLA_VENDOR OpenBLAS)
+  endif()
+endif()
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/dparallelConfig.cmake.in
   ${PROJECT_BINARY_DIR}/dparallelConfig.cmake INSTALL_DESTINATION ${DP_INSTALL_CMAKEDIR})
 # 0.x: a minor release may break the API, so only the same major.minor is compatible.
