@@ -83,6 +83,8 @@ if(DP_WITH_CUDA)
         # nvcc rejects; kernel objects are built without them (uninstrumented host code is fine
         # under ASan and TSan).
         set_property(TARGET dparallel_cuda_kernels PROPERTY COMPILE_OPTIONS "")
+        # No kernel includes dp/autograd/node.h (the only header that includes the generated
+        # dp/config.h): a kernel that comes to need it needs ${PROJECT_BINARY_DIR}/include here too.
         target_include_directories(dparallel_cuda_kernels PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
         target_compile_definitions(dparallel_cuda_kernels PRIVATE DP_HAVE_CUDA=1)
         target_compile_options(dparallel_cuda_kernels PRIVATE $<$<CONFIG:Release>:-O3>)
@@ -103,9 +105,10 @@ if(DP_WITH_CUDA)
   endif()
 endif()
 if(NOT DP_HAVE_CUDA)
-  # Public headers test `#if DP_HAVE_CUDA` (dp/autograd/node.h's layout): every user of the target
-  # gets it defined, 0 here, so a consumer cannot pick a layout the library was not built with. The
-  # library's own sources read it undefined, which #if takes as the same 0.
+  # Public headers test `#if DP_HAVE_CUDA` (dp/autograd/node.h's layout). Its value is fixed by the
+  # generated dp/config.h (CMakeLists.txt), which node.h includes; the definition is passed on to
+  # the target's users too, so their own sources may test it before including a dparallel header.
+  # The library's sources read it undefined, which #if takes as the same 0.
   target_compile_definitions(dparallel INTERFACE DP_HAVE_CUDA=0)
 endif()
 message(STATUS "dparallel: CUDA backend ${DP_HAVE_CUDA}")

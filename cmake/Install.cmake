@@ -2,7 +2,7 @@
 # package, the pkg-config file and the Debian package (cpack -G DEB). Included after the dparallel
 # target and cmake/Cuda.cmake.
 #
-#   <prefix>/include/dp/**                          public headers
+#   <prefix>/include/dp/**                          public headers, and the generated dp/config.h
 #   <prefix>/lib/libdparallel.{a,so.*}              the library
 #   <prefix>/lib/cmake/dparallel/                   dparallelConfig.cmake (+ Version, Targets)
 #   <prefix>/lib/pkgconfig/dparallel.pc             pkg-config
@@ -10,7 +10,8 @@
 #
 # A consumer:  find_package(dparallel CONFIG REQUIRED)
 #              target_link_libraries(app PRIVATE dparallel::dparallel)
-# gets the include directory, C++20, DP_HAVE_CUDA=0/1 and the link interface. For the static library
+# gets the include directory, C++20, DP_HAVE_CUDA=0/1 (also fixed by the installed dp/config.h, for
+# a consumer that only adds -I<prefix>/include) and the link interface. For the static library
 # that interface holds the private dependencies too (BLAS, zlib, Gloo, CUDA's libraries), so the
 # package config looks them up again with find_dependency.
 include(CMakePackageConfigHelpers)
@@ -25,6 +26,7 @@ install(TARGETS dparallel EXPORT dparallelTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/dp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev
   FILES_MATCHING PATTERN "*.h")
+install(FILES ${PROJECT_BINARY_DIR}/include/dp/config.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dp COMPONENT dev)
 install(EXPORT dparallelTargets NAMESPACE dparallel:: DESTINATION ${DP_INSTALL_CMAKEDIR} COMPONENT dev)
 
 # What the package config needs to know about this build.
@@ -37,6 +39,16 @@ set(DP_PACKAGE_CUDA ${DP_HAVE_CUDA})
 set(DP_PACKAGE_CUDA_BIN_DIR "")
 if(DP_HAVE_CUDA)
   set(DP_PACKAGE_CUDA_BIN_DIR "${CUDAToolkit_BIN_DIR}")
+endif()
+# The BLAS vendor (FindBLAS's BLA_VENDOR) the static library's consumers must link: the one this
+# build asked for, else OpenBLAS when that is what FindBLAS found (Debian's libopenblas-dev; the
+# .pc's -lopenblas). Empty: find_dependency(BLAS) takes FindBLAS's default.
+set(DP_PACKAGE_BLA_VENDOR "${BLA_VENDOR}")
+if(NOT DP_PACKAGE_BLA_VENDOR OR DP_PACKAGE_BLA_VENDOR STREQUAL "All")
+  set(DP_PACKAGE_BLA_VENDOR "")
+  if(BLAS_LIBRARIES MATCHES "libopenblas[^/]*$")
+    set(DP_PACKAGE_BLA_VENDOR OpenBLAS)
+  endif()
 endif()
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/dparallelConfig.cmake.in
   ${PROJECT_BINARY_DIR}/dparallelConfig.cmake INSTALL_DESTINATION ${DP_INSTALL_CMAKEDIR})

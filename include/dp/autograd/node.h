@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <vector>
+#include "dp/config.h"  // DP_HAVE_CUDA: Node's layout depends on it
 #include "dp/core/pooled.h"
 #include "dp/core/tensor.h"
 #if DP_HAVE_CUDA
