@@ -15,6 +15,9 @@
 //    parameters are copies too, except between CPU devices: those share host memory, so the
 //    replicas' parameters are relabelled views of the original's storage (no copy; they share its
 //    version counter, so autograd still catches an in-place update before backward).
+//  - A buffer that requires grad is replicated like a parameter, on every device (replica 0
+//    included): its copies are differentiable, and backward sums their gradients into the
+//    original buffer's .grad (PyTorch broadcasts such buffers with autograd too).
 //  - With detach = true, or with grad mode off, replicas carry no autograd history.
 // Unlike PyTorch's replicas, these expose their parameters (replica->parameters() is not empty).
 //
@@ -30,9 +33,10 @@ namespace detail {
 
 // Replicas of one module, kept between calls. prepare() builds them the first time, and again only
 // if the module's structure changed (modules, parameters or buffers registered, replaced or
-// removed); otherwise it refreshes them for this step: parameters re-linked if the original's
-// storage moved, other devices' buffers copied, training flags mirrored, and (with history) one
-// new gradient node whose backward sums every replica's gradients into the originals.
+// removed, or a buffer starting or stopping to require grad); otherwise it refreshes them for this
+// step: parameters (and buffers that require grad) re-linked if the original's storage moved, other
+// devices' buffers copied, training flags mirrored, and (with history) one new gradient node whose
+// backward sums every replica's gradients into the originals.
 // Not thread-safe: one forward at a time per ReplicaSet.
 class ReplicaSet {
  public:
@@ -68,6 +72,7 @@ class ReplicaSet {
   std::vector<nn::Module*> modules_;
   std::vector<Tensor> params_;
   std::vector<Tensor> buffers_;
+  std::vector<bool> buffer_grad_;  // aligned with buffers_: requires grad (replicated like a parameter)
   std::vector<const void*> fingerprint_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   int builds_ = 0;

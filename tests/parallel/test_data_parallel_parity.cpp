@@ -1,0 +1,174 @@
+// DataParallel's remaining PyTorch-parity points (docs/data-parallel.md): buffers that require
+// grad. Golden values: tests/golden/gen_data_parallel.py.
+#include <gtest/gtest.h>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+#include "dp/dp.h"
+#include "dp/nn/nn.h"
+#include "dp/parallel/parallel.h"
+#include "support/devices.h"
+#include "support/golden.h"
+#include "support/gradcheck.h"
+
+namespace dp::parallel {
+namespace {
+
+using test::all_close;
+using test::cpu_devices;
+using test::golden_case;
+using test::tensor_from_json;
+
+class DataParallelParity : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { set_cpu_device_count(4); }
+};
+
+// ---- buffers that require grad ----
+
+// y = tanh(fc(x)) * scale, where `scale` is a buffer registered with requires_grad (the golden
+// generator's ScaledNet).
+struct ScaledNet : nn::Module {
+  nn::Linear fc{nullptr};
+  Tensor scale;
+  ScaledNet() {
+    fc = register_module("fc", nn::Linear(4, 3));
+    Tensor s = randn({3});
+    s.requires_grad_(true);
+    scale = register_buffer("scale", s);
+  }
+  Tensor forward(const Tensor& x) { return fc(x).tanh() * scale; }
+};
+
+std::shared_ptr<ScaledNet> golden_scaled_net() {
+  const auto& c = golden_case("data_parallel.json", "buffer_requires_grad");
+  auto net = std::make_shared<ScaledNet>();
+  NoGradGuard no_grad;
+  net->fc->weight.detach().copy_(tensor_from_json(c["params"]["fc.weight"]));
+  net->fc->bias.detach().copy_(tensor_from_json(c["params"]["fc.bias"]));
+  net->scale.detach().copy_(tensor_from_json(c["params"]["scale"]));
+  return net;
+}
+
+TEST_F(DataParallelParity, BufferRequiringGradGetsPyTorchsGradientOnAnyDeviceCount) {
+  // PyTorch's replicate broadcasts buffers that require grad with autograd, like parameters, so the
+  // buffer's gradient through DataParallel is the single-device one. 10 rows: 5,5 / 4,4,2 / 3,3,3,1.
+  const auto& c = golden_case("data_parallel.json", "buffer_requires_grad");
+  std::map<std::string, Tensor> single_device;
+  for (int n : {1, 2, 3, 4}) {
+    SCOPED_TRACE("devices: " + std::to_string(n));
+    auto net = golden_scaled_net();
+    net->to("cpu:0");
+    nn::DataParallel<ScaledNet> dp_net(net, cpu_devices(n));
+    Tensor x = tensor_from_json(c["input"], /*requires_grad=*/true);
+    Tensor y = dp_net(x);
+    ASSERT_TRUE(y.requires_grad());
+    EXPECT_TRUE(all_close(y.cpu(), c["output"]));
+    y.backward(tensor_from_json(c["grad_output"]).to(y.device()));
+    ASSERT_TRUE(net->scale.grad().defined());
+    const std::map<std::string, Tensor> grads{{"scale", net->scale.grad().cpu()},
+                                              {"fc.weight", net->fc->weight.grad().cpu()},
+                                              {"fc.bias", net->fc->bias.grad().cpu()},
+                                              {"input", x.grad()}};
+    for (const auto& [name, g] : grads) {
+      EXPECT_TRUE(all_close(g, c["grads"][name], 1e-5, 1e-6)) << name;
+      if (n == 1) single_device[name] = g;
+      else EXPECT_TRUE(allclose(g, single_device.at(name), 1e-5, 1e-6)) << name;
+    }
+  }
+}
+
+TEST_F(DataParallelParity, BufferRequiringGradAcrossStepsUpdatesAndToggles) {
+  manual_seed(11);
+  auto net = std::make_shared<ScaledNet>();
+  auto reference = nn::clone(net);
+  reference->scale.requires_grad_(true);  // clone() copies buffers without their requires_grad
+  net->to("cpu:0");
+  nn::DataParallel<ScaledNet> dp_net(net, cpu_devices(3));
+  Tensor x = randn({7, 4});
+  auto step = [&] {
+    net->zero_grad();  // parameters only: the buffer's gradient is cleared by hand
+    reference->zero_grad();
+    net->scale.set_grad(Tensor());
+    reference->scale.set_grad(Tensor());
+    Tensor y = dp_net(x);
+    Tensor y_ref = reference->forward(x);
+    EXPECT_TRUE(allclose(y.cpu(), y_ref, 1e-6, 1e-6));
+    EXPECT_EQ(y.requires_grad(), y_ref.requires_grad());
+    if (y_ref.requires_grad()) {
+      y.pow(2).sum().backward();
+      y_ref.pow(2).sum().backward();
+    }
+  };
+  // Kept replicas: the second step refreshes, the buffer's gradient is still summed over replicas.
+  for (int i = 0; i < 2; ++i) {
+    step();
+    ASSERT_TRUE(net->scale.grad().defined());
+    EXPECT_TRUE(allclose(net->scale.grad().cpu(), reference->scale.grad(), 1e-5, 1e-6));
+  }
+  EXPECT_EQ(dp_net->replica_builds(), 3);
+  // An in-place update of the buffer reaches every replica.
+  {
+    NoGradGuard no_grad;
+    net->scale.mul_(-2.0);
+    reference->scale.mul_(-2.0);
+  }
+  step();
+  EXPECT_TRUE(allclose(net->scale.grad().cpu(), reference->scale.grad(), 1e-5, 1e-6));
+  // No longer requiring grad: the replicas are rebuilt, the buffer is a plain buffer again.
+  net->scale.requires_grad_(false);
+  reference->scale.requires_grad_(false);
+  step();
+  EXPECT_EQ(dp_net->replica_builds(), 6);
+  EXPECT_FALSE(net->scale.grad().defined());
+  EXPECT_TRUE(net->fc->weight.grad().defined());
+  // And requiring it again.
+  net->scale.requires_grad_(true);
+  reference->scale.requires_grad_(true);
+  step();
+  EXPECT_EQ(dp_net->replica_builds(), 9);
+  ASSERT_TRUE(net->scale.grad().defined());
+  EXPECT_TRUE(allclose(net->scale.grad().cpu(), reference->scale.grad(), 1e-5, 1e-6));
+}
+
+TEST_F(DataParallelParity, GradcheckThroughDataParallelWithRespectToTheBuffer) {
+  manual_seed(12);
+  auto net = std::make_shared<ScaledNet>();
+  net->to(Device("cpu:0"), kFloat64);
+  ASSERT_TRUE(net->scale.requires_grad());
+  nn::DataParallel<ScaledNet> dp_net(net, DataParallelOptions(cpu_devices(3)).output_device(Device::cpu()));
+  // f(buffer, x): the buffer's value is the first argument (gradcheck perturbs a copy of it, whose
+  // value is copied in). First derivatives only: the copy is not differentiable, so a double
+  // backward check of this f would not be one of DataParallel.
+  auto f = [&](const std::vector<Tensor>& in) {
+    if (!in[0].is_same(net->scale)) {
+      NoGradGuard no_grad;
+      net->scale.detach().copy_(in[0]);
+    }
+    return dp_net(in[1]);
+  };
+  Tensor x = test::rand_leaf({5, 4});  // 2, 2, 1 rows
+  EXPECT_TRUE(test::gradcheck(f, {net->scale, x}));
+}
+
+TEST_F(DataParallelParity, ReplicateTreatsBuffersThatRequireGradAsParameters) {
+  manual_seed(13);
+  auto net = std::make_shared<ScaledNet>();
+  net->to("cpu:0");
+  auto reps = replicate(net, cpu_devices(3));
+  for (size_t j = 0; j < reps.size(); ++j) {
+    SCOPED_TRACE("replica " + std::to_string(j));
+    const Tensor& s = reps[j]->scale;
+    EXPECT_EQ(s.device(), Device::cpu(static_cast<int>(j)));
+    EXPECT_TRUE(s.requires_grad());
+    EXPECT_NE(s.grad_fn(), nullptr);  // a copy with history, not a leaf
+    EXPECT_FALSE(s.is_same(net->scale));
+    EXPECT_TRUE(equal(s.cpu(), net->scale.detach().cpu()));
+  }
+  EXPECT_EQ(reps[0]->scale.data_ptr(), net->scale.data_ptr());  // replica 0 reads the original's memory
+  for (auto& r : replicate(net, cpu_devices(2), /*detach=*/true)) EXPECT_FALSE(r->scale.requires_grad());
+}
+
+}  // namespace
+}  // namespace dp::parallel
