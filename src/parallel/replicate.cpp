@@ -253,6 +253,7 @@ void ReplicaSet::build(size_t j, Device device) {
     return r;
   });
   walk(*rep->root, rep->modules, nullptr, nullptr, nullptr);
+  for (nn::Module* m : rep->modules) m->mark_replica(zero_grad_warned_);
   DP_CHECK(rep->modules.size() == modules_.size(), ValueError, "replicate: the copy of ", original_->name(), " has ", rep->modules.size(),
            " modules but the original has ", modules_.size(), " (does a copy constructor register or drop modules?)");
   for (const Tensor& p : params_) {

@@ -1,10 +1,11 @@
 // DataParallel's remaining PyTorch-parity points (docs/data-parallel.md): buffers that require
-// grad. Golden values: tests/golden/gen_data_parallel.py.
+// grad, zero_grad() on replicas. Golden values: tests/golden/gen_data_parallel.py.
 #include <gtest/gtest.h>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
+#include "dp/core/warning.h"
 #include "dp/dp.h"
 #include "dp/nn/nn.h"
 #include "dp/parallel/parallel.h"
@@ -168,6 +169,60 @@ TEST_F(DataParallelParity, ReplicateTreatsBuffersThatRequireGradAsParameters) {
   }
   EXPECT_EQ(reps[0]->scale.data_ptr(), net->scale.data_ptr());  // replica 0 reads the original's memory
   for (auto& r : replicate(net, cpu_devices(2), /*detach=*/true)) EXPECT_FALSE(r->scale.requires_grad());
+}
+
+// ---- zero_grad() on replicas ----
+
+struct ClearsGrads : nn::Module {
+  nn::Linear fc{nullptr};
+  ClearsGrads() { fc = register_module("fc", nn::Linear(3, 2)); }
+  Tensor forward(const Tensor& x) {
+    zero_grad();  // does nothing on a replica (PyTorch warns)
+    return fc(x);
+  }
+};
+
+TEST_F(DataParallelParity, ZeroGradInAReplicaWarnsOncePerReplicaSetAndChangesNothing) {
+  const std::string expected = golden_case("data_parallel.json", "replica_zero_grad_warning")["message"].get<std::string>();
+  manual_seed(14);
+  auto model = std::make_shared<ClearsGrads>();
+  model->to("cpu:0");
+  nn::DataParallel<ClearsGrads> net(model, cpu_devices(3));
+  Tensor x = randn({6, 3});
+  WarningCapture capture;
+  net(x).sum().backward();  // three replicas call zero_grad() at once: one warning
+  ASSERT_EQ(capture.messages().size(), 1u);
+  EXPECT_EQ(capture.messages()[0], expected);
+  const Tensor g1 = model->fc->weight.grad().clone();
+  Tensor y = net(x);  // the replicas' zero_grad() leaves the original's gradients alone
+  ASSERT_TRUE(model->fc->weight.grad().defined());
+  EXPECT_TRUE(equal(model->fc->weight.grad(), g1));
+  y.sum().backward();
+  EXPECT_TRUE(allclose(model->fc->weight.grad(), g1 * 2.0, 1e-6, 1e-6));  // accumulated
+  net->invalidate_replicas();  // rebuilt replicas belong to the same set: no new warning
+  for (int i = 0; i < 3; ++i) net(x);
+  EXPECT_EQ(capture.messages().size(), 1u);
+  nn::DataParallel<ClearsGrads> other(model, cpu_devices(2));  // a new replica set warns once more
+  other(x);
+  other(x);
+  EXPECT_EQ(capture.messages().size(), 2u);
+  // The original's own zero_grad() works, silently.
+  model->zero_grad();
+  EXPECT_FALSE(model->fc->weight.grad().defined());
+  EXPECT_EQ(capture.messages().size(), 2u);
+}
+
+TEST_F(DataParallelParity, ReplicasAreMarkedAndTheirClonesAreNot) {
+  auto model = std::make_shared<ClearsGrads>();
+  model->to("cpu:0");
+  EXPECT_FALSE(model->is_replica());
+  auto reps = replicate(model, cpu_devices(2));
+  for (auto& r : reps) {
+    EXPECT_TRUE(r->is_replica());
+    EXPECT_TRUE(r->fc->is_replica());
+  }
+  EXPECT_FALSE(nn::clone(reps[1])->is_replica());
+  EXPECT_FALSE(model->is_replica());
 }
 
 }  // namespace

@@ -20,8 +20,11 @@
 //    original buffer's .grad (PyTorch broadcasts such buffers with autograd too).
 //  - With detach = true, or with grad mode off, replicas carry no autograd history.
 // Unlike PyTorch's replicas, these expose their parameters (replica->parameters() is not empty).
+// Every module of a replica is marked (nn::Module::is_replica()): zero_grad() on it warns, once per
+// replica set, and does nothing, as in PyTorch.
 //
 // DataParallel keeps its replicas between steps (ReplicaSet below) and only refreshes them.
+#include <atomic>
 #include <memory>
 #include <vector>
 #include "dp/autograd/grad_mode.h"
@@ -76,6 +79,8 @@ class ReplicaSet {
   std::vector<const void*> fingerprint_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   int builds_ = 0;
+  // Shared by every replica module ever built here: zero_grad() on a replica warns once per set.
+  std::shared_ptr<std::atomic<bool>> zero_grad_warned_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace detail
