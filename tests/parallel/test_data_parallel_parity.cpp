@@ -1,5 +1,6 @@
 // DataParallel's remaining PyTorch-parity points (docs/data-parallel.md): buffers that require
-// grad, zero_grad() on replicas. Golden values: tests/golden/gen_data_parallel.py.
+// grad, zero_grad() on replicas, where parallel_apply's outputs live. Golden values:
+// tests/golden/gen_data_parallel.py.
 #include <gtest/gtest.h>
 #include <map>
 #include <string>
@@ -223,6 +224,56 @@ TEST_F(DataParallelParity, ReplicasAreMarkedAndTheirClonesAreNot) {
   }
   EXPECT_FALSE(nn::clone(reps[1])->is_replica());
   EXPECT_FALSE(model->is_replica());
+}
+
+// ---- parallel_apply puts outputs[i] on devices[i] ----
+
+struct Elsewhere : nn::Module {
+  nn::Linear fc{nullptr};
+  Elsewhere() { fc = register_module("fc", nn::Linear(3, 2)); }
+  // Everything it returns is away from its device (the host, cpu:3), one tensor undefined.
+  std::pair<Tensor, std::vector<Tensor>> forward(const Tensor& x) {
+    Tensor y = fc(x);
+    return {y.to(Device::cpu()), {(y * 2).to(Device("cpu:3")), Tensor()}};
+  }
+};
+
+TEST_F(DataParallelParity, ParallelApplyMovesEachOutputToItsDevice) {
+  manual_seed(15);
+  auto model = std::make_shared<Elsewhere>();
+  auto reference = nn::clone(model);
+  model->to("cpu:0");
+  const std::vector<Device> devices = cpu_devices(3);
+  SplitOptions split;
+  split.devices = devices;
+  Tensor x = randn({6, 3});
+  auto inputs = scatter_args(std::make_tuple(x), split);
+  auto outputs = parallel_apply(replicate(model, devices), inputs, devices);
+  ASSERT_EQ(outputs.size(), 3u);
+  Tensor total;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    SCOPED_TRACE("replica " + std::to_string(i));
+    const auto& [y, extras] = outputs[i];
+    EXPECT_EQ(y.device(), devices[i]);
+    ASSERT_EQ(extras.size(), 2u);
+    EXPECT_EQ(extras[0].device(), devices[i]);
+    EXPECT_FALSE(extras[1].defined());
+    const Tensor expected = reference->fc(x.narrow(0, static_cast<int64_t>(2 * i), 2));
+    EXPECT_TRUE(allclose(y.cpu(), expected, 1e-6, 1e-6));
+    EXPECT_TRUE(allclose(extras[0].cpu(), expected * 2, 1e-6, 1e-6));
+    Tensor part = (y.sum() + extras[0].sum()).to("cpu:0");  // the moves are differentiable
+    total = total.defined() ? total + part : part;
+  }
+  total.backward();
+  Tensor y_ref = reference->fc(x);
+  (y_ref.sum() + (y_ref * 2).sum()).backward();
+  EXPECT_TRUE(allclose(model->fc->weight.grad().cpu(), reference->fc->weight.grad(), 1e-5, 1e-6));
+  // Through DataParallel the gathered output is on output_device as before.
+  nn::DataParallel<Elsewhere> net(model, DataParallelOptions(devices).output_device("cpu:2"));
+  auto out = net(x);
+  EXPECT_EQ(out.first.device(), Device("cpu:2"));
+  EXPECT_EQ(out.second[0].device(), Device("cpu:2"));
+  EXPECT_TRUE(allclose(out.first.cpu(), reference->fc(x), 1e-6, 1e-6));
 }
 
 }  // namespace

@@ -4,11 +4,14 @@
 //   auto outputs = dp::parallel::parallel_apply(replicas, inputs, devices);
 //   // inputs[i] is replica i's argument tuple (scatter_args makes them); outputs[i] its result
 //
-// Each call runs with the caller's grad mode (grad mode is per thread). Once every replica has
-// finished, the first failure by replica index is re-thrown with its type kept where it is one of
-// dparallel's or the standard library's exception types, its message prefixed with
-// "Caught <type> in replica i on device d." (and how many others failed). A forward that returns
-// void gives no outputs.
+// Each call runs with the caller's grad mode (grad mode is per thread). outputs[i]'s tensors are on
+// devices[i]: a forward that returns a tensor elsewhere has it moved there, differentiably, as
+// libtorch's parallel_apply does (module->forward(input).to(devices[i])); tensors are found in the
+// output by the scatter/gather type rules (dp/parallel/scatter_gather.h), other members are left
+// alone. Once every replica has finished, the first failure by replica index is re-thrown with its
+// type kept where it is one of dparallel's or the standard library's exception types, its message
+// prefixed with "Caught <type> in replica i on device d." (and how many others failed). A forward
+// that returns void gives no outputs.
 #include <exception>
 #include <functional>
 #include <memory>
@@ -20,6 +23,7 @@
 #include "dp/core/device_registry.h"
 #include "dp/core/errors.h"
 #include "dp/parallel/detail/run.h"
+#include "dp/parallel/scatter_gather.h"
 
 namespace dp::parallel {
 
@@ -54,7 +58,12 @@ auto parallel_apply(const std::vector<std::shared_ptr<M>>& replicas, const std::
     detail::rethrow_first_replica_error(errors, devices);
   } else {
     std::vector<std::optional<R>> results(replicas.size());
-    auto errors = detail::run_replicas(devices, [&](size_t i) { results[i].emplace(call(i)); });
+    auto errors = detail::run_replicas(devices, [&](size_t i) {
+      R out = call(i);
+      AutoGradMode mode(grad_enabled);
+      detail::move_tensors_to(out, devices[i]);  // libtorch's rule: outputs[i] on devices[i]
+      results[i].emplace(std::move(out));
+    });
     detail::rethrow_first_replica_error(errors, devices);
     std::vector<R> out;
     out.reserve(results.size());
