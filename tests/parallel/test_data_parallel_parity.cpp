@@ -1,8 +1,9 @@
 // DataParallel's remaining PyTorch-parity points (docs/data-parallel.md): buffers that require
-// grad, zero_grad() on replicas, where parallel_apply's outputs live. Golden values:
-// tests/golden/gen_data_parallel.py.
+// grad, zero_grad() on replicas, where parallel_apply's outputs live, and which rows of the batch a
+// failing replica got. Golden values: tests/golden/gen_data_parallel.py.
 #include <gtest/gtest.h>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -274,6 +275,69 @@ TEST_F(DataParallelParity, ParallelApplyMovesEachOutputToItsDevice) {
   EXPECT_EQ(out.first.device(), Device("cpu:2"));
   EXPECT_EQ(out.second[0].device(), Device("cpu:2"));
   EXPECT_TRUE(allclose(out.first.cpu(), reference->fc(x), 1e-6, 1e-6));
+}
+
+// ---- which rows a failing replica got ----
+
+struct FailsOffDeviceZero : nn::Module {
+  Tensor w;
+  FailsOffDeviceZero() { w = register_parameter("w", ones({1})); }
+  Tensor forward(const Tensor& x) {
+    if (x.device() == Device("cpu:2")) throw std::out_of_range("index out of range in a slice of size " + x.size_str());
+    if (x.device() != Device("cpu:0")) throw ShapeError("unexpected slice of size " + x.size_str());
+    return x * w;
+  }
+};
+
+template <typename E, typename F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no exception";
+}
+
+TEST_F(DataParallelParity, ReplicaErrorsSayWhichRowsOfTheBatchTheReplicaGot) {
+  auto model = std::make_shared<FailsOffDeviceZero>();
+  model->to("cpu:0");
+  nn::DataParallel<FailsOffDeviceZero> two(model, cpu_devices(2));
+  std::string msg = message_of<ShapeError>([&] { two(randn({30, 4})); });
+  EXPECT_NE(msg.find("Caught dp::ShapeError in replica 1 on device cpu:1 (replica 1 of 2 got rows 15..29 of a batch of 30 split along "
+                     "dim 0).\nOriginal message: unexpected slice of size [15, 4]"),
+            std::string::npos)
+      << msg;
+  // Several failures: the first by index, its rows, and how many others failed. dim -1 is dim 1.
+  nn::DataParallel<FailsOffDeviceZero> four(model, DataParallelOptions(cpu_devices(4)).dim(-1));
+  msg = message_of<ShapeError>([&] { four(randn({2, 10})); });  // columns 3,3,3,1
+  EXPECT_NE(msg.find("in replica 1 on device cpu:1 (replica 1 of 4 got rows 3..5 of a batch of 10 split along dim 1; 2 other replica(s) "
+                     "failed too; the first by index is shown)"),
+            std::string::npos)
+      << msg;
+  // One row, in device order {cpu:0, cpu:2}; a standard exception type is kept.
+  nn::DataParallel<FailsOffDeviceZero> skip(model, DataParallelOptions({Device("cpu:0"), Device("cpu:2")}).chunk_sizes({4, 1}));
+  msg = message_of<std::out_of_range>([&] { skip(randn({5, 4})); });
+  EXPECT_NE(msg.find("Caught std::out_of_range in replica 1 on device cpu:2 (replica 1 of 2 got row 4 of a batch of 5 split along dim 0)."),
+            std::string::npos)
+      << msg;
+  // An empty batch: every replica runs on no rows.
+  msg = message_of<ShapeError>([&] { two(randn({0, 4})); });
+  EXPECT_NE(msg.find("in replica 1 on device cpu:1 (replica 1 of 2 got no rows of a batch of 0 split along dim 0)."), std::string::npos) << msg;
+  // The loss on the replicas (rows counted on the target, split like the inputs) and the functional form.
+  auto criterion = [](const Tensor& out, const Tensor& target) { return (out - target).pow(2).mean(); };
+  msg = message_of<ShapeError>([&] { two->forward_loss(criterion, randn({6, 4}), randn({6, 4})); });
+  EXPECT_NE(msg.find("in replica 1 on device cpu:1 (replica 1 of 2 got rows 3..5 of a batch of 6 split along dim 0)."), std::string::npos) << msg;
+  msg = message_of<ShapeError>([&] { data_parallel(model, randn({8, 4}), cpu_devices(2)); });
+  EXPECT_NE(msg.find("in replica 1 on device cpu:1 (replica 1 of 2 got rows 4..7 of a batch of 8 split along dim 0)."), std::string::npos) << msg;
+  // parallel_apply alone knows nothing of a batch: the context is the replica and device only.
+  SplitOptions split;
+  split.devices = cpu_devices(2);
+  msg = message_of<ShapeError>([&] { parallel_apply(replicate(model, split.devices), scatter_args(std::make_tuple(randn({4, 4})), split), split.devices); });
+  EXPECT_NE(msg.find("Caught dp::ShapeError in replica 1 on device cpu:1.\nOriginal message: unexpected slice of size [2, 4]"), std::string::npos)
+      << msg;
 }
 
 }  // namespace

@@ -23,6 +23,9 @@
 //    you change plain (non-tensor) members of the module after the first forward, call
 //    invalidate_replicas(); registered parameters, buffers and submodules are tracked.
 //  - Arguments and outputs of any type: see dp/parallel/scatter_gather.h.
+//  - An error in a replica is re-thrown with the replica, its device and the rows of the batch it
+//    got ("in replica 1 on device cpu:1 (replica 1 of 2 got rows 15..29 of a batch of 30 split
+//    along dim 0)"), its type kept (see parallel_apply.h).
 //  - forward_loss(criterion, target, inputs...) computes the loss on the replicas and returns it
 //    on output_device: only scalars travel (dp/parallel/parallel_loss.h).
 //  - state_dict() and named_parameters() are the wrapped module's ("fc.weight"), also when the
@@ -182,8 +185,9 @@ class DataParallelImpl : public nn::Module {
     } else {
       const std::vector<Device> used(core_.device_ids().begin(), core_.device_ids().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
       std::vector<std::shared_ptr<M>> replicas = typed(core_.replicas(module_.ptr(), inputs.size()));
-      if constexpr (std::is_void_v<R>) parallel_apply(replicas, inputs, used);
-      else return gather_outputs(parallel_apply(replicas, inputs, used), core_.output_device(), core_.dim());
+      const std::vector<std::string> notes = detail::slice_notes(packed, inputs, core_.dim());
+      if constexpr (std::is_void_v<R>) detail::parallel_apply_noted(replicas, inputs, used, notes);
+      else return gather_outputs(detail::parallel_apply_noted(replicas, inputs, used, notes), core_.output_device(), core_.dim());
     }
   }
 
@@ -220,7 +224,7 @@ class DataParallelImpl : public nn::Module {
       AutoGradMode mode(grad_enabled);
       parts[i] = run_one(*replicas[i], inputs[i]);
     });
-    detail::rethrow_first_replica_error(errors, used);
+    detail::rethrow_first_replica_error(errors, used, detail::slice_notes(packed, inputs, dim));
     std::vector<LossPart> done;
     for (auto& p : parts) done.push_back(std::move(*p));
     return sum_loss_parts(done, core_.output_device());
@@ -296,8 +300,9 @@ auto data_parallel(const std::shared_ptr<M>& module, const std::tuple<Args...>& 
     const std::vector<Device> used(core.device_ids().begin(), core.device_ids().begin() + static_cast<std::ptrdiff_t>(scattered.size()));
     std::vector<std::shared_ptr<M>> replicas;
     for (auto& r : core.replicas(module, scattered.size())) replicas.push_back(std::static_pointer_cast<M>(r));
-    if constexpr (std::is_void_v<R>) parallel_apply(replicas, scattered, used);
-    else return gather_outputs(parallel_apply(replicas, scattered, used), core.output_device(), core.dim());
+    const std::vector<std::string> notes = detail::slice_notes(inputs, scattered, core.dim());
+    if constexpr (std::is_void_v<R>) detail::parallel_apply_noted(replicas, scattered, used, notes);
+    else return gather_outputs(detail::parallel_apply_noted(replicas, scattered, used, notes), core.output_device(), core.dim());
   }
 }
 // One tensor input (libtorch's signature).

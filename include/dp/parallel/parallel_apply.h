@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -29,18 +30,20 @@ namespace dp::parallel {
 
 namespace detail {
 // Re-throws the first error (by index) of a parallel run, as described above; returns if none.
-void rethrow_first_replica_error(const std::vector<std::exception_ptr>& errors, const std::vector<Device>& devices);
+// notes[i], when given, is added to replica i's context (DataParallel: which rows of the batch it got).
+void rethrow_first_replica_error(const std::vector<std::exception_ptr>& errors, const std::vector<Device>& devices,
+                                 const std::vector<std::string>& notes = {});
 // The workers of `devices` (null for the host, which runs in the calling thread).
 std::vector<Worker*> workers_of(const std::vector<Device>& devices);
 // run_on_workers over the workers of `devices`, where fn(i) on a CUDA device runs with the calling
 // thread's current stream of that device current, so a replica's kernels queue behind the copies
 // the caller made for it (the scatter), as PyTorch's parallel_apply passes its streams.
 std::vector<std::exception_ptr> run_replicas(const std::vector<Device>& devices, const std::function<void(size_t)>& fn);
-}  // namespace detail
 
+// parallel_apply with `notes` for the error context (see rethrow_first_replica_error).
 template <typename M, typename... Args>
-auto parallel_apply(const std::vector<std::shared_ptr<M>>& replicas, const std::vector<std::tuple<Args...>>& inputs,
-                    const std::vector<Device>& devices) {
+auto parallel_apply_noted(const std::vector<std::shared_ptr<M>>& replicas, const std::vector<std::tuple<Args...>>& inputs,
+                          const std::vector<Device>& devices, const std::vector<std::string>& notes) {
   using R = std::decay_t<decltype(std::declval<M&>().forward(std::declval<Args&>()...))>;
   DP_CHECK(replicas.size() == inputs.size(), ValueError, "parallel_apply: the number of modules ", replicas.size(),
            " is not equal to the number of inputs ", inputs.size());
@@ -54,22 +57,29 @@ auto parallel_apply(const std::vector<std::shared_ptr<M>>& replicas, const std::
     return std::apply([&](Args&... a) -> decltype(auto) { return replicas[i]->forward(a...); }, args);
   };
   if constexpr (std::is_void_v<R>) {
-    auto errors = detail::run_replicas(devices, [&](size_t i) { call(i); });
-    detail::rethrow_first_replica_error(errors, devices);
+    auto errors = run_replicas(devices, [&](size_t i) { call(i); });
+    rethrow_first_replica_error(errors, devices, notes);
   } else {
     std::vector<std::optional<R>> results(replicas.size());
-    auto errors = detail::run_replicas(devices, [&](size_t i) {
+    auto errors = run_replicas(devices, [&](size_t i) {
       R out = call(i);
       AutoGradMode mode(grad_enabled);
-      detail::move_tensors_to(out, devices[i]);  // libtorch's rule: outputs[i] on devices[i]
+      move_tensors_to(out, devices[i]);  // libtorch's rule: outputs[i] on devices[i]
       results[i].emplace(std::move(out));
     });
-    detail::rethrow_first_replica_error(errors, devices);
+    rethrow_first_replica_error(errors, devices, notes);
     std::vector<R> out;
     out.reserve(results.size());
     for (auto& r : results) out.push_back(std::move(*r));
     return out;
   }
+}
+}  // namespace detail
+
+template <typename M, typename... Args>
+auto parallel_apply(const std::vector<std::shared_ptr<M>>& replicas, const std::vector<std::tuple<Args...>>& inputs,
+                    const std::vector<Device>& devices) {
+  return detail::parallel_apply_noted(replicas, inputs, devices, {});
 }
 
 }  // namespace dp::parallel
