@@ -23,6 +23,7 @@
 //    you change plain (non-tensor) members of the module after the first forward, call
 //    invalidate_replicas(); registered parameters, buffers and submodules are tracked.
 //  - Arguments and outputs of any type: see dp/parallel/scatter_gather.h.
+//  - M must be copy-constructible (replicas are copies): checked at compile time.
 //  - An error in a replica is re-thrown with the replica, its device and the rows of the batch it
 //    got ("in replica 1 on device cpu:1 (replica 1 of 2 got rows 15..29 of a batch of 30 split
 //    along dim 0)"), its type kept (see parallel_apply.h).
@@ -149,6 +150,8 @@ LossPart make_loss_part(C& criterion, const Out& output, const Target& target, i
 
 template <typename M>
 class DataParallelImpl : public nn::Module {
+  static_assert(detail::replicable<M>());  // M's copy constructor makes the replicas
+
  public:
   DataParallelImpl(std::shared_ptr<M> module, DataParallelOptions options = {})
       : nn::Module("DataParallel"), module_(register_module("module", checked(std::move(module)))), core_(module_.ptr(), options) {
@@ -278,6 +281,7 @@ class DataParallelImpl : public nn::Module {
 template <typename M, typename... Args>
 auto data_parallel(const std::shared_ptr<M>& module, const std::tuple<Args...>& inputs, std::optional<std::vector<Device>> device_ids = std::nullopt,
                    std::optional<Device> output_device = std::nullopt, int64_t dim = 0) {
+  static_assert(detail::replicable<M>());
   DP_CHECK(module != nullptr, ValueError, "data_parallel: the module is null");
   module->template remember_type<M>();
   DataParallelOptions options;

@@ -26,6 +26,7 @@
 // DataParallel keeps its replicas between steps (ReplicaSet below) and only refreshes them.
 #include <atomic>
 #include <memory>
+#include <type_traits>
 #include <vector>
 #include "dp/autograd/grad_mode.h"
 #include "dp/nn/module.h"
@@ -83,12 +84,30 @@ class ReplicaSet {
   std::shared_ptr<std::atomic<bool>> zero_grad_warned_ = std::make_shared<std::atomic<bool>>(false);
 };
 
+// Compile-time check that a module of type M can be replicated: each replica is a deep copy made
+// with M's own copy constructor (nn::Module's clone). Used as static_assert(replicable<M>()) by
+// replicate<M>, nn::DataParallel<M> and data_parallel(), so a module that can't be copied fails to
+// compile, saying what to add, instead of failing at the first forward. (Children are checked at
+// run time: their types are only known once registered.)
+template <typename M>
+constexpr bool replicable() {
+  static_assert(std::is_base_of_v<nn::Module, M>, "DataParallel / replicate: the module type must derive from dp::nn::Module");
+  static_assert(!std::is_abstract_v<M>,
+                "DataParallel / replicate: the module type is abstract, so it can't be copied onto each device; wrap the concrete class");
+  static_assert(std::is_abstract_v<M> || std::is_copy_constructible_v<M>,
+                "DataParallel / replicate: the module type is not copy-constructible, but each replica is a copy made with its copy "
+                "constructor. Add a copy constructor: hold non-copyable members (std::unique_ptr, std::mutex, std::atomic, std::thread) "
+                "through std::shared_ptr, or write M(const M& other) yourself instead of deleting it");
+  return true;
+}
+
 }  // namespace detail
 
 std::vector<nn::ModulePtr> replicate_module(const nn::ModulePtr& module, const std::vector<Device>& devices, bool detach = false);
 
 template <typename M>
 std::vector<std::shared_ptr<M>> replicate(const std::shared_ptr<M>& module, const std::vector<Device>& devices, bool detach = false) {
+  static_assert(detail::replicable<M>());
   DP_CHECK(module != nullptr, ValueError, "replicate: null module");
   module->template remember_type<M>();
   std::vector<std::shared_ptr<M>> out;
