@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 #include "dp/autograd/grad_mode.h"
+#include "dp/core/warning.h"
 #include "dp/ops/elementwise.h"
 
 namespace dp::nn {
@@ -271,6 +272,15 @@ void Module::to(Device device, DType dtype, bool non_blocking) {
 }
 
 void Module::zero_grad(bool set_to_none) {
+  if (replica_warned_) {
+    // PyTorch's message (Module.zero_grad on a module with _is_replica), once per replica set.
+    if (!replica_warned_->exchange(true))
+      warn(
+          "Calling .zero_grad() from a module created with nn.DataParallel() has no effect. The parameters are copied (in a "
+          "differentiable manner) from the original module. This means they are not leaf nodes in autograd and so don't "
+          "accumulate gradients. If you need gradients in your forward method, consider using autograd.grad instead.");
+    return;
+  }
   for (Tensor& p : parameters()) {
     Tensor g = p.grad();
     if (!g.defined()) continue;

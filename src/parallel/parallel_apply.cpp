@@ -48,7 +48,8 @@ std::vector<std::exception_ptr> run_replicas(const std::vector<Device>& devices,
   });
 }
 
-void rethrow_first_replica_error(const std::vector<std::exception_ptr>& errors, const std::vector<Device>& devices) {
+void rethrow_first_replica_error(const std::vector<std::exception_ptr>& errors, const std::vector<Device>& devices,
+                                 const std::vector<std::string>& notes) {
   size_t first = errors.size(), failed = 0;
   for (size_t i = 0; i < errors.size(); ++i) {
     if (!errors[i]) continue;
@@ -56,9 +57,13 @@ void rethrow_first_replica_error(const std::vector<std::exception_ptr>& errors, 
     if (first == errors.size()) first = i;
   }
   if (failed == 0) return;
-  const std::string where = "in replica " + std::to_string(first) + " on device " + devices[first].str();
-  const std::string others = failed > 1 ? " (" + std::to_string(failed - 1) + " other replica(s) failed too; the first by index is shown)" : "";
-  ::dp::detail::rethrow_with_context(errors[first], where + others);
+  std::vector<std::string> remarks;
+  if (first < notes.size() && !notes[first].empty()) remarks.push_back(notes[first]);
+  if (failed > 1) remarks.push_back(std::to_string(failed - 1) + " other replica(s) failed too; the first by index is shown");
+  std::string where = "in replica " + std::to_string(first) + " on device " + devices[first].str();
+  for (size_t r = 0; r < remarks.size(); ++r) where += (r == 0 ? " (" : "; ") + remarks[r];
+  if (!remarks.empty()) where += ")";
+  ::dp::detail::rethrow_with_context(errors[first], where);
 }
 
 }  // namespace dp::parallel::detail

@@ -55,7 +55,8 @@ void walk(const nn::Module& root, std::vector<nn::Module*>& modules, std::vector
   std::unordered_set<const nn::Module*> seen_modules;
   std::unordered_set<const TensorImpl*> seen_tensors;
   std::vector<nn::Module*> stack{const_cast<nn::Module*>(&root)};
-  static const char kEnd = 0;  // separates a module's slots in the fingerprint
+  static const char kEnd = 0;   // separates a module's slots in the fingerprint
+  static const char kGrad = 0;  // follows a buffer that requires grad (replicated differentiably)
   while (!stack.empty()) {
     nn::Module* m = stack.back();
     stack.pop_back();
@@ -71,6 +72,7 @@ void walk(const nn::Module& root, std::vector<nn::Module*>& modules, std::vector
     for (const auto& b : m->own_buffers()) {
       const Tensor& t = b.value();
       if (fingerprint) fingerprint->push_back(t.unsafe_impl());
+      if (fingerprint && t.defined() && t.requires_grad()) fingerprint->push_back(&kGrad);
       if (buffers && t.defined() && seen_tensors.insert(t.unsafe_impl()).second) buffers->push_back(t);
     }
     if (fingerprint) fingerprint->push_back(&kEnd);
@@ -83,8 +85,8 @@ void walk(const nn::Module& root, std::vector<nn::Module*>& modules, std::vector
   }
 }
 
-// Backward of one step's parameter broadcast: receives the gradient of every replica's copy of every
-// parameter that requires grad (replica-major) and returns their sums, one per original parameter.
+// Backward of one step's broadcast: receives the gradient of every replica's copy of every parameter
+// and buffer that requires grad (replica-major) and returns their sums, one per original tensor.
 class BroadcastBackward final : public autograd::Node {
  public:
   BroadcastBackward(size_t replicas, std::vector<TensorSpec> specs, Device destination)
@@ -139,8 +141,10 @@ struct ReplicaSet::Replica {
   nn::ModulePtr root;
   std::vector<nn::Module*> modules;  // aligned with ReplicaSet::modules_
   std::vector<Tensor> params;        // aligned with params_
-  std::vector<Tensor> buffers;       // aligned with buffers_ (replica 0: the originals themselves)
+  std::vector<Tensor> buffers;       // aligned with buffers_ (replica 0: the originals themselves,
+                                     // except buffers that require grad, which are linked like parameters)
   std::vector<bool> param_copied;    // true where a parameter could not share memory (copied)
+  std::vector<bool> buffer_copied;   // the same for buffers that require grad (unused for others)
   std::vector<CopyStamp> param_stamps;
   std::vector<CopyStamp> buffer_stamps;
 };
@@ -198,6 +202,8 @@ void ReplicaSet::take_snapshot() {
   buffers_.clear();
   fingerprint_.clear();
   walk(*original_, modules_, &params_, &buffers_, &fingerprint_);
+  buffer_grad_.clear();
+  for (const Tensor& b : buffers_) buffer_grad_.push_back(b.requires_grad());
 }
 
 bool ReplicaSet::snapshot_changed() {
@@ -258,6 +264,7 @@ void ReplicaSet::build(size_t j, Device device) {
     return r;
   });
   walk(*rep->root, rep->modules, nullptr, nullptr, nullptr);
+  for (nn::Module* m : rep->modules) m->mark_replica(zero_grad_warned_);
   DP_CHECK(rep->modules.size() == modules_.size(), ValueError, "replicate: the copy of ", original_->name(), " has ", rep->modules.size(),
            " modules but the original has ", modules_.size(), " (does a copy constructor register or drop modules?)");
   for (const Tensor& p : params_) {
@@ -268,6 +275,7 @@ void ReplicaSet::build(size_t j, Device device) {
   }
   for (const Tensor& b : buffers_) {
     Tensor& r = made.at(b.unsafe_impl());
+    rep->buffer_copied.push_back(!same_view(b, r));
     rep->buffers.push_back(r);
     rep->buffer_stamps.push_back({root_of(b.storage()), b.version(), r.version()});
   }
@@ -276,50 +284,72 @@ void ReplicaSet::build(size_t j, Device device) {
   ++builds_;
 }
 
+namespace {
+
+// Brings a replica's parameter (or buffer that requires grad) up to date: while it shares the
+// original's memory, re-links it if the original was moved or re-assigned (to(), set_data); once it
+// is a copy (memory not shareable), refreshes the copy when its stamp is stale.
+void refresh_linked(const Tensor& o, Tensor& r, std::vector<bool>::reference copied, CopyStamp& stamp, Device device,
+                    PendingCopies& pending) {
+  if (!copied) {
+    if (same_view(o, r)) return;
+    Tensor v = linked_view(o, device);
+    if (v.defined()) {
+      r.set_data(v);
+      return;
+    }
+    copied = true;
+    stamp = {};  // it just became a copy: refresh it now
+  }
+  refresh_copy(o, r, stamp, device, &pending);
+}
+
+}  // namespace
+
 void ReplicaSet::refresh(size_t j) {
   Replica& rep = *replicas_[j];
   for (size_t m = 0; m < modules_.size(); ++m) rep.modules[m]->set_training_flag(modules_[m]->is_training());
   NoGradGuard no_grad;
   PendingCopies pending;
-  for (size_t p = 0; p < params_.size(); ++p) {
-    const Tensor& o = params_[p];
-    Tensor& r = rep.params[p];
-    if (!rep.param_copied[p]) {
-      if (!same_view(o, r)) {  // the original was moved or re-assigned (to(), set_data)
-        Tensor v = linked_view(o, rep.device);
-        if (v.defined()) r.set_data(v);
-        else rep.param_copied[p] = true;
-      }
-      if (!rep.param_copied[p]) continue;
-      rep.param_stamps[p] = {};  // it just became a copy: refresh it now
-    }
-    refresh_copy(o, r, rep.param_stamps[p], rep.device, &pending);
+  for (size_t p = 0; p < params_.size(); ++p)
+    refresh_linked(params_[p], rep.params[p], rep.param_copied[p], rep.param_stamps[p], rep.device, pending);
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    if (buffer_grad_[b]) refresh_linked(buffers_[b], rep.buffers[b], rep.buffer_copied[b], rep.buffer_stamps[b], rep.device, pending);
+    else if (j != 0) refresh_copy(buffers_[b], rep.buffers[b], rep.buffer_stamps[b], rep.device, &pending);  // replica 0's are the originals
   }
-  if (j != 0)  // replica 0's buffers are the originals
-    for (size_t b = 0; b < buffers_.size(); ++b) refresh_copy(buffers_[b], rep.buffers[b], rep.buffer_stamps[b], rep.device, &pending);
   pending.flush(rep.device);
 }
 
+// Each step, one BroadcastBackward node links every replica's copy of every parameter and every
+// buffer that requires grad (PyTorch broadcasts those buffers differentiably too) to the original.
 void ReplicaSet::link_history(size_t count, bool detach) {
-  for (auto& rep : replicas_)
-    if (rep)
-      for (const Tensor& t : rep->params) clear_history(t);
-  if (detach) return;
-  std::vector<size_t> grad_params;
-  std::vector<TensorSpec> specs;
-  for (size_t p = 0; p < params_.size(); ++p) {
-    if (!params_[p].requires_grad()) continue;
-    grad_params.push_back(p);
-    specs.push_back({params_[p].sizes(), params_[p].dtype()});
+  for (auto& rep : replicas_) {
+    if (!rep) continue;
+    for (const Tensor& t : rep->params) clear_history(t);
+    for (size_t b = 0; b < buffers_.size(); ++b)
+      if (buffer_grad_[b]) clear_history(rep->buffers[b]);  // never an original: those are linked views or copies
   }
-  if (grad_params.empty()) return;
-  const Device destination = params_[grad_params[0]].device();
+  if (detach) return;
+  std::vector<Tensor> originals;  // the inputs of the broadcast: parameters, then buffers
+  for (size_t p = 0; p < params_.size(); ++p)
+    if (params_[p].requires_grad()) originals.push_back(params_[p]);
+  for (size_t b = 0; b < buffers_.size(); ++b)
+    if (buffer_grad_[b]) originals.push_back(buffers_[b]);
+  if (originals.empty()) return;
+  std::vector<TensorSpec> specs;
+  specs.reserve(originals.size());
+  for (const Tensor& t : originals) specs.push_back({t.sizes(), t.dtype()});
+  const Device destination = originals[0].device();
   auto node = std::make_shared<BroadcastBackward>(count, std::move(specs), destination);
-  for (size_t p : grad_params) node->add_next_edge(autograd::gradient_edge(params_[p]));
+  for (const Tensor& t : originals) node->add_next_edge(autograd::gradient_edge(t));
   std::vector<Tensor> outputs;
-  outputs.reserve(count * grad_params.size());
-  for (size_t j = 0; j < count; ++j)
-    for (size_t p : grad_params) outputs.push_back(replicas_[j]->params[p]);
+  outputs.reserve(count * originals.size());
+  for (size_t j = 0; j < count; ++j) {
+    for (size_t p = 0; p < params_.size(); ++p)
+      if (params_[p].requires_grad()) outputs.push_back(replicas_[j]->params[p]);
+    for (size_t b = 0; b < buffers_.size(); ++b)
+      if (buffer_grad_[b]) outputs.push_back(replicas_[j]->buffers[b]);
+  }
   autograd::set_history(outputs, node);
   node->set_device(destination);
 }

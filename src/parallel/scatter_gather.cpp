@@ -47,6 +47,22 @@ std::vector<std::vector<Tensor>> split_all(const std::vector<Tensor>& tensors, c
   return pieces;
 }
 
+std::vector<std::string> describe_slices(int64_t batch, const std::vector<int64_t>& rows, int64_t dim) {
+  std::vector<std::string> out;
+  out.reserve(rows.size());
+  int64_t offset = 0;
+  const std::string of = " of a batch of " + std::to_string(batch) + " split along dim " + std::to_string(dim);
+  for (size_t j = 0; j < rows.size(); ++j) {
+    std::string s = "replica " + std::to_string(j) + " of " + std::to_string(rows.size()) + " got ";
+    if (rows[j] == 0) s += "no rows";
+    else if (rows[j] == 1) s += "row " + std::to_string(offset);
+    else s += "rows " + std::to_string(offset) + ".." + std::to_string(offset + rows[j] - 1);
+    out.push_back(s + of);
+    offset += rows[j];
+  }
+  return out;
+}
+
 Tensor TensorGatherer::gather(const std::vector<Tensor>& parts) {
   size_t defined = 0;
   for (const Tensor& t : parts) defined += t.defined() ? 1 : 0;

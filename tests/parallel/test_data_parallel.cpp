@@ -233,7 +233,10 @@ TEST_F(DataParallelTest, ReplicaExceptionsNameTheReplicaAndTheNextStepWorks) {
     FAIL();
   } catch (const ShapeError& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("Caught dp::ShapeError in replica 1 on device cpu:1 (1 other replica(s) failed too"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Caught dp::ShapeError in replica 1 on device cpu:1 (replica 1 of 3 got rows 2..3 of a batch of 6 split along dim 0; "
+                       "1 other replica(s) failed too"),
+              std::string::npos)
+        << msg;
     EXPECT_NE(msg.find("bad shape on cpu:1"), std::string::npos) << msg;
   }
   *m->fail = false;

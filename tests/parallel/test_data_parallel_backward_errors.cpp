@@ -85,7 +85,9 @@ TEST_F(DataParallelBackwardErrors, ForwardErrorsKeepTheirFormat) {
     net(randn({4, 2}));
     FAIL();
   } catch (const IndexError& e) {
-    EXPECT_NE(std::string(e.what()).find("Caught dp::IndexError in replica 1 on device cpu:1.\nOriginal message: no such row"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("Caught dp::IndexError in replica 1 on device cpu:1 (replica 1 of 2 got rows 2..3 of a batch of 4 "
+                                         "split along dim 0).\nOriginal message: no such row"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -17,6 +17,7 @@
 // entry point: register_module<M>, ModuleHolder<M>, nn::clone<M>, DataParallel<M>. Members that
 // are raw std::shared_ptr<Child> are not re-pointed: hold children as ModuleHolder<Child> (or
 // reach them through the registry).
+#include <atomic>
 #include <functional>
 #include <iosfwd>
 #include <memory>
@@ -123,6 +124,8 @@ class Module : public std::enable_shared_from_this<Module> {
   virtual void to(Device device, bool non_blocking = false);
   virtual void to(DType dtype, bool non_blocking = false);
   virtual void to(Device device, DType dtype, bool non_blocking = false);
+  // Clears (set_to_none) or zeroes every parameter's gradient. On a DataParallel replica it does
+  // nothing but warn, as PyTorch does (see is_replica()).
   virtual void zero_grad(bool set_to_none = true);
   // Calls fn on every submodule, children first, then this module (PyTorch's order).
   void apply(const std::function<void(Module&)>& fn);
@@ -158,6 +161,16 @@ class Module : public std::enable_shared_from_this<Module> {
   }
   Copier copier() const { return copier_; }
 
+  // ---- replicas ----
+  // Whether this module is one of the copies DataParallel runs on each device (replicate()). Its
+  // parameters are not leaves: gradients go to the original module's, so zero_grad() on a replica
+  // has no effect; it warns instead (PyTorch's "Calling .zero_grad() from a module created with
+  // nn.DataParallel() has no effect."). A clone of a replica is not a replica.
+  bool is_replica() const { return replica_warned_ != nullptr; }
+  // Marks this module as a replica (replicate() does it). Every module of one replica set shares
+  // `warned`, so the zero_grad() warning is emitted once per replica set, not once per call.
+  void mark_replica(std::shared_ptr<std::atomic<bool>> warned) { replica_warned_ = std::move(warned); }
+
  protected:
   void set_child(const std::string& name, ModulePtr module);
   // A wrapper (DataParallel) whose children's tensors are named as if they were its own: its
@@ -182,6 +195,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::string> non_persistent_;
   OrderedDict<std::string, ModulePtr> children_;
   Copier copier_ = nullptr;
+  std::shared_ptr<std::atomic<bool>> replica_warned_;  // set on replicas only (not copied)
 };
 
 std::ostream& operator<<(std::ostream& os, const Module& m);

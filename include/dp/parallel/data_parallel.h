@@ -23,6 +23,10 @@
 //    you change plain (non-tensor) members of the module after the first forward, call
 //    invalidate_replicas(); registered parameters, buffers and submodules are tracked.
 //  - Arguments and outputs of any type: see dp/parallel/scatter_gather.h.
+//  - M must be copy-constructible (replicas are copies): checked at compile time.
+//  - An error in a replica is re-thrown with the replica, its device and the rows of the batch it
+//    got ("in replica 1 on device cpu:1 (replica 1 of 2 got rows 15..29 of a batch of 30 split
+//    along dim 0)"), its type kept (see parallel_apply.h).
 //  - forward_loss(criterion, target, inputs...) computes the loss on the replicas and returns it
 //    on output_device: only scalars travel (dp/parallel/parallel_loss.h).
 //  - state_dict() and named_parameters() are the wrapped module's ("fc.weight"), also when the
@@ -146,6 +150,8 @@ LossPart make_loss_part(C& criterion, const Out& output, const Target& target, i
 
 template <typename M>
 class DataParallelImpl : public nn::Module {
+  static_assert(detail::replicable<M>());  // M's copy constructor makes the replicas
+
  public:
   DataParallelImpl(std::shared_ptr<M> module, DataParallelOptions options = {})
       : nn::Module("DataParallel"), module_(register_module("module", checked(std::move(module)))), core_(module_.ptr(), options) {
@@ -182,8 +188,9 @@ class DataParallelImpl : public nn::Module {
     } else {
       const std::vector<Device> used(core_.device_ids().begin(), core_.device_ids().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
       std::vector<std::shared_ptr<M>> replicas = typed(core_.replicas(module_.ptr(), inputs.size()));
-      if constexpr (std::is_void_v<R>) parallel_apply(replicas, inputs, used);
-      else return gather_outputs(parallel_apply(replicas, inputs, used), core_.output_device(), core_.dim());
+      const std::vector<std::string> notes = detail::slice_notes(packed, inputs, core_.dim());
+      if constexpr (std::is_void_v<R>) detail::parallel_apply_noted(replicas, inputs, used, notes);
+      else return gather_outputs(detail::parallel_apply_noted(replicas, inputs, used, notes), core_.output_device(), core_.dim());
     }
   }
 
@@ -220,7 +227,7 @@ class DataParallelImpl : public nn::Module {
       AutoGradMode mode(grad_enabled);
       parts[i] = run_one(*replicas[i], inputs[i]);
     });
-    detail::rethrow_first_replica_error(errors, used);
+    detail::rethrow_first_replica_error(errors, used, detail::slice_notes(packed, inputs, dim));
     std::vector<LossPart> done;
     for (auto& p : parts) done.push_back(std::move(*p));
     return sum_loss_parts(done, core_.output_device());
@@ -274,6 +281,7 @@ class DataParallelImpl : public nn::Module {
 template <typename M, typename... Args>
 auto data_parallel(const std::shared_ptr<M>& module, const std::tuple<Args...>& inputs, std::optional<std::vector<Device>> device_ids = std::nullopt,
                    std::optional<Device> output_device = std::nullopt, int64_t dim = 0) {
+  static_assert(detail::replicable<M>());
   DP_CHECK(module != nullptr, ValueError, "data_parallel: the module is null");
   module->template remember_type<M>();
   DataParallelOptions options;
@@ -296,8 +304,9 @@ auto data_parallel(const std::shared_ptr<M>& module, const std::tuple<Args...>& 
     const std::vector<Device> used(core.device_ids().begin(), core.device_ids().begin() + static_cast<std::ptrdiff_t>(scattered.size()));
     std::vector<std::shared_ptr<M>> replicas;
     for (auto& r : core.replicas(module, scattered.size())) replicas.push_back(std::static_pointer_cast<M>(r));
-    if constexpr (std::is_void_v<R>) parallel_apply(replicas, scattered, used);
-    else return gather_outputs(parallel_apply(replicas, scattered, used), core.output_device(), core.dim());
+    const std::vector<std::string> notes = detail::slice_notes(inputs, scattered, core.dim());
+    if constexpr (std::is_void_v<R>) detail::parallel_apply_noted(replicas, scattered, used, notes);
+    else return gather_outputs(detail::parallel_apply_noted(replicas, scattered, used, notes), core.output_device(), core.dim());
   }
 }
 // One tensor input (libtorch's signature).

@@ -4,15 +4,19 @@
 //   auto outputs = dp::parallel::parallel_apply(replicas, inputs, devices);
 //   // inputs[i] is replica i's argument tuple (scatter_args makes them); outputs[i] its result
 //
-// Each call runs with the caller's grad mode (grad mode is per thread). Once every replica has
-// finished, the first failure by replica index is re-thrown with its type kept where it is one of
-// dparallel's or the standard library's exception types, its message prefixed with
-// "Caught <type> in replica i on device d." (and how many others failed). A forward that returns
-// void gives no outputs.
+// Each call runs with the caller's grad mode (grad mode is per thread). outputs[i]'s tensors are on
+// devices[i]: a forward that returns a tensor elsewhere has it moved there, differentiably, as
+// libtorch's parallel_apply does (module->forward(input).to(devices[i])); tensors are found in the
+// output by the scatter/gather type rules (dp/parallel/scatter_gather.h), other members are left
+// alone. Once every replica has finished, the first failure by replica index is re-thrown with its
+// type kept where it is one of dparallel's or the standard library's exception types, its message
+// prefixed with "Caught <type> in replica i on device d." (and how many others failed). A forward
+// that returns void gives no outputs.
 #include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -20,23 +24,26 @@
 #include "dp/core/device_registry.h"
 #include "dp/core/errors.h"
 #include "dp/parallel/detail/run.h"
+#include "dp/parallel/scatter_gather.h"
 
 namespace dp::parallel {
 
 namespace detail {
 // Re-throws the first error (by index) of a parallel run, as described above; returns if none.
-void rethrow_first_replica_error(const std::vector<std::exception_ptr>& errors, const std::vector<Device>& devices);
+// notes[i], when given, is added to replica i's context (DataParallel: which rows of the batch it got).
+void rethrow_first_replica_error(const std::vector<std::exception_ptr>& errors, const std::vector<Device>& devices,
+                                 const std::vector<std::string>& notes = {});
 // The workers of `devices` (null for the host, which runs in the calling thread).
 std::vector<Worker*> workers_of(const std::vector<Device>& devices);
 // run_on_workers over the workers of `devices`, where fn(i) on a CUDA device runs with the calling
 // thread's current stream of that device current, so a replica's kernels queue behind the copies
 // the caller made for it (the scatter), as PyTorch's parallel_apply passes its streams.
 std::vector<std::exception_ptr> run_replicas(const std::vector<Device>& devices, const std::function<void(size_t)>& fn);
-}  // namespace detail
 
+// parallel_apply with `notes` for the error context (see rethrow_first_replica_error).
 template <typename M, typename... Args>
-auto parallel_apply(const std::vector<std::shared_ptr<M>>& replicas, const std::vector<std::tuple<Args...>>& inputs,
-                    const std::vector<Device>& devices) {
+auto parallel_apply_noted(const std::vector<std::shared_ptr<M>>& replicas, const std::vector<std::tuple<Args...>>& inputs,
+                          const std::vector<Device>& devices, const std::vector<std::string>& notes) {
   using R = std::decay_t<decltype(std::declval<M&>().forward(std::declval<Args&>()...))>;
   DP_CHECK(replicas.size() == inputs.size(), ValueError, "parallel_apply: the number of modules ", replicas.size(),
            " is not equal to the number of inputs ", inputs.size());
@@ -50,17 +57,29 @@ auto parallel_apply(const std::vector<std::shared_ptr<M>>& replicas, const std::
     return std::apply([&](Args&... a) -> decltype(auto) { return replicas[i]->forward(a...); }, args);
   };
   if constexpr (std::is_void_v<R>) {
-    auto errors = detail::run_replicas(devices, [&](size_t i) { call(i); });
-    detail::rethrow_first_replica_error(errors, devices);
+    auto errors = run_replicas(devices, [&](size_t i) { call(i); });
+    rethrow_first_replica_error(errors, devices, notes);
   } else {
     std::vector<std::optional<R>> results(replicas.size());
-    auto errors = detail::run_replicas(devices, [&](size_t i) { results[i].emplace(call(i)); });
-    detail::rethrow_first_replica_error(errors, devices);
+    auto errors = run_replicas(devices, [&](size_t i) {
+      R out = call(i);
+      AutoGradMode mode(grad_enabled);
+      move_tensors_to(out, devices[i]);  // libtorch's rule: outputs[i] on devices[i]
+      results[i].emplace(std::move(out));
+    });
+    rethrow_first_replica_error(errors, devices, notes);
     std::vector<R> out;
     out.reserve(results.size());
     for (auto& r : results) out.push_back(std::move(*r));
     return out;
   }
+}
+}  // namespace detail
+
+template <typename M, typename... Args>
+auto parallel_apply(const std::vector<std::shared_ptr<M>>& replicas, const std::vector<std::tuple<Args...>>& inputs,
+                    const std::vector<Device>& devices) {
+  return detail::parallel_apply_noted(replicas, inputs, devices, {});
 }
 
 }  // namespace dp::parallel

@@ -15,11 +15,18 @@
 //    parameters are copies too, except between CPU devices: those share host memory, so the
 //    replicas' parameters are relabelled views of the original's storage (no copy; they share its
 //    version counter, so autograd still catches an in-place update before backward).
+//  - A buffer that requires grad is replicated like a parameter, on every device (replica 0
+//    included): its copies are differentiable, and backward sums their gradients into the
+//    original buffer's .grad (PyTorch broadcasts such buffers with autograd too).
 //  - With detach = true, or with grad mode off, replicas carry no autograd history.
 // Unlike PyTorch's replicas, these expose their parameters (replica->parameters() is not empty).
+// Every module of a replica is marked (nn::Module::is_replica()): zero_grad() on it warns, once per
+// replica set, and does nothing, as in PyTorch.
 //
 // DataParallel keeps its replicas between steps (ReplicaSet below) and only refreshes them.
+#include <atomic>
 #include <memory>
+#include <type_traits>
 #include <vector>
 #include "dp/autograd/grad_mode.h"
 #include "dp/nn/module.h"
@@ -30,9 +37,10 @@ namespace detail {
 
 // Replicas of one module, kept between calls. prepare() builds them the first time, and again only
 // if the module's structure changed (modules, parameters or buffers registered, replaced or
-// removed); otherwise it refreshes them for this step: parameters re-linked if the original's
-// storage moved, other devices' buffers copied, training flags mirrored, and (with history) one
-// new gradient node whose backward sums every replica's gradients into the originals.
+// removed, or a buffer starting or stopping to require grad); otherwise it refreshes them for this
+// step: parameters (and buffers that require grad) re-linked if the original's storage moved, other
+// devices' buffers copied, training flags mirrored, and (with history) one new gradient node whose
+// backward sums every replica's gradients into the originals.
 // Not thread-safe: one forward at a time per ReplicaSet.
 class ReplicaSet {
  public:
@@ -68,10 +76,30 @@ class ReplicaSet {
   std::vector<nn::Module*> modules_;
   std::vector<Tensor> params_;
   std::vector<Tensor> buffers_;
+  std::vector<bool> buffer_grad_;  // aligned with buffers_: requires grad (replicated like a parameter)
   std::vector<const void*> fingerprint_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   int builds_ = 0;
+  // Shared by every replica module ever built here: zero_grad() on a replica warns once per set.
+  std::shared_ptr<std::atomic<bool>> zero_grad_warned_ = std::make_shared<std::atomic<bool>>(false);
 };
+
+// Compile-time check that a module of type M can be replicated: each replica is a deep copy made
+// with M's own copy constructor (nn::Module's clone). Used as static_assert(replicable<M>()) by
+// replicate<M>, nn::DataParallel<M> and data_parallel(), so a module that can't be copied fails to
+// compile, saying what to add, instead of failing at the first forward. (Children are checked at
+// run time: their types are only known once registered.)
+template <typename M>
+constexpr bool replicable() {
+  static_assert(std::is_base_of_v<nn::Module, M>, "DataParallel / replicate: the module type must derive from dp::nn::Module");
+  static_assert(!std::is_abstract_v<M>,
+                "DataParallel / replicate: the module type is abstract, so it can't be copied onto each device; wrap the concrete class");
+  static_assert(std::is_abstract_v<M> || std::is_copy_constructible_v<M>,
+                "DataParallel / replicate: the module type is not copy-constructible, but each replica is a copy made with its copy "
+                "constructor. Add a copy constructor: hold non-copyable members (std::unique_ptr, std::mutex, std::atomic, std::thread) "
+                "through std::shared_ptr, or write M(const M& other) yourself instead of deleting it");
+  return true;
+}
 
 }  // namespace detail
 
@@ -79,6 +107,7 @@ std::vector<nn::ModulePtr> replicate_module(const nn::ModulePtr& module, const s
 
 template <typename M>
 std::vector<std::shared_ptr<M>> replicate(const std::shared_ptr<M>& module, const std::vector<Device>& devices, bool detach = false) {
+  static_assert(detail::replicable<M>());
   DP_CHECK(module != nullptr, ValueError, "replicate: null module");
   module->template remember_type<M>();
   std::vector<std::shared_ptr<M>> out;

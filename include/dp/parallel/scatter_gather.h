@@ -158,6 +158,24 @@ struct Walk {
     }
   }
 
+  // Calls f(t) on every defined tensor of v, by reference, in the same order (f may replace it).
+  template <typename F>
+  static void update(T& v, F& f) {
+    if constexpr (std::is_same_v<T, Tensor>) {
+      if (v.defined()) f(v);
+    } else if constexpr (is_vector<T>::value || is_array<T>::value) {
+      for (auto& e : v) Walk<std::decay_t<decltype(e)>>::update(e, f);
+    } else if constexpr (is_tuple_like<T>::value) {
+      std::apply([&](auto&... e) { (Walk<std::decay_t<decltype(e)>>::update(e, f), ...); }, v);
+    } else if constexpr (is_map<T>::value) {
+      for (auto& kv : v) Walk<std::decay_t<decltype(kv.second)>>::update(kv.second, f);
+    } else if constexpr (is_optional<T>::value) {
+      if (v) Walk<typename T::value_type>::update(*v, f);
+    } else if constexpr (has_fields<T>) {
+      std::apply([&](auto&... e) { (Walk<std::decay_t<decltype(e)>>::update(e, f), ...); }, Fields<T>::tie(v));
+    }
+  }
+
   template <typename Next>
   static T rebuild(const T& v, Next& next) {
     if constexpr (std::is_same_v<T, Tensor>) {
@@ -309,6 +327,46 @@ struct Walk {
 // Splits every tensor in `tensors` (in walk order) with one plan; returns pieces[tensor][replica]
 // and the replica count. Throws if the tensors disagree on the chunk count.
 std::vector<std::vector<Tensor>> split_all(const std::vector<Tensor>& tensors, const SplitOptions& options, size_t& replicas);
+
+// "replica j of k got rows a..b of a batch of B split along dim d", one per replica, from the
+// batch size and each replica's row count (errors in replicas carry it).
+std::vector<std::string> describe_slices(int64_t batch, const std::vector<int64_t>& rows, int64_t dim);
+
+// describe_slices() for arguments `packed` scattered into `inputs` (scatter_args) along `dim`,
+// measured on their first tensor; empty when they hold no tensor (nothing was split).
+template <typename Tuple>
+std::vector<std::string> slice_notes(const Tuple& packed, const std::vector<Tuple>& inputs, int64_t dim) {
+  auto first = [](const Tuple& args) {
+    const Tensor* found = nullptr;
+    auto take = [&found](const Tensor& t) {
+      if (!found) found = &t;
+    };
+    Walk<Tuple>::tensors(args, take);
+    return found;
+  };
+  const Tensor* whole = first(packed);
+  if (!whole || whole->dim() == 0) return {};
+  const int64_t d = dim < 0 ? dim + whole->dim() : dim;
+  if (d < 0 || d >= whole->dim()) return {};
+  std::vector<int64_t> rows;
+  rows.reserve(inputs.size());
+  for (const Tuple& in : inputs) {
+    const Tensor* part = first(in);
+    if (!part || part->dim() <= d) return {};
+    rows.push_back(part->size(d));
+  }
+  return describe_slices(whole->size(d), rows, d);
+}
+
+// Moves every tensor of `value` (found by the rules above) that is not on `device` there,
+// differentiably; other members are left alone.
+template <typename T>
+void move_tensors_to(T& value, Device device) {
+  auto move = [device](Tensor& t) {
+    if (t.device() != device) t = t.to(device);
+  };
+  Walk<T>::update(value, move);
+}
 
 }  // namespace detail
 
