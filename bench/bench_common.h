@@ -185,7 +185,7 @@ struct TrainingOptions {
   bool torch = true;
   bool write = true;
   std::string python = "/usr/bin/python3";
-  fs::path root = fs::path(__FILE__).parent_path().parent_path();  // the repository (this is bench/bench_common.h)
+  fs::path root = fs::path(DP_SOURCE_DIR);  // the repository
 
   // Reads the current argument if it is one of these options (with its value); false if it is not.
   bool read_option(Args& args) {

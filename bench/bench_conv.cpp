@@ -123,7 +123,7 @@ struct Options {
   bool torch = true;
   bool write = true;
   std::vector<std::string> only;
-  fs::path root = fs::path(__FILE__).parent_path().parent_path();
+  fs::path root = fs::path(DP_SOURCE_DIR);
 };
 
 struct Timing {

@@ -46,7 +46,7 @@ struct Options {
   bool write = true;  // kernels.json and docs/benchmarks.md
   std::string python = "/usr/bin/python3";
   // The repository root: this file's grandparent (CMake compiles it by absolute path).
-  fs::path root = fs::path(__FILE__).parent_path().parent_path();
+  fs::path root = fs::path(DP_SOURCE_DIR);
 };
 
 // One benchmarked op: `make` builds the inputs once and returns the call to time.

@@ -22,7 +22,8 @@ using json = nlohmann::json;
 
 const json& stats() {
   static const json j = [] {
-    const fs::path p = fs::path(__FILE__).parent_path() / "fixtures" / "fashion_mnist_stats.json";
+    // DP_TESTS_DIR, not __FILE__: a compiler launcher (ccache with base_dir) may make __FILE__ relative.
+    const fs::path p = fs::path(DP_TESTS_DIR) / "data" / "fixtures" / "fashion_mnist_stats.json";
     std::ifstream in(p);
     if (!in) throw std::runtime_error("cannot open " + p.string());
     return json::parse(in);
