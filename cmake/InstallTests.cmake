@@ -9,6 +9,8 @@
 #                             build's compiler, flags and options, so ccache answers (registered
 #                             only with ccache; measured 5-15 s warm; a source edited after the
 #                             build makes the edited part a real compile: hence its longer TIMEOUT)
+#   Install.DebRefusesUnportable   cpack -G DEB in this build (native or CUDA) stops with
+#                             cmake/PackageCheck.cmake's message before installing anything.
 if(NOT DP_INSTALL OR DP_SANITIZE)
   return()
 endif()
@@ -56,6 +58,16 @@ set_tests_properties(Install.FindPackage PROPERTIES TIMEOUT 300 LABELS install E
 if(DP_PKG_CONFIG)
   set_tests_properties(Install.PkgConfig PROPERTIES TIMEOUT 300 LABELS install ENVIRONMENT "${_dp_env}")
 endif()
+# cmake/PackageCheck.cmake: cpack -G DEB refuses this build when it is native or has CUDA (the
+# message, and nothing installed or packaged). A second's work.
+if(CMAKE_CPACK_COMMAND AND (CPACK_DP_NATIVE OR CPACK_DP_CUDA))
+  add_test(NAME Install.DebRefusesUnportable
+    COMMAND ${CMAKE_CPACK_COMMAND} -G DEB --config ${PROJECT_BINARY_DIR}/CPackConfig.cmake -B ${_dp_work}/deb-refused)
+  set_tests_properties(Install.DebRefusesUnportable PROPERTIES TIMEOUT 60 LABELS install
+    PASS_REGULAR_EXPRESSION "refusing to make a Debian package of this build"
+    FAIL_REGULAR_EXPRESSION "generated|Install project")
+endif()
+
 # Installing needs the library and its package files, which the build has made; the tests do not
 # install the tools.
 unset(_dp_env)

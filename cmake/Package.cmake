@@ -1,12 +1,24 @@
 # The Debian package: cpack -G DEB (in the build folder) makes dparallel_<version>_amd64.deb with
-# the library, the headers, the CMake package, dparallel.pc and the tools (when built). Build it
-# portable so it runs on any x86-64 machine, e.g.:
+# the library, the headers, the CMake package, dparallel.pc and the tools (when built). A package
+# is for other machines, so it is made from the portable, shared, CUDA-less build (docs/getting-started.md):
 #   cmake -S . -B build-deb -G Ninja -DCMAKE_BUILD_TYPE=Release -DDP_NATIVE=OFF -DDP_WITH_CUDA=OFF \
 #         -DBUILD_SHARED_LIBS=ON -DDP_BUILD_TESTS=OFF -DDP_BUILD_BENCH=OFF -DDP_BUILD_EXAMPLES=OFF
 #   cmake --build build-deb && (cd build-deb && cpack -G DEB)
 #   apt install ./build-deb/dparallel_*.deb
 # The run-time dependencies come from dpkg-shlibdeps (package dpkg-dev); the -dev packages are
 # what the CMake package and dparallel.pc ask a consumer's build for.
+#
+# cpack refuses (cmake/PackageCheck.cmake, run by cpack before it installs anything) to make a
+# Debian package of a build that would not run, or not install, elsewhere:
+#  - DP_NATIVE=ON: -march=native code, which dies with SIGILL on an older CPU;
+#  - the CUDA backend: libcudart, cuDNN and NCCL are not Debian packages (they come with NVIDIA's
+#    toolkit or Python wheels), so dpkg-shlibdeps cannot declare them and the package would install
+#    and then fail to load;
+#  - a sanitizer build (DP_SANITIZE).
+# The check is at cpack time, not at configure time, because only then is it known that a Debian
+# package is being made (configuring a native or CUDA build is the normal case). A package for this
+# machine only: cpack -G DEB -D CPACK_DP_ALLOW_UNPORTABLE=ON. A static library is allowed (its
+# Depends are then the -dev packages below).
 set(CPACK_PACKAGE_NAME dparallel)
 set(CPACK_PACKAGE_VENDOR "dparallel")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
@@ -25,7 +37,11 @@ set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 if(DP_PACKAGE_STATIC)
   set(CPACK_DEBIAN_PACKAGE_DEPENDS "libopenblas-dev | libblas-dev, zlib1g-dev, libgloo-dev")
 endif()
-if(DP_HAVE_CUDA)
-  message(STATUS "dparallel: a Debian package of a CUDA build needs a CUDA toolkit that Debian's packages do not declare; configure with -DDP_WITH_CUDA=OFF for the package")
+set(CPACK_DP_NATIVE OFF)
+if("-march=native" IN_LIST DP_ARCH_FLAGS)
+  set(CPACK_DP_NATIVE ON)
 endif()
+set(CPACK_DP_CUDA ${DP_HAVE_CUDA})
+set(CPACK_DP_SANITIZE "${DP_SANITIZE}")
+set(CPACK_PROJECT_CONFIG_FILE ${PROJECT_SOURCE_DIR}/cmake/PackageCheck.cmake)
 include(CPack)
