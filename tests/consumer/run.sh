@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The install tests (label install, registered by cmake/InstallTests.cmake): dparallel used by
-# another project, three ways. Each builds tests/consumer/main.cpp in a fresh folder and runs it.
+# another project, several ways. Each builds tests/consumer/main.cpp in a fresh folder and runs it.
 #
-#   run.sh package    BUILD SRC WORK   cmake --install BUILD into WORK/prefix, then the consumer
-#                                      with find_package(dparallel) (CMAKE_PREFIX_PATH)
-#   run.sh pkgconfig  BUILD SRC WORK   the same prefix, the consumer compiled by hand with
-#                                      pkg-config --cflags --libs dparallel
-#   run.sh subdir     BUILD SRC WORK   the consumer with add_subdirectory(SRC): builds the library
-#                                      a second time, with BUILD's settings (so ccache serves it)
+#   run.sh package       BUILD  SRC WORK  cmake --install BUILD into WORK/prefix, then the consumer
+#                                         with find_package(dparallel) (CMAKE_PREFIX_PATH)
+#   run.sh pkgconfig     BUILD  SRC WORK  cmake --install as for package, the consumer compiled by
+#                                         hand with pkg-config --cflags --libs dparallel
+#   run.sh subdir        BUILD  SRC WORK  the consumer with add_subdirectory(SRC): builds the library
+#                                         a second time, with BUILD's settings (so ccache serves it)
+#   run.sh fetchcontent  BUILD  SRC WORK  the same with FetchContent_Declare(SOURCE_DIR SRC) and
+#                                         FetchContent_MakeAvailable
 #
 # Environment (set by the test): DP_CXX, DP_GENERATOR, DP_BUILD_TYPE, DP_CMAKE_ARGS (;-list of
-# -D options the subdir build repeats), DP_LAUNCHER (ccache or empty). Needs no network.
+# -D options the subdir and fetchcontent builds repeat), DP_LAUNCHER (ccache or empty), DP_JOBS.
+# Needs no network.
 set -euo pipefail
 mode=$1 build=$2 src=$3 work=$4
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,17 +31,26 @@ install_prefix() {  # the library's components only: the tools need not be built
   echo "  + $(find "$work/prefix/include" -name '*.h' | wc -l) headers under include/dp"
 }
 
+# consumer MODE [cmake -D options...]: configures tests/consumer in WORK/consumer, builds and runs it.
+consumer() {
+  local cmode=$1
+  shift
+  cmake -S "$here" -B "$work/consumer" -G "$DP_GENERATOR" -DCMAKE_BUILD_TYPE="$DP_BUILD_TYPE" \
+    -DCMAKE_CXX_COMPILER="$DP_CXX" "${launcher[@]}" -DDP_CONSUMER_MODE="$cmode" "$@" \
+    >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }
+  grep "consumer: dparallel" "$work/configure.log" || true
+  cmake --build "$work/consumer" -j "${DP_JOBS:-2}" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+  if [[ "$cmode" != package ]]; then
+    echo "built $(grep -c 'Building' "$work/build.log" || true) objects (library and consumer)"
+  fi
+  "$work/consumer/consumer"
+}
+
 start=$SECONDS
 case "$mode" in
   package)
     install_prefix
-    cmake -S "$here" -B "$work/consumer" -G "$DP_GENERATOR" -DCMAKE_BUILD_TYPE="$DP_BUILD_TYPE" \
-      -DCMAKE_CXX_COMPILER="$DP_CXX" "${launcher[@]}" -DDP_CONSUMER_MODE=package \
-      -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$work/configure.log" 2>&1 \
-      || { cat "$work/configure.log"; exit 1; }
-    grep "consumer: dparallel" "$work/configure.log"
-    cmake --build "$work/consumer" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
-    "$work/consumer/consumer"
+    consumer package -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
     ;;
   pkgconfig)
     install_prefix
@@ -50,14 +62,9 @@ case "$mode" in
     ${DP_LAUNCHER:-} "$DP_CXX" -std=c++20 -O2 "$here/main.cpp" -o "$work/consumer" $flags
     LD_LIBRARY_PATH="$(pkg-config --variable=libdir dparallel)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$work/consumer"
     ;;
-  subdir)
+  subdir | fetchcontent)
     IFS=';' read -r -a extra <<<"${DP_CMAKE_ARGS:-}"
-    cmake -S "$here" -B "$work/consumer" -G "$DP_GENERATOR" -DCMAKE_BUILD_TYPE="$DP_BUILD_TYPE" \
-      -DCMAKE_CXX_COMPILER="$DP_CXX" "${launcher[@]}" -DDP_CONSUMER_MODE=subdir -DDP_SOURCE_DIR="$src" \
-      "${extra[@]}" >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }
-    cmake --build "$work/consumer" -j "${DP_JOBS:-2}" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
-    echo "built $(grep -c 'Building' "$work/build.log" || true) objects (library and consumer)"
-    "$work/consumer/consumer"
+    consumer "$mode" -DDP_SOURCE_DIR="$src" "${extra[@]}"
     ;;
   *) echo "run.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
