@@ -1,7 +1,7 @@
 # The install tests (ctest -L install): dparallel used by another project (tests/consumer), through
-# the installed CMake package, through pkg-config, and through add_subdirectory and FetchContent.
-# Registered when the tests and the install rules are on, and not in the sanitizer builds (a
-# consumer would have to repeat their link options).
+# the installed CMake package, through pkg-config, through add_subdirectory and FetchContent, and
+# as the Debian package. Registered when the tests and the install rules are on, and not in the
+# sanitizer builds (a consumer would have to repeat their link options).
 #
 #   Install.FindPackage       cmake --install into a temporary prefix; find_package(dparallel)
 #   Install.PkgConfig         another prefix; c++ main.cpp $(pkg-config --cflags --libs dparallel)
@@ -16,6 +16,13 @@
 #                             and FetchContent_MakeAvailable (same rule). Run after
 #                             Install.AddSubdirectory, in the same folder layout: ccache serves it
 #                             every object of that build (measured 10 s)
+#   Install.Packaging         tests/consumer/packaging.sh: builds the library once more as the Debian
+#                             package is built (shared, DP_NATIVE=OFF, no CUDA, with the tools), the
+#                             configuration nothing else in the suite builds; checks its exports,
+#                             installs it, makes the .deb, uses the extracted package, and compares
+#                             the consumer's numbers with Install.FindPackage's (its fixture).
+#                             Its own library build is a real compile the first time (ccache serves
+#                             later runs): costs below.
 #   Install.DebRefusesUnportable   cpack -G DEB in this build (native or CUDA) stops with
 #                             cmake/PackageCheck.cmake's message before installing anything.
 if(NOT DP_INSTALL OR DP_SANITIZE)
@@ -66,9 +73,37 @@ if(CMAKE_CXX_COMPILER_LAUNCHER MATCHES "ccache")
 else()
   message(STATUS "dparallel: no ccache; Install.AddSubdirectory and Install.FetchContent are not registered")
 endif()
-set_tests_properties(Install.FindPackage PROPERTIES TIMEOUT 300 LABELS install ENVIRONMENT "${_dp_env}")
+# Install.FindPackage's consumer program is Install.Packaging's native reference (a fixture), and
+# both start early in a parallel ctest run (COST): Install.Packaging is the suite's longest test.
+set_tests_properties(Install.FindPackage PROPERTIES TIMEOUT 300 LABELS install ENVIRONMENT "${_dp_env}"
+  FIXTURES_SETUP dp_native_consumer COST 10000)
 if(DP_PKG_CONFIG)
   set_tests_properties(Install.PkgConfig PROPERTIES TIMEOUT 300 LABELS install ENVIRONMENT "${_dp_env}")
+endif()
+
+# Install.Packaging needs what the Debian package's build and checks use: the tools' dependencies
+# (CLI11; DP_BUILD_TOOLS), binutils (nm, c++filt), dpkg-deb and dpkg-shlibdeps (dpkg-dev), cpack.
+# Measured on a 2-core machine, -j2, cold (every compile a ccache miss): 493 s with the machine
+# nearly idle (load average 2; the build 471 s), 1008 s shared with other builds (load 6; 16.1 min
+# of CPU); warm (every compile a hit): 15-33 s. A cold run at load 12 did not finish in 2400 s:
+# hence TIMEOUT 3600. In a clean CI run it is one more cold library build (about 8 min of the two
+# cores); DP_TEST_PACKAGING=OFF leaves it out.
+option(DP_TEST_PACKAGING "Register Install.Packaging (builds the library a second time: see cmake/InstallTests.cmake)" ON)
+find_program(DP_NM nm)
+find_program(DP_CXXFILT c++filt)
+find_program(DP_DPKG_DEB dpkg-deb)
+find_program(DP_DPKG_SHLIBDEPS dpkg-shlibdeps)
+if(NOT DP_TEST_PACKAGING)
+  message(STATUS "dparallel: DP_TEST_PACKAGING=OFF; Install.Packaging is not registered")
+elseif(DP_BUILD_TOOLS AND DP_NM AND DP_CXXFILT AND DP_DPKG_DEB AND DP_DPKG_SHLIBDEPS AND CMAKE_CPACK_COMMAND
+   AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  add_test(NAME Install.Packaging
+    COMMAND bash ${PROJECT_SOURCE_DIR}/tests/consumer/packaging.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR} ${_dp_work}/packaging)
+  set_tests_properties(Install.Packaging PROPERTIES TIMEOUT 3600 LABELS install
+    ENVIRONMENT "${_dp_env};DP_NATIVE_CONSUMER=${_dp_work}/package/consumer/consumer"
+    FIXTURES_REQUIRED dp_native_consumer COST 9000)
+else()
+  message(STATUS "dparallel: Install.Packaging is not registered (it needs DP_BUILD_TOOLS, x86-64, nm, c++filt, dpkg-deb, dpkg-shlibdeps: scripts/install-deps.sh)")
 endif()
 # cmake/PackageCheck.cmake: cpack -G DEB refuses this build when it is native or has CUDA (the
 # message, and nothing installed or packaged). A second's work.

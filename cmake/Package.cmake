@@ -1,6 +1,7 @@
 # The Debian package: cpack -G DEB (in the build folder) makes dparallel_<version>_amd64.deb with
 # the library, the headers, the CMake package, dparallel.pc and the tools (when built). A package
-# is for other machines, so it is made from the portable, shared, CUDA-less build (docs/getting-started.md):
+# is for other machines, so it is made from the portable, shared, CUDA-less build (the one
+# Install.Packaging tests, tests/consumer/packaging.sh; docs/getting-started.md):
 #   cmake -S . -B build-deb -G Ninja -DCMAKE_BUILD_TYPE=Release -DDP_NATIVE=OFF -DDP_WITH_CUDA=OFF \
 #         -DBUILD_SHARED_LIBS=ON -DDP_BUILD_TESTS=OFF -DDP_BUILD_BENCH=OFF -DDP_BUILD_EXAMPLES=OFF
 #   cmake --build build-deb && (cd build-deb && cpack -G DEB)

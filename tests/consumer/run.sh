@@ -4,10 +4,12 @@
 #
 #   run.sh package       BUILD  SRC WORK  cmake --install BUILD into WORK/prefix, then the consumer
 #                                         with find_package(dparallel) (CMAKE_PREFIX_PATH)
+#   run.sh prefix        PREFIX SRC WORK  the same against a prefix that is already there (an
+#                                         extracted Debian package: tests/consumer/packaging.sh)
 #   run.sh pkgconfig     BUILD  SRC WORK  cmake --install as for package, the consumer compiled by
 #                                         hand with pkg-config --cflags --libs dparallel
 #   run.sh subdir        BUILD  SRC WORK  the consumer with add_subdirectory(SRC): builds the library
-#                                         a second time, with BUILD's settings (so ccache serves it)
+#                                         a second time, with BUILD's settings (ccache serves re-runs)
 #   run.sh fetchcontent  BUILD  SRC WORK  the same with FetchContent_Declare(SOURCE_DIR SRC) and
 #                                         FetchContent_MakeAvailable
 #
@@ -43,6 +45,10 @@ consumer() {
   if [[ "$cmode" != package ]]; then
     echo "built $(grep -c 'Building' "$work/build.log" || true) objects (library and consumer)"
   fi
+  # A shared libdparallel: say which file the program loads (its build RPATH, or LD_LIBRARY_PATH).
+  local so
+  so=$(ldd "$work/consumer/consumer" | awk '$1 ~ /^libdparallel\.so/ { print $3 }')
+  [[ -n "$so" ]] && echo "consumer loads $so"
   "$work/consumer/consumer"
 }
 
@@ -51,6 +57,9 @@ case "$mode" in
   package)
     install_prefix
     consumer package -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
+    ;;
+  prefix)
+    consumer package -DCMAKE_PREFIX_PATH="$build" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
     ;;
   pkgconfig)
     install_prefix
