@@ -16,11 +16,18 @@
 // block b run on the same CPU, the allowed CPUs taken in turn. Each side's median, min and max are
 // over all its timed steps; the ratio is PyTorch's median over ours.
 //
-//   bench_training [--threads 1] [--models seed,mlp,cnn] [--blocks 20] [--warmup 10] [--steps N] [--no-pin] [--no-torch] [--no-write]
+// --busy N starts N busy-loop processes for the whole run (both sides), to measure how training
+// on the host degrades when other processes hold cores: with --threads equal to the core count,
+// every thread of a multi-threaded GEMM competes with a busy loop.
+//
+//   bench_training [--threads 1] [--busy 0] [--models seed,mlp,cnn] [--blocks 20] [--warmup 10] [--steps N] [--no-pin] [--no-torch] [--no-write]
 //
 // Writes bench/results/training.json and the table between the bench_training markers in
-// docs/benchmarks.md. scripts/bench.sh runs it.
+// docs/benchmarks.md (with --busy: training_busy.json, the bench_training_busy markers).
+// scripts/bench.sh runs it.
 #include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,6 +57,7 @@ using namespace dp;
 
 struct Options : bench::TrainingOptions {
   int threads = 1;
+  int busy = 0;
   int blocks = 20;
   bool pin = true;
   Options() { models = {"seed", "mlp", "cnn"}; }
@@ -188,6 +196,31 @@ class TorchServer {
   FILE* out_ = nullptr;
 };
 
+// N processes that spin until this object dies (killed and reaped then, whatever the path).
+class BusyLoops {
+ public:
+  explicit BusyLoops(int n) {
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the benchmark, however it ends
+        volatile unsigned long x = 0;
+        for (;;) x = x + 1;
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~BusyLoops() {
+    for (pid_t pid : pids_) ::kill(pid, SIGKILL);
+    for (pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
+  }
+  BusyLoops(const BusyLoops&) = delete;
+  BusyLoops& operator=(const BusyLoops&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 // The CPUs this process may run on.
 std::vector<int> allowed_cpus() {
   cpu_set_t set;
@@ -285,7 +318,9 @@ std::string markdown(const json& report) {
   const json& m = report["machine"];
   std::ostringstream s;
   s << bench::measured_on(m) << ", load average " << m["load_average_1min_at_start"].get<std::string>() << " at the start, "
-    << report["threads"] << " thread(s) on both sides.\n"
+    << report["threads"] << " thread(s) on both sides"
+    << (report["busy_loops"].get<int>() > 0 ? ", " + std::to_string(report["busy_loops"].get<int>()) + " busy-loop processes running beside both" : "")
+    << ".\n"
     << "Cells: median [min – max] µs per training step (zero_grad, forward, loss, backward, SGD step) over " << report["blocks"]
     << " blocks of timed steps after " << report["warmup"] << " warm-up steps; the blocks alternate ours and PyTorch's (PyTorch in a "
     << "python3 process driven over a pipe)" << (report["pinned"].get<bool>() ? ", both sides of a block on the same CPU, the CPUs taken in turn" : "")
@@ -313,18 +348,22 @@ Options parse(int argc, char** argv) {
   for (bench::Args args("bench_training", argc, argv); args.next();) {
     if (o.read_option(args)) continue;
     if (args.is("--threads")) o.threads = std::stoi(args.value());
+    else if (args.is("--busy")) o.busy = std::stoi(args.value());
     else if (args.is("--blocks")) o.blocks = std::stoi(args.value());
     else if (args.is("--no-pin")) o.pin = false;
     else if (args.is_help()) {
-      std::cout << "bench_training [--threads 1] [--models seed,mlp,cnn] [--blocks 20] [--warmup 10] [--steps N] [--no-pin] [--no-torch] [--no-write]\n"
+      std::cout << "bench_training [--threads 1] [--busy 0] [--models seed,mlp,cnn] [--blocks 20] [--warmup 10] [--steps N] [--no-pin] [--no-torch] [--no-write]\n"
                    "  Times training steps of dparallel and PyTorch (python3 bench/pytorch_training.py --serve) in alternating\n"
                    "  blocks; with --threads 1 both sides of a block run on the same CPU, the CPUs taken in turn (--no-pin: not).\n"
-                   "  Writes bench/results/training.json and the table in docs/benchmarks.md unless --no-write.\n";
+                   "  --busy N: N busy-loop processes run beside both sides for the whole run.\n"
+                   "  Writes bench/results/training.json and the table in docs/benchmarks.md unless --no-write\n"
+                   "  (with --busy: training_busy.json and its own table).\n";
       std::exit(0);
     } else args.unknown();
   }
   DP_CHECK(o.threads >= 1, ValueError, "bench_training: --threads must be >= 1");
   DP_CHECK(o.blocks >= 1, ValueError, "bench_training: --blocks must be >= 1");
+  DP_CHECK(o.busy >= 0 && o.busy <= 64, ValueError, "bench_training: --busy must be in [0, 64]");
   return o;
 }
 
@@ -336,8 +375,9 @@ int main(int argc, char** argv) try {
   auto all = workloads();
   const std::vector<int> cpus = allowed_cpus();
   const bool pin = o.pin && o.threads == 1 && !cpus.empty();
-  json report = {{"machine", bench::machine_info(o.root)}, {"threads", o.threads}, {"warmup", o.warmup},
+  json report = {{"machine", bench::machine_info(o.root)}, {"threads", o.threads}, {"busy_loops", o.busy}, {"warmup", o.warmup},
                  {"blocks", o.blocks},                    {"pinned", pin},           {"results", json::array()}};
+  BusyLoops busy(o.busy);  // for the whole run, beside both sides
   std::unique_ptr<TorchServer> torch;
   if (o.torch) {
     torch = std::make_unique<TorchServer>(o);
@@ -355,7 +395,10 @@ int main(int argc, char** argv) try {
   }
   const std::string md = markdown(report);
   std::cout << md;
-  if (o.write) bench::write_results(o.root, "training.json", report, "bench_training", md);
+  if (o.write) {
+    if (o.busy > 0) bench::write_results(o.root, "training_busy.json", report, "bench_training_busy", md);
+    else bench::write_results(o.root, "training.json", report, "bench_training", md);
+  }
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_training: %s\n", e.what());

@@ -1,6 +1,7 @@
 // GEMMs from several threads at once: plain threads, device workers (cpu:0, cpu:1) and the host
 // mixed with workers all get correct results; the BLAS thread policy (1 thread on a worker, the
-// dp::set_num_threads setting on the host) and its API.
+// dp::set_num_threads setting on the host, OpenBLAS itself always at one thread), the host GEMM
+// pool's tiling over every operand layout, and its API.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 
 #include "core/kernels/blas.h"
 #include "dp/core/threads.h"
+#include "support/forked_child.h"
 #include "support/golden.h"
 
 namespace dp {
@@ -50,18 +52,92 @@ TEST(BlasThreads, HostUsesSettingWorkerUsesOne) {
   const int before = get_num_threads();
   set_num_threads(2);
   EXPECT_EQ(kernels::blas::threads_for_current_thread(), 2);
-  Problem p = make_problem(96, 1);
+  Problem p = make_problem(128, 1);  // 2 million multiply-adds: above the pool's threshold
+  const int64_t calls = kernels::blas::pool_calls();
   EXPECT_TRUE(matches(mm(p.a, p.b), p));
-  EXPECT_EQ(kernels::blas::openblas_threads(), 2);  // a large host GEMM ran with the setting
+  EXPECT_EQ(kernels::blas::pool_calls(), calls + 1);  // the host GEMM ran on the pool
+  EXPECT_EQ(kernels::blas::openblas_threads(), 1);    // and OpenBLAS itself on one thread
   Worker* w = worker_for(Device("cpu:0"));
   auto fut = w->submit([&] {
     int policy = kernels::blas::threads_for_current_thread();
     Tensor out = mm(p.a, p.b);
-    return std::make_pair(policy, kernels::blas::openblas_threads());
+    return std::make_pair(policy, matches(out, p) ? 0 : 1);
   });
-  auto [policy, during] = fut.get();
+  auto [policy, bad] = fut.get();
   EXPECT_EQ(policy, 1);
-  EXPECT_EQ(during, 1);
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(kernels::blas::pool_calls(), calls + 1);  // not the worker's
+  set_num_threads(1);
+  mm(p.a, p.b);
+  EXPECT_EQ(kernels::blas::pool_calls(), calls + 1);  // one host thread: no pool
+  set_num_threads(before);
+}
+
+// Every operand layout and odd sizes: the tiled product (3 and 4 threads, tiles by rows when C is
+// tall, by columns when wide) equals the one-thread product, and both the float64 reference.
+TEST(BlasThreads, TilesCoverEveryLayoutAndShape) {
+  const int before = get_num_threads();
+  struct Shape {
+    int64_t m, n, k;
+  };
+  const Shape shapes[] = {{517, 37, 61}, {29, 611, 83}, {300, 301, 17}, {1024, 16, 64}, {16, 1024, 64}};
+  Generator g(11);
+  for (const Shape& s : shapes) {
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb) {
+        Tensor a = ta ? randn({s.k, s.m}, kFloat32, &g).t() : randn({s.m, s.k}, kFloat32, &g);
+        Tensor b = tb ? randn({s.n, s.k}, kFloat32, &g).t() : randn({s.k, s.n}, kFloat32, &g);
+        Tensor bias = randn({s.m, s.n}, kFloat32, &g);
+        const Tensor ref = addmm(bias.to(kFloat64), a.to(kFloat64), b.to(kFloat64), 0.5, 2.0);
+        set_num_threads(1);
+        const Tensor one = addmm(bias, a, b, 0.5, 2.0);
+        for (int threads : {3, 4}) {
+          set_num_threads(threads);
+          const int64_t calls = kernels::blas::pool_calls();
+          const Tensor tiled = addmm(bias, a, b, 0.5, 2.0);
+          EXPECT_EQ(kernels::blas::pool_calls(), calls + 1) << s.m << "x" << s.n << "x" << s.k;
+          EXPECT_TRUE(all_close(tiled, ref, 1e-4, 1e-3)) << s.m << "x" << s.n << "x" << s.k << " ta=" << ta << " tb=" << tb;
+          EXPECT_TRUE(all_close(tiled, one, 1e-5, 1e-5)) << s.m << "x" << s.n << "x" << s.k << " ta=" << ta << " tb=" << tb;
+        }
+      }
+    }
+  }
+  // A batch of products: fewer than the threads (each cut into tiles), and more (one per task).
+  for (int64_t batch : {2, 9}) {
+    Tensor a = randn({batch, 200, 70}, kFloat32, &g), b = randn({batch, 70, 90}, kFloat32, &g);
+    const Tensor ref = matmul(a.to(kFloat64), b.to(kFloat64));
+    set_num_threads(4);
+    const int64_t calls = kernels::blas::pool_calls();
+    EXPECT_TRUE(all_close(matmul(a, b), ref, 1e-4, 1e-3)) << "batch " << batch;
+    EXPECT_EQ(kernels::blas::pool_calls(), calls + 1) << "batch " << batch;
+  }
+  set_num_threads(before);
+}
+
+// The pool's helper count follows the setting up and down between calls.
+TEST(BlasThreads, PoolFollowsTheSetting) {
+  const int before = get_num_threads();
+  Problem p = make_problem(160, 12);
+  for (int threads : {2, 5, 1, 3, 2}) {
+    set_num_threads(threads);
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(matches(mm(p.a, p.b), p)) << threads << " threads";
+  }
+  set_num_threads(before);
+}
+
+// A child forked after the pool started has none of its threads: its host GEMMs still finish (the
+// calling thread takes every tile of the first call) and are right.
+TEST(BlasThreads, ForkedChildAfterThePoolStarted) {
+  const int before = get_num_threads();
+  set_num_threads(2);
+  Problem p = make_problem(160, 13);
+  ASSERT_TRUE(matches(mm(p.a, p.b), p));  // the parent's pool exists now
+  test::ForkedChild child([&] {
+    for (int i = 0; i < 3; ++i)
+      if (!matches(mm(p.a, p.b), p)) return 1;
+    return 0;
+  });
+  EXPECT_EQ(child.wait(std::chrono::seconds(60)), 0);
   set_num_threads(before);
 }
 
@@ -111,7 +187,7 @@ TEST(BlasThreads, TwoDeviceWorkersConcurrently) {
 TEST(BlasThreads, HostMultiThreadedGemmsInterleavedWithWorkers) {
   if (cpu_device_count() < 2) set_cpu_device_count(2);
   const int before = get_num_threads();
-  set_num_threads(std::max(2, before));  // the host takes the exclusive, multi-threaded path
+  set_num_threads(std::max(2, before));  // the host's GEMMs run on the pool
   Problem ph = make_problem(192, 6), p0 = make_problem(112, 7), p1 = make_problem(120, 8);
   std::atomic<bool> go{false};
   auto worker_job = [&](const Problem& p) {
@@ -157,14 +233,16 @@ TEST(BlasThreads, FourWorkersAndTheHostAtOnce) {
   for (auto& f : futs) EXPECT_EQ(f.get(), 0);
 }
 
-TEST(BlasThreads, ThreadCountChangesOnlyWhenNeeded) {
+TEST(BlasThreads, OpenBlasStaysOnOneThread) {
   const int before = get_num_threads();
-  set_num_threads(2);
-  Problem p = make_problem(96, 9);
-  mm(p.a, p.b);  // host, large: 2 threads
-  const int64_t switches = kernels::blas::thread_switches();
-  for (int i = 0; i < 5; ++i) mm(p.a, p.b);
-  EXPECT_EQ(kernels::blas::thread_switches(), switches);  // same setting: no further calls to OpenBLAS
+  if (cpu_device_count() < 2) set_cpu_device_count(2);
+  Problem p = make_problem(160, 9);
+  for (int threads : {1, 2, 4}) {
+    set_num_threads(threads);
+    mm(p.a, p.b);
+    worker_for(Device("cpu:1"))->submit([&] { return mm(p.a, p.b).numel(); }).get();
+    EXPECT_EQ(kernels::blas::openblas_threads(), 1) << threads << " host threads";
+  }
   set_num_threads(before);
 }
 

@@ -2,14 +2,15 @@
 // The only door to OpenBLAS (the one file that includes cblas.h is blas.cpp). Every call goes
 // through a process-wide thread policy; see blas.cpp for the reasoning.
 //
-//   - A call from a device worker thread (Worker::current() != nullptr) always runs with one
-//     OpenBLAS thread, so replicas on cpu:0 … cpu:N-1 each keep to their own core and never share
-//     OpenBLAS's thread pool. Such calls run concurrently with each other.
-//   - A call from any other thread (the host) runs with host_threads() OpenBLAS threads (default:
-//     OpenBLAS's own default, i.e. OPENBLAS_NUM_THREADS or all cores; dp::set_num_threads changes
-//     it). A multi-threaded call runs alone: it waits until no other BLAS call is in flight and
-//     holds the others off until it returns.
-//
+//   - OpenBLAS itself always runs one thread per call (its own spinning pool is never used), so
+//     calls from any number of threads run at once.
+//   - A call from a device worker thread (Worker::current() != nullptr) runs in that thread, so
+//     replicas on cpu:0 ... cpu:N-1 each keep to their own core.
+//   - A large call from any other thread (the host) is cut into tiles that host_threads() threads
+//     take one by one: the caller and the helpers of dparallel's host GEMM pool (default:
+//     OPENBLAS_NUM_THREADS, else all cores; dp::set_num_threads changes it). Helpers sleep
+//     between calls; a thread that loses its core to another process takes fewer tiles.
+
 // Matrices are row-major. trans = the operand is stored transposed (its memory holds op(X)^T
 // row-major, leading dimension ld), which is how a transposed view (x.t()) is passed without a copy.
 #include <cstdint>
@@ -32,14 +33,14 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, d
 float dot(int64_t n, const float* x, int64_t incx, const float* y, int64_t incy);
 double dot(int64_t n, const double* x, int64_t incx, const double* y, int64_t incy);
 
-// OpenBLAS threads used by a call from a host (non-worker) thread. n >= 1.
+// Threads a large call from a host (non-worker) thread uses: the caller and n - 1 pool helpers. n >= 1.
 void set_host_threads(int n);
 int host_threads();
 // Threads a large BLAS call made by the calling thread would use now (1 on a device worker).
 int threads_for_current_thread();
-// The thread count OpenBLAS is currently set to (what its last setter chose).
+// The thread count OpenBLAS is set to: always 1 (for tests).
 int openblas_threads();
-// How many times this process changed OpenBLAS's thread count through the policy (for tests).
-int64_t thread_switches();
+// How many calls the host GEMM pool has run in this process (for tests).
+int64_t pool_calls();
 
 }  // namespace dp::kernels::blas
