@@ -5,6 +5,8 @@
 
 #include "core/kernels/blas.h"
 #include "core/kernels/dispatch.h"
+#include "core/kernels/loops.h"
+#include "core/kernels/reduce.h"
 #include "cuda/conv.h"
 #include "cuda/elementwise.h"
 
@@ -226,7 +228,19 @@ void backward_impl(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, c
 }
 
 void check_dtype(const char* op, DType dt) {
-  DP_CHECK(dt == kFloat32 || dt == kFloat64, DTypeError, op, ": unsupported dtype ", dtype_name(dt), " (supported: float32, float64)");
+  DP_CHECK(dt == kFloat32 || dt == kFloat64 || dt == kBFloat16, DTypeError, op, ": unsupported dtype ", dtype_name(dt),
+           " (supported on the CPU: float32, float64, bfloat16)");
+}
+
+// bfloat16 on the CPU computes as PyTorch's does: float32 arithmetic, one rounding per result.
+// Each operand is widened once into a float32 workspace, the float32 kernel runs on those, and
+// each result is rounded once into its bfloat16 tensor. The two conversion passes are linear in
+// the tensor sizes; the GEMMs they feed are not, so they stay a small part of the cost (and the
+// GEMMs run at float32 speed instead of converting in their inner loops).
+Tensor widen(const Tensor& t) { return t.defined() ? convert_nograd(t, kFloat32) : Tensor(); }
+Tensor f32_workspace(const Tensor& t) { return t.defined() ? make_empty(t.sizes(), kFloat32, t.device()) : Tensor(); }
+void round_into(const Tensor& dst, const Tensor& src) {
+  if (dst.defined()) copy_kernel(dst, src);
 }
 
 }  // namespace
@@ -234,16 +248,34 @@ void check_dtype(const char* op, DType dt) {
 void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
   DP_ROUTE_CUDA(out, conv2d_forward_kernel(out, input, weight, bias, g));
   check_dtype("conv2d", input.dtype());
-  if (input.dtype() == kFloat32) forward_impl<float>(out, input, weight, bias, g);
-  else forward_impl<double>(out, input, weight, bias, g);
+  if (input.dtype() == kFloat32) {
+    forward_impl<float>(out, input, weight, bias, g);
+  } else if (input.dtype() == kFloat64) {
+    forward_impl<double>(out, input, weight, bias, g);
+  } else {
+    Tensor out32 = f32_workspace(out);
+    forward_impl<float>(out32, widen(input), widen(weight), widen(bias), g);
+    round_into(out, out32);
+  }
 }
 
 void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input,
                             const Tensor& weight, const Tensor& grad_output, const Conv2dGeometry& g) {
   DP_ROUTE_CUDA(grad_output, conv2d_backward_kernel(grad_input, grad_weight, grad_bias, input, weight, grad_output, g));
   check_dtype("conv2d backward", grad_output.dtype());
-  if (grad_output.dtype() == kFloat32) backward_impl<float>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
-  else backward_impl<double>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
+  if (grad_output.dtype() == kFloat32) {
+    backward_impl<float>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
+  } else if (grad_output.dtype() == kFloat64) {
+    backward_impl<double>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
+  } else {
+    // input is read only for grad_weight, weight only for grad_input (either may be undefined).
+    Tensor gx32 = f32_workspace(grad_input), gw32 = f32_workspace(grad_weight), gb32 = f32_workspace(grad_bias);
+    backward_impl<float>(gx32, gw32, gb32, grad_weight.defined() ? widen(input) : Tensor(), grad_input.defined() ? widen(weight) : Tensor(),
+                         widen(grad_output), g);
+    round_into(grad_input, gx32);
+    round_into(grad_weight, gw32);
+    round_into(grad_bias, gb32);
+  }
 }
 
 }  // namespace dp::kernels
