@@ -223,6 +223,28 @@ TEST(BFloat16VsFloat32, Conv2dCnnLayers) {
                          [](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], Tensor(), {1}, {1}, {1}, 8); });
 }
 
+// Edge cases of the per-image staging: an empty batch (zero weight gradient), an unbatched
+// input, a non-contiguous one, and a NaN, which goes through the conversions as in float32.
+TEST(BFloat16VsFloat32, Conv2dEdgeCases) {
+  expect_matches_float32("empty batch", {rounded({0, 3, 6, 6}, 41), rounded({4, 3, 3, 3}, 42), rounded({4}, 43)},
+                         [](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2], {1}, {1}); });
+  expect_matches_float32("unbatched", {rounded({3, 6, 5}, 44), rounded({4, 3, 2, 2}, 45)},
+                         [](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], Tensor(), {2}, {1}); });
+  expect_matches_float32("transposed input", {rounded({2, 3, 7, 6}, 46), rounded({4, 3, 3, 3}, 47)},
+                         [](const std::vector<Tensor>& t) { return conv2d(t[0].transpose(2, 3), t[1], Tensor(), {1}, {1}); });
+  std::vector<double> v = values(rounded({1, 2, 5, 5}, 48));
+  v[1 * 25 + 2 * 5 + 2] = std::nan("");  // channel 1, the centre
+  const Tensor x = tensor<double>(v, {1, 2, 5, 5}).to(kBFloat16), w = rounded({3, 2, 3, 3}, 49);
+  Tensor y = conv2d(x, w), y32 = conv2d(x.to(kFloat32), w.to(kFloat32));
+  const std::vector<double> a = values(y), b = values(y32);
+  int nans = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(std::isnan(a[i]), std::isnan(b[i])) << i;
+    nans += std::isnan(a[i]);
+  }
+  EXPECT_EQ(nans, 3 * 9);  // every output of every channel reads the NaN
+}
+
 TEST(BFloat16VsFloat32, Pooling) {
   const Tensor x = rounded({8, 16, 14, 14}, 11, 2.0);
   expect_matches_float32("max_pool2d 2", {x}, [](const std::vector<Tensor>& t) { return max_pool2d(t[0], {2}); });
