@@ -1,6 +1,7 @@
 #include "core/kernels/pool_kernels.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -26,6 +27,14 @@ void dispatch(DType dt, const char* op, F&& f) {
 // Every kernel computes in A = compute_t<T>: the element type itself for float32 / float64, float32
 // for bfloat16 (sums and quotients in float32, each result rounded once; a maximum is an element,
 // so it converts back exactly).
+
+// A maximum is one of the elements (or -inf), so it converts back to T exactly: for bfloat16 the
+// upper half of its float32 bits, no rounding step needed.
+template <typename T, typename A>
+inline T exact_back(A v) {
+  if constexpr (std::is_same_v<T, BFloat16>) return BFloat16::from_bits(static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16));
+  else return v;
+}
 
 template <typename A>
 inline bool takes_max(A val, A maxval) {
@@ -73,10 +82,17 @@ void max_pool_2x2(const T* x, T* out, int64_t* ind, const Pool2dGeometry& g) {
         // (The generic loop starts from -inf at this same index, which the first element always
         // matches.) Same visiting order and rule after it.
         const A v1 = convert<A>(r0[iw + 1]), v2 = convert<A>(r1[iw]), v3 = convert<A>(r1[iw + 1]);
-        if (takes_max(v1, m)) { m = v1; mi = base + iw + 1; }
-        if (takes_max(v2, m)) { m = v2; mi = base + W + iw; }
-        if (takes_max(v3, m)) { m = v3; mi = base + W + iw + 1; }
-        op[oh * OW + ow] = convert<T>(m);
+        // Selects rather than branches: on real data which element wins is unpredictable.
+        const bool t1 = takes_max(v1, m);
+        m = t1 ? v1 : m;
+        mi = t1 ? base + iw + 1 : mi;
+        const bool t2 = takes_max(v2, m);
+        m = t2 ? v2 : m;
+        mi = t2 ? base + W + iw : mi;
+        const bool t3 = takes_max(v3, m);
+        m = t3 ? v3 : m;
+        mi = t3 ? base + W + iw + 1 : mi;
+        op[oh * OW + ow] = exact_back<T>(m);
         ip[oh * OW + ow] = mi;
       }
     }
@@ -114,7 +130,7 @@ void max_pool_impl(const T* x, T* out, int64_t* ind, const Pool2dGeometry& g) {
           }
         }
         const int64_t o = (p * OH + oh) * OW + ow;
-        out[o] = convert<T>(m);
+        out[o] = exact_back<T>(m);
         ind[o] = mi;
       }
     }
