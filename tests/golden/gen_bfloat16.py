@@ -11,8 +11,8 @@ bfloat16 (so its values are exact in the JSON). Each case has a "name", an "op",
   "reference": the same op in float64 on the same (rounded) values, same keys, stored as float32:
                the answer that a kernel computing in float32 and rounding once is within one
                bfloat16 ulp of.
-"torch_rounds_once" says whether PyTorch 1.13 itself is within half an ulp of the reference on
-that case (its convolution and mixed-precision batch norm are; its pure-bfloat16 batch norm rounds
+"torch_rounds_once" says whether PyTorch 1.13 itself is within half an ulp (plus float32 slack)
+of the reference on that case (its convolution and mixed-precision batch norm are; its pure-bfloat16 batch norm rounds
 its statistics to bfloat16, and its pooling backward passes add in bfloat16): where it is not, the
 test compares with PyTorch more loosely and with the reference strictly.
   conv2d:              args {stride, padding, dilation, groups}; inputs [x, w, b or null]; grads [dx, dw, db or null]
@@ -75,6 +75,10 @@ def ulp_error(got, ref):
 
 cases = []
 
+# Within half an ulp of the float64 answer, plus what float32 arithmetic before the one rounding
+# adds (PyTorch's convolutions reach 0.504 ulp here): rounded once.
+ROUNDS_ONCE = 0.51
+
 
 def add_case(name, op, args, inputs, fn, grad_mask=None):
     """grad_mask: which inputs get gradients (default: every floating input)."""
@@ -117,7 +121,7 @@ def add_case(name, op, args, inputs, fn, grad_mask=None):
     if op == "max_pool2d":
         torch_res["indices"] = t2j(F.max_pool2d(ins[0], return_indices=True, **args)[1])
     cases.append({"name": name, "op": op, "args": args, "inputs": [t2j(t) for t in ins], "grad_output": t2j(go),
-                  "torch": torch_res, "reference": ref_res, "torch_rounds_once": worst <= 0.5 + 1e-9})
+                  "torch": torch_res, "reference": ref_res, "torch_rounds_once": worst <= ROUNDS_ONCE})
     print(f"{name:40s} PyTorch bfloat16 vs float64 reference: {worst:8.2f} ulp")
 
 
