@@ -5,7 +5,7 @@
 //   fc(64*7*7 -> 128) + ReLU, fc(128 -> 10); batch 128 of 28x28 inputs.
 //
 // Rows: each conv's forward and forward+backward (conv1's input does not require grad, as a first
-// layer's does not), each maxpool's forward+backward, and the whole network's forward+backward
+// layer's does not), conv2's again in bfloat16, each maxpool's forward+backward, and the whole network's forward+backward
 // (upstream gradient fixed; no loss or optimizer, the same on both sides). Parameter gradients
 // are reset to none before each run on both sides, so no accumulation is timed.
 //
@@ -57,10 +57,10 @@ N = 128
 def leaf(*s):
     return torch.randn(*s).requires_grad_(True)
 
-def conv_case(ci, co, h, input_grad, backward):
-    x = torch.randn(N, ci, h, h).requires_grad_(input_grad)
-    w, b = leaf(co, ci, 3, 3), leaf(co)
-    g = torch.randn(N, co, h, h)
+def conv_case(ci, co, h, input_grad, backward, dtype=torch.float32):
+    x = torch.randn(N, ci, h, h).to(dtype).requires_grad_(input_grad)
+    w, b = leaf(co, ci, 3, 3).detach().to(dtype).requires_grad_(True), leaf(co).detach().to(dtype).requires_grad_(True)
+    g = torch.randn(N, co, h, h).to(dtype)
     params = [x, w, b] if input_grad else [w, b]
     def run():
         for p in params: p.grad = None
@@ -98,6 +98,8 @@ cases = {
     "conv1 fwd+bwd": lambda: conv_case(1, 32, 28, False, True),
     "conv2 fwd": lambda: conv_case(32, 64, 14, True, False),
     "conv2 fwd+bwd": lambda: conv_case(32, 64, 14, True, True),
+    "conv2 fwd bf16": lambda: conv_case(32, 64, 14, True, False, torch.bfloat16),
+    "conv2 fwd+bwd bf16": lambda: conv_case(32, 64, 14, True, True, torch.bfloat16),
     "maxpool1 fwd+bwd": lambda: pool_case(32, 28),
     "maxpool2 fwd+bwd": lambda: pool_case(64, 14),
     "cnn fwd+bwd": net_case,
@@ -166,10 +168,10 @@ void reset(std::vector<dp::Tensor>& ps) {
   for (dp::Tensor& p : ps) p.set_grad(dp::Tensor());
 }
 
-std::function<void()> conv_case(int64_t ci, int64_t co, int64_t h, bool input_grad, bool backward) {
-  dp::Tensor x = dp::randn({N, ci, h, h}).requires_grad_(input_grad);
-  dp::Tensor w = leaf({co, ci, 3, 3}), b = leaf({co});
-  dp::Tensor g = dp::randn({N, co, h, h});
+std::function<void()> conv_case(int64_t ci, int64_t co, int64_t h, bool input_grad, bool backward, dp::DType dt = dp::kFloat32) {
+  dp::Tensor x = dp::randn({N, ci, h, h}).to(dt).requires_grad_(input_grad);
+  dp::Tensor w = dp::randn({co, ci, 3, 3}).to(dt).requires_grad_(true), b = dp::randn({co}).to(dt).requires_grad_(true);
+  dp::Tensor g = dp::randn({N, co, h, h}).to(dt);
   std::vector<dp::Tensor> ps = input_grad ? std::vector<dp::Tensor>{x, w, b} : std::vector<dp::Tensor>{w, b};
   return [=]() mutable {
     reset(ps);
@@ -217,6 +219,10 @@ std::vector<Case> cases() {
       {"conv1 fwd+bwd", "grads: weight, bias", [] { return conv_case(1, 32, 28, false, true); }},
       {"conv2 fwd", "[128,32,14,14] * [64,32,3,3], pad 1", [] { return conv_case(32, 64, 14, true, false); }},
       {"conv2 fwd+bwd", "grads: input, weight, bias", [] { return conv_case(32, 64, 14, true, true); }},
+      // bfloat16 on the CPU: widened to float32 once, float32 GEMMs, rounded once (PyTorch 1.13
+      // runs its bfloat16 convolution through oneDNN).
+      {"conv2 fwd bf16", "conv2 in bfloat16", [] { return conv_case(32, 64, 14, true, false, dp::kBFloat16); }},
+      {"conv2 fwd+bwd bf16", "conv2 in bfloat16, same grads", [] { return conv_case(32, 64, 14, true, true, dp::kBFloat16); }},
       {"maxpool1 fwd+bwd", "[128,32,28,28], k 2", [] { return pool_case(32, 28); }},
       {"maxpool2 fwd+bwd", "[128,64,14,14], k 2", [] { return pool_case(64, 14); }},
       {"cnn fwd+bwd", "conv/relu/pool x2, fc/relu, fc", net_case},

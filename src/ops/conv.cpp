@@ -100,13 +100,15 @@ Conv2dGeometry make_geometry(const char* op, IntArrayRef in, IntArrayRef w, cons
   return g;
 }
 
-// After check_defined and the same-device check: a float32/float64 tensor on the CPU or a CUDA
-// device, or a float16/bfloat16 one on a CUDA device (the kernels route CUDA tensors to cuDNN,
-// src/cuda/conv.cpp; the CPU kernels have no 16-bit path).
+// After check_defined and the same-device check: a float32, float64 or bfloat16 tensor on the CPU
+// or a CUDA device, or a float16 one on a CUDA device. The kernels route CUDA tensors to cuDNN
+// (src/cuda/conv.cpp); the CPU kernels compute bfloat16 in float32 and round once, as PyTorch's
+// CPU convolution does, and have no float16 path (PyTorch's CPU convolution has none either).
 void check_tensor(const char* op, const Tensor& t, const char* what) {
   DP_CHECK(t.is_cpu() || t.is_cuda(), NotImplementedError, op, ": not implemented for ", t.device().str(), " tensors (", what, " ", t.describe(), ")");
-  DP_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || (t.is_cuda() && (t.dtype() == kFloat16 || t.dtype() == kBFloat16)), DTypeError, op, ": expected a float32 or float64 ", what, ", but got ",
-           dtype_name(t.dtype()), " ", t.size_str(), " on ", t.device().str(), " (float16 and bfloat16 are supported on CUDA devices)");
+  DP_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || t.dtype() == kBFloat16 || (t.is_cuda() && t.dtype() == kFloat16), DTypeError, op,
+           ": expected a float32, float64 or bfloat16 ", what, ", but got ", dtype_name(t.dtype()), " ", t.size_str(), " on ", t.device().str(),
+           " (float16 is supported on CUDA devices only)");
 }
 
 void check_same_dtype(const char* op, const Tensor& a, const char* an, const Tensor& b, const char* bn) {

@@ -25,25 +25,49 @@ namespace {
 using autograd::SavedVariable;
 using autograd::variable_list;
 
+// PyTorch's CPU rule for a bfloat16 input: the defined weight, bias, running_mean and running_var
+// are all bfloat16, or all float32 (mixed precision: float32 parameters and statistics, as
+// autocast and bfloat16 training keep them). Any other mix is refused naming every parameter.
+void check_bfloat16_cpu_parameters(const Tensor& input, const std::pair<const Tensor*, const char*> (&params)[4]) {
+  DType first = input.dtype();
+  bool seen = false, ok = true;
+  for (const auto& [t, name] : params) {
+    if (!t->defined()) continue;
+    if (!seen) first = t->dtype();
+    seen = true;
+    ok = ok && t->dtype() == first && (first == kBFloat16 || first == kFloat32);
+  }
+  if (ok) return;
+  std::string got;
+  for (const auto& [t, name] : params)
+    if (t->defined()) got += std::string(got.empty() ? "" : ", ") + name + " " + dtype_name(t->dtype());
+  throw DTypeError(detail::str("batch_norm: a bfloat16 input on the CPU (", input.size_str(),
+                               ") takes running_mean, running_var, weight and bias all bfloat16 or all float32 (those defined), got ", got));
+}
+
 void check_batch_norm_inputs(const Tensor& input, const Tensor& rm, const Tensor& rv, const Tensor& w, const Tensor& b, bool training) {
   const char* op = "batch_norm";
   ops::check_defined(op, input);
   if (!input.is_cuda()) kernels::check_cpu_tensor(op, input);  // CUDA: src/cuda/norm_pool.cu
   ops::check_same_device(op, {&input, &rm, &rv, &w, &b});
   DP_CHECK(input.dim() >= 2, ShapeError, "batch_norm: expected an input of at least 2 dimensions [N, C, *], got ", input.describe());
-  // float16/bfloat16 only on CUDA devices (src/cuda/norm_pool.cu: float32 statistics).
-  DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 ||
-               (input.is_cuda() && (input.dtype() == kFloat16 || input.dtype() == kBFloat16)),
-           DTypeError, "batch_norm: expected an input of dtype float32 or float64 (float16 and bfloat16 on CUDA devices), got ", input.describe());
+  // bfloat16 on the CPU (float64 statistics, src/core/kernels/norm_kernels.cpp) and on CUDA
+  // devices (src/cuda/norm_pool.cu: float32 statistics); float16 on CUDA devices only.
+  DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 || input.dtype() == kBFloat16 || (input.is_cuda() && input.dtype() == kFloat16),
+           DTypeError, "batch_norm: expected an input of dtype float32, float64 or bfloat16 (float16 on CUDA devices only), got ", input.describe());
   const int64_t C = input.size(1);
   const std::pair<const Tensor*, const char*> per_channel[] = {{&rm, "running_mean"}, {&rv, "running_var"}, {&w, "weight"}, {&b, "bias"}};
   for (const auto& [t, name] : per_channel) {
     if (!t->defined()) continue;
     DP_CHECK(t->numel() == C, ShapeError, "batch_norm: ", name, " should contain ", C, " elements not ", t->numel(), " (input ", input.size_str(), ")");
   }
-  for (const Tensor* t : {&w, &b})
-    DP_CHECK(!t->defined() || t->dtype() == input.dtype(), DTypeError, "batch_norm: expected ", t == &w ? "weight" : "bias",
-             " to have the input's dtype ", dtype_name(input.dtype()), ", got ", t->describe());
+  if (input.dtype() == kBFloat16 && input.is_cpu()) {
+    check_bfloat16_cpu_parameters(input, per_channel);
+  } else {
+    for (const Tensor* t : {&w, &b})
+      DP_CHECK(!t->defined() || t->dtype() == input.dtype(), DTypeError, "batch_norm: expected ", t == &w ? "weight" : "bias",
+               " to have the input's dtype ", dtype_name(input.dtype()), ", got ", t->describe());
+  }
   for (const Tensor* t : {&rm, &rv})
     DP_CHECK(!t->defined() || is_floating_point(t->dtype()), DTypeError, "batch_norm: expected ", t == &rm ? "running_mean" : "running_var",
              " to be a floating point tensor, got ", t->describe());
@@ -95,9 +119,17 @@ Tensor channel_f64(const Tensor& t) {
   return out;
 }
 
-// The backward in dp ops (differentiable), for create_graph.
+// The backward in dp ops (differentiable), for create_graph. A 16-bit input's backward runs in
+// float32 (the fused kernel sums in float64; 16-bit intermediate ops would round every step) and
+// each gradient is converted back to its tensor's dtype, on the graph.
 variable_list batch_norm_backward_ops(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& invstd,
-                                      bool training, double eps, bool gx, bool gw, bool gb, const Shape& b_shape) {
+                                      bool training, double eps, bool gx, bool gw, bool gb, const Shape& b_shape, DType b_dtype) {
+  if (x.dtype() == kFloat16 || x.dtype() == kBFloat16) {
+    auto f32 = [](const Tensor& t) { return t.defined() && t.dtype() != kFloat32 ? t.to(kFloat32) : t; };
+    auto back = [](const Tensor& t, DType dt) { return t.defined() && t.dtype() != dt ? t.to(dt) : t; };
+    variable_list r = batch_norm_backward_ops(f32(g), f32(x), f32(w), mean, invstd, training, eps, gx, gw, gb, b_shape, kFloat32);
+    return {back(r[0], x.dtype()), w.defined() ? back(r[1], w.dtype()) : r[1], back(r[2], b_dtype)};
+  }
   const int64_t C = x.size(1);
   std::vector<int64_t> dims{0};
   Shape bshape(static_cast<size_t>(x.dim()), 1);
@@ -180,17 +212,20 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     SavedVariable sw = weight.defined() ? SavedVariable(weight, false) : SavedVariable();
     const Shape w_shape = weight.defined() ? weight.sizes() : Shape{};
     const Shape b_shape = bias.defined() ? bias.sizes() : Shape{};
+    // The weight and bias gradients take their tensors' dtypes (float32 for a bfloat16 input with
+    // float32 parameters), the input gradient the input's.
+    const DType w_dtype = weight.defined() ? weight.dtype() : input.dtype(), b_dtype = bias.defined() ? bias.dtype() : input.dtype();
     autograd::record("NativeBatchNormBackward0", {input, weight, bias}, {out},
-                     [sx, sw, mean, invstd, training, eps, gx, gw, gb, B, C, L, w_shape, b_shape](variable_list&& grads) {
+                     [sx, sw, mean, invstd, training, eps, gx, gw, gb, B, C, L, w_shape, b_shape, w_dtype, b_dtype](variable_list&& grads) {
                        const Tensor& g = grads[0];
                        Tensor x = sx.unpack();
                        Tensor w = sw.defined() ? sw.unpack() : Tensor();
                        if (GradMode::is_enabled() && B * L > 0)
-                         return batch_norm_backward_ops(g, x, w, mean, invstd, training, eps, gx, gw, gb, b_shape);
+                         return batch_norm_backward_ops(g, x, w, mean, invstd, training, eps, gx, gw, gb, b_shape, b_dtype);
                        Tensor dy = kernels::contiguous_nograd(kernels::convert_nograd(g, x.dtype()));
                        Tensor dx = gx ? make_empty(x.sizes(), x.dtype(), x.device()) : Tensor();
-                       Tensor dw = gw ? make_empty(w_shape, x.dtype(), x.device()) : Tensor();
-                       Tensor db = gb ? make_empty(b_shape, x.dtype(), x.device()) : Tensor();
+                       Tensor dw = gw ? make_empty(w_shape, w_dtype, x.device()) : Tensor();
+                       Tensor db = gb ? make_empty(b_shape, b_dtype, x.device()) : Tensor();
                        Tensor wc = w.defined() ? kernels::contiguous_nograd(w) : Tensor();
                        kernels::batch_norm_backward_kernel(dy, kernels::contiguous_nograd(x), mean, invstd, wc, training, B, C, L, dx, dw, db);
                        return variable_list{dx, dw, db};

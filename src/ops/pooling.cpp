@@ -25,15 +25,18 @@ using kernels::Pool2dGeometry;
 
 std::pair<int64_t, int64_t> pair_of(IntArrayRef v) { return v.size() == 1 ? std::pair{v[0], v[0]} : std::pair{v[0], v[1]}; }
 
-// The CUDA kernels (src/cuda/norm_pool.cu) also take the 16-bit types; the CPU ones do not.
-bool half_on_cuda(const Tensor& t) { return (t.is_cuda() && (t.dtype() == kFloat16 || t.dtype() == kBFloat16)); }
+// float32, float64 and bfloat16 on the CPU or a CUDA device, float16 on a CUDA device only (the
+// CUDA kernels, src/cuda/norm_pool.cu, take both 16-bit types; PyTorch's CPU pooling takes
+// bfloat16 but not float16).
+bool supported_dtype(const Tensor& t) {
+  return t.dtype() == kFloat32 || t.dtype() == kFloat64 || t.dtype() == kBFloat16 || (t.is_cuda() && t.dtype() == kFloat16);
+}
 
 void check_input(const char* op, const Tensor& x) {
   ops::check_defined(op, x);
   DP_CHECK(x.is_cpu() || x.is_cuda(), NotImplementedError, op, ": not implemented for ", x.device().str(), " tensors");
-  DP_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat64 || half_on_cuda(x), DTypeError, op,
-           ": expected a float32 or float64 input, but got ", dtype_name(x.dtype()), " ", x.size_str(), " on ", x.device().str(),
-           " (float16 and bfloat16 are supported on CUDA devices)");
+  DP_CHECK(supported_dtype(x), DTypeError, op, ": expected a float32, float64 or bfloat16 input, but got ", dtype_name(x.dtype()), " ",
+           x.size_str(), " on ", x.device().str(), " (float16 is supported on CUDA devices only)");
   bool ok = x.dim() == 3 || x.dim() == 4;
   for (int64_t d = x.dim() == 4 ? 1 : 0; ok && d < x.dim(); ++d) ok = x.size(d) > 0;
   DP_CHECK(ok, ShapeError, op, ": Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got: ", x.size_str());
@@ -228,9 +231,8 @@ Tensor adaptive_avg_pool2d(const Tensor& input, IntArrayRef output_size) {
   DP_CHECK(oh >= 0 && ow >= 0, ValueError, op, ": elements of output_size must be greater than or equal to 0 but received ", shape_str(output_size));
   ops::check_defined(op, input);
   DP_CHECK(input.is_cpu() || input.is_cuda(), NotImplementedError, op, ": not implemented for ", input.device().str(), " tensors");
-  DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 || half_on_cuda(input), DTypeError, op,
-           ": expected a float32 or float64 input, but got ", dtype_name(input.dtype()), " ", input.size_str(), " on ",
-           input.device().str(), " (float16 and bfloat16 are supported on CUDA devices)");
+  DP_CHECK(supported_dtype(input), DTypeError, op, ": expected a float32, float64 or bfloat16 input, but got ", dtype_name(input.dtype()), " ",
+           input.size_str(), " on ", input.device().str(), " (float16 is supported on CUDA devices only)");
   DP_CHECK(input.dim() == 3 || input.dim() == 4, ShapeError, op, "(): Expected 3D or 4D tensor, but got ", input.size_str());
   for (int64_t d = input.dim() - 3; d < input.dim(); ++d)
     DP_CHECK(input.size(d) > 0, ShapeError, op, "(): Expected input to have non-zero size for non-batch dimensions, but input has sizes ",

@@ -395,16 +395,21 @@ TEST(CudaNormPool, OnANonDefaultStream) {
 
 // ---------------------------------------------------------------- float16 / bfloat16
 
+// The CPU's pooling and batch norm take bfloat16 (tests/ops/test_bfloat16.cpp) but not float16, as
+// PyTorch's CPU; its layer norm takes neither.
 TEST(CudaNormPoolHalf, CpuRefusesHalfTypesNamingCuda) {
-  Tensor x = zeros({2, 3, 6, 6}, kBFloat16);
+  Tensor x = zeros({2, 3, 6, 6}, kFloat16), xb = zeros({2, 3, 6, 6}, kBFloat16);
   for (const std::string& msg : {test::error_of<DTypeError>([&] { max_pool2d(x, {2}); }),
                                  test::error_of<DTypeError>([&] { avg_pool2d(x, {2}); }),
                                  test::error_of<DTypeError>([&] { adaptive_avg_pool2d(x, {2, 2}); }),
                                  test::error_of<DTypeError>([&] { layer_norm(x, {6}); }),
                                  test::error_of<DTypeError>([&] { batch_norm(x, {}, {}, {}, {}, true); })}) {
-    EXPECT_NE(msg.find("bfloat16"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("float16"), std::string::npos) << msg;
     EXPECT_NE(msg.find("CUDA"), std::string::npos) << msg;
   }
+  const std::string msg = test::error_of<DTypeError>([&] { layer_norm(xb, {6}); });
+  EXPECT_NE(msg.find("bfloat16"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("CUDA"), std::string::npos) << msg;
 }
 
 TEST(CudaNormPoolHalf, PoolingAgainstFloat32Cpu) {

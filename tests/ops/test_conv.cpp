@@ -299,7 +299,7 @@ TEST(Conv2dErrors, DTypesAndDevices) {
   Tensor x = randn({1, 2, 5, 5}), w = randn({4, 2, 3, 3});
   expect_error<DTypeError>([&] { conv2d(x, w.to(kFloat64)); }, "Input type (float) and weight type (double) should be the same");
   expect_error<DTypeError>([&] { conv2d(x, w, randn({4}, kFloat64)); }, "Input type (float) and bias type (double) should be the same");
-  expect_error<DTypeError>([&] { conv2d(x.to(kInt64), w.to(kInt64)); }, "expected a float32 or float64 input, but got int64");
+  expect_error<DTypeError>([&] { conv2d(x.to(kInt64), w.to(kInt64)); }, "expected a float32, float64 or bfloat16 input, but got int64");
   expect_error<DeviceError>([&] { conv2d(x, w.to(Device("cpu:1"))); }, "expected all tensors to be on the same device");
   expect_error<DeviceError>([&] { conv2d(x, w, zeros({4}, Device("cpu:1"))); }, "cpu:1");
   expect_error<ValueError>([&] { conv2d(Tensor(), w); }, "input is an undefined tensor");

@@ -391,7 +391,7 @@ TEST(BatchNorm, Errors) {
   expect_error<ShapeError>([&] { batch_norm(zeros({4, 3}), rm, rv, ones({2}), {}, true); }, "weight should contain 3 elements not 2");
   expect_error<ShapeError>([&] { batch_norm(zeros({4}), {}, {}, {}, {}, true); }, "at least 2 dimensions");
   expect_error<ValueError>([&] { batch_norm(zeros({4, 3}), {}, {}, {}, {}, false); }, "running_mean must be defined in evaluation mode");
-  expect_error<DTypeError>([&] { batch_norm(zeros({4, 3}, kInt64), {}, {}, {}, {}, true); }, "float32 or float64");
+  expect_error<DTypeError>([&] { batch_norm(zeros({4, 3}, kInt64), {}, {}, {}, {}, true); }, "float32, float64 or bfloat16");
   expect_error<DTypeError>([&] { batch_norm(zeros({4, 3}), {}, {}, ones({3}, kFloat64), {}, true); }, "weight");
   expect_error<ValueError>([&] { batch_norm(Tensor(), {}, {}, {}, {}, true); }, "batch_norm");
 }

@@ -174,7 +174,7 @@ TEST(PoolErrors, MaxPool) {
   expect_error<ShapeError>([&] { max_pool2d(zeros({1, 0, 4, 4}), {2}); }, "but got: [1, 0, 4, 4]");
   expect_error<ValueError>([&] { max_pool2d(x, {1, 2, 3}); }, "kernel_size must either be a single int, or a tuple of two ints");
   expect_error<ValueError>([&] { max_pool2d(x, {2}, {1, 1, 1}); }, "stride must either be omitted, a single int, or a tuple of two ints");
-  expect_error<DTypeError>([&] { max_pool2d(x.to(kInt64), {2}); }, "expected a float32 or float64 input, but got int64");
+  expect_error<DTypeError>([&] { max_pool2d(x.to(kInt64), {2}); }, "expected a float32, float64 or bfloat16 input, but got int64");
 }
 
 TEST(PoolErrors, AvgAndAdaptive) {

@@ -1,5 +1,7 @@
 #pragma once
-// 2-D convolution (torch.nn.functional.conv2d), float32 and float64, NCHW.
+// 2-D convolution (torch.nn.functional.conv2d), float32, float64 and bfloat16 (float32 arithmetic,
+// each result rounded once, as PyTorch's CPU convolution; float16 on CUDA devices only), NCHW.
+// input, weight and bias share one dtype; gradients come back in it.
 //
 //   Tensor y = dp::conv2d(x, w, b, /*stride=*/{2, 2}, /*padding=*/{1, 1});
 //

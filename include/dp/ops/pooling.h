@@ -1,6 +1,7 @@
 #pragma once
-// 2-D pooling (torch.nn.functional.max_pool2d / avg_pool2d / adaptive_avg_pool2d), float32 and
-// float64, NCHW or unbatched [C, H, W]. Integer pairs take one value (both dims) or two (height,
+// 2-D pooling (torch.nn.functional.max_pool2d / avg_pool2d / adaptive_avg_pool2d), float32,
+// float64 and bfloat16 (sums in float32, each result rounded once; float16 on CUDA devices only),
+// NCHW or unbatched [C, H, W]. Integer pairs take one value (both dims) or two (height,
 // width); an empty stride means stride = kernel_size. Output sizes follow PyTorch exactly:
 //   out = floor_or_ceil((in + 2 * pad - dilation * (k - 1) - 1) / stride) + 1
 // and with ceil_mode the last window must start inside the input or the left padding.

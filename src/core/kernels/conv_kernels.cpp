@@ -1,7 +1,9 @@
 #include "core/kernels/conv_kernels.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
+#include <type_traits>
 
 #include "core/kernels/blas.h"
 #include "core/kernels/dispatch.h"
@@ -130,27 +132,83 @@ void col2im(T* cols, int64_t channels, const Conv2dGeometry& g, T* gx) {
   }
 }
 
-template <typename T>
-T* scratch(Tensor& holder, int64_t n, const Tensor& like) {
-  holder = make_empty({std::max<int64_t>(n, 1)}, like.dtype(), like.device());
-  return static_cast<T*>(holder.data_ptr());
+// ---- bfloat16 staging
+//
+// bfloat16 computes as PyTorch's CPU convolution does: float32 arithmetic, one rounding per
+// result. The kernels below run in float32 on bfloat16 tensors by staging one image at a time: its
+// input (and grad_output) is widened into a float32 buffer that stays in cache for the im2col and
+// GEMMs that read it, and its results are computed into a float32 buffer and rounded once into
+// the bfloat16 output. The weight, and the weight / bias gradients summed over the batch, are
+// small and converted once per call. So the GEMMs run at float32 speed, no element is converted
+// inside them, and no whole-tensor float32 copy goes through memory. The conversion loops are
+// plain loops over contiguous data that the compiler vectorises: a bfloat16 is the upper half of a
+// float32, and rounding to nearest even is an integer add and shift (NaN stays NaN, as in
+// BFloat16's constructor).
+void widen_loop(float* dst, const BFloat16* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i].x) << 16);
+}
+void round_loop(BFloat16* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = std::bit_cast<uint32_t>(src[i]);
+    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    dst[i].x = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : r);
+  }
 }
 
 template <typename T>
+T* scratch(Tensor& holder, int64_t n, const Tensor& like) {
+  holder = make_empty({std::max<int64_t>(n, 1)}, dtype_of<T>, like.device());
+  return static_cast<T*>(holder.data_ptr());
+}
+
+// S: the tensors' element type; T: the arithmetic type (float for bfloat16, else S).
+template <typename S>
+using conv_compute_t = std::conditional_t<std::is_same_v<S, BFloat16>, float, S>;
+
+// A read-only view of n elements as T: the tensor itself when S is T, else a widened copy in
+// `holder` (nullptr for an undefined tensor).
+template <typename T, typename S>
+const T* read_as(const Tensor& t, Tensor& holder) {
+  if (!t.defined()) return nullptr;
+  if constexpr (std::is_same_v<S, T>) {
+    return static_cast<const T*>(t.data_ptr());
+  } else {
+    T* p = scratch<T>(holder, t.numel(), t);
+    widen_loop(p, static_cast<const S*>(t.data_ptr()), t.numel());
+    return p;
+  }
+}
+
+template <typename S>
 void forward_impl(const Tensor& out_t, const Tensor& x_t, const Tensor& w_t, const Tensor& b_t, const Conv2dGeometry& g) {
+  using T = conv_compute_t<S>;
+  constexpr bool staged = !std::is_same_v<S, T>;
   const int64_t Cg = g.group_in(), OCg = g.group_out(), Kg = g.group_k();
   const int64_t HW = g.H * g.W, P = g.OH * g.OW;
-  const T* x = static_cast<const T*>(x_t.data_ptr());
-  const T* w = static_cast<const T*>(w_t.data_ptr());
-  const T* b = b_t.defined() ? static_cast<const T*>(b_t.data_ptr()) : nullptr;
-  T* out = static_cast<T*>(out_t.data_ptr());
+  const S* x = static_cast<const S*>(x_t.data_ptr());
+  S* out = static_cast<S*>(out_t.data_ptr());
+  Tensor w_hold, b_hold, x_stage, out_stage;
+  const T* w = read_as<T, S>(w_t, w_hold);
+  const T* b = read_as<T, S>(b_t, b_hold);
+  T* xs = staged ? scratch<T>(x_stage, g.C * HW, out_t) : nullptr;
+  T* os = staged ? scratch<T>(out_stage, g.OC * P, out_t) : nullptr;
   const bool pointwise = g.is_pointwise();
   Tensor buf;
   T* cols = pointwise || Kg == 0 ? nullptr : scratch<T>(buf, Kg * P, out_t);
   for (int64_t n = 0; n < g.N; ++n) {
+    const T* xn;
+    T* on;
+    if constexpr (staged) {
+      widen_loop(xs, x + n * g.C * HW, g.C * HW);
+      xn = xs;
+      on = os;
+    } else {
+      xn = x + n * g.C * HW;
+      on = out + n * g.OC * P;
+    }
     for (int64_t grp = 0; grp < g.groups; ++grp) {
-      const T* xg = x + (n * g.C + grp * Cg) * HW;
-      T* og = out + (n * g.OC + grp * OCg) * P;
+      const T* xg = xn + grp * Cg * HW;
+      T* og = on + grp * OCg * P;
       if (b) {
         for (int64_t oc = 0; oc < OCg; ++oc) std::fill(og + oc * P, og + (oc + 1) * P, b[grp * OCg + oc]);
       } else if (Kg == 0) {
@@ -164,33 +222,39 @@ void forward_impl(const Tensor& out_t, const Tensor& x_t, const Tensor& w_t, con
       }
       blas::gemm(false, false, OCg, P, Kg, T(1), w + grp * OCg * Kg, Kg, cg, P, b ? T(1) : T(0), og, P);
     }
+    if constexpr (staged) round_loop(out + n * g.OC * P, os, g.OC * P);
   }
 }
 
-template <typename T>
+template <typename S>
 void backward_impl(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, const Tensor& x_t, const Tensor& w_t, const Tensor& go_t,
                    const Conv2dGeometry& g) {
+  using T = conv_compute_t<S>;
+  constexpr bool staged = !std::is_same_v<S, T>;
   const int64_t Cg = g.group_in(), OCg = g.group_out(), Kg = g.group_k();
   const int64_t HW = g.H * g.W, P = g.OH * g.OW;
-  const T* go = static_cast<const T*>(go_t.data_ptr());
-  T* gx = gx_t.defined() ? static_cast<T*>(gx_t.data_ptr()) : nullptr;
-  T* gw = gw_t.defined() ? static_cast<T*>(gw_t.data_ptr()) : nullptr;
-  T* gb = gb_t.defined() ? static_cast<T*>(gb_t.data_ptr()) : nullptr;
-  const T* x = gw ? static_cast<const T*>(x_t.data_ptr()) : nullptr;
-  const T* w = gx ? static_cast<const T*>(w_t.data_ptr()) : nullptr;
+  const S* go_s = static_cast<const S*>(go_t.data_ptr());
+  S* gx_s = gx_t.defined() ? static_cast<S*>(gx_t.data_ptr()) : nullptr;
+  const S* x_s = gw_t.defined() ? static_cast<const S*>(x_t.data_ptr()) : nullptr;
+  Tensor w_hold, go_stage, x_stage, gx_stage, gw_stage, gb_stage;
+  const T* w = gx_s ? read_as<T, S>(w_t, w_hold) : nullptr;
+  // Staged: one image of grad_output, input and grad_input at a time, and the batch sums of the
+  // weight and bias gradients, in float32 (rounded into the outputs at the end).
+  T* gos = staged ? scratch<T>(go_stage, g.OC * P, go_t) : nullptr;
+  T* xs = staged && x_s ? scratch<T>(x_stage, g.C * HW, go_t) : nullptr;
+  T* gxs = staged && gx_s ? scratch<T>(gx_stage, g.C * HW, go_t) : nullptr;
+  T* gw = !gw_t.defined() ? nullptr : staged ? scratch<T>(gw_stage, g.OC * Kg, go_t) : static_cast<T*>(gw_t.data_ptr());
+  T* gb = !gb_t.defined() ? nullptr : staged ? scratch<T>(gb_stage, g.OC, go_t) : static_cast<T*>(gb_t.data_ptr());
   const bool pointwise = g.is_pointwise();
 
   // Sums start from zero so that N == 0 (and empty groups) give zero gradients.
   if (gw) std::fill(gw, gw + g.OC * Kg, T(0));
   if (gb) std::fill(gb, gb + g.OC, T(0));
-  // With OCg > 0 a pointwise GEMM writes all of gx, else col2im adds into it per image (zeroed
-  // just before, so that image's gradient stays in cache between the two).
-  if (gx && OCg == 0) std::fill(gx, gx + g.N * g.C * HW, T(0));
 
   const bool work = OCg > 0 && Kg > 0;
   Tensor cols_buf, dcols_buf, ones_buf;
   T* cols = !pointwise && work && gw ? scratch<T>(cols_buf, Kg * P, go_t) : nullptr;
-  T* dcols = !pointwise && work && gx ? scratch<T>(dcols_buf, Kg * P, go_t) : nullptr;
+  T* dcols = !pointwise && work && gx_s ? scratch<T>(dcols_buf, Kg * P, go_t) : nullptr;
   if (dcols) std::memset(dcols, 0, static_cast<size_t>(Kg * P) * sizeof(T));  // col2im keeps it zero
   T* ones = nullptr;
   if (gb) {
@@ -198,12 +262,31 @@ void backward_impl(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, c
     std::fill(ones, ones + P, T(1));
   }
   for (int64_t n = 0; n < g.N; ++n) {
+    const T* gon;
+    const T* xn = nullptr;
+    T* gxn = nullptr;
+    if constexpr (staged) {
+      widen_loop(gos, go_s + n * g.OC * P, g.OC * P);
+      gon = gos;
+      if (xs) {
+        widen_loop(xs, x_s + n * g.C * HW, g.C * HW);
+        xn = xs;
+      }
+      gxn = gxs;
+    } else {
+      gon = go_s + n * g.OC * P;
+      if (x_s) xn = x_s + n * g.C * HW;
+      if (gx_s) gxn = gx_s + n * g.C * HW;
+    }
+    // With OCg > 0 a pointwise GEMM writes all of the image's gx, else col2im adds into it (zeroed
+    // just before, so that the image's gradient stays in cache between the two).
+    if (gxn && OCg == 0) std::fill(gxn, gxn + g.C * HW, T(0));
     for (int64_t grp = 0; grp < g.groups; ++grp) {
-      const T* gog = go + (n * g.OC + grp * OCg) * P;
+      const T* gog = gon + grp * OCg * P;
       if (gb) blas::gemm(false, false, OCg, 1, P, T(1), gog, P, ones, 1, T(1), gb + grp * OCg, 1);
       if (!work) continue;
       if (gw) {
-        const T* xg = x + (n * g.C + grp * Cg) * HW;
+        const T* xg = xn + grp * Cg * HW;
         const T* cg = xg;
         if (!pointwise) {
           im2col(xg, Cg, g, cols);
@@ -211,8 +294,8 @@ void backward_impl(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, c
         }
         blas::gemm(false, true, OCg, Kg, P, T(1), gog, P, cg, P, T(1), gw + grp * OCg * Kg, Kg);
       }
-      if (gx) {
-        T* gxg = gx + (n * g.C + grp * Cg) * HW;
+      if (gxn) {
+        T* gxg = gxn + grp * Cg * HW;
         if (pointwise) {
           blas::gemm(true, false, Kg, P, OCg, T(1), w + grp * OCg * Kg, Kg, gog, P, T(0), gxg, P);
         } else {
@@ -222,11 +305,19 @@ void backward_impl(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, c
         }
       }
     }
+    if constexpr (staged) {
+      if (gx_s) round_loop(gx_s + n * g.C * HW, gxs, g.C * HW);
+    }
+  }
+  if constexpr (staged) {
+    if (gw) round_loop(static_cast<S*>(gw_t.data_ptr()), gw, g.OC * Kg);
+    if (gb) round_loop(static_cast<S*>(gb_t.data_ptr()), gb, g.OC);
   }
 }
 
 void check_dtype(const char* op, DType dt) {
-  DP_CHECK(dt == kFloat32 || dt == kFloat64, DTypeError, op, ": unsupported dtype ", dtype_name(dt), " (supported: float32, float64)");
+  DP_CHECK(dt == kFloat32 || dt == kFloat64 || dt == kBFloat16, DTypeError, op, ": unsupported dtype ", dtype_name(dt),
+           " (supported on the CPU: float32, float64, bfloat16)");
 }
 
 }  // namespace
@@ -235,7 +326,8 @@ void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor&
   DP_ROUTE_CUDA(out, conv2d_forward_kernel(out, input, weight, bias, g));
   check_dtype("conv2d", input.dtype());
   if (input.dtype() == kFloat32) forward_impl<float>(out, input, weight, bias, g);
-  else forward_impl<double>(out, input, weight, bias, g);
+  else if (input.dtype() == kFloat64) forward_impl<double>(out, input, weight, bias, g);
+  else forward_impl<BFloat16>(out, input, weight, bias, g);
 }
 
 void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input,
@@ -243,7 +335,8 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
   DP_ROUTE_CUDA(grad_output, conv2d_backward_kernel(grad_input, grad_weight, grad_bias, input, weight, grad_output, g));
   check_dtype("conv2d backward", grad_output.dtype());
   if (grad_output.dtype() == kFloat32) backward_impl<float>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
-  else backward_impl<double>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
+  else if (grad_output.dtype() == kFloat64) backward_impl<double>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
+  else backward_impl<BFloat16>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
 }
 
 }  // namespace dp::kernels

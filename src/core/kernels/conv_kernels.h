@@ -28,8 +28,9 @@ struct Conv2dGeometry {
   bool is_pointwise() const { return KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
 };
 
-// All tensors: contiguous, one dtype (float32 or float64), on the CPU or all on one CUDA device (then
-// the call goes to cuDNN: src/cuda/conv.h); sizes as in Conv2dGeometry.
+// All tensors: contiguous, one dtype, on the CPU (float32, float64 or bfloat16; bfloat16 computes
+// in float32 and rounds each result once) or all on one CUDA device (then the call goes to cuDNN:
+// src/cuda/conv.h); sizes as in Conv2dGeometry.
 // `out` is fresh (any contents); `bias` may be undefined.
 void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g);
 

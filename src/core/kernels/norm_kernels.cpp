@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <thread>
+#include <type_traits>
 #include <vector>
 #include "core/kernels/dispatch.h"
 #include "cuda/elementwise.h"
@@ -93,6 +95,32 @@ void dispatch_norm(DType t, const char* op, F&& f) {
     case DType::Float64: f.template operator()<double>(); return;
     default: unsupported_dtype(op, t, "float32, float64");
   }
+}
+
+// Batch norm's (input, parameter) type pairs: (T, T) for T float32 / float64 / bfloat16, and
+// (bfloat16, float32). `param` is the dtype of the weight / bias (and their gradients); the ops
+// check the combinations first, this is a backstop.
+template <typename F>
+void dispatch_batch_norm(DType input, DType param, const char* op, F&& f) {
+  if (input == DType::BFloat16 && param == DType::Float32) {
+    f.template operator()<BFloat16, float>();
+    return;
+  }
+  DP_CHECK(param == input, DTypeError, op, ": unsupported weight/bias dtype ", dtype_name(param), " for a ", dtype_name(input),
+           " input (supported: the input's dtype, or float32 for a bfloat16 input)");
+  switch (input) {
+    case DType::Float32: f.template operator()<float, float>(); return;
+    case DType::Float64: f.template operator()<double, double>(); return;
+    case DType::BFloat16: f.template operator()<BFloat16, BFloat16>(); return;
+    default: unsupported_dtype(op, input, "float32, float64, bfloat16");
+  }
+}
+
+// The dtype of the first defined tensor, else `fallback`.
+DType first_dtype(std::initializer_list<const Tensor*> ts, DType fallback) {
+  for (const Tensor* t : ts)
+    if (t->defined()) return t->dtype();
+  return fallback;
 }
 
 // ---------------------------------------------------------------- layer norm
@@ -186,6 +214,9 @@ void layer_norm_backward_impl(const T* dy, const T* x, const double* mean, const
 
 // ---------------------------------------------------------------- batch norm
 //
+// T is the input's type (float32, float64, bfloat16), P the weight/bias type: T itself, or float32
+// for a bfloat16 input (PyTorch's CPU mixed precision). Statistics and gradients are summed in
+// float64 whatever T; a bfloat16 element is widened on load and each result rounded once on store.
 // x is [B, C, L]. With L > 1 each (b, c) row of L values is contiguous and reduced with sum8; with
 // L == 1 ([B, C] input) a channel's values are C apart, so the loops run over b outside and over
 // the channels inside, accumulating into per-channel arrays (vectorised across channels).
@@ -238,25 +269,27 @@ void bn_stats_impl(const T* x, int64_t B, int64_t C, int64_t L, double* mean, do
   });
 }
 
-template <typename T>
-void bn_apply_impl(const T* x, const double* mean, const double* invstd, const T* w, const T* b, int64_t B, int64_t C, int64_t L, T* y) {
-  // y = (x - mean) * scale + shift with scale = invstd * w, shift = b, in T.
-  std::vector<T> m(static_cast<size_t>(C)), sc(static_cast<size_t>(C)), sh(static_cast<size_t>(C));
+template <typename T, typename P>
+void bn_apply_impl(const T* x, const double* mean, const double* invstd, const P* w, const P* b, int64_t B, int64_t C, int64_t L, T* y) {
+  // y = (x - mean) * scale + shift with scale = invstd * w, shift = b, in A (T, or float32 for
+  // bfloat16: one rounding per output).
+  using A = std::conditional_t<is_reduced_float_v<T>, float, T>;
+  std::vector<A> m(static_cast<size_t>(C)), sc(static_cast<size_t>(C)), sh(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
-    m[c] = static_cast<T>(mean[c]);
-    sc[c] = static_cast<T>(invstd[c] * (w ? static_cast<double>(w[c]) : 1.0));
-    sh[c] = b ? b[c] : T(0);
+    m[c] = static_cast<A>(mean[c]);
+    sc[c] = static_cast<A>(invstd[c] * (w ? convert<double>(w[c]) : 1.0));
+    sh[c] = b ? convert<A>(b[c]) : A(0);
   }
   run_ranges(C, plan_threads(C, B * L), [&](int64_t c0, int64_t c1, int64_t) {
     if (L == 1) {
-      const T* pm = m.data() + c0;
-      const T* ps = sc.data() + c0;
-      const T* ph = sh.data() + c0;
+      const A* pm = m.data() + c0;
+      const A* ps = sc.data() + c0;
+      const A* ph = sh.data() + c0;
       const int64_t n = c1 - c0;
       for (int64_t bi = 0; bi < B; ++bi) {
         const T* xb = x + bi * C + c0;
         T* yb = y + bi * C + c0;
-        for (int64_t k = 0; k < n; ++k) yb[k] = (xb[k] - pm[k]) * ps[k] + ph[k];
+        for (int64_t k = 0; k < n; ++k) yb[k] = convert<T>((convert<A>(xb[k]) - pm[k]) * ps[k] + ph[k]);
       }
       return;
     }
@@ -264,16 +297,16 @@ void bn_apply_impl(const T* x, const double* mean, const double* invstd, const T
       for (int64_t c = c0; c < c1; ++c) {
         const T* row = x + (bi * C + c) * L;
         T* out = y + (bi * C + c) * L;
-        const T tm = m[c], ts = sc[c], th = sh[c];
-        for (int64_t i = 0; i < L; ++i) out[i] = (row[i] - tm) * ts + th;
+        const A tm = m[c], ts = sc[c], th = sh[c];
+        for (int64_t i = 0; i < L; ++i) out[i] = convert<T>((convert<A>(row[i]) - tm) * ts + th);
       }
     }
   });
 }
 
-template <typename T>
-void bn_backward_impl(const T* dy, const T* x, const double* mean, const double* invstd, const T* w, bool training, int64_t B, int64_t C,
-                      int64_t L, T* dx, T* dw, T* db) {
+template <typename T, typename P>
+void bn_backward_impl(const T* dy, const T* x, const double* mean, const double* invstd, const P* w, bool training, int64_t B, int64_t C,
+                      int64_t L, T* dx, P* dw, P* db) {
   const bool need_sums = dw || db || (dx && training);
   const double inv_m = B * L > 0 ? 1.0 / static_cast<double>(B * L) : 0.0;
   run_ranges(C, plan_threads(C, B * L), [&](int64_t c0, int64_t c1, int64_t) {
@@ -308,8 +341,8 @@ void bn_backward_impl(const T* dy, const T* x, const double* mean, const double*
       }
     }
     for (int64_t k = 0; k < n; ++k) {
-      if (dw) dw[c0 + k] = static_cast<T>(sdx[k] * invstd[c0 + k]);
-      if (db) db[c0 + k] = static_cast<T>(sdy[k]);
+      if (dw) dw[c0 + k] = convert<P>(sdx[k] * invstd[c0 + k]);
+      if (db) db[c0 + k] = convert<P>(sdy[k]);
     }
     if (!dx) return;
     // dx = (dy - a - (x - mean) * p) * k with k = invstd * w and, in training, a = mean(dy),
@@ -318,7 +351,7 @@ void bn_backward_impl(const T* dy, const T* x, const double* mean, const double*
     for (int64_t k = 0; k < n; ++k) {
       const int64_t c = c0 + k;
       const double is = invstd[c];
-      kk[k] = is * (w ? static_cast<double>(w[c]) : 1.0);
+      kk[k] = is * (w ? convert<double>(w[c]) : 1.0);
       a[k] = training ? sdy[k] * inv_m : 0.0;
       p[k] = training ? sdx[k] * is * is * inv_m : 0.0;
     }
@@ -329,7 +362,7 @@ void bn_backward_impl(const T* dy, const T* x, const double* mean, const double*
         const T* xb = x + bi * C + c0;
         T* ob = dx + bi * C + c0;
         for (int64_t k = 0; k < n; ++k)
-          ob[k] = static_cast<T>((static_cast<double>(gb[k]) - a[k] - (static_cast<double>(xb[k]) - mu[k]) * p[k]) * kk[k]);
+          ob[k] = convert<T>((convert<double>(gb[k]) - a[k] - (convert<double>(xb[k]) - mu[k]) * p[k]) * kk[k]);
       }
       return;
     }
@@ -341,9 +374,9 @@ void bn_backward_impl(const T* dy, const T* x, const double* mean, const double*
         const double mu = mean[c], ak = a[c - c0], pk = p[c - c0], k2 = kk[c - c0];
         if (training) {
           for (int64_t i = 0; i < L; ++i)
-            orow[i] = static_cast<T>((static_cast<double>(gr[i]) - ak - (static_cast<double>(xr[i]) - mu) * pk) * k2);
+            orow[i] = convert<T>((convert<double>(gr[i]) - ak - (convert<double>(xr[i]) - mu) * pk) * k2);
         } else {
-          for (int64_t i = 0; i < L; ++i) orow[i] = static_cast<T>(static_cast<double>(gr[i]) * k2);
+          for (int64_t i = 0; i < L; ++i) orow[i] = convert<T>(convert<double>(gr[i]) * k2);
         }
       }
     }
@@ -372,7 +405,7 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
 
 void batch_norm_stats_kernel(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var) {
   DP_ROUTE_CUDA(x, batch_norm_stats_kernel(x, B, C, L, mean, var));
-  dispatch_norm(x.dtype(), "batch_norm", [&]<typename T>() {
+  dispatch_batch_norm(x.dtype(), x.dtype(), "batch_norm", [&]<typename T, typename>() {
     bn_stats_impl<T>(x.data_ptr<T>(), B, C, L, mean.data_ptr<double>(), var.data_ptr<double>());
   });
 }
@@ -380,18 +413,24 @@ void batch_norm_stats_kernel(const Tensor& x, int64_t B, int64_t C, int64_t L, c
 void batch_norm_apply_kernel(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B,
                              int64_t C, int64_t L, const Tensor& out) {
   DP_ROUTE_CUDA(x, batch_norm_apply_kernel(x, mean, invstd, w, b, B, C, L, out));
-  dispatch_norm(x.dtype(), "batch_norm", [&]<typename T>() {
-    bn_apply_impl<T>(x.data_ptr<T>(), mean.data_ptr<double>(), invstd.data_ptr<double>(), ptr_or_null<T>(w), ptr_or_null<T>(b), B, C, L,
-                     out.data_ptr<T>());
+  DP_CHECK(!w.defined() || !b.defined() || w.dtype() == b.dtype(), DTypeError, "batch_norm: weight (", w.describe(), ") and bias (",
+           b.describe(), ") must have one dtype");
+  dispatch_batch_norm(x.dtype(), first_dtype({&w, &b}, x.dtype()), "batch_norm", [&]<typename T, typename P>() {
+    bn_apply_impl<T, P>(x.data_ptr<T>(), mean.data_ptr<double>(), invstd.data_ptr<double>(), ptr_or_null<P>(w), ptr_or_null<P>(b), B, C, L,
+                        out.data_ptr<T>());
   });
 }
 
 void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w,
                                 bool training, int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   DP_ROUTE_CUDA(x, batch_norm_backward_kernel(dy, x, mean, invstd, w, training, B, C, L, dx, dw, db));
-  dispatch_norm(x.dtype(), "batch_norm_backward", [&]<typename T>() {
-    bn_backward_impl<T>(dy.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<double>(), invstd.data_ptr<double>(), ptr_or_null<T>(w), training, B, C,
-                        L, mut_ptr_or_null<T>(dx), mut_ptr_or_null<T>(dw), mut_ptr_or_null<T>(db));
+  const DType param = first_dtype({&w, &dw, &db}, x.dtype());
+  for (const Tensor* t : {&w, &dw, &db})
+    DP_CHECK(!t->defined() || t->dtype() == param, DTypeError, "batch_norm_backward: weight, grad_weight and grad_bias must have one dtype, got ",
+             t->describe(), " besides ", dtype_name(param));
+  dispatch_batch_norm(x.dtype(), param, "batch_norm_backward", [&]<typename T, typename P>() {
+    bn_backward_impl<T, P>(dy.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<double>(), invstd.data_ptr<double>(), ptr_or_null<P>(w), training,
+                           B, C, L, mut_ptr_or_null<T>(dx), mut_ptr_or_null<P>(dw), mut_ptr_or_null<P>(db));
   });
 }
 

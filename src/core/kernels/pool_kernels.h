@@ -1,7 +1,8 @@
 #pragma once
 // 2-D pooling kernels (no autograd; src/ops/pooling.cpp checks arguments and records gradients).
-// Every tensor is contiguous, float32 or float64 (indices int64), on the CPU or on one CUDA device
-// (routed to src/cuda/norm_pool.cu, same semantics), viewed as `planes` planes
+// Every tensor is contiguous, float32, float64 or bfloat16 (indices int64; bfloat16 sums in float32
+// and rounds each result once), on the CPU or on one CUDA device (routed to
+// src/cuda/norm_pool.cu, same semantics), viewed as `planes` planes
 // (N * C) of H x W input / OH x OW output. Window semantics are PyTorch's CPU kernels', element
 // for element (clipping, divisors, NaN handling, index ties).
 #include <cstdint>
