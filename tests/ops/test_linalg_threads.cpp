@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <future>
 #include <thread>
 #include <vector>
@@ -244,6 +246,22 @@ TEST(BlasThreads, OpenBlasStaysOnOneThread) {
     EXPECT_EQ(kernels::blas::openblas_threads(), 1) << threads << " host threads";
   }
   set_num_threads(before);
+}
+
+// The kernel suggestion names a core only when OpenBLAS runs a fallback and the CPU can do better,
+// and never overrides a user's OPENBLAS_CORETYPE.
+TEST(BlasThreads, CoretypeSuggestion) {
+  const std::string suggestion = kernels::blas::coretype_suggestion();
+  EXPECT_TRUE(suggestion.empty() || suggestion == "SkylakeX" || suggestion == "Haswell") << suggestion;
+  if (suggestion == "SkylakeX") EXPECT_TRUE(__builtin_cpu_supports("avx512f"));
+  if (suggestion == "Haswell") EXPECT_TRUE(__builtin_cpu_supports("avx2"));
+  const char* user = std::getenv("OPENBLAS_CORETYPE");
+  const std::string saved = user ? user : "";
+  ::setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+  EXPECT_EQ(blas_coretype_suggestion(), "");
+  if (user) ::setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  else ::unsetenv("OPENBLAS_CORETYPE");
+  EXPECT_EQ(blas_coretype_suggestion(), user ? "" : suggestion);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 //   nodes           several nodes: joining, failures and the end of an attempt through the store
 //   timeline_merge  --timeline: the ranks' Chrome traces into one file
 //   job             hosting the store, the attempts and restarts, the exit status
+#include "dp/core/threads.h"
 #include <cstdio>
 #include <exception>
 #include "exit_codes.h"
@@ -17,6 +18,7 @@
 #include "report.h"
 
 int main(int argc, char** argv) {
+  dp::reexec_for_blas_kernels(argv);  // OpenBLAS's kernels for this CPU, before it does any work
   dp::run::ParseResult parsed = dp::run::parse_args(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   try {

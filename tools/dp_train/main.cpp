@@ -14,6 +14,7 @@
 // training (across processes also a lost peer, a timeout or a failed rendezvous), 128 + signal
 // when stopped by SIGINT/SIGTERM (after writing the checkpoint). Every error is also written to the
 // launcher's error file (DP_ERROR_FILE, dp::distributed::record_error), so dp-run can report it.
+#include "dp/core/threads.h"
 #include <cstdio>
 #include <exception>
 #include <optional>
@@ -39,6 +40,7 @@ std::string who() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dp::reexec_for_blas_kernels(argv);  // OpenBLAS's kernels for this CPU, before it does any work
   dp::train::ParseResult parsed = dp::train::parse_args(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   std::optional<dp::train::Trainer> trainer;

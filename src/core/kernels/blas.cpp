@@ -39,6 +39,8 @@
 #include <cmath>
 #include <condition_variable>
 #include <functional>
+#include <iterator>
+#include <string>
 #include <mutex>
 #include <vector>
 
@@ -421,5 +423,22 @@ int openblas_threads() {
   return openblas_get_num_threads();
 }
 int64_t pool_calls() { return host_pool().calls(); }
+
+const char* coretype_suggestion() {
+  static const char* suggestion = []() -> const char* {
+    const std::string core = openblas_get_corename();
+    __builtin_cpu_init();
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    // OpenBLAS's x86-64 fallbacks for a CPU it cannot place, and cores older than AVX2.
+    static const char* const kOld[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Sandybridge", "Atom", "Katmai", "Coppermine", "Northwood", "Banias"};
+    const bool old = std::find(std::begin(kOld), std::end(kOld), core) != std::end(kOld);
+    if (avx512 && old) return "SkylakeX";
+    if (avx2 && old) return "Haswell";
+    return "";
+  }();
+  return suggestion;
+}
 
 }  // namespace dp::kernels::blas

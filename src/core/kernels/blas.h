@@ -38,6 +38,8 @@ void set_host_threads(int n);
 int host_threads();
 // Threads a large BLAS call made by the calling thread would use now (1 on a device worker).
 int threads_for_current_thread();
+// The OPENBLAS_CORETYPE for this CPU's best kernels when OpenBLAS chose older ones, else "".
+const char* coretype_suggestion();
 // The thread count OpenBLAS is set to: always 1 (for tests).
 int openblas_threads();
 // How many calls the host GEMM pool has run in this process (for tests).
