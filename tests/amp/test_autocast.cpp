@@ -51,7 +51,9 @@ void check_training_step(const std::string& loss_name) {
   // multiply in float32 and round the product once, so most elements agree exactly.
   EXPECT_TRUE(all_close(out, g["out"], 1e-2, 1e-2));
   EXPECT_TRUE(all_close(loss, g["loss"], 1e-2, 1e-3));
-  for (const auto& [name, p] : model->named_parameters()) {
+  for (const auto& item : model->named_parameters()) {
+    const std::string& name = item.key();
+    const Tensor& p = item.value();
     SCOPED_TRACE(name);
     ASSERT_TRUE(p.grad().defined());
     EXPECT_EQ(p.dtype(), kFloat32);
