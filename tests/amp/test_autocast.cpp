@@ -8,6 +8,7 @@
 #include "dp/amp/autocast.h"
 #include "dp/nn/nn.h"
 #include "dp/parallel/parallel.h"
+#include "support/cuda.h"
 #include "support/devices.h"
 #include "support/golden.h"
 
@@ -242,6 +243,40 @@ TEST(Autocast, RefusedSettingsNameWhatIsWrong) {
     FAIL() << "expected DTypeError";
   } catch (const DTypeError& e) {
     EXPECT_NE(std::string(e.what()).find("linear"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dp
+
+namespace dp {
+namespace {
+
+// CUDA's lists (PyTorch 1.13's CUDA column; no torch with CUDA here to make goldens from, so the
+// expected dtypes are the lists themselves). Skips without a GPU.
+TEST(AutocastCuda, ListsAndDtypesOnAGpu) {
+  DP_REQUIRE_GPU();
+  const Device d("cuda:0");
+  const Tensor a = randn({4, 6}).to(d), w = randn({3, 6}).to(d), p = rand({4, 6}).to(d);
+  for (DType low : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(low));
+    AutocastGuard autocast(DeviceType::CUDA, low);
+    EXPECT_EQ(dp::linear(a, w).dtype(), low);
+    EXPECT_EQ(dp::mm(a, w.t()).dtype(), low);
+    const Tensor h = a.to(low);
+    EXPECT_EQ(dp::softmax(h, 1).dtype(), kFloat32);
+    EXPECT_EQ(dp::log_softmax(h, 1).dtype(), kFloat32);
+    EXPECT_EQ(dp::exp(h).dtype(), kFloat32);
+    EXPECT_EQ(dp::sum(h).dtype(), kFloat32);
+    EXPECT_EQ(dp::sum(h, kBFloat16).dtype(), kBFloat16);  // an explicit dtype is kept
+    EXPECT_EQ(dp::layer_norm(h, {6}).dtype(), kFloat32);
+    EXPECT_EQ(dp::mse_loss(h, h).dtype(), kFloat32);
+    EXPECT_EQ(dp::relu(h).dtype(), low);                       // untouched
+    EXPECT_EQ(dp::cat({h, h}).dtype(), low);                   // not on CUDA's promote list
+    EXPECT_EQ(dp::dot(h[0], a[0]).dtype(), kFloat32);          // promote
+    EXPECT_THROW(dp::binary_cross_entropy(p, p), DTypeError);  // banned, as in PyTorch
+    // CPU tensors are not CUDA autocast's business.
+    EXPECT_EQ(dp::linear(a.cpu(), w.cpu()).dtype(), kFloat32);
   }
 }
 

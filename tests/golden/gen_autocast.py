@@ -228,7 +228,7 @@ def main():
             "growth": scaler_case({"init_scale": 1024.0, "growth_factor": 4.0, "backoff_factor": 0.25, "growth_interval": 3},
                                   14, {2: "inf", 3: "-inf", 9: "nan"}),
             # growth past float32's range: the grown scale is not finite, so the old one is kept
-            "overflow": scaler_case({"init_scale": 2.0 ** 125, "growth_factor": 4.0, "growth_interval": 1}, 4, {}),
+            "overflow": scaler_case({"init_scale": 2.0 ** 120, "growth_factor": 256.0, "growth_interval": 1}, 4, {}),
         },
     }
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "autocast.json")
