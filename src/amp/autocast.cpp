@@ -158,9 +158,16 @@ void Cast::apply(Op op, const std::vector<const Tensor*>& args) {
   const DType to = p == Policy::LowerPrecision ? get_autocast_dtype(device) : p == Policy::Fp32 ? kFloat32 : promote_type(args, device);
   cast_.reserve(args.size());
   for (const Tensor* t : args) cast_.push_back(cached_cast(to, *t, device));
+  op_ = op;
+  to_ = to;
   device_ = device;
   applied_ = true;
   set_enabled(device, false);  // the op's second entry runs below autocast; ~Cast switches it back
+}
+
+std::string Cast::note() const {
+  return ::dp::detail::str("under ", device_ == DeviceType::CPU ? "CPU" : "CUDA", " autocast, which cast ", op_name(op_),
+                           "'s floating arguments to ", dtype_name(to_));
 }
 
 Cast::~Cast() {

@@ -3,17 +3,23 @@
 //
 // An op on PyTorch's autocast lists starts with
 //
-//   if (autocast::detail::Cast ac{autocast::detail::Op::linear, {&x, &w, &b}}) return linear(ac[0], ac[1], ac[2]);
+//   if (autocast::detail::Cast ac{autocast::detail::Op::linear, {&x, &w, &b}})
+//     return ac([&] { return linear(ac[0], ac[1], ac[2]); });
 //
 // When autocast is on for the arguments' device type and the op has a policy there, `ac` holds
 // the arguments cast by that policy and, while it lives, autocast is off for that device type, so
 // the op's second entry (and every op it calls) runs on the cast arguments untouched, as
 // PyTorch's autocast kernels redispatch below the Autocast key. Otherwise `ac` is false and costs
-// one thread-local read.
+// one thread-local read. ac(fn) runs the second entry; a DTypeError from it (an op without a
+// kernel for the dtype autocast chose) comes back with the cast named, since the caller never
+// passed that dtype.
 #include <cstdint>
 #include <initializer_list>
 #include <vector>
+#include <exception>
+#include <string>
 #include "dp/amp/autocast.h"
+#include "dp/core/errors.h"
 #include "dp/core/tensor.h"
 
 namespace dp::autocast::detail {
@@ -57,12 +63,25 @@ class Cast {
   const Tensor& operator[](size_t i) const { return cast_[i]; }
   const std::vector<Tensor>& all() const { return cast_; }
 
+  template <typename F>
+  auto operator()(F&& fn) -> decltype(fn()) {
+    try {
+      return fn();
+    } catch (const DTypeError&) {
+      ::dp::detail::rethrow_with_context(std::current_exception(), note());
+    }
+  }
+
  private:
   void apply(Op op, std::initializer_list<const Tensor*> args);
   void apply(Op op, const std::vector<Tensor>& args);
   void apply(Op op, const std::vector<const Tensor*>& args);
+  // "under CPU autocast, which cast conv2d's floating arguments to bfloat16"
+  std::string note() const;
 
   bool applied_ = false;
+  Op op_ = Op::linear;
+  DType to_ = kFloat32;
   DeviceType device_ = DeviceType::CPU;
   std::vector<Tensor> cast_;
 };

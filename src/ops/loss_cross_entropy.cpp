@@ -646,7 +646,7 @@ Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tenso
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index, Reduction reduction,
                      double label_smoothing) {
   if (autocast::detail::Cast ac{autocast::detail::Op::cross_entropy, {&input, &target, &weight}})
-    return dp::cross_entropy(ac[0], ac[1], ac[2], ignore_index, reduction, label_smoothing);
+    return ac([&] { return dp::cross_entropy(ac[0], ac[1], ac[2], ignore_index, reduction, label_smoothing); });
   loss::check_input(kOp, input);
   ops::check_defined(kOp, target, "target");
   ops::check_same_device(kOp, {&input, &target});

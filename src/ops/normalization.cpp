@@ -77,7 +77,7 @@ variable_list layer_norm_backward_ops(const Tensor& g, const Tensor& x, const Te
 
 Tensor layer_norm(const Tensor& input, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
   if (autocast::detail::Cast ac{autocast::detail::Op::layer_norm, {&input, &weight, &bias}})
-    return dp::layer_norm(ac[0], normalized_shape, ac[1], ac[2], eps);
+    return ac([&] { return dp::layer_norm(ac[0], normalized_shape, ac[1], ac[2], eps); });
   check_layer_norm_inputs(input, normalized_shape, weight, bias);
   const Shape shape = normalized_shape.vec();
   const int64_t N = numel_of(normalized_shape);

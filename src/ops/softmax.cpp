@@ -95,12 +95,12 @@ Tensor softmax_impl(const Tensor& a, int64_t dim, bool log) {
 }  // namespace
 
 Tensor softmax(const Tensor& a, int64_t dim) {
-  if (autocast::detail::Cast ac{autocast::detail::Op::softmax, {&a}}) return dp::softmax(ac[0], dim);
+  if (autocast::detail::Cast ac{autocast::detail::Op::softmax, {&a}}) return ac([&] { return dp::softmax(ac[0], dim); });
   return softmax_impl(a, dim, false);
 }
 
 Tensor log_softmax(const Tensor& a, int64_t dim) {
-  if (autocast::detail::Cast ac{autocast::detail::Op::log_softmax, {&a}}) return dp::log_softmax(ac[0], dim);
+  if (autocast::detail::Cast ac{autocast::detail::Op::log_softmax, {&a}}) return ac([&] { return dp::log_softmax(ac[0], dim); });
   return softmax_impl(a, dim, true);
 }
 
