@@ -31,6 +31,7 @@
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/shape.h"
+#include "amp/autocast_ops.h"
 #include "autograd/backward_streams.h"
 
 namespace dp::autograd {
@@ -417,6 +418,7 @@ void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here) {
     variable_list& inputs = lease.list;
     for (uint32_t i = 0; i < tn.num_inputs; ++i) inputs[i] = std::move(task.inputs[tn.first_input + i]);
     AutoGradMode grad_mode(task.create_graph);  // this thread's mode, whatever its previous one
+    autocast::detail::Off no_autocast;          // backward runs in the dtypes forward used
     if (fn->has_output_hooks()) fn->run_output_hooks(inputs);
     if (tn.captures) {
       for (const Capture& c : task.captures) {

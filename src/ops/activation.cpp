@@ -9,6 +9,7 @@
 #include "core/kernels/elementwise_impl.h"
 #include "core/kernels/elementwise_kernels.h"
 #include "cuda/elementwise.h"
+#include "amp/autocast_ops.h"
 
 namespace dp {
 namespace kernels {
@@ -156,6 +157,7 @@ Tensor silu(const Tensor& a) {
 }
 
 Tensor softplus(const Tensor& a) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::softplus, {&a}}) return ac([&] { return dp::softplus(ac[0]); });
   Tensor out = activation("softplus", UnaryOp::Softplus, a, true);
   if (autograd::needs_grad(a)) {
     record("SoftplusBackward0", {&a}, out, [sa = SavedVariable(a, false)](Node& n, const Tensor& g) {

@@ -22,6 +22,7 @@
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
+#include "amp/autocast_ops.h"
 
 namespace dp {
 namespace {
@@ -206,6 +207,8 @@ Tensor conv_backward_weight(IntArrayRef w_size, const Tensor& x, const Tensor& g
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
               int64_t groups) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::conv2d, {&input, &weight, &bias}})
+    return ac([&] { return dp::conv2d(ac[0], ac[1], ac[2], stride, padding, dilation, groups); });
   const char* op = "conv2d";
   ops::check_defined(op, input, "input");
   ops::check_defined(op, weight, "weight");

@@ -5,6 +5,7 @@
 #include "core/kernels/elementwise_impl.h"
 #include "core/kernels/elementwise_kernels.h"
 #include "cuda/elementwise.h"
+#include "amp/autocast_ops.h"
 
 namespace dp {
 namespace kernels {
@@ -248,6 +249,7 @@ Tensor div(const Scalar& a, const Tensor& b) {
 // ---- pow ----
 
 Tensor pow(const Tensor& a, const Scalar& e) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::pow, {&a}}) return ac([&] { return dp::pow(ac[0], e); });
   ops::check_input("pow", a);
   const DType ct = result_type(a, e);
   DP_CHECK(ct != kBool, DTypeError, "pow: not implemented for bool");
@@ -266,6 +268,7 @@ Tensor pow(const Tensor& a, const Scalar& e) {
 }
 
 Tensor pow(const Tensor& a, const Tensor& e) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::pow, {&a, &e}}) return ac([&] { return dp::pow(ac[0], ac[1]); });
   ops::check_binary("pow", a, e);
   const DType ct = result_type(a, e);
   DP_CHECK(ct != kBool, DTypeError, "pow: not implemented for bool");
@@ -293,6 +296,7 @@ Tensor pow(const Tensor& a, const Tensor& e) {
 }
 
 Tensor pow(const Scalar& a, const Tensor& e) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::pow, {&e}}) return ac([&] { return dp::pow(a, ac[0]); });
   ops::check_input("pow", e);
   const DType ct = result_type(e, a);
   DP_CHECK(ct != kBool, DTypeError, "pow: not implemented for bool");

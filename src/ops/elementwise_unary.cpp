@@ -5,6 +5,7 @@
 #include "core/kernels/elementwise_impl.h"
 #include "core/kernels/elementwise_kernels.h"
 #include "cuda/elementwise.h"
+#include "amp/autocast_ops.h"
 
 namespace dp {
 namespace kernels {
@@ -101,6 +102,7 @@ Tensor square(const Tensor& a) {
 }
 
 Tensor exp(const Tensor& a) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::exp, {&a}}) return ac([&] { return dp::exp(ac[0]); });
   Tensor out = floating("exp", kernels::UnaryOp::Exp, a);
   if (autograd::needs_grad(a)) {
     record("ExpBackward0", {&a}, out, [so = SavedVariable(out, true)](Node& n, const Tensor& g) {
@@ -111,6 +113,7 @@ Tensor exp(const Tensor& a) {
 }
 
 Tensor log(const Tensor& a) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::log, {&a}}) return ac([&] { return dp::log(ac[0]); });
   Tensor out = floating("log", kernels::UnaryOp::Log, a);
   if (autograd::needs_grad(a)) {
     record("LogBackward0", {&a}, out, [sa = SavedVariable(a, false)](Node& n, const Tensor& g) {
@@ -141,6 +144,7 @@ Tensor sqrt(const Tensor& a) {
 }
 
 Tensor rsqrt(const Tensor& a) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::rsqrt, {&a}}) return ac([&] { return dp::rsqrt(ac[0]); });
   Tensor out = floating("rsqrt", kernels::UnaryOp::Rsqrt, a);
   if (autograd::needs_grad(a)) {
     // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 out^3
@@ -172,6 +176,7 @@ Tensor cos(const Tensor& a) {
 }
 
 Tensor reciprocal(const Tensor& a) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::reciprocal, {&a}}) return ac([&] { return dp::reciprocal(ac[0]); });
   Tensor out = floating("reciprocal", kernels::UnaryOp::Reciprocal, a);
   if (autograd::needs_grad(a)) {
     record("ReciprocalBackward0", {&a}, out, [so = SavedVariable(out, true)](Node& n, const Tensor& g) {

@@ -31,6 +31,7 @@
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
+#include "amp/autocast_ops.h"
 #if DP_HAVE_CUDA
 #include "cuda/blas.h"
 #endif
@@ -336,6 +337,7 @@ Tensor scaled(const Tensor& t, const Scalar& s) { return is_one(s) ? t : dp::mul
 // -----------------------------------------------------------------------------------------------
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::mm, {&a, &b}}) return ac([&] { return dp::mm(ac[0], ac[1]); });
   check_inputs("mm", {&a, &b});
   DP_CHECK(a.dim() == 2, ShapeError, "mm: self must be a matrix, got a ", a.dim(), "-D tensor of shape ", a.size_str());
   DP_CHECK(b.dim() == 2, ShapeError, "mm: mat2 must be a matrix, got a ", b.dim(), "-D tensor of shape ", b.size_str());
@@ -357,6 +359,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::bmm, {&a, &b}}) return ac([&] { return dp::bmm(ac[0], ac[1]); });
   check_inputs("bmm", {&a, &b});
   DP_CHECK(a.dim() == 3, ShapeError, "bmm: batch1 must be a 3D tensor, got a ", a.dim(), "-D tensor of shape ", a.size_str());
   DP_CHECK(b.dim() == 3, ShapeError, "bmm: batch2 must be a 3D tensor, got a ", b.dim(), "-D tensor of shape ", b.size_str());
@@ -379,6 +382,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::addmm, {&self, &a, &b}}) 
+    return ac([&] { return dp::addmm(ac[0], ac[1], ac[2], beta, alpha); });
   check_inputs("addmm", {&self, &a, &b});
   DP_CHECK(a.dim() == 2, ShapeError, "addmm: mat1 must be a matrix, got a ", a.dim(), "-D tensor of shape ", a.size_str());
   DP_CHECK(b.dim() == 2, ShapeError, "addmm: mat2 must be a matrix, got a ", b.dim(), "-D tensor of shape ", b.size_str());
@@ -418,6 +423,7 @@ Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar&
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::matmul, {&a, &b}}) return ac([&] { return dp::matmul(ac[0], ac[1]); });
   check_inputs("matmul", {&a, &b});
   const int64_t da = a.dim(), db = b.dim();
   DP_CHECK(da >= 1 && db >= 1, ShapeError, "matmul: both arguments to matmul need to be at least 1D, but they are ", da, "D and ", db, "D");
@@ -522,6 +528,7 @@ variable_list linear_backward_direct(const Tensor& grad, const Tensor& x, const 
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::linear, {&x, &w, &b}}) return ac([&] { return dp::linear(ac[0], ac[1], ac[2]); });
   check_inputs("linear", {&x, &w});  // the bias is optional
   if (b.defined()) check_inputs("linear", {&x, &b});
   DP_CHECK(x.dim() >= 1, ShapeError, "linear: input must have at least 1 dimension, got a 0-D tensor");
@@ -627,6 +634,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 }
 
 Tensor dot(const Tensor& a, const Tensor& b) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::dot, {&a, &b}}) return ac([&] { return dp::dot(ac[0], ac[1]); });
   check_inputs("dot", {&a, &b});
   DP_CHECK(a.dim() == 1 && b.dim() == 1, ShapeError, "dot: 1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
   DP_CHECK(a.size(0) == b.size(0), ShapeError, "dot: inconsistent tensor size, expected tensor [", a.size(0), "] and src [", b.size(0),

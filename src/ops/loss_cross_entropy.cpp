@@ -21,6 +21,7 @@
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"
 #include "ops/loss_common.h"
+#include "amp/autocast_ops.h"
 
 namespace dp {
 namespace {
@@ -644,6 +645,8 @@ Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tenso
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index, Reduction reduction,
                      double label_smoothing) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::cross_entropy, {&input, &target, &weight}})
+    return ac([&] { return dp::cross_entropy(ac[0], ac[1], ac[2], ignore_index, reduction, label_smoothing); });
   loss::check_input(kOp, input);
   ops::check_defined(kOp, target, "target");
   ops::check_same_device(kOp, {&input, &target});

@@ -8,6 +8,7 @@
 #include <cstring>
 #include "dp/ops/elementwise.h"
 #include "ops/loss_common.h"
+#include "amp/autocast_ops.h"
 
 namespace dp {
 namespace {
@@ -128,6 +129,8 @@ Tensor nll_loss_cuda(const Tensor& input, const Tensor& target, const Tensor& we
 }  // namespace
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index, Reduction reduction) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::nll_loss, {&input, &target, &weight}})
+    return ac([&] { return dp::nll_loss(ac[0], ac[1], ac[2], ignore_index, reduction); });
   loss::check_input(kOp, input);
   ops::check_defined(kOp, target, "target");
   ops::check_same_device(kOp, {&input, &target});

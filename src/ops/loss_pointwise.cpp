@@ -13,6 +13,7 @@
 #include "core/kernels/elementwise_math.h"
 #include "dp/ops/elementwise.h"
 #include "ops/loss_common.h"
+#include "amp/autocast_ops.h"
 
 namespace dp {
 namespace {
@@ -471,19 +472,27 @@ Tensor pointwise_loss(Kind k, const Tensor& input, const Tensor& target, const T
 }  // namespace
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::binary_cross_entropy, {&input, &target, &weight}})
+    return ac([&] { return dp::binary_cross_entropy(ac[0], ac[1], ac[2], reduction); });
   return pointwise_loss(Kind::Bce, input, target, weight, Tensor(), reduction);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight, const Tensor& pos_weight,
                                         Reduction reduction) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::binary_cross_entropy_with_logits, {&input, &target, &weight, &pos_weight}})
+    return ac([&] { return dp::binary_cross_entropy_with_logits(ac[0], ac[1], ac[2], ac[3], reduction); });
   return pointwise_loss(Kind::BceLogits, input, target, weight, pos_weight, reduction);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::mse_loss, {&input, &target}}) 
+    return ac([&] { return dp::mse_loss(ac[0], ac[1], reduction); });
   return pointwise_loss(Kind::Mse, input, target, Tensor(), Tensor(), reduction);
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::l1_loss, {&input, &target}}) 
+    return ac([&] { return dp::l1_loss(ac[0], ac[1], reduction); });
   return pointwise_loss(Kind::L1, input, target, Tensor(), Tensor(), reduction);
 }
 

@@ -11,6 +11,7 @@
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"
 #include "ops/common.h"
+#include "amp/autocast_ops.h"
 
 namespace dp {
 namespace {
@@ -75,6 +76,8 @@ variable_list layer_norm_backward_ops(const Tensor& g, const Tensor& x, const Te
 }  // namespace
 
 Tensor layer_norm(const Tensor& input, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::layer_norm, {&input, &weight, &bias}})
+    return ac([&] { return dp::layer_norm(ac[0], normalized_shape, ac[1], ac[2], eps); });
   check_layer_norm_inputs(input, normalized_shape, weight, bias);
   const Shape shape = normalized_shape.vec();
   const int64_t N = numel_of(normalized_shape);

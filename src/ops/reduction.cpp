@@ -7,6 +7,7 @@
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
+#include "amp/autocast_ops.h"
 
 namespace dp {
 
@@ -113,9 +114,16 @@ Tensor sum_leading_dims(const Tensor& a, IntArrayRef shape, int64_t lead) {
 
 }  // namespace
 
-Tensor sum(const Tensor& a, std::optional<DType> dtype) { return sum_dims(a, {}, false, dtype, "SumBackward0"); }
+Tensor sum(const Tensor& a, std::optional<DType> dtype) {
+  // An explicit dtype is kept under autocast (PyTorch's fp32_set_opt_dtype policy).
+  if (!dtype)
+    if (autocast::detail::Cast ac{autocast::detail::Op::sum, {&a}}) return ac([&] { return dp::sum(ac[0]); });
+  return sum_dims(a, {}, false, dtype, "SumBackward0");
+}
 
 Tensor sum(const Tensor& a, IntArrayRef dims, bool keepdim, std::optional<DType> dtype) {
+  if (!dtype)
+    if (autocast::detail::Cast ac{autocast::detail::Op::sum, {&a}}) return ac([&] { return dp::sum(ac[0], dims, keepdim); });
   return sum_dims(a, dims, keepdim, dtype, "SumBackward1");
 }
 

@@ -9,6 +9,7 @@
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
+#include "amp/autocast_ops.h"
 
 namespace dp {
 namespace {
@@ -69,6 +70,7 @@ Tensor var(const Tensor& a, IntArrayRef dims, int64_t correction, bool keepdim) 
 Tensor std(const Tensor& a, IntArrayRef dims, int64_t correction, bool keepdim) { return var_std(a, dims, correction, keepdim, true); }
 
 Tensor logsumexp(const Tensor& a, IntArrayRef dims, bool keepdim) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::logsumexp, {&a}}) return ac([&] { return dp::logsumexp(ac[0], dims, keepdim); });
   ops::check_defined("logsumexp", a);
   // Integer inputs give the default float type (PyTorch 1.13 promotes them).
   Tensor x = is_floating_point(a.dtype()) ? a : kernels::convert_nograd(a, default_float_dtype());
@@ -90,6 +92,7 @@ Tensor logsumexp(const Tensor& a, IntArrayRef dims, bool keepdim) {
 }
 
 Tensor norm(const Tensor& a, double p) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::norm, {&a}}) return ac([&] { return dp::norm(ac[0], p); });
   ops::check_defined("norm", a);
   DP_CHECK(is_floating_point(a.dtype()), DTypeError, "norm(): input dtype should be either floating point or complex. Got ",
            kernels::torch_type_name(a.dtype()), " instead.");

@@ -29,6 +29,7 @@
 #include "ops/rnn_internal.h"
 #if DP_HAVE_CUDA
 #include "cuda/lstm.h"
+#include "amp/autocast_ops.h"
 #endif
 
 namespace dp {
@@ -333,6 +334,8 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor&
 
 std::tuple<Tensor, Tensor> lstm_cell(const Tensor& input, const Tensor& h, const Tensor& c, const Tensor& w_ih, const Tensor& w_hh,
                                      const Tensor& b_ih, const Tensor& b_hh) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::lstm_cell, {&input, &h, &c, &w_ih, &w_hh, &b_ih, &b_hh}})
+    return ac([&] { return dp::lstm_cell(ac[0], ac[1], ac[2], ac[3], ac[4], ac[5], ac[6]); });
   ops::check_defined("lstm_cell", input, "input");
   DP_CHECK(input.dim() == 2, ShapeError, "lstm_cell: expected input of shape [B, I] (2-D), got ", input.size_str());
   // One step of the layer op: one node, and the fused kernels.

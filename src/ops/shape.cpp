@@ -5,6 +5,7 @@
 #include "dp/ops/factory.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
+#include "amp/autocast_ops.h"
 
 namespace dp {
 
@@ -36,6 +37,7 @@ Tensor raw_narrow(const Tensor& out, int64_t dim, int64_t start, int64_t length)
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::cat, tensors}) return ac([&] { return dp::cat(ac.all(), dim); });
   DP_CHECK(!tensors.empty(), ValueError, "cat(): expected a non-empty list of Tensors");
   for (size_t i = 0; i < tensors.size(); ++i) {
     DP_CHECK(tensors[i].defined(), ValueError, "cat(): tensor ", i, " in the list is undefined");
@@ -112,6 +114,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::stack, tensors}) return ac([&] { return dp::stack(ac.all(), dim); });
   DP_CHECK(!tensors.empty(), ValueError, "stack expects a non-empty TensorList");
   for (size_t i = 0; i < tensors.size(); ++i) {
     DP_CHECK(tensors[i].defined(), ValueError, "stack(): tensor ", i, " in the list is undefined");

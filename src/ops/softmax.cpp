@@ -9,6 +9,7 @@
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"
 #include "ops/common.h"
+#include "amp/autocast_ops.h"
 
 namespace dp {
 namespace {
@@ -93,8 +94,14 @@ Tensor softmax_impl(const Tensor& a, int64_t dim, bool log) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& a, int64_t dim) { return softmax_impl(a, dim, false); }
+Tensor softmax(const Tensor& a, int64_t dim) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::softmax, {&a}}) return ac([&] { return dp::softmax(ac[0], dim); });
+  return softmax_impl(a, dim, false);
+}
 
-Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_impl(a, dim, true); }
+Tensor log_softmax(const Tensor& a, int64_t dim) {
+  if (autocast::detail::Cast ac{autocast::detail::Op::log_softmax, {&a}}) return ac([&] { return dp::log_softmax(ac[0], dim); });
+  return softmax_impl(a, dim, true);
+}
 
 }  // namespace dp

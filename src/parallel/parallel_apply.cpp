@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <typeinfo>
+#include "dp/amp/autocast.h"
 #include "dp/autograd/node.h"
 #include "dp/parallel/detail/run.h"
 #if DP_HAVE_CUDA
@@ -24,6 +25,9 @@ std::vector<Worker*> workers_of(const std::vector<Device>& devices) {
 }
 
 std::vector<std::exception_ptr> run_replicas(const std::vector<Device>& devices, const std::function<void(size_t)>& fn) {
+  // Each replica runs with the caller's autocast state, as with its grad mode (autocast state is
+  // per thread too); each replica's forward is an autocast region of its own on its worker.
+  const autocast::ThreadState autocast_state = autocast::ThreadState::current();
 #if DP_HAVE_CUDA
   std::vector<std::optional<cuda::Stream>> streams(devices.size());
   bool any = false;
@@ -35,6 +39,7 @@ std::vector<std::exception_ptr> run_replicas(const std::vector<Device>& devices,
   if (any) {
     return run_on_workers(workers_of(devices), [&](size_t i) {
       autograd::ReplicaScope replica(static_cast<int>(i));
+      autocast::ThreadStateGuard autocast_on(autocast_state);
       if (!streams[i]) return fn(i);
       cuda::StreamGuard guard(*streams[i]);
       fn(i);
@@ -44,6 +49,7 @@ std::vector<std::exception_ptr> run_replicas(const std::vector<Device>& devices,
   return run_on_workers(workers_of(devices), [&](size_t i) {
     // Nodes this replica's forward records remember it: a backward error then names the replica.
     autograd::ReplicaScope replica(static_cast<int>(i));
+    autocast::ThreadStateGuard autocast_on(autocast_state);
     fn(i);
   });
 }

@@ -4,7 +4,7 @@
 //   auto outputs = dp::parallel::parallel_apply(replicas, inputs, devices);
 //   // inputs[i] is replica i's argument tuple (scatter_args makes them); outputs[i] its result
 //
-// Each call runs with the caller's grad mode (grad mode is per thread). outputs[i]'s tensors are on
+// Each call runs with the caller's grad mode and autocast state (both are per thread). outputs[i]'s tensors are on
 // devices[i]: a forward that returns a tensor elsewhere has it moved there, differentiably, as
 // libtorch's parallel_apply does (module->forward(input).to(devices[i])); tensors are found in the
 // output by the scatter/gather type rules (dp/parallel/scatter_gather.h), other members are left
