@@ -73,6 +73,10 @@ Tensor Tensor::gt(const Tensor& o) const { return dp::gt(*this, o); }
 Tensor Tensor::gt(const Scalar& o) const { return dp::gt(*this, o); }
 Tensor Tensor::ge(const Tensor& o) const { return dp::ge(*this, o); }
 Tensor Tensor::ge(const Scalar& o) const { return dp::ge(*this, o); }
+Tensor Tensor::logical_not() const { return dp::logical_not(*this); }
+Tensor Tensor::logical_and(const Tensor& o) const { return dp::logical_and(*this, o); }
+Tensor Tensor::logical_or(const Tensor& o) const { return dp::logical_or(*this, o); }
+Tensor Tensor::logical_xor(const Tensor& o) const { return dp::logical_xor(*this, o); }
 Tensor Tensor::sum() const { return dp::sum(*this); }
 Tensor Tensor::sum(IntArrayRef d, bool k) const { return dp::sum(*this, d, k); }
 Tensor Tensor::mean() const { return dp::mean(*this); }
@@ -133,5 +137,29 @@ Tensor& operator+=(Tensor& a, const Scalar& b) { return add_(a, b); }
 Tensor& operator-=(Tensor& a, const Scalar& b) { return sub_(a, b); }
 Tensor& operator*=(Tensor& a, const Scalar& b) { return mul_(a, b); }
 Tensor& operator/=(Tensor& a, const Scalar& b) { return div_(a, b); }
+
+Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator==(const Tensor& a, const Scalar& b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Scalar& b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, const Scalar& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Scalar& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Scalar& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Scalar& b) { return ge(a, b); }
+// s OP t is t's mirrored comparison with s (PyTorch's reflected operators: 0 < t is t > 0).
+Tensor operator==(const Scalar& a, const Tensor& b) { return eq(b, a); }
+Tensor operator!=(const Scalar& a, const Tensor& b) { return ne(b, a); }
+Tensor operator<(const Scalar& a, const Tensor& b) { return gt(b, a); }
+Tensor operator<=(const Scalar& a, const Tensor& b) { return ge(b, a); }
+Tensor operator>(const Scalar& a, const Tensor& b) { return lt(b, a); }
+Tensor operator>=(const Scalar& a, const Tensor& b) { return le(b, a); }
+Tensor operator~(const Tensor& a) { return bitwise_not(a); }
+Tensor operator&(const Tensor& a, const Tensor& b) { return bitwise_and(a, b); }
+Tensor operator|(const Tensor& a, const Tensor& b) { return bitwise_or(a, b); }
+Tensor operator^(const Tensor& a, const Tensor& b) { return bitwise_xor(a, b); }
 
 }  // namespace dp

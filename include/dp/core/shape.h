@@ -209,6 +209,11 @@ class IntArrayRef {
   IntArrayRef(std::initializer_list<int64_t> l) : data_(l.begin()), size_(l.size()) {}
 #pragma GCC diagnostic pop
   IntArrayRef(const int64_t* d, size_t n) : data_(d), size_(n) {}
+  // One integer as a one-element list, as libtorch's IntArrayRef: x.sum(0), x.mean(1),
+  // max_pool2d(x, 2) (the ops that take "one value or two" expand it). It views `one`, so like the
+  // braced list it is for an argument: an int literal becomes a temporary that lives until the end
+  // of the call's full expression, not beyond (never store an IntArrayRef made from one).
+  IntArrayRef(const int64_t& one) : data_(&one), size_(1) {}  // NOLINT: implicit, as in libtorch
   const int64_t* begin() const { return data_; }
   const int64_t* end() const { return data_ + size_; }
   const int64_t* data() const { return data_; }

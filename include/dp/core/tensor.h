@@ -168,6 +168,10 @@ class Tensor {
   Tensor gt(const Scalar& o) const;
   Tensor ge(const Tensor& o) const;
   Tensor ge(const Scalar& o) const;
+  Tensor logical_not() const;
+  Tensor logical_and(const Tensor& o) const;
+  Tensor logical_or(const Tensor& o) const;
+  Tensor logical_xor(const Tensor& o) const;
   Tensor sum() const;
   Tensor sum(IntArrayRef dims, bool keepdim = false) const;
   Tensor mean() const;
@@ -243,6 +247,34 @@ Tensor& operator+=(Tensor& a, const Scalar& b);
 Tensor& operator-=(Tensor& a, const Scalar& b);
 Tensor& operator*=(Tensor& a, const Scalar& b);
 Tensor& operator/=(Tensor& a, const Scalar& b);
+
+// Comparisons are element-wise, as libtorch's: `a > 0`, `a == b` give Bool tensors (dp::gt, dp::eq,
+// ... with broadcasting and type promotion), not a bool. Whether two handles alias the same tensor
+// is a.is_same(b); whether two tensors hold the same values is dp::equal(a, b).
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, const Scalar& b);
+Tensor operator!=(const Tensor& a, const Scalar& b);
+Tensor operator<(const Tensor& a, const Scalar& b);
+Tensor operator<=(const Tensor& a, const Scalar& b);
+Tensor operator>(const Tensor& a, const Scalar& b);
+Tensor operator>=(const Tensor& a, const Scalar& b);
+Tensor operator==(const Scalar& a, const Tensor& b);
+Tensor operator!=(const Scalar& a, const Tensor& b);
+Tensor operator<(const Scalar& a, const Tensor& b);
+Tensor operator<=(const Scalar& a, const Tensor& b);
+Tensor operator>(const Scalar& a, const Tensor& b);
+Tensor operator>=(const Scalar& a, const Tensor& b);
+// Bit-wise operators on Bool tensors (dp::bitwise_*, broadcasting): mask combinations such as
+// `(x > 0) & (x < 1)`, `~mask`. Other dtypes are a DTypeError naming the op.
+Tensor operator~(const Tensor& a);
+Tensor operator&(const Tensor& a, const Tensor& b);
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator^(const Tensor& a, const Tensor& b);
 
 // Builds a tensor impl over fresh memory (contiguous) on a device.
 Tensor make_empty(IntArrayRef sizes, DType dtype, Device device);

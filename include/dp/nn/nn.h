@@ -1,5 +1,6 @@
 #pragma once
 // dp::nn: modules, layers, losses, initialisation and module checkpoints. Include this one header.
+#include "dp/nn/functional.h"
 #include "dp/nn/init.h"
 #include "dp/nn/module.h"
 #include "dp/nn/modules/activation.h"

@@ -59,6 +59,16 @@ Tensor gt(const Tensor& a, const Scalar& b);
 Tensor ge(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Scalar& b);
 Tensor logical_not(const Tensor& a);
+// Truth of each element (non-zero, NaN included) combined: Bool results for any input dtypes.
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+// Bit-wise ops (the operators ~ & | ^), here for Bool tensors only: other dtypes are a DTypeError
+// naming the op and dtypes (use logical_* for a truth test of numbers).
+Tensor bitwise_not(const Tensor& a);
+Tensor bitwise_and(const Tensor& a, const Tensor& b);
+Tensor bitwise_or(const Tensor& a, const Tensor& b);
+Tensor bitwise_xor(const Tensor& a, const Tensor& b);
 bool equal(const Tensor& a, const Tensor& b);  // same shape and every element equal
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 
