@@ -145,6 +145,19 @@ TEST_F(DataParallelHooks, HooksRegisteredOrRemovedAfterTheReplicasWereBuiltApply
   EXPECT_EQ(net->replica_builds(), 2);
 }
 
+TEST_F(DataParallelHooks, ForwardLossAndTheFunctionalFormRunTheHooksToo) {
+  auto model = make_net();
+  Log log;
+  model->register_forward_hook([&](Module& m, const TensorList&, const Tensor& out) { log.add(where(out, m, model.get())); });
+  Tensor x = randn({4, 5}, TensorOptions().device("cpu:0"));
+  const std::multiset<std::string> per_replica{"[2, 2]@cpu:0", "[2, 2]@cpu:1"};
+  nn::DataParallel<Net> net(model, cpu_devices(2));
+  net->forward_loss(nn::MSELoss(), randn({4, 2}, TensorOptions().device("cpu:0")), x);
+  EXPECT_EQ(log.take(), per_replica);
+  data_parallel(model, x, cpu_devices(2));
+  EXPECT_EQ(log.take(), per_replica);
+}
+
 TEST_F(DataParallelHooks, AFailingHookInAReplicaNamesReplicaHookAndModule) {
   auto model = make_net();
   nn::DataParallel<Net> net(model, cpu_devices(2));
