@@ -113,6 +113,34 @@ TEST(ModuleHooks, ForwardHookSeesAndReplacesEveryOutputTensor) {
   EXPECT_EQ(b.item<float>(), 0.0f);
 }
 
+// Tensors inside containers are found and replaced in order; other arguments are not hook inputs.
+struct WeightedSumImpl : Module {
+  std::pair<Tensor, std::optional<Tensor>> forward(const std::vector<Tensor>& xs, double scale, const std::optional<Tensor>& extra) {
+    Tensor s = xs[0] * scale;
+    for (size_t i = 1; i < xs.size(); ++i) s = s + xs[i] * scale;
+    return {s, extra};
+  }
+};
+
+TEST(ModuleHooks, TensorsInsideContainersAreHookInputsAndOutputs) {
+  ModuleHolder<WeightedSumImpl> m;
+  Tensor a = ones({2}), b = ones({2}) * 2.0, c = ones({2}) * 5.0;
+  m->register_forward_pre_hook([](Module&, const TensorList& in) -> std::optional<TensorList> {
+    EXPECT_EQ(in.size(), 3u);  // xs[0], xs[1], *extra; not the double
+    return TensorList{in[0], in[1] * 10.0, in[2]};
+  });
+  size_t outputs = 0;
+  m->register_forward_hook([&](Module&, const TensorList&, const TensorList& out) { outputs = out.size(); });
+  auto [s, extra] = m(std::vector<Tensor>{a, b}, 3.0, std::optional<Tensor>(c));
+  EXPECT_TRUE(allclose(s, ones({2}) * 63.0));  // (1 + 20) * 3
+  ASSERT_TRUE(extra.has_value());
+  EXPECT_TRUE(equal(*extra, c));
+  EXPECT_EQ(outputs, 2u);
+  // An empty optional holds no tensor: the output list has only the sum.
+  m(std::vector<Tensor>{a, b, c}, 1.0, std::optional<Tensor>());
+  EXPECT_EQ(outputs, 1u);
+}
+
 TEST(ModuleHooks, CallingForwardDirectlyBypassesHooks) {
   Linear fc = small_linear();
   int calls = 0;
