@@ -4,15 +4,16 @@
 //   auto outputs = dp::parallel::parallel_apply(replicas, inputs, devices);
 //   // inputs[i] is replica i's argument tuple (scatter_args makes them); outputs[i] its result
 //
-// Each replica is called as module(args...) (nn::call), so the hooks it shares with the original run
-// in the replica's thread. Each call runs with the caller's grad mode (grad mode is per thread). outputs[i]'s tensors are on
-// devices[i]: a forward that returns a tensor elsewhere has it moved there, differentiably, as
-// libtorch's parallel_apply does (module->forward(input).to(devices[i])); tensors are found in the
-// output by the scatter/gather type rules (dp/parallel/scatter_gather.h), other members are left
-// alone. Once every replica has finished, the first failure by replica index is re-thrown with its
-// type kept where it is one of dparallel's or the standard library's exception types, its message
-// prefixed with "Caught <type> in replica i on device d." (and how many others failed). A forward
-// that returns void gives no outputs.
+// Each replica is called as module(args...) (nn::call), so the hooks it shares with the original
+// run in the replica's thread. Each call runs with the caller's grad mode (grad mode is per
+// thread). outputs[i]'s tensors are on devices[i]: a forward that returns a tensor elsewhere has it
+// moved there, differentiably, as libtorch's parallel_apply does
+// (module->forward(input).to(devices[i])); tensors are found in the output by the scatter/gather
+// type rules (dp/parallel/scatter_gather.h), other members are left alone. Once every replica has
+// finished, the first failure by replica index is re-thrown with its type kept where it is one of
+// dparallel's or the standard library's exception types, its message prefixed with "Caught <type>
+// in replica i on device d." (and how many others failed). A forward that returns void gives no
+// outputs.
 #include <exception>
 #include <functional>
 #include <memory>
