@@ -48,12 +48,14 @@ Module::Module(const Module& other)
       parameters_(other.parameters_),  // Tensor copies re-point during a clone
       buffers_(other.buffers_),
       non_persistent_(other.non_persistent_),
-      copier_(other.copier_) {
+      copier_(other.copier_),
+      hooks_(other.hooks_) {
   dp::detail::CloneMap* map = dp::detail::tls_clone_map;
   if (map == nullptr) {
-    children_ = other.children_;
+    children_ = other.children_;  // a shallow copy shares children and hooks (Python's copy.copy)
     return;
   }
+  hooks_ = other.hooks_->copy();  // a clone has its own hooks, the same callables (copy.deepcopy)
   for (const auto& item : other.children_) {
     const ModulePtr& child = item.value();
     if (!child) {

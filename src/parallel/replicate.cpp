@@ -267,6 +267,9 @@ void ReplicaSet::build(size_t j, Device device) {
   for (nn::Module* m : rep->modules) m->mark_replica(zero_grad_warned_);
   DP_CHECK(rep->modules.size() == modules_.size(), ValueError, "replicate: the copy of ", original_->name(), " has ", rep->modules.size(),
            " modules but the original has ", modules_.size(), " (does a copy constructor register or drop modules?)");
+  // PyTorch's replicas share the original's hook dicts: hooks registered on a module, before or after
+  // this build, fire in every replica of it.
+  for (size_t m = 0; m < modules_.size(); ++m) rep->modules[m]->share_hooks_with(*modules_[m]);
   for (const Tensor& p : params_) {
     Tensor& r = made.at(p.unsafe_impl());
     rep->param_copied.push_back(!same_view(p, r));

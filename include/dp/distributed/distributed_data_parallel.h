@@ -122,9 +122,9 @@ class DistributedDataParallelImpl : public nn::Module {
     core_->before_forward();
     using R = std::decay_t<decltype(module_->forward(std::forward<Args>(args)...))>;
     if constexpr (std::is_void_v<R>) {
-      module_->forward(std::forward<Args>(args)...);
+      nn::call(*module_, std::forward<Args>(args)...);  // module(args...): its hooks run, as in PyTorch
     } else {
-      R out = module_->forward(std::forward<Args>(args)...);
+      R out = nn::call(*module_, std::forward<Args>(args)...);
       if (GradMode::is_enabled()) {
         std::vector<Tensor> ts;
         auto collect = [&ts](const Tensor& t) { ts.push_back(t); };
@@ -145,7 +145,7 @@ class DistributedDataParallelImpl : public nn::Module {
     if constexpr (requires(M& m, Criterion& c, const Target& t, std::decay_t<Args>&... a) { m.forward_loss_part(c, t, a...); }) {
       part = module_->forward_loss_part(criterion, target, std::forward<Args>(args)...);
     } else {
-      auto out = module_->forward(std::forward<Args>(args)...);
+      auto out = nn::call(*module_, std::forward<Args>(args)...);
       part = parallel::detail::make_loss_part(criterion, out, target, core_->dim());
     }
     if (GradMode::is_enabled() && part.sum.defined()) core_->mark_outputs({part.sum});

@@ -29,6 +29,7 @@
 #include "dp/core/clone_map.h"
 #include "dp/core/ordered_dict.h"
 #include "dp/core/tensor.h"
+#include "dp/nn/hooks.h"
 
 namespace dp::nn {
 
@@ -161,6 +162,47 @@ class Module : public std::enable_shared_from_this<Module> {
   }
   Copier copier() const { return copier_; }
 
+  // ---- hooks (PyTorch's module hooks; signatures, order and threads in dp/nn/hooks.h) ----
+  // They run when the module is called (`fc(x)`, nn::call), not when forward() is called directly.
+  // `name` (optional) appears in the error message when the hook throws.
+  template <typename F>
+  RemovableHandle register_forward_pre_hook(F&& hook, const std::string& name = "") {
+    static_assert(std::is_invocable_v<F&, Module&, const TensorList&>,
+                  "register_forward_pre_hook: the hook must be callable as hook(Module&, const dp::nn::TensorList& inputs)");
+    return add_hook(detail::HookKind::ForwardPre, detail::adapt_unary_hook(std::forward<F>(hook)), name);
+  }
+  template <typename F>
+  RemovableHandle register_forward_hook(F&& hook, const std::string& name = "") {
+    if constexpr (std::is_invocable_v<F&, Module&, const TensorList&, const TensorList&>) {
+      return add_hook(detail::HookKind::Forward, detail::adapt_binary_hook(std::forward<F>(hook)), name);
+    } else {
+      static_assert(std::is_invocable_v<F&, Module&, const TensorList&, const Tensor&>,
+                    "register_forward_hook: the hook must be callable as hook(Module&, const dp::nn::TensorList& inputs, const "
+                    "dp::nn::TensorList& outputs) or hook(Module&, const dp::nn::TensorList& inputs, const dp::Tensor& output)");
+      return add_hook(detail::HookKind::Forward, detail::adapt_single_output_hook(std::forward<F>(hook)), name);
+    }
+  }
+  template <typename F>
+  RemovableHandle register_full_backward_hook(F&& hook, const std::string& name = "") {
+    static_assert(std::is_invocable_v<F&, Module&, const TensorList&, const TensorList&>,
+                  "register_full_backward_hook: the hook must be callable as hook(Module&, const dp::nn::TensorList& grad_input, "
+                  "const dp::nn::TensorList& grad_output)");
+    return add_hook(detail::HookKind::FullBackward, detail::adapt_binary_hook(std::forward<F>(hook)), name);
+  }
+  template <typename F>
+  RemovableHandle register_full_backward_pre_hook(F&& hook, const std::string& name = "") {
+    static_assert(std::is_invocable_v<F&, Module&, const TensorList&>,
+                  "register_full_backward_pre_hook: the hook must be callable as hook(Module&, const dp::nn::TensorList& grad_output)");
+    return add_hook(detail::HookKind::FullBackwardPre, detail::adapt_unary_hook(std::forward<F>(hook)), name);
+  }
+  // Whether any hook is registered (the call path's fast check).
+  bool has_hooks() const { return !hooks_->empty(); }
+  // The hooks registered now, per kind (what one call runs).
+  detail::HookSnapshot hook_snapshot() const { return hooks_->snapshot(); }
+  // Makes this module use `other`'s hooks (the same registry, not a copy): replicate() does it, so
+  // hooks registered on the original, before or after the replicas were built, fire in every replica.
+  void share_hooks_with(const Module& other) { hooks_ = other.hooks_; }
+
   // ---- replicas ----
   // Whether this module is one of the copies DataParallel runs on each device (replicate()). Its
   // parameters are not leaves: gradients go to the original module's, so zero_grad() on a replica
@@ -181,6 +223,7 @@ class Module : public std::enable_shared_from_this<Module> {
 
  private:
   void add_child(std::string name, ModulePtr module);
+  RemovableHandle add_hook(detail::HookKind kind, detail::HookFn fn, const std::string& name);
   void check_new_name(const std::string& kind, const std::string& name) const;
   void collect_named_modules(const std::string& prefix, OrderedDict<std::string, ModulePtr>& out,
                              std::vector<const Module*>& seen, bool include_self) const;
@@ -196,6 +239,8 @@ class Module : public std::enable_shared_from_this<Module> {
   OrderedDict<std::string, ModulePtr> children_;
   Copier copier_ = nullptr;
   std::shared_ptr<std::atomic<bool>> replica_warned_;  // set on replicas only (not copied)
+  // Never null. A plain copy shares it, a clone copies it, replicas share the original's.
+  std::shared_ptr<detail::HookRegistry> hooks_ = std::make_shared<detail::HookRegistry>();
 };
 
 std::ostream& operator<<(std::ostream& os, const Module& m);
@@ -222,4 +267,5 @@ std::shared_ptr<M> clone(const std::shared_ptr<M>& module, std::optional<Device>
 
 }  // namespace dp::nn
 
+#include "dp/nn/module_call.h"
 #include "dp/nn/module_holder.h"

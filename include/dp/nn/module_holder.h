@@ -10,6 +10,7 @@
 #include <utility>
 #include "dp/core/clone_map.h"
 #include "dp/core/errors.h"
+#include "dp/nn/module_call.h"
 
 namespace dp::nn {
 
@@ -51,9 +52,10 @@ class ModuleHolder {
   bool is_empty() const { return impl_ == nullptr; }
   explicit operator bool() const { return impl_ != nullptr; }
 
+  // module(args...): forward with the module's hooks (PyTorch's Module.__call__).
   template <typename... Args>
   decltype(auto) operator()(Args&&... args) const {
-    return checked().forward(std::forward<Args>(args)...);
+    return call(checked(), std::forward<Args>(args)...);
   }
 
  private:

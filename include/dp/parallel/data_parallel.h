@@ -31,6 +31,10 @@
 //    on output_device: only scalars travel (dp/parallel/parallel_loss.h).
 //  - state_dict() and named_parameters() are the wrapped module's ("fc.weight"), also when the
 //    wrapper is a child; load_state_dict() also takes PyTorch's "module."-prefixed keys.
+//  - Hooks (dp/nn/hooks.h): the module and its replicas are called as module(args...), so hooks
+//    registered on the module fire in every replica (once per device and forward, in the replica's
+//    thread, with the replica and its slice); hooks on the DataParallel wrapper fire once per call,
+//    forward hooks with the gathered output. See docs/data-parallel.md.
 //  - Printing is PyTorch's: DataParallel(\n  (module): Model(...)\n).
 //  - CUDA devices: each replica runs on its GPU's worker thread with the caller's current stream of
 //    that device; changed parameters reach the replicas in one coalesced copy per device and step,
@@ -175,14 +179,14 @@ class DataParallelImpl : public nn::Module {
   template <typename... Args>
   auto forward(Args&&... args) {
     using R = std::decay_t<decltype(std::declval<M&>().forward(std::declval<std::decay_t<Args>&>()...))>;
-    if (core_.no_device()) return static_cast<R>(module_->forward(std::forward<Args>(args)...));
+    if (core_.no_device()) return static_cast<R>(nn::call(*module_, std::forward<Args>(args)...));
     core_.check_location(module_.ptr());
     std::tuple<std::decay_t<Args>...> packed(std::forward<Args>(args)...);
     std::vector<std::tuple<std::decay_t<Args>...>> inputs;
     if constexpr (sizeof...(Args) == 0) inputs.emplace_back();  // zero arguments: one run, on device_ids[0]
     else inputs = scatter_args(packed, core_.split());
     if (core_.device_ids().size() == 1) {
-      auto call = [&]() -> R { return std::apply([&](auto&... a) -> R { return module_->forward(a...); }, inputs[0]); };
+      auto call = [&]() -> R { return std::apply([&](auto&... a) -> R { return nn::call(*module_, a...); }, inputs[0]); };
       if constexpr (std::is_void_v<R>) call();
       else return move_output(call(), core_.output_device());
     } else {
@@ -211,7 +215,7 @@ class DataParallelImpl : public nn::Module {
     using Packed = std::tuple<Target, std::decay_t<Args>...>;
     const int64_t dim = core_.dim();
     auto run_one = [&](auto& module, Packed& in) -> LossPart {
-      auto out = std::apply([&](auto& t, auto&... a) { return module.forward(a...); }, in);
+      auto out = std::apply([&](auto& t, auto&... a) { return nn::call(module, a...); }, in);
       return detail::make_loss_part(criterion, out, std::get<0>(in), dim);
     };
     Packed packed(target, std::forward<Args>(args)...);
@@ -297,7 +301,7 @@ auto data_parallel(const std::shared_ptr<M>& module, const std::tuple<Args...>& 
   if constexpr (sizeof...(Args) == 0) scattered.emplace_back();
   else scattered = scatter_args(inputs, core.split());
   if (core.device_ids().size() == 1) {
-    auto call = [&]() -> R { return std::apply([&](auto&... a) -> R { return module->forward(a...); }, scattered[0]); };
+    auto call = [&]() -> R { return std::apply([&](auto&... a) -> R { return nn::call(*module, a...); }, scattered[0]); };
     if constexpr (std::is_void_v<R>) call();
     else return move_output(call(), core.output_device());
   } else {

@@ -4,14 +4,16 @@
 //   auto outputs = dp::parallel::parallel_apply(replicas, inputs, devices);
 //   // inputs[i] is replica i's argument tuple (scatter_args makes them); outputs[i] its result
 //
-// Each call runs with the caller's grad mode and autocast state (both are per thread). outputs[i]'s tensors are on
-// devices[i]: a forward that returns a tensor elsewhere has it moved there, differentiably, as
-// libtorch's parallel_apply does (module->forward(input).to(devices[i])); tensors are found in the
-// output by the scatter/gather type rules (dp/parallel/scatter_gather.h), other members are left
-// alone. Once every replica has finished, the first failure by replica index is re-thrown with its
-// type kept where it is one of dparallel's or the standard library's exception types, its message
-// prefixed with "Caught <type> in replica i on device d." (and how many others failed). A forward
-// that returns void gives no outputs.
+// Each replica is called as module(args...) (nn::call), so the hooks it shares with the original
+// run in the replica's thread. Each call runs with the caller's grad mode and autocast state (both
+// are per thread). outputs[i]'s tensors are on devices[i]: a forward that returns a tensor
+// elsewhere has it moved there, differentiably, as libtorch's parallel_apply does
+// (module->forward(input).to(devices[i])); tensors are found in the output by the scatter/gather
+// type rules (dp/parallel/scatter_gather.h), other members are left alone. Once every replica has
+// finished, the first failure by replica index is re-thrown with its type kept where it is one of
+// dparallel's or the standard library's exception types, its message prefixed with "Caught <type>
+// in replica i on device d." (and how many others failed). A forward that returns void gives no
+// outputs.
 #include <exception>
 #include <functional>
 #include <memory>
@@ -23,6 +25,7 @@
 #include "dp/autograd/grad_mode.h"
 #include "dp/core/device_registry.h"
 #include "dp/core/errors.h"
+#include "dp/nn/module.h"
 #include "dp/parallel/detail/run.h"
 #include "dp/parallel/scatter_gather.h"
 
@@ -54,7 +57,7 @@ auto parallel_apply_noted(const std::vector<std::shared_ptr<M>>& replicas, const
   auto call = [&](size_t i) -> decltype(auto) {
     AutoGradMode mode(grad_enabled);
     std::tuple<Args...> args = inputs[i];  // the replica's own copy: forward may take arguments by value or reference
-    return std::apply([&](Args&... a) -> decltype(auto) { return replicas[i]->forward(a...); }, args);
+    return std::apply([&](Args&... a) -> decltype(auto) { return nn::call(*replicas[i], a...); }, args);  // with its hooks
   };
   if constexpr (std::is_void_v<R>) {
     auto errors = run_replicas(devices, [&](size_t i) { call(i); });

@@ -53,7 +53,7 @@ class SequentialImpl : public Module {
 
  private:
   template <typename M>
-  static Tensor call_forward(Module& m, const Tensor& x) { return static_cast<M&>(m).forward(x); }
+  static Tensor call_forward(Module& m, const Tensor& x) { return call(static_cast<M&>(m), x); }  // children's hooks run
   using Call = Tensor (*)(Module&, const Tensor&);
   std::vector<Call> calls_;  // one per child, same order as the registry
 };
