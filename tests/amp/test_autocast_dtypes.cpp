@@ -65,8 +65,8 @@ Args make_args(const test::json& c) {
   return out;
 }
 
-// Whether dparallel runs `op` on bfloat16 CPU tensors at all (conv2d does not yet: its bfloat16
-// CPU kernel is separate work). Autocast still casts for it, so the call must then fail on the
+// Whether dparallel runs `op` on bfloat16 CPU tensors at all (layer_norm does not yet: it has no
+// bfloat16 CPU kernel). Autocast still casts for it, so the call must then fail on the
 // bfloat16 arguments, naming the op and the dtype, instead of silently running in float32.
 bool runs_in_bfloat16(const std::string& op, const Args& args) {
   Args bf;
