@@ -27,9 +27,9 @@
 #include "dp/ops/rnn.h"
 #include "ops/common.h"
 #include "ops/rnn_internal.h"
+#include "amp/autocast_ops.h"
 #if DP_HAVE_CUDA
 #include "cuda/lstm.h"
-#include "amp/autocast_ops.h"
 #endif
 
 namespace dp {
