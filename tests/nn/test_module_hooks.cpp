@@ -10,9 +10,13 @@
 #include "dp/autograd/gradcheck.h"
 #include "dp/nn/nn.h"
 #include "support/golden.h"
+#include "support/golden_linear.h"
 
 namespace dp::nn {
 namespace {
+
+using test::load_linear;
+using test::matrix;
 
 using test::all_close;
 using test::golden_file;
@@ -22,23 +26,13 @@ using ::testing::HasSubstr;
 
 const json& golden() { return golden_file("module_hooks.json"); }
 
-Tensor matrix(const json& rows) {
-  std::vector<double> flat;
-  for (const auto& r : rows)
-    for (const auto& v : r) flat.push_back(v.get<double>());
-  return tensor(flat, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())}, TensorOptions().dtype(kFloat32));
-}
 
 // The golden module: forward(x, y, z) = (fc(x) * y, fc(x).sum()); z is not used.
 struct PairImpl : Module {
   Linear fc{nullptr};
   PairImpl() {
     fc = register_module("fc", Linear(3, 2));
-    NoGradGuard no_grad;
-    fc->weight.copy_(matrix(golden()["W"]));
-    std::vector<double> b;
-    for (const auto& v : golden()["B"]) b.push_back(v.get<double>());
-    fc->bias.copy_(tensor(b, TensorOptions().dtype(kFloat32)));
+    load_linear(fc, golden());
   }
   std::tuple<Tensor, Tensor> forward(const Tensor& x, const Tensor& y, const Tensor& z) {
     Tensor h = fc(x);

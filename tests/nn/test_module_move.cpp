@@ -17,9 +17,13 @@
 #include "dp/nn/nn.h"
 #include "dp/parallel/parallel.h"
 #include "support/golden.h"
+#include "support/golden_linear.h"
 
 namespace dp::nn {
 namespace {
+
+using test::load_linear;
+using test::matrix;
 
 using test::all_close;
 using test::golden_file;
@@ -33,22 +37,12 @@ class ModuleMove : public ::testing::Test {
 
 const json& golden() { return golden_file("module_move.json"); }
 
-Tensor matrix(const json& rows, DType dtype = kFloat32) {
-  std::vector<double> flat;
-  for (const auto& r : rows)
-    for (const auto& v : r) flat.push_back(v.get<double>());
-  return tensor(flat, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())}, TensorOptions().dtype(dtype));
-}
 
 struct Model : Module {
   Linear fc{nullptr};
   Model() {
     fc = register_module("fc", Linear(3, 2));
-    NoGradGuard no_grad;
-    fc->weight.copy_(matrix(golden()["W"]));
-    std::vector<double> b;
-    for (const auto& v : golden()["B"]) b.push_back(v.get<double>());
-    fc->bias.copy_(tensor(b, TensorOptions().dtype(kFloat32)));
+    load_linear(fc, golden());
   }
   Tensor forward(const Tensor& x) { return fc(x); }
 };
