@@ -98,11 +98,11 @@ class HostPool {
       done_.wait(lock, [&] { return job.users == 0; });
       busy_ = false;
     }
+    calls_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
 
   int64_t calls() const { return calls_.load(); }
-  void count_call() { calls_.fetch_add(1); }
 
  private:
   void resize(int helpers) {
@@ -211,10 +211,7 @@ void run_tasks(int64_t tasks, int threads, const std::function<void(int64_t)>& f
     job.run = &fn;
     job.tasks = tasks;
     HostPool& pool = host_pool();
-    if (pool.run(job, threads - 1)) {  // a fixed helper count: no thread churn between calls
-      pool.count_call();
-      return;
-    }
+    if (pool.run(job, threads - 1)) return;  // a fixed helper count: no thread churn between calls
   }
   for (int64_t t = 0; t < tasks; ++t) fn(t);
 }
@@ -369,7 +366,7 @@ void gemm_batched_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alph
   }
   // The whole batch decides once: enough products for every thread go one per task; fewer are
   // each cut into tiles as a single GEMM would be.
-  const int threads = count >= 2 ? policy().wanted_threads() : threads_for(m, n, k);
+  const int threads = policy().wanted_threads();
   const bool parallel = threads > 1 && static_cast<double>(m) * n * std::max<int64_t>(k, 1) * count >= kParallelWork;
   const GemmTiles g = gemm_tiles(m, n, parallel && count < threads ? threads : 1);
   if (!parallel) {
