@@ -145,7 +145,7 @@ TEST(Containers, CloneCopiesEveryContainerAndItsLookupsFollowTheCopy) {
   auto c = clone(m);
   EXPECT_EQ(c->named_parameters().keys(), m->named_parameters().keys());
   for (const auto& p : m->named_parameters()) {
-    const Tensor& q = c->named_parameters()[p.key()];
+    const Tensor q = c->named_parameters()[p.key()];  // a copy: the dict is a temporary
     EXPECT_FALSE(q.is_same(p.value())) << p.key();
     EXPECT_TRUE(equal(q, p.value())) << p.key();
   }
