@@ -142,6 +142,10 @@ long max_rss_kb() {
 TEST(SafetensorsHostile, LargeIgnoredHeaderCostsAboutItsOwnSize) {
   // A 40 MB header: one 1-byte tensor whose entry carries an ignored field of small nested arrays
   // (a DOM of it took ~37x its size). Runs in a child process, so its peak memory is its own.
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the 200 MB bound is on resident memory, which ThreadSanitizer's shadow memory "
+                  "multiplies; the address-sanitizer and plain builds run this test";
+#endif
   TempDir dir;
   const std::string path = dir.file("fat.safetensors");
   std::string junk;
