@@ -11,28 +11,20 @@
 // outside [0, 1]) raises a flag and waits for its stream before returning (cuda/index.h explains
 // why), so the caller throws the CPU's error.
 #include <cstdint>
+#include "backend/loss_kernels.h"
 #include "dp/core/tensor.h"
-#include "dp/ops/loss.h"
 
 namespace dp::cuda {
 
-// The dtype loss sums are kept in (total weights, saved log-sum-exps): float64 for float64 inputs,
-// else float32.
-inline DType loss_acc_dtype(DType input) { return input == kFloat64 ? kFloat64 : kFloat32; }
-
-// The incoming gradient of a loss, on the device: G_i = g[i] (per_sample: g contiguous, one value
-// per loss element or sample) or g[0], times scale, divided by divisor[0] when divisor is defined
-// (0-dim, loss_acc_dtype: nll_loss / cross_entropy's Mean total weight). g has the input's dtype.
-struct LossGrad {
-  Tensor g;
-  bool per_sample = false;
-  double scale = 1.0;
-  Tensor divisor;
-};
+// The loss kernel interface's types (backend/loss_kernels.h): the accumulation dtype, the incoming
+// gradient on the device, and the [N, C, S] view of a class loss's input.
+using backend::ClassShape;
+using backend::loss_acc_dtype;
+using backend::LossGrad;
 
 // ---- element-wise losses ----
 
-enum class PointwiseKind { Mse, L1, Bce, BceLogits };
+using backend::PointwiseKind;
 
 // x, t contiguous of one shape and dtype; w, pw undefined or broadcastable to x (any layout, x's
 // dtype). reduced: out is 0-dim and gets scale * sum of the losses; else out (x-shaped,
@@ -46,9 +38,6 @@ void pointwise_loss_backward(PointwiseKind k, const Tensor& gi, const Tensor& gt
 
 // ---- class losses: the input seen as [N, C, S], contiguous ----
 
-struct ClassShape {
-  int64_t n = 1, c = 1, s = 1;
-};
 
 // Reduced results: out 0-dim = the sum of the per-sample losses, divided by the total weight of
 // the non-ignored samples for Mean; total_weight (0-dim, loss_acc_dtype) gets that total. None:

@@ -1,7 +1,7 @@
 // Multi-tensor fused SGD and Adam/AdamW updates on CUDA (see cuda/optim.h).
 //
 // Roundings: nvcc contracts a * b + c into an FMA by default (--fmad=true), which would change
-// results against the CPU kernels (optim/kernels/fused_updates.cpp, which match PyTorch bit for
+// results against the CPU kernels (backend/cpu/fused_updates.cpp, which match PyTorch bit for
 // bit). Every operation is therefore written with the round-to-nearest intrinsics, which are never
 // contracted, and the FMAs PyTorch does are explicit: the CUDA update equals the CPU one bit for
 // bit (division and square root are IEEE-correct in both).
@@ -183,7 +183,7 @@ void with_param_type(DType dtype, const char* what, F&& f) {
 }
 
 template <typename S>
-void launch_sgd(int device, const std::vector<SgdTensor>& list, const dp::optim::kernels::SgdScalars& s) {
+void launch_sgd(int device, const std::vector<SgdTensor>& list, const backend::SgdScalars& s) {
   using T = typename ComputeOf<S>::type;
   SgdConsts<T> c;
   c.wd = static_cast<T>(s.weight_decay);
@@ -215,7 +215,7 @@ void launch_sgd(int device, const std::vector<SgdTensor>& list, const dp::optim:
 }
 
 template <typename S>
-void launch_adam(int device, const std::vector<AdamTensor>& list, const dp::optim::kernels::AdamScalars& s) {
+void launch_adam(int device, const std::vector<AdamTensor>& list, const backend::AdamScalars& s) {
   using T = typename ComputeOf<S>::type;
   AdamConsts<T> c;
   c.beta1 = static_cast<T>(s.beta1);
@@ -257,14 +257,14 @@ void launch_adam(int device, const std::vector<AdamTensor>& list, const dp::opti
 
 }  // namespace
 
-void sgd_update(DType dtype, int device, const std::vector<SgdTensor>& list, const dp::optim::kernels::SgdScalars& s) {
+void sgd_update(DType dtype, int device, const std::vector<SgdTensor>& list, const backend::SgdScalars& s) {
   with_param_type(dtype, "SGD", [](auto) {});  // a bad dtype fails even for an empty list
   if (list.empty()) return;
   DeviceGuard guard(device);
   with_param_type(dtype, "SGD", [&](auto tag) { launch_sgd<decltype(tag)>(device, list, s); });
 }
 
-void adam_update(DType dtype, int device, const std::vector<AdamTensor>& list, const dp::optim::kernels::AdamScalars& s) {
+void adam_update(DType dtype, int device, const std::vector<AdamTensor>& list, const backend::AdamScalars& s) {
   with_param_type(dtype, "Adam", [](auto) {});
   if (list.empty()) return;
   DeviceGuard guard(device);

@@ -1,6 +1,6 @@
 #pragma once
 // CUDA fused optimizer updates (src/cuda/optim.cu): the per-element math of
-// optim/kernels/fused_updates.h (PyTorch 1.13's foreach=False sequence, the same roundings: every
+// backend/cpu/fused_updates.h (PyTorch 1.13's foreach=False sequence, the same roundings: every
 // multiply-add that PyTorch fuses is an fma, nothing else is contracted), applied to every
 // parameter of a list in a few multi-tensor launches, as PyTorch's foreach/fused paths do: a small
 // table of pointers, sizes and per-tensor scalars goes in the kernel's arguments, and each thread
@@ -15,7 +15,7 @@
 #include <vector>
 #include "dp/core/dtype.h"
 #include "dp/core/errors.h"
-#include "optim/kernels/fused_updates.h"
+#include "backend/optim_kernels.h"
 
 namespace dp::cuda::optim {
 
@@ -61,34 +61,15 @@ inline std::vector<MultiTensorLaunch> plan_launches(const std::vector<int64_t>& 
   return out;
 }
 
-// One parameter's memory for an SGD update: contiguous device buffers of n elements each.
-// momentum_buffer is unused when momentum == 0; when !buffer_initialized it is overwritten with
-// the step's direction (PyTorch's first-step clone) instead of being decayed.
-struct SgdTensor {
-  void* param = nullptr;
-  const void* grad = nullptr;
-  void* momentum_buffer = nullptr;
-  int64_t n = 0;
-  bool buffer_initialized = false;
-};
-
-// One parameter's memory for an Adam/AdamW update; max_exp_avg_sq only with amsgrad. `step` is
-// this update's step number (1 on the first), per parameter as in the CPU path.
-struct AdamTensor {
-  void* param = nullptr;
-  const void* grad = nullptr;
-  void* exp_avg = nullptr;
-  void* exp_avg_sq = nullptr;
-  void* max_exp_avg_sq = nullptr;
-  int64_t n = 0;
-  int64_t step = 1;
-};
+// The interface's per-parameter entries (backend/optim_kernels.h).
+using backend::AdamTensor;
+using backend::SgdTensor;
 
 #if DP_HAVE_CUDA
 // Every tensor of `list` is of `dtype` (float32, float64, float16 or bfloat16) and on cuda:`device`. `s.step` is
 // ignored by adam_update (each tensor has its own).
-void sgd_update(DType dtype, int device, const std::vector<SgdTensor>& list, const dp::optim::kernels::SgdScalars& s);
-void adam_update(DType dtype, int device, const std::vector<AdamTensor>& list, const dp::optim::kernels::AdamScalars& s);
+void sgd_update(DType dtype, int device, const std::vector<SgdTensor>& list, const backend::SgdScalars& s);
+void adam_update(DType dtype, int device, const std::vector<AdamTensor>& list, const backend::AdamScalars& s);
 #endif
 
 }  // namespace dp::cuda::optim

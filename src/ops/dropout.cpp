@@ -4,6 +4,7 @@
 // the only thing saved.
 #include "dp/ops/dropout.h"
 
+#include "backend/random_kernels.h"
 #include "core/kernels/loops.h"
 #include "core/kernels/norm_kernels.h"
 #include "core/kernels/reduce.h"
@@ -11,9 +12,6 @@
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "ops/common.h"
-#if DP_HAVE_CUDA
-#include "cuda/random.h"
-#endif
 
 namespace dp {
 namespace {
@@ -28,18 +26,15 @@ void check_dropout(const char* op, const Tensor& input, double p) {
 bool is_identity(const Tensor& input, double p, bool training) { return !training || p == 0.0 || input.numel() == 0; }
 
 void check_runnable(const char* op, const Tensor& input) {
-  if (!input.is_cuda()) kernels::check_cpu_tensor(op, input);
+  if (input.is_cpu()) kernels::check_cpu_tensor(op, input);
   DP_CHECK(is_floating_point(input.dtype()), DTypeError, op, ": expected a floating point input, got ", input.describe());
 }
 
 // Draws the keep mask (probability 1 - p) and writes out = x * mask / (1 - p) in one pass;
 // p = 1 draws nothing (PyTorch multiplies by zero directly). x may be out.
-// On a CUDA device the same mask (same Philox words) is drawn by cuda::dropout_forward.
+// Every backend draws the same mask (same Philox words): backend/random_kernels.h.
 void apply_mask(const Tensor& x, const Tensor& mask, double scale, const Tensor& out) {
-#if DP_HAVE_CUDA
-  if (x.is_cuda()) return cuda::dropout_apply(x, mask, scale, out);
-#endif
-  kernels::dropout_apply_kernel(x, mask, scale, out);
+  backend::dropout_apply(x.device().type, x, mask, scale, out);
 }
 
 void dropout_into(const Tensor& x, double p, Generator* gen, const Tensor& mask, const Tensor& out) {
@@ -50,10 +45,7 @@ void dropout_into(const Tensor& x, double p, Generator* gen, const Tensor& mask,
   }
   Generator& g = gen ? *gen : default_generator(x.device());
   const uint64_t first = g.reserve(static_cast<uint64_t>((x.numel() + 3) / 4));
-#if DP_HAVE_CUDA
-  if (x.is_cuda()) return cuda::dropout_forward(x, 1.0 - p, 1.0 / (1.0 - p), g.seed(), first, mask, out);
-#endif
-  kernels::dropout_forward_kernel(x, 1.0 - p, 1.0 / (1.0 - p), g.seed(), first, mask, out);
+  backend::dropout_forward(x.device().type, x, 1.0 - p, 1.0 / (1.0 - p), g.seed(), first, mask, out);
 }
 
 double keep_scale(double p) { return p >= 1.0 ? 0.0 : 1.0 / (1.0 - p); }

@@ -35,23 +35,6 @@ void check_constant(const char* op, const Tensor& t, const char* what) {
            "' is not differentiable with respect to argument '", what, "'. This input cannot have requires_grad True.");
 }
 
-Tensor scalar_result(double v, DType dtype, Device device) {
-  Tensor out = make_empty({}, dtype, device);
-  if (dtype == kFloat32) *out.data_ptr<float>() = static_cast<float>(v);
-  else *out.data_ptr<double>() = v;
-  return out;
-}
-
-double scalar_value(const Tensor& g) {
-  DP_CHECK(g.numel() == 1, ShapeError, "loss backward: expected a one-element gradient, got ", g.size_str());
-  // (CUDA losses never come here: their kernels read the gradient on the device, see LossGrad.)
-  // The usual case (the loss's own dtype, on a CPU device) is read in place: one element needs no
-  // contiguous copy or conversion.
-  if (g.is_cpu() && g.dtype() == kFloat32) return static_cast<const float*>(g.data_ptr())[0];
-  if (g.is_cpu() && g.dtype() == kFloat64) return static_cast<const double*>(g.data_ptr())[0];
-  return kernels::convert_nograd(kernels::contiguous_nograd(g), kFloat64).data_ptr<double>()[0];
-}
-
 ClassGeometry class_geometry(const char* op, const Tensor& input, const Tensor& target) {
   ClassGeometry g;
   DP_CHECK(input.dim() >= 1, ShapeError, op, ": Expected 1 or more dimensions (got 0) (input ", input.describe(), ")");

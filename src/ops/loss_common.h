@@ -1,7 +1,6 @@
 #pragma once
-// Shared by the loss ops (src/ops/loss_*.cpp): argument checks, 0-dim results, a summation with
-// independent double accumulators (so it vectorises and keeps float32 sums accurate), and the
-// operand shapes the typed loops are specialised on.
+// Shared by the loss ops (src/ops/loss_*.cpp): argument checks, 0-dim results, and the class
+// geometry. The kernels are the backends' (backend/loss_kernels.h).
 #include <cmath>
 #include <cstdint>
 #include "core/kernels/dispatch.h"
@@ -9,9 +8,6 @@
 #include "dp/autograd/function.h"
 #include "dp/ops/loss.h"
 #include "ops/common.h"
-#if DP_HAVE_CUDA
-#include "cuda/loss.h"
-#endif
 
 namespace dp::loss {
 
@@ -22,10 +18,6 @@ void check_input(const char* op, const Tensor& input);
 void check_companion(const char* op, const Tensor& input, const Tensor& t, const char* what);
 // weight / pos_weight are constants: PyTorch refuses ones that require grad.
 void check_constant(const char* op, const Tensor& t, const char* what);
-// A 0-dim tensor holding v.
-Tensor scalar_result(double v, DType dtype, Device device);
-// The value of a 0-dim (or one-element) gradient, as double.
-double scalar_value(const Tensor& g);
 // g converted to dtype and made contiguous (no autograd).
 Tensor plain(const Tensor& g, DType dtype);
 
@@ -52,39 +44,5 @@ Tensor device_scalar(double v, DType dtype, Device device);
 // The gradient of per-sample losses ([N, d1, ...] or []) shaped to broadcast against the input
 // ([N, 1, d1, ...]); dp ops (differentiable).
 Tensor per_sample_to_input(const Tensor& g, const ClassGeometry& geo);
-
-// Sum of many values in 16 independent double lanes (pairwise at the end).
-struct Accum {
-  double lane[16] = {};
-  double rest = 0;
-  template <typename T>
-  void add(const T* v, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-      for (int k = 0; k < 16; ++k) lane[k] += static_cast<double>(v[i + k]);
-    for (; i < n; ++i) rest += static_cast<double>(v[i]);
-  }
-  void add1(double v) { rest += v; }
-  double total() const {
-    double s[16];
-    for (int k = 0; k < 16; ++k) s[k] = lane[k];
-    for (int k = 0; k < 8; ++k) s[k] += s[k + 8];
-    for (int k = 0; k < 4; ++k) s[k] += s[k + 4];
-    return (s[0] + s[2]) + (s[1] + s[3]) + rest;
-  }
-};
-
-// Operand shapes the inner loops are compiled for: one value for every element (a broadcast
-// weight, a reduced gradient, or an absent weight as 1) or one value per element.
-template <typename T>
-struct Val {
-  T v;
-  T operator[](int64_t) const { return v; }
-};
-template <typename T>
-struct Ptr {
-  const T* p;
-  T operator[](int64_t j) const { return p[j]; }
-};
 
 }  // namespace dp::loss

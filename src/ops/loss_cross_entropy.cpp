@@ -14,10 +14,11 @@
 // (vectorised, into an L1 scratch row) and, with smoothing, a weighted sum pass; S > 1: the same
 // passes run down C over blocks of contiguous positions, vectorised across positions.
 // Under create_graph the backward is the same formula with dp ops (softmax of the saved input).
-// On a CUDA device the passes are the kernels of cuda/loss.h (one warp per sample for [N, C]).
-#include <algorithm>
-#include <vector>
-#include "core/kernels/reduce_vec.h"
+// The passes are the kernels of backend/loss_kernels.h, one per device type (the CPU's in
+// src/backend/cpu/loss_cross_entropy.cpp, CUDA's in src/cuda/loss.cu); this file checks the
+// arguments, calls them and records the backward, once for every device.
+#include <cmath>
+#include "backend/loss_kernels.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"
 #include "ops/loss_common.h"
@@ -28,376 +29,65 @@ namespace {
 
 using autograd::SavedVariable;
 using autograd::variable_list;
-using kernels::exp_diff;
-using kernels::row_max;
 using loss::ClassGeometry;
 
 constexpr const char* kOp = "cross_entropy";
-constexpr int64_t kBlock = 256;  // positions per block when S > 1
-
-// sum_j f(j) with 16 partial sums (vectorisable), combined pairwise.
-template <typename T, typename F>
-inline T lane_sum(int64_t n, F f) {
-  T s[16] = {};
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16)
-    for (int k = 0; k < 16; ++k) s[k] += f(j + k);
-  T r = 0;
-  for (; j < n; ++j) r += f(j);
-  return kernels::combine16(s) + r;
-}
 
 struct Params {
   ClassGeometry geo;
   double eps = 0;  // label smoothing
   int64_t ignore = -100;
 };
+// ---------------------------------------------------------------- the backward under create_graph
 
-// ---------------------------------------------------------------- class-index targets
+backend::ClassShape class_shape(const ClassGeometry& geo) { return backend::ClassShape{geo.n, geo.c, geo.s}; }
 
-template <typename T, typename I>
-double index_forward(const T* x, const I* tg, const T* w, T wsum, const Params& p, T* out, T* lse, double& tw) {
+// The constants of the class-index backward, grad = G * (B * softmax(x) - A): A (input-shaped) =
+// coef, B (per sample) = its sum over classes; 0 for ignored samples. Float64 host tensors, built
+// from the targets and weights read on the host (a copy from a CUDA device, in this rare path only).
+void build_coefs(const Tensor& A, const Tensor& B, const Tensor& targets, const Tensor& weights, const Params& p) {
+  const Tensor tt = kernels::contiguous_nograd(kernels::convert_nograd(targets.cpu(), kInt64));
+  const Tensor w = weights.defined() ? kernels::contiguous_nograd(kernels::convert_nograd(weights.cpu(), kFloat64)) : Tensor();
+  double* a = static_cast<double*>(A.data_ptr());
+  double* b = static_cast<double*>(B.data_ptr());
+  const double* wp = w.defined() ? static_cast<const double*>(w.data_ptr()) : nullptr;
+  const int64_t* tg = static_cast<const int64_t*>(tt.data_ptr());
   const int64_t C = p.geo.c, S = p.geo.s;
-  const T eps = static_cast<T>(p.eps), keep = static_cast<T>(1.0 - p.eps), per_class = static_cast<T>(p.eps / static_cast<double>(C));
-  double sum = 0, wtot = 0;
-  if (S == 1) {
-    std::vector<T> scratch(static_cast<size_t>(C));
-    for (int64_t i = 0; i < p.geo.n; ++i) {
-      const int64_t t = static_cast<int64_t>(tg[i]);
-      if (t == p.ignore) {
-        if (out) out[i] = T(0);
-        lse[i] = T(0);
+  double wsum = static_cast<double>(C);
+  if (wp) {
+    wsum = 0;
+    for (int64_t c = 0; c < C; ++c) wsum += wp[c];
+  }
+  const double keep = 1.0 - p.eps, per_class = p.eps / static_cast<double>(C);
+  for (int64_t n = 0; n < p.geo.n; ++n)
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t i = n * S + s;
+      const int64_t tv = tg[i];
+      const bool on = tv != p.ignore && tv >= 0 && tv < C;
+      for (int64_t c = 0; c < C; ++c) a[(n * C + c) * S + s] = on ? per_class * (wp ? wp[c] : 1.0) : 0.0;
+      if (!on) {
+        b[i] = 0;
         continue;
       }
-      if (t < 0 || t >= C) [[unlikely]] loss::throw_target_out_of_bounds(kOp, t, C, p.ignore);
-      const T* xr = x + i * C;
-      const T m = row_max(xr, C);
-      const T ls = std::log(exp_diff<T, true>(xr, nullptr, m, scratch.data(), C));
-      const T wt = w ? w[t] : T(1);
-      T v = keep * wt * ((m - xr[t]) + ls);
-      if (eps > T(0)) {
-        const T sd = w ? lane_sum<T>(C, [&](int64_t c) { return w[c] * (m - xr[c]); })
-                       : lane_sum<T>(C, [&](int64_t c) { return m - xr[c]; });
-        v += per_class * (sd + ls * wsum);
-      }
-      lse[i] = m + ls;
-      if (out) out[i] = v;
-      sum += static_cast<double>(v);
-      wtot += static_cast<double>(wt);
+      const double wt = wp ? wp[tv] : 1.0;
+      a[(n * C + tv) * S + s] += keep * wt;
+      b[i] = keep * wt + per_class * wsum;
     }
-  } else {
-    T mx[kBlock], tmp[kBlock];
-    double acc[kBlock], sd[kBlock];
-    for (int64_t n = 0; n < p.geo.n; ++n) {
-      for (int64_t s0 = 0; s0 < S; s0 += kBlock) {
-        const int64_t bn = std::min(kBlock, S - s0);
-        const T* xb = x + n * C * S + s0;
-        for (int64_t j = 0; j < bn; ++j) mx[j] = C > 0 ? xb[j] : -std::numeric_limits<T>::infinity();
-        for (int64_t c = 1; c < C; ++c) {
-          const T* xr = xb + c * S;
-          for (int64_t j = 0; j < bn; ++j) mx[j] = std::max(mx[j], xr[j]);
-        }
-        for (int64_t j = 0; j < bn; ++j) acc[j] = sd[j] = 0;
-        for (int64_t c = 0; c < C; ++c) {
-          const T* xr = xb + c * S;
-          exp_diff<T, false>(xr, mx, T(0), tmp, bn);
-          for (int64_t j = 0; j < bn; ++j) acc[j] += static_cast<double>(tmp[j]);
-          if (eps > T(0)) {
-            const double wc = w ? static_cast<double>(w[c]) : 1.0;
-            for (int64_t j = 0; j < bn; ++j) sd[j] += wc * static_cast<double>(mx[j] - xr[j]);
-          }
-        }
-        for (int64_t j = 0; j < bn; ++j) {
-          const int64_t i = n * S + s0 + j;
-          const T ls = static_cast<T>(std::log(acc[j]));
-          lse[i] = mx[j] + ls;
-          const int64_t t = static_cast<int64_t>(tg[i]);
-          if (t == p.ignore) {
-            if (out) out[i] = T(0);
-            continue;
-          }
-          if (t < 0 || t >= C) [[unlikely]] loss::throw_target_out_of_bounds(kOp, t, C, p.ignore);
-          const T wt = w ? w[t] : T(1);
-          T v = keep * wt * ((mx[j] - xb[t * S + j]) + ls);
-          if (eps > T(0)) v += per_class * (static_cast<T>(sd[j]) + ls * wsum);
-          if (out) out[i] = v;
-          sum += static_cast<double>(v);
-          wtot += static_cast<double>(wt);
-        }
-      }
-    }
-  }
-  tw = wtot;
-  return sum;
 }
 
-// gi = G * (S_i * p - coef) with G = g[i] (per-sample) or gs (reduced, scaled); 0 for ignored.
-template <typename T, typename I>
-void index_backward(T* gi, const T* x, const I* tg, const T* w, T wsum, const Params& p, const T* lse, const T* g, T gs) {
-  const int64_t C = p.geo.c, S = p.geo.s;
-  const T eps = static_cast<T>(p.eps), keep = static_cast<T>(1.0 - p.eps), per_class = static_cast<T>(p.eps / static_cast<double>(C));
-  if (S == 1) {
-    for (int64_t i = 0; i < p.geo.n; ++i) {
-      T* gr = gi + i * C;
-      const int64_t t = static_cast<int64_t>(tg[i]);
-      if (t == p.ignore || t < 0 || t >= C) {
-        std::fill(gr, gr + C, T(0));
-        continue;
-      }
-      const T G = g ? g[i] : gs;
-      const T wt = w ? w[t] : T(1);
-      const T a = G * (keep * wt + per_class * wsum);
-      const T* xr = x + i * C;
-      exp_diff<T, false>(xr, nullptr, lse[i], gr, C);
-      if (eps > T(0)) {
-        const T b = G * per_class;
-        if (w) {
-          for (int64_t c = 0; c < C; ++c) gr[c] = a * gr[c] - b * w[c];
-        } else {
-          for (int64_t c = 0; c < C; ++c) gr[c] = a * gr[c] - b;
-        }
-      } else {
-        for (int64_t c = 0; c < C; ++c) gr[c] *= a;
-      }
-      gr[t] -= G * keep * wt;
-    }
-    return;
-  }
-  T a[kBlock], b[kBlock], lb[kBlock];
-  for (int64_t n = 0; n < p.geo.n; ++n) {
-    for (int64_t s0 = 0; s0 < S; s0 += kBlock) {
-      const int64_t bn = std::min(kBlock, S - s0);
-      const T* xb = x + n * C * S + s0;
-      T* gb = gi + n * C * S + s0;
-      for (int64_t j = 0; j < bn; ++j) {
-        const int64_t i = n * S + s0 + j;
-        const int64_t t = static_cast<int64_t>(tg[i]);
-        lb[j] = lse[i];
-        if (t == p.ignore || t < 0 || t >= C) {
-          a[j] = b[j] = T(0);
-          continue;
-        }
-        const T G = g ? g[i] : gs;
-        a[j] = G * (keep * (w ? w[t] : T(1)) + per_class * wsum);
-        b[j] = G * per_class;
-      }
-      for (int64_t c = 0; c < C; ++c) {
-        T* gr = gb + c * S;
-        exp_diff<T, false>(xb + c * S, lb, T(0), gr, bn);
-        const T wc = w ? w[c] : T(1);
-        for (int64_t j = 0; j < bn; ++j) gr[j] = a[j] * gr[j] - b[j] * wc;
-      }
-      for (int64_t j = 0; j < bn; ++j) {
-        const int64_t i = n * S + s0 + j;
-        const int64_t t = static_cast<int64_t>(tg[i]);
-        if (t == p.ignore || t < 0 || t >= C) continue;
-        const T G = g ? g[i] : gs;
-        gb[t * S + j] -= G * keep * (w ? w[t] : T(1));
-      }
-    }
-  }
-}
-
-// ---------------------------------------------------------------- class-probability targets
-
-// Per sample also stores rs[i] = sum_c w[c] q_c (the S of the backward).
-template <typename T>
-double prob_forward(const T* x, const T* tq, const T* w, const Params& p, T* out, T* lse, T* rs) {
-  const int64_t C = p.geo.c, S = p.geo.s;
-  const T keep = static_cast<T>(1.0 - p.eps), per_class = static_cast<T>(p.eps / static_cast<double>(C));
-  double sum = 0;
-  if (S == 1) {
-    std::vector<T> scratch(static_cast<size_t>(C));
-    for (int64_t i = 0; i < p.geo.n; ++i) {
-      const T* xr = x + i * C;
-      const T* tr = tq + i * C;
-      const T m = row_max(xr, C);
-      const T ls = std::log(exp_diff<T, true>(xr, nullptr, m, scratch.data(), C));
-      T swq, swqd;
-      if (w) {
-        swq = lane_sum<T>(C, [&](int64_t c) { return w[c] * (keep * tr[c] + per_class); });
-        swqd = lane_sum<T>(C, [&](int64_t c) { return w[c] * (keep * tr[c] + per_class) * (m - xr[c]); });
-      } else {
-        swq = lane_sum<T>(C, [&](int64_t c) { return keep * tr[c] + per_class; });
-        swqd = lane_sum<T>(C, [&](int64_t c) { return (keep * tr[c] + per_class) * (m - xr[c]); });
-      }
-      const T v = swqd + ls * swq;
-      lse[i] = m + ls;
-      rs[i] = swq;
-      if (out) out[i] = v;
-      sum += static_cast<double>(v);
-    }
-    return sum;
-  }
-  T mx[kBlock], tmp[kBlock];
-  double acc[kBlock], swq[kBlock], swqd[kBlock];
-  for (int64_t n = 0; n < p.geo.n; ++n) {
-    for (int64_t s0 = 0; s0 < S; s0 += kBlock) {
-      const int64_t bn = std::min(kBlock, S - s0);
-      const T* xb = x + n * C * S + s0;
-      const T* tb = tq + n * C * S + s0;
-      for (int64_t j = 0; j < bn; ++j) mx[j] = C > 0 ? xb[j] : -std::numeric_limits<T>::infinity();
-      for (int64_t c = 1; c < C; ++c) {
-        const T* xr = xb + c * S;
-        for (int64_t j = 0; j < bn; ++j) mx[j] = std::max(mx[j], xr[j]);
-      }
-      for (int64_t j = 0; j < bn; ++j) acc[j] = swq[j] = swqd[j] = 0;
-      for (int64_t c = 0; c < C; ++c) {
-        const T* xr = xb + c * S;
-        const T* tr = tb + c * S;
-        exp_diff<T, false>(xr, mx, T(0), tmp, bn);
-        const T wc = w ? w[c] : T(1);
-        for (int64_t j = 0; j < bn; ++j) {
-          const T wq = wc * (keep * tr[j] + per_class);
-          acc[j] += static_cast<double>(tmp[j]);
-          swq[j] += static_cast<double>(wq);
-          swqd[j] += static_cast<double>(wq * (mx[j] - xr[j]));
-        }
-      }
-      for (int64_t j = 0; j < bn; ++j) {
-        const int64_t i = n * S + s0 + j;
-        const T ls = static_cast<T>(std::log(acc[j]));
-        const T v = static_cast<T>(swqd[j]) + ls * static_cast<T>(swq[j]);
-        lse[i] = mx[j] + ls;
-        rs[i] = static_cast<T>(swq[j]);
-        if (out) out[i] = v;
-        sum += static_cast<double>(v);
-      }
-    }
-  }
-  return sum;
-}
-
-// gi = G * (rs * p - w q), gt = G * (1 - ls) * w * (lse - x); either may be null.
-template <typename T>
-void prob_backward(T* gi, T* gt, const T* x, const T* tq, const T* w, const Params& p, const T* lse, const T* rs, const T* g, T gs) {
-  const int64_t C = p.geo.c, S = p.geo.s;
-  const T keep = static_cast<T>(1.0 - p.eps), per_class = static_cast<T>(p.eps / static_cast<double>(C));
-  if (S == 1) {
-    for (int64_t i = 0; i < p.geo.n; ++i) {
-      const T G = g ? g[i] : gs;
-      const T* xr = x + i * C;
-      const T* tr = tq + i * C;
-      const T l = lse[i];
-      if (gi) {
-        T* gr = gi + i * C;
-        exp_diff<T, false>(xr, nullptr, l, gr, C);
-        const T a = G * rs[i];
-        if (w) {
-          for (int64_t c = 0; c < C; ++c) gr[c] = a * gr[c] - G * w[c] * (keep * tr[c] + per_class);
-        } else {
-          for (int64_t c = 0; c < C; ++c) gr[c] = a * gr[c] - G * (keep * tr[c] + per_class);
-        }
-      }
-      if (gt) {
-        T* gr = gt + i * C;
-        const T f = G * keep;
-        if (w) {
-          for (int64_t c = 0; c < C; ++c) gr[c] = f * w[c] * (l - xr[c]);
-        } else {
-          for (int64_t c = 0; c < C; ++c) gr[c] = f * (l - xr[c]);
-        }
-      }
-    }
-    return;
-  }
-  T a[kBlock], G[kBlock], lb[kBlock];
-  for (int64_t n = 0; n < p.geo.n; ++n) {
-    for (int64_t s0 = 0; s0 < S; s0 += kBlock) {
-      const int64_t bn = std::min(kBlock, S - s0);
-      const int64_t base = n * C * S + s0;
-      for (int64_t j = 0; j < bn; ++j) {
-        const int64_t i = n * S + s0 + j;
-        G[j] = g ? g[i] : gs;
-        a[j] = G[j] * rs[i];
-        lb[j] = lse[i];
-      }
-      for (int64_t c = 0; c < C; ++c) {
-        const T* xr = x + base + c * S;
-        const T* tr = tq + base + c * S;
-        const T wc = w ? w[c] : T(1);
-        if (gi) {
-          T* gr = gi + base + c * S;
-          exp_diff<T, false>(xr, lb, T(0), gr, bn);
-          for (int64_t j = 0; j < bn; ++j) gr[j] = a[j] * gr[j] - G[j] * wc * (keep * tr[j] + per_class);
-        }
-        if (gt) {
-          T* gr = gt + base + c * S;
-          for (int64_t j = 0; j < bn; ++j) gr[j] = G[j] * keep * wc * (lb[j] - xr[j]);
-        }
-      }
-    }
-  }
-}
-
-// ---------------------------------------------------------------- dispatch helpers
-
-template <typename F>
-void dispatch_real(DType d, F&& f) {
-  kernels::dispatch_floating(d, kOp, [&]<typename T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) f.template operator()<T>();
-  });
-}
-
-template <typename F>
-void dispatch_index(DType x, DType t, F&& f) {
-  dispatch_real(x, [&]<typename T>() {
-    if (t == kUInt8) f.template operator()<T, uint8_t>();
-    else f.template operator()<T, int64_t>();
-  });
-}
-
-template <typename T>
-const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-
-double weight_sum(const Tensor& w, int64_t C) {
-  if (!w.defined()) return static_cast<double>(C);
-  double s = 0;
-  for (double v : w.to_vector<double>()) s += v;
-  return s;
-}
-
-// The per-sample or reduced gradient, ready for the kernels: a contiguous per-sample tensor (None)
-// or a scaled value.
-struct GradIn {
-  Tensor per_sample;
-  double value = 0;
-};
-
-GradIn grad_in(const Tensor& g, Reduction red, double scale, DType dtype) {
-  GradIn r;
-  if (red == Reduction::None) r.per_sample = loss::plain(g, dtype);
-  else r.value = loss::scalar_value(g) * scale;
-  return r;
-}
-
-// The constants of the create_graph backward, grad = G * (B * softmax(x) - A): A (input-shaped) =
-// coef, B (per sample) = its sum over classes; 0 for ignored samples. Host tensors.
-void build_coefs(const Tensor& A, const Tensor& B, const Tensor& tt, const Tensor& w, const Params& p, double wsum) {
-  dispatch_index(A.dtype(), tt.dtype(), [&]<typename T, typename I>() {
-    T* a = static_cast<T*>(A.data_ptr());
-    T* b = static_cast<T*>(B.data_ptr());
-    const T* wp = ptr_or_null<T>(w);
-    const I* tg = static_cast<const I*>(tt.data_ptr());
-    const int64_t C = p.geo.c, S = p.geo.s;
-    const T keep = static_cast<T>(1.0 - p.eps), per_class = static_cast<T>(p.eps / static_cast<double>(C));
-    for (int64_t n = 0; n < p.geo.n; ++n)
-      for (int64_t s = 0; s < S; ++s) {
-        const int64_t i = n * S + s;
-        const int64_t tv = static_cast<int64_t>(tg[i]);
-        const bool on = tv != p.ignore && tv >= 0 && tv < C;
-        for (int64_t c = 0; c < C; ++c) a[(n * C + c) * S + s] = on ? per_class * (wp ? wp[c] : T(1)) : T(0);
-        if (!on) {
-          b[i] = T(0);
-          continue;
-        }
-        const T wt = wp ? wp[tv] : T(1);
-        a[(n * C + tv) * S + s] += keep * wt;
-        b[i] = keep * wt + per_class * static_cast<T>(wsum);
-      }
-  });
+// The class-index backward with dp ops (create_graph): differentiable again.
+Tensor index_backward_composite(const Tensor& g, const Tensor& xi, const Tensor& tt, const Tensor& w, const Tensor& total_weight,
+                                const Params& p, Reduction red) {
+  Tensor A = make_empty(xi.sizes(), kFloat64, Device::cpu());
+  Tensor B = make_empty(p.geo.out_shape, kFloat64, Device::cpu());
+  build_coefs(A, B, tt, w, p);
+  A = A.to(xi.device(), xi.dtype());
+  B = B.to(xi.device(), xi.dtype());
+  Tensor gb = red == Reduction::None ? loss::per_sample_to_input(g, p.geo)
+              : red == Reduction::Mean ? dp::div(g, kernels::convert_nograd(total_weight, g.dtype()))
+                                       : g;
+  Tensor sm = dp::softmax(xi, p.geo.class_dim);
+  return dp::mul(gb, dp::sub(dp::mul(loss::per_sample_to_input(B, p.geo), sm), A));
 }
 
 // The class-probability backward with dp ops (create_graph): differentiable again.
@@ -425,105 +115,21 @@ variable_list prob_backward_composite(const Tensor& g, const Tensor& xi, const T
   return variable_list{gx, gt};
 }
 
-// ---------------------------------------------------------------- CUDA
-
-// Records the probability-target backward: the composite when a graph of the gradient is wanted,
-// else `fused(gi, gt, g, xc, tc, scale)` (the CPU or CUDA kernel) on contiguous inputs into fresh
-// gradients (undefined where not needed).
-template <typename Fused>
-void record_prob_backward(const Tensor& input, const Tensor& target, const Tensor& out, const Tensor& w, const Params& p, Reduction red,
-                          int64_t samples, Fused fused) {
-  const bool need_x = autograd::needs_grad(input), need_t = autograd::needs_grad(target);
-  if (!need_x && !need_t) return;
-  SavedVariable sx(input, false), st(target, false);
-  autograd::record("CrossEntropyLossBackward0", {input, target}, {out},
-                   [sx, st, w, p, red, samples, need_x, need_t, fused](variable_list&& grads) {
-                     const Tensor& g = grads[0];
-                     const Tensor xi = sx.unpack(), ti = st.unpack();
-                     const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(samples) : 1.0;
-                     if (GradMode::is_enabled()) return prob_backward_composite(g, xi, ti, w, p, red, scale, need_x, need_t);
-                     const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
-                     Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
-                     Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
-                     fused(gi, gt, g, xc, tc, scale);
-                     return variable_list{gi, gt};
-                   });
+// The incoming gradient for a backward kernel: per-sample (None) or one value, scaled, divided by
+// the Mean total weight when given; in the input's dtype, on its device.
+backend::LossGrad loss_grad(const Tensor& g, Reduction red, DType dtype, double scale, const Tensor& divisor) {
+  backend::LossGrad lg;
+  lg.g = loss::plain(g, dtype);
+  lg.per_sample = red == Reduction::None;
+  lg.scale = scale;
+  if (red == Reduction::Mean) lg.divisor = divisor;
+  return lg;
 }
-
-#if DP_HAVE_CUDA
-// The kernels of cuda/loss.h. Per-sample log-sum-exps (and, for probabilities, sum_c w_c q_c) are
-// saved in float32 (float64 for float64 inputs); Mean's total weight stays on the device. Under
-// create_graph the backward is the CPU's dp-op formula; for class indices its constants are built
-// on the host from copies of the targets and weights (a wait, in that rare path only).
-
-cuda::ClassShape class_shape(const ClassGeometry& geo) { return cuda::ClassShape{geo.n, geo.c, geo.s}; }
-
-Tensor cross_entropy_index_cuda(const Tensor& input, const Tensor& t, const Tensor& w, const Params& p, Reduction red) {
-  const Tensor x = kernels::contiguous_nograd(input);
-  const bool reduced = red != Reduction::None;
-  const DType acc = cuda::loss_acc_dtype(x.dtype());
-  Tensor out = make_empty(reduced ? Shape{} : p.geo.out_shape, x.dtype(), x.device());
-  Tensor tw = reduced ? make_empty({}, acc, x.device()) : Tensor();
-  Tensor lse = make_empty({p.geo.n * p.geo.s}, acc, x.device());
-  if (cuda::cross_entropy_index_forward(out, red, tw, lse, x, t, w, class_shape(p.geo), p.ignore, p.eps))
-    loss::throw_first_bad_target(kOp, t, p.geo.c, p.ignore);
-  if (autograd::needs_grad(input)) {
-    SavedVariable sx(input, false), st(t, false);
-    autograd::record("CrossEntropyLossBackward0", {input}, {out}, [sx, st, w, lse, tw, p, red](variable_list&& grads) {
-      const Tensor& g = grads[0];
-      const Tensor xi = sx.unpack(), tt = st.unpack();
-      if (GradMode::is_enabled()) {
-        const Tensor wh = w.defined() ? kernels::convert_nograd(w.cpu(), kFloat64) : Tensor();
-        Tensor A = make_empty(xi.sizes(), kFloat64, Device::cpu());
-        Tensor B = make_empty(p.geo.out_shape, kFloat64, Device::cpu());
-        build_coefs(A, B, tt.cpu(), wh, p, p.eps > 0 ? weight_sum(wh, p.geo.c) : 0.0);
-        A = A.to(xi.device(), xi.dtype());
-        B = B.to(xi.device(), xi.dtype());
-        Tensor gb = red == Reduction::None ? loss::per_sample_to_input(g, p.geo)
-                    : red == Reduction::Mean ? dp::div(g, kernels::convert_nograd(tw, g.dtype()))
-                                             : g;
-        Tensor sm = dp::softmax(xi, p.geo.class_dim);
-        return variable_list{dp::mul(gb, dp::sub(dp::mul(loss::per_sample_to_input(B, p.geo), sm), A))};
-      }
-      const Tensor xc = kernels::contiguous_nograd(xi);
-      Tensor gi = make_empty(xc.sizes(), xc.dtype(), xc.device());
-      cuda::LossGrad lg;
-      lg.g = loss::plain(g, xc.dtype());
-      lg.per_sample = red == Reduction::None;
-      if (red == Reduction::Mean) lg.divisor = tw;
-      cuda::cross_entropy_index_backward(gi, lg, xc, tt, w, lse, class_shape(p.geo), p.ignore, p.eps);
-      return variable_list{gi};
-    });
-  }
-  return out;
-}
-
-Tensor cross_entropy_prob_cuda(const Tensor& input, const Tensor& target, const Tensor& w, const Params& p, Reduction red) {
-  const Tensor x = kernels::contiguous_nograd(input);
-  const Tensor t = kernels::contiguous_nograd(target);
-  const int64_t samples = p.geo.n * p.geo.s;
-  const DType acc = cuda::loss_acc_dtype(x.dtype());
-  const bool reduced = red != Reduction::None;
-  Tensor out = make_empty(reduced ? Shape{} : p.geo.out_shape, x.dtype(), x.device());
-  Tensor lse = make_empty({samples}, acc, x.device());
-  Tensor rs = make_empty({samples}, acc, x.device());
-  // PyTorch: the mean over samples, NaN for an empty input.
-  const double scale = red != Reduction::Mean ? 1.0 : x.numel() == 0 ? std::nan("") : 1.0 / static_cast<double>(samples);
-  cuda::cross_entropy_prob_forward(out, reduced, scale, lse, rs, x, t, w, class_shape(p.geo), p.eps);
-  record_prob_backward(input, target, out, w, p, red, samples,
-                       [=](const Tensor& gi, const Tensor& gt, const Tensor& g, const Tensor& xc, const Tensor& tc, double scale) {
-                         cuda::LossGrad lg;
-                         lg.g = loss::plain(g, xc.dtype());
-                         lg.per_sample = red == Reduction::None;
-                         lg.scale = scale;
-                         cuda::cross_entropy_prob_backward(gi, gt, lg, xc, tc, w, lse, rs, class_shape(p.geo), p.eps);
-                       });
-  return out;
-}
-#endif
 
 // ---------------------------------------------------------------- the op, class indices
 
+// Per-sample log-sum-exps (and, for probabilities, sum_c w_c q_c) are saved in float32 (float64
+// for float64 inputs); Mean's total weight stays on the input's device.
 Tensor cross_entropy_index(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index, Reduction red,
                            double eps) {
   loss::check_class_target_dtype(kOp, target);
@@ -533,47 +139,27 @@ Tensor cross_entropy_index(const Tensor& input, const Tensor& target, const Tens
   p.ignore = ignore_index;
   loss::check_class_weight(kOp, input, weight, p.geo.c);
 
+  const Tensor x = kernels::contiguous_nograd(input);
   const Tensor t = kernels::contiguous_nograd(target);
   const Tensor w = weight.defined() ? kernels::contiguous_nograd(weight) : Tensor();
-#if DP_HAVE_CUDA
-  if (input.is_cuda()) return cross_entropy_index_cuda(input, t, w, p, red);
-#endif
-  const Tensor x = kernels::contiguous_nograd(input);
-  const double wsum = eps > 0 ? weight_sum(w, p.geo.c) : 0.0;
-  Tensor out = red == Reduction::None ? make_empty(p.geo.out_shape, x.dtype(), x.device()) : Tensor();
-  Tensor lse = make_empty({p.geo.n * p.geo.s}, x.dtype(), x.device());
-  double tw = 0, total = 0;
-  dispatch_index(x.dtype(), t.dtype(), [&]<typename T, typename I>() {
-    total = index_forward<T, I>(static_cast<const T*>(x.data_ptr()), static_cast<const I*>(t.data_ptr()), ptr_or_null<T>(w),
-                                static_cast<T>(wsum), p, out.defined() ? static_cast<T*>(out.data_ptr()) : nullptr,
-                                static_cast<T*>(lse.data_ptr()), tw);
-  });
-  if (red == Reduction::Mean) out = loss::scalar_result(total / tw, x.dtype(), x.device());
-  else if (red == Reduction::Sum) out = loss::scalar_result(total, x.dtype(), x.device());
+  const bool reduced = red != Reduction::None;
+  const DType acc = backend::loss_acc_dtype(x.dtype());
+  Tensor out = make_empty(reduced ? Shape{} : p.geo.out_shape, x.dtype(), x.device());
+  Tensor tw = reduced ? make_empty({}, acc, x.device()) : Tensor();
+  Tensor lse = make_empty({p.geo.n * p.geo.s}, acc, x.device());
+  if (backend::cross_entropy_index_forward(x.device().type, out, red, tw, lse, x, t, w, class_shape(p.geo), p.ignore, p.eps))
+    loss::throw_first_bad_target(kOp, t, p.geo.c, p.ignore);
 
   if (autograd::needs_grad(input)) {
     SavedVariable sx(input, false), st(t, false);
-    autograd::record("CrossEntropyLossBackward0", {input}, {out}, [sx, st, w, lse, p, red, tw, wsum](variable_list&& grads) {
+    autograd::record("CrossEntropyLossBackward0", {input}, {out}, [sx, st, w, lse, tw, p, red](variable_list&& grads) {
       const Tensor& g = grads[0];
       const Tensor xi = sx.unpack(), tt = st.unpack();
-      const double scale = red == Reduction::Mean ? 1.0 / tw : 1.0;
-      if (GradMode::is_enabled()) {
-        // grad = G * (B * softmax(x) - A) with the constants A (coef) and B (its per-sample sum).
-        Tensor A = make_empty(xi.sizes(), xi.dtype(), xi.device());
-        Tensor B = make_empty(p.geo.out_shape, xi.dtype(), xi.device());
-        build_coefs(A, B, tt, w, p, wsum);
-        Tensor gb = red == Reduction::None ? loss::per_sample_to_input(g, p.geo) : dp::mul(g, scale);
-        Tensor sm = dp::softmax(xi, p.geo.class_dim);
-        return variable_list{dp::mul(gb, dp::sub(dp::mul(loss::per_sample_to_input(B, p.geo), sm), A))};
-      }
+      if (GradMode::is_enabled()) return variable_list{index_backward_composite(g, xi, tt, w, tw, p, red)};
       const Tensor xc = kernels::contiguous_nograd(xi);
       Tensor gi = make_empty(xc.sizes(), xc.dtype(), xc.device());
-      const GradIn gin = grad_in(g, red, scale, xc.dtype());
-      dispatch_index(xc.dtype(), tt.dtype(), [&]<typename T, typename I>() {
-        index_backward<T, I>(static_cast<T*>(gi.data_ptr()), static_cast<const T*>(xc.data_ptr()), static_cast<const I*>(tt.data_ptr()),
-                             ptr_or_null<T>(w), static_cast<T>(wsum), p, static_cast<const T*>(lse.data_ptr()),
-                             ptr_or_null<T>(gin.per_sample), static_cast<T>(gin.value));
-      });
+      backend::cross_entropy_index_backward(xc.device().type, gi, loss_grad(g, red, xc.dtype(), 1.0, tw), xc, tt, w, lse,
+                                            class_shape(p.geo), p.ignore, p.eps);
       return variable_list{gi};
     });
   }
@@ -605,39 +191,35 @@ Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tenso
   p.eps = eps;
   p.ignore = ignore_index;
   loss::check_class_weight(kOp, input, weight, p.geo.c);
-#if DP_HAVE_CUDA
-  if (input.is_cuda()) return cross_entropy_prob_cuda(input, target, weight.defined() ? kernels::contiguous_nograd(weight) : Tensor(), p, red);
-#endif
 
   const Tensor x = kernels::contiguous_nograd(input);
   const Tensor t = kernels::contiguous_nograd(target);
   const Tensor w = weight.defined() ? kernels::contiguous_nograd(weight) : Tensor();
   const int64_t samples = p.geo.n * p.geo.s;
-  Tensor out = red == Reduction::None ? make_empty(p.geo.out_shape, x.dtype(), x.device()) : Tensor();
-  Tensor lse = make_empty({samples}, x.dtype(), x.device());
-  Tensor rs = make_empty({samples}, x.dtype(), x.device());
-  double total = 0;
-  dispatch_real(x.dtype(), [&]<typename T>() {
-    total = prob_forward<T>(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(t.data_ptr()), ptr_or_null<T>(w), p,
-                            out.defined() ? static_cast<T*>(out.data_ptr()) : nullptr, static_cast<T*>(lse.data_ptr()),
-                            static_cast<T*>(rs.data_ptr()));
-  });
+  const DType acc = backend::loss_acc_dtype(x.dtype());
+  const bool reduced = red != Reduction::None;
+  Tensor out = make_empty(reduced ? Shape{} : p.geo.out_shape, x.dtype(), x.device());
+  Tensor lse = make_empty({samples}, acc, x.device());
+  Tensor rs = make_empty({samples}, acc, x.device());
   // PyTorch: the mean over samples, NaN for an empty input.
-  const double mean_div = x.numel() == 0 ? 0.0 : static_cast<double>(samples);
-  if (red == Reduction::Mean) out = loss::scalar_result(x.numel() == 0 ? std::nan("") : total / mean_div, x.dtype(), x.device());
-  else if (red == Reduction::Sum) out = loss::scalar_result(total, x.dtype(), x.device());
+  const double scale = red != Reduction::Mean ? 1.0 : x.numel() == 0 ? std::nan("") : 1.0 / static_cast<double>(samples);
+  backend::cross_entropy_prob_forward(x.device().type, out, reduced, scale, lse, rs, x, t, w, class_shape(p.geo), p.eps);
 
-  record_prob_backward(input, target, out, w, p, red, samples,
-                       [=](const Tensor& gi, const Tensor& gt, const Tensor& g, const Tensor& xc, const Tensor& tc, double scale) {
-                         const GradIn gin = grad_in(g, red, scale, xc.dtype());
-                         dispatch_real(xc.dtype(), [&]<typename T>() {
-                           prob_backward<T>(gi.defined() ? static_cast<T*>(gi.data_ptr()) : nullptr,
-                                            gt.defined() ? static_cast<T*>(gt.data_ptr()) : nullptr, static_cast<const T*>(xc.data_ptr()),
-                                            static_cast<const T*>(tc.data_ptr()), ptr_or_null<T>(w), p,
-                                            static_cast<const T*>(lse.data_ptr()), static_cast<const T*>(rs.data_ptr()),
-                                            ptr_or_null<T>(gin.per_sample), static_cast<T>(gin.value));
-                         });
-                       });
+  const bool need_x = autograd::needs_grad(input), need_t = autograd::needs_grad(target);
+  if (!need_x && !need_t) return out;
+  SavedVariable sx(input, false), st(target, false);
+  autograd::record("CrossEntropyLossBackward0", {input, target}, {out}, [sx, st, w, lse, rs, p, red, samples, need_x, need_t](variable_list&& grads) {
+    const Tensor& g = grads[0];
+    const Tensor xi = sx.unpack(), ti = st.unpack();
+    const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(samples) : 1.0;
+    if (GradMode::is_enabled()) return prob_backward_composite(g, xi, ti, w, p, red, scale, need_x, need_t);
+    const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
+    Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
+    Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
+    backend::cross_entropy_prob_backward(xc.device().type, gi, gt, loss_grad(g, red, xc.dtype(), scale, Tensor()), xc, tc, w, lse, rs,
+                                         class_shape(p.geo), p.eps);
+    return variable_list{gi, gt};
+  });
   return out;
 }
 

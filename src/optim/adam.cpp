@@ -1,15 +1,11 @@
 // Adam and AdamW share the state, the checks and the step; they differ in how weight decay
-// enters (kernels::AdamScalars::decoupled_weight_decay).
+// enters (backend::AdamScalars::decoupled_weight_decay).
 #include "dp/optim/adam.h"
 #include "dp/autograd/grad_mode.h"
 #include "dp/ops/factory.h"
-#include "optim/kernels/fused_updates.h"
+#include "backend/optim_kernels.h"
+#include "optim/update_batch.h"
 #include "optim/update_target.h"
-#if DP_HAVE_CUDA
-#include "dp/cuda/graph.h"
-#include "cuda/optim.h"
-#include "optim/cuda_updates.h"
-#endif
 
 namespace dp::optim {
 
@@ -26,8 +22,8 @@ void check_adam_options(const Options& o, const char* name) {
 }
 
 template <typename Options>
-kernels::AdamScalars adam_scalars(const Options& o, bool decoupled) {
-  kernels::AdamScalars s;
+backend::AdamScalars adam_scalars(const Options& o, bool decoupled) {
+  backend::AdamScalars s;
   s.lr = o.lr();
   s.beta1 = std::get<0>(o.betas());
   s.beta2 = std::get<1>(o.betas());
@@ -48,24 +44,18 @@ void adam_step(std::vector<OptimizerParamGroup>& groups,
                bool decoupled, const char* name) {
   NoGradGuard no_grad;
   for (auto& group : groups) {
-    kernels::AdamScalars s = adam_scalars(detail::options_as<Options>(group.options(), name), decoupled);
-#if DP_HAVE_CUDA
-    detail::CudaUpdateBatch<cuda::optim::AdamTensor> on_cuda;
-    int checked_device = -1;
-#endif
+    backend::AdamScalars s = adam_scalars(detail::options_as<Options>(group.options(), name), decoupled);
+    detail::UpdateBatch<backend::AdamTensor> batch;
+    Device checked{DeviceType::CPU, -2};
     for (Tensor& p : group.params()) {
       Tensor g = detail::contiguous_grad(p);
       if (!g.defined()) continue;
-#if DP_HAVE_CUDA
-      // Checked before any state changes, once per device and group (a driver query). PyTorch's
-      // capturable=True keeps the step on the device instead.
-      if (p.is_cuda() && p.device().index != checked_device) {
-        DP_CHECK(!cuda::is_current_stream_capturing(p.device().index), NotImplementedError, name, ": step() during CUDA graph capture on ",
-                 p.device().str(), ": the step count and bias corrections are host values and would be frozen into the graph; "
-                 "capture SGD, or run this optimizer's step outside the graph");
-        checked_device = p.device().index;
+      // Checked before any state changes, once per device and group (on CUDA a driver query: is a
+      // graph being captured?). PyTorch's capturable=True keeps the step on the device instead.
+      if (p.device() != checked) {
+        backend::check_host_scalar_step(p.device().type, p.device().index, name);
+        checked = p.device();
       }
-#endif
       auto& slot = state[p.unsafe_impl()];
       if (!slot) {
         auto fresh = std::make_unique<AdamParamState>();
@@ -80,28 +70,14 @@ void adam_step(std::vector<OptimizerParamGroup>& groups,
       detail::check_state_buffer(p, st.exp_avg_sq, name, "exp_avg_sq");
       if (s.amsgrad) detail::check_state_buffer(p, st.max_exp_avg_sq, name, "max_exp_avg_sq");
       s.step = ++st.step;
-#if DP_HAVE_CUDA
-      if (p.is_cuda()) {
-        Tensor w = on_cuda.target(name, p, g);
-        on_cuda.add(p, w, {w.data_ptr(), g.data_ptr(), st.exp_avg.data_ptr(), st.exp_avg_sq.data_ptr(),
-                           s.amsgrad ? st.max_exp_avg_sq.data_ptr() : nullptr, w.numel(), st.step});
-        continue;
-      }
-#endif
-      detail::update_in_place(p, [&](const Tensor& w) {
-        detail::with_param_type(w.dtype(), [&](auto tag) {
-          using S = decltype(tag);
-          kernels::adam_update(w.data_ptr<S>(), g.data_ptr<S>(), st.exp_avg.data_ptr<S>(), st.exp_avg_sq.data_ptr<S>(),
-                               s.amsgrad ? st.max_exp_avg_sq.data_ptr<S>() : nullptr, w.numel(), s);
-        });
-      });
+      Tensor w = batch.target(name, p, g);
+      batch.add(p, w, {w.data_ptr(), g.data_ptr(), st.exp_avg.data_ptr(), st.exp_avg_sq.data_ptr(),
+                       s.amsgrad ? st.max_exp_avg_sq.data_ptr() : nullptr, w.numel(), st.step});
     }
-#if DP_HAVE_CUDA
-    // One multi-tensor launch per (device, dtype) of the group, each tensor with its own step.
-    on_cuda.finish([&](DType dtype, int device, const std::vector<cuda::optim::AdamTensor>& list) {
-      cuda::optim::adam_update(dtype, device, list, s);
+    // One update call per (device, dtype) of the group, each tensor with its own step.
+    batch.finish([&](Device device, DType dtype, const std::vector<backend::AdamTensor>& list) {
+      backend::adam_update(device.type, dtype, device.index, list, s);
     });
-#endif
   }
 }
 

@@ -1,6 +1,7 @@
 // Parameter groups, their checks, zero_grad and the helpers the concrete optimizers share.
 #include "dp/optim/optimizer.h"
 #include <unordered_set>
+#include "backend/optim_kernels.h"
 #include "dp/autograd/grad_mode.h"
 #include "dp/core/device_registry.h"
 #include "dp/ops/factory.h"
@@ -13,26 +14,18 @@ std::string describe_param(const Tensor& p) {
   return dp::detail::str(p.size_str(), " ", dtype_name(p.dtype()), " on ", p.device().str());
 }
 
-// The fused updates run on CPU devices and, with the CUDA backend, on CUDA devices that exist.
+// The fused updates run on the device types whose backend has them (backend/optim_kernels.h: the
+// CPU's always, CUDA's in a build with that backend), on devices that exist.
 void check_param_device(const Tensor& p, const char* optimizer, size_t i, size_t gi) {
   if (p.is_cpu()) return;
-#if DP_HAVE_CUDA
-  if (p.is_cuda()) {
-    try {
-      check_device(p.device());
-    } catch (const DeviceError& e) {
-      throw DeviceError(dp::detail::str(optimizer, ": parameter ", i, " of param group ", gi, " is ", describe_param(p), ": ", e.what()));
-    }
-    return;
+  if (!backend::sgd_update.has(p.device().type) || !backend::adam_update.has(p.device().type))
+    throw DeviceError(dp::detail::str(optimizer, ": parameter ", i, " of param group ", gi, " is ", describe_param(p), ": ",
+                                      backend::no_kernel_message("the fused optimizer updates", p.device().type)));
+  try {
+    check_device(p.device());
+  } catch (const DeviceError& e) {
+    throw DeviceError(dp::detail::str(optimizer, ": parameter ", i, " of param group ", gi, " is ", describe_param(p), ": ", e.what()));
   }
-#endif
-#if DP_HAVE_CUDA
-  const char* where = "CPU and CUDA devices";
-#else
-  const char* where = "CPU devices only (this build has no CUDA backend)";
-#endif
-  throw DeviceError(dp::detail::str(optimizer, ": parameter ", i, " of param group ", gi, " is ", describe_param(p),
-                                    "; this optimizer's fused updates run on ", where));
 }
 }  // namespace
 

@@ -1,12 +1,9 @@
 #include "dp/optim/sgd.h"
 #include "dp/autograd/grad_mode.h"
 #include "dp/ops/factory.h"
-#include "optim/kernels/fused_updates.h"
+#include "backend/optim_kernels.h"
+#include "optim/update_batch.h"
 #include "optim/update_target.h"
-#if DP_HAVE_CUDA
-#include "cuda/optim.h"
-#include "optim/cuda_updates.h"
-#endif
 
 namespace dp::optim {
 
@@ -53,16 +50,14 @@ Tensor SGD::step(LossClosure closure) {
   NoGradGuard no_grad;
   for (auto& group : param_groups_) {
     const auto& o = detail::options_as<SGDOptions>(group.options(), name());
-    kernels::SgdScalars s;
+    backend::SgdScalars s;
     s.lr = o.lr();
     s.momentum = o.momentum();
     s.dampening = o.dampening();
     s.weight_decay = o.weight_decay();
     s.nesterov = o.nesterov();
     s.maximize = o.maximize();
-#if DP_HAVE_CUDA
-    detail::CudaUpdateBatch<cuda::optim::SgdTensor> on_cuda;
-#endif
+    detail::UpdateBatch<backend::SgdTensor> batch;
     for (Tensor& p : group.params()) {
       Tensor g = detail::contiguous_grad(p);
       if (!g.defined()) continue;
@@ -78,26 +73,14 @@ Tensor SGD::step(LossClosure closure) {
         buf = st.momentum_buffer;
         detail::check_state_buffer(p, buf, "SGD", "momentum_buffer");
       }
-#if DP_HAVE_CUDA
-      if (p.is_cuda()) {
-        Tensor w = on_cuda.target("SGD", p, g);
-        on_cuda.add(p, w, {w.data_ptr(), g.data_ptr(), buf.defined() ? buf.data_ptr() : nullptr, w.numel(), initialized});
-        continue;
-      }
-#endif
-      detail::update_in_place(p, [&](const Tensor& w) {
-        detail::with_param_type(w.dtype(), [&](auto tag) {
-          using S = decltype(tag);
-          kernels::sgd_update(w.data_ptr<S>(), g.data_ptr<S>(), buf.defined() ? buf.data_ptr<S>() : nullptr, initialized, w.numel(), s);
-        });
-      });
+      Tensor w = batch.target("SGD", p, g);
+      batch.add(p, w, {w.data_ptr(), g.data_ptr(), buf.defined() ? buf.data_ptr() : nullptr, w.numel(), initialized});
     }
-#if DP_HAVE_CUDA
-    // One multi-tensor launch per (device, dtype) of the group, on each device's current stream.
-    on_cuda.finish([&](DType dtype, int device, const std::vector<cuda::optim::SgdTensor>& list) {
-      cuda::optim::sgd_update(dtype, device, list, s);
+    // One update call per (device, dtype) of the group: on CUDA a few multi-tensor launches on the
+    // device's current stream.
+    batch.finish([&](Device device, DType dtype, const std::vector<backend::SgdTensor>& list) {
+      backend::sgd_update(device.type, dtype, device.index, list, s);
     });
-#endif
   }
   return loss;
 }

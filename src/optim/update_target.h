@@ -1,38 +1,10 @@
 #pragma once
-// Shared by the optimizers' step(): running a fused kernel on a parameter's memory in place.
+// Shared by the optimizers: gradients, state buffers and options as the fused updates need them.
 #include <string>
-#include "dp/core/half.h"
 #include "dp/core/tensor.h"
 #include "dp/optim/optimizer.h"
 
 namespace dp::optim::detail {
-
-// Calls kernel(w) with w = the parameter itself when contiguous, else a contiguous copy that is
-// written back afterwards; then bumps the parameter's version counter (it changed in place).
-template <typename Kernel>
-void update_in_place(Tensor& param, Kernel&& kernel) {
-  if (param.is_contiguous()) {
-    kernel(param);
-  } else {
-    Tensor w = param.contiguous();
-    kernel(w);
-    param.copy_(w);
-  }
-  param.bump_version();
-}
-
-// Calls f(S{}) with S the element type of a parameter dtype the fused updates take (float32,
-// float64, float16, bfloat16; Optimizer::add_param_group admits no other). One switch per tensor.
-template <typename F>
-void with_param_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case kFloat32: f(float{}); break;
-    case kFloat64: f(double{}); break;
-    case kBFloat16: f(BFloat16{}); break;
-    case kFloat16: f(Half{}); break;
-    default: throw DTypeError(dp::detail::str("optimizer: fused update of a ", dtype_name(dtype), " parameter"));
-  }
-}
 
 // The gradient the kernels read: undefined when the parameter has none (it is skipped), else
 // contiguous (a copy if it is not).

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 #include <vector>
-#include "optim/kernels/fused_updates.h"
+#include "backend/cpu/fused_updates.h"
 
 namespace dp::optim::kernels {
 namespace {

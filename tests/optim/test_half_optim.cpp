@@ -11,7 +11,7 @@
 #include <vector>
 #include "dp/dp.h"
 #include "dp/optim/optim.h"
-#include "optim/kernels/fused_updates.h"
+#include "backend/cpu/fused_updates.h"
 
 namespace dp {
 namespace {

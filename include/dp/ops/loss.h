@@ -10,11 +10,10 @@
 // Mean and Sum give a 0-dim tensor; None gives the per-element (or per-sample) losses. The mean of
 // an empty input is NaN, as in PyTorch.
 #include <cstdint>
+#include "dp/core/reduction.h"
 #include "dp/core/tensor.h"
 
 namespace dp {
-
-enum class Reduction { None, Mean, Sum };
 
 // "none", "mean", "sum" (PyTorch's spelling).
 const char* reduction_name(Reduction r);

@@ -1,6 +1,7 @@
 #pragma once
-// Fused optimizer updates: one pass over a parameter's contiguous memory, no temporaries.
-// Raw pointers and scalars only, so a CUDA version can sit beside these with the same signature.
+// The CPU backend's fused optimizer updates: one pass over a parameter's contiguous memory, no
+// temporaries. Raw pointers and scalars (backend/optim_kernels.h); the optimizers reach them
+// through that interface's sgd_update / adam_update, one call per (device, dtype) of a group.
 //
 // Each element goes through exactly PyTorch 1.13's foreach=False sequence of tensor ops, with
 // the same roundings: scalars are cast to the element type as ATen casts them, `add(x, alpha)`
@@ -14,18 +15,14 @@
 // computed in this step are used unrounded (PyTorch's fused/opmath semantics, not its per-op
 // roundings of the foreach=False path).
 #include <cstdint>
+#include "backend/optim_kernels.h"
 #include "dp/core/half.h"
 
 namespace dp::optim::kernels {
 
-struct SgdScalars {
-  double lr = 0;
-  double momentum = 0;
-  double dampening = 0;
-  double weight_decay = 0;
-  bool nesterov = false;
-  bool maximize = false;
-};
+using backend::AdamScalars;
+using backend::SgdScalars;
+
 
 // param -= lr * d, d = grad (+ weight decay, momentum, Nesterov). momentum_buffer: n elements,
 // unused when momentum == 0; when !buffer_initialized it is overwritten with d (PyTorch's
@@ -35,17 +32,6 @@ void sgd_update(double* param, const double* grad, double* momentum_buffer, bool
 void sgd_update(BFloat16* param, const BFloat16* grad, BFloat16* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s);
 void sgd_update(Half* param, const Half* grad, Half* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s);
 
-struct AdamScalars {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0;
-  bool amsgrad = false;
-  bool maximize = false;
-  bool decoupled_weight_decay = false;  // AdamW: param *= 1 - lr * weight_decay first
-  int64_t step = 1;                     // this update's step number (1 on the first update)
-};
 
 // One Adam/AdamW update. max_exp_avg_sq is used only with amsgrad.
 void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, int64_t n,

@@ -1,7 +1,7 @@
 #pragma once
-// Parameters on CUDA devices, gathered while a step walks a group, so that each (device, dtype)
-// gets one multi-tensor launch (cuda/optim.h) at the end instead of a launch per parameter.
-// CPU parameters keep their per-parameter fused loop (update_target.h); nothing here runs for them.
+// A group's parameters, gathered while a step walks it, so that each (device, dtype) gets one call
+// of the backend's update kernel (backend/optim_kernels.h) at the end: on a CUDA device a few
+// multi-tensor launches instead of a launch per parameter, on the CPU one loop over the list.
 #include <utility>
 #include <vector>
 #include "dp/core/errors.h"
@@ -10,7 +10,7 @@
 namespace dp::optim::detail {
 
 template <typename Entry>
-class CudaUpdateBatch {
+class UpdateBatch {
  public:
   // The contiguous tensor the kernel writes for `param`: the parameter itself, or a contiguous copy
   // that finish() writes back. `grad` must match the parameter's device and dtype (the kernels read
@@ -25,7 +25,7 @@ class CudaUpdateBatch {
   }
   // Queues the update of `param` (whose kernel memory is `target`, from target()).
   void add(const Tensor& param, const Tensor& target, const Entry& entry) {
-    const int device = param.device().index;
+    const Device device = param.device();
     Batch* b = nullptr;
     for (Batch& x : batches_)
       if (x.dtype == param.dtype() && x.device == device) b = &x;
@@ -34,11 +34,12 @@ class CudaUpdateBatch {
     written_.emplace_back(param, target);
   }
   bool empty() const { return batches_.empty(); }
-  // launch(dtype, device, entries) per batch; then strided parameters get their copies back, and
-  // every parameter's version counter is bumped (they changed in place).
+  // launch(device, dtype, entries) per batch, in the order the batches were first seen; then
+  // strided parameters get their copies back, and every parameter's version counter is bumped
+  // (they changed in place).
   template <typename Launch>
   void finish(Launch&& launch) {
-    for (const Batch& b : batches_) launch(b.dtype, b.device, b.entries);
+    for (const Batch& b : batches_) launch(b.device, b.dtype, b.entries);
     for (auto& [param, target] : written_) {
       Tensor p = param;
       if (!target.is_same(param)) p.copy_(target);
@@ -52,7 +53,7 @@ class CudaUpdateBatch {
  private:
   struct Batch {
     DType dtype;
-    int device;
+    Device device;
     std::vector<Entry> entries;
   };
   std::vector<Batch> batches_;

@@ -14,7 +14,7 @@
 #elif defined(__clang__)
 #pragma clang fp contract(off)
 #endif
-#include "optim/kernels/fused_updates.h"
+#include "backend/cpu/fused_updates.h"
 #include <cmath>
 #include <type_traits>
 #include "core/kernels/cpu_dispatch.h"

@@ -1,0 +1,19 @@
+// The CPU backend's kernels, registered into the kernel interfaces' stubs (called once, from
+// src/backend/registry.cpp). Each kernel family's file exposes its own register function.
+namespace dp::backend {
+
+void register_cpu_cross_entropy_kernels();  // loss_cross_entropy.cpp
+void register_cpu_nll_loss_kernels();       // loss_nll.cpp
+void register_cpu_pointwise_loss_kernels();  // loss_pointwise.cpp
+void register_cpu_optim_kernels();           // optim_updates.cpp
+void register_cpu_core_kernels();            // register_core_kernels.cpp
+
+void register_cpu_kernels() {
+  register_cpu_cross_entropy_kernels();
+  register_cpu_nll_loss_kernels();
+  register_cpu_pointwise_loss_kernels();
+  register_cpu_optim_kernels();
+  register_cpu_core_kernels();
+}
+
+}  // namespace dp::backend

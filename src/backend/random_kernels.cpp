@@ -1,0 +1,9 @@
+// The stubs of the random kernel interface (random_kernels.h).
+#include "backend/random_kernels.h"
+
+namespace dp::backend {
+
+DP_DEFINE_KERNEL(dropout_forward, "dropout");
+DP_DEFINE_KERNEL(dropout_apply, "dropout");
+
+}  // namespace dp::backend

@@ -1,0 +1,41 @@
+// The CUDA backend's kernels, registered into the kernel interfaces' stubs (called once, from
+// src/backend/registry.cpp). The kernels themselves are in the .cu files.
+#include "backend/loss_kernels.h"
+#include "backend/optim_kernels.h"
+#include "backend/random_kernels.h"
+#include "cuda/loss.h"
+#include "cuda/optim.h"
+#include "cuda/random.h"
+#include "dp/core/errors.h"
+#include "dp/cuda/graph.h"
+
+namespace dp::backend {
+namespace {
+
+// Adam's step count and bias corrections are host values: captured into a CUDA graph they would be
+// frozen at their values of the captured step.
+void check_host_scalar_step_cuda(int device, const char* optimizer) {
+  DP_CHECK(!cuda::is_current_stream_capturing(device), NotImplementedError, optimizer, ": step() during CUDA graph capture on cuda:", device,
+           ": the step count and bias corrections are host values and would be frozen into the graph; "
+           "capture SGD, or run this optimizer's step outside the graph");
+}
+
+}  // namespace
+
+void register_cuda_kernels() {
+  dropout_forward.set(DeviceType::CUDA, &cuda::dropout_forward);
+  dropout_apply.set(DeviceType::CUDA, &cuda::dropout_apply);
+  sgd_update.set(DeviceType::CUDA, &cuda::optim::sgd_update);
+  adam_update.set(DeviceType::CUDA, &cuda::optim::adam_update);
+  check_host_scalar_step.set(DeviceType::CUDA, &check_host_scalar_step_cuda);
+  pointwise_loss_forward.set(DeviceType::CUDA, &cuda::pointwise_loss_forward);
+  pointwise_loss_backward.set(DeviceType::CUDA, &cuda::pointwise_loss_backward);
+  nll_loss_forward.set(DeviceType::CUDA, &cuda::nll_loss_forward);
+  nll_loss_backward.set(DeviceType::CUDA, &cuda::nll_loss_backward);
+  cross_entropy_index_forward.set(DeviceType::CUDA, &cuda::cross_entropy_index_forward);
+  cross_entropy_index_backward.set(DeviceType::CUDA, &cuda::cross_entropy_index_backward);
+  cross_entropy_prob_forward.set(DeviceType::CUDA, &cuda::cross_entropy_prob_forward);
+  cross_entropy_prob_backward.set(DeviceType::CUDA, &cuda::cross_entropy_prob_backward);
+}
+
+}  // namespace dp::backend
