@@ -17,10 +17,10 @@ std::string type_name(const std::type_info& t) {
   return status == 0 && d ? d.get() : t.name();
 }
 
-// Throws an exception of the same type as `e` (when it is one we can rebuild from a message).
+// Throws a standard exception of the same type as `e` with message `msg`: the standard types can't
+// change their message, so they are rebuilt (most derived first).
 template <typename... Types>
 [[noreturn]] void throw_as(const std::exception& e, const std::string& msg) {
-  // Most derived first: the first type in the list that `e` is exactly (or derives from) wins.
   (([&] {
      if (typeid(e) == typeid(Types)) throw Types(msg);
    }()),
@@ -32,6 +32,10 @@ template <typename... Types>
   throw Error(msg);
 }
 
+std::string caught(const std::type_info& type, const std::string& where) {
+  return "Caught " + type_name(type) + " " + where + ".\nOriginal message: ";
+}
+
 }  // namespace
 
 void rethrow_with_context(std::exception_ptr error, const std::string& where) {
@@ -39,11 +43,12 @@ void rethrow_with_context(std::exception_ptr error, const std::string& where) {
     std::rethrow_exception(error);
   } catch (const std::bad_alloc&) {
     throw;  // can't carry a message; its type says enough
+  } catch (Error& e) {
+    e.add_context(caught(typeid(e), where));
+    throw;  // the same object: its type survives, whatever subclass it is
   } catch (const std::exception& e) {
-    const std::string msg = "Caught " + type_name(typeid(e)) + " " + where + ".\nOriginal message: " + e.what();
-    throw_as<ShapeError, DTypeError, DeviceError, IndexError, ValueError, AutogradError, NotImplementedError, OutOfMemory, IOError, Error,
-             std::invalid_argument, std::domain_error, std::length_error, std::out_of_range, std::range_error, std::overflow_error,
-             std::underflow_error, std::logic_error, std::runtime_error>(e, msg);
+    throw_as<std::invalid_argument, std::domain_error, std::length_error, std::out_of_range, std::range_error, std::overflow_error,
+             std::underflow_error, std::logic_error, std::runtime_error>(e, caught(typeid(e), where) + e.what());
   } catch (...) {
     throw Error("Caught an exception of unknown type " + where + ".");
   }

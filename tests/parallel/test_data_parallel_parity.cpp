@@ -301,6 +301,43 @@ std::string message_of(F&& f) {
   return "no exception";
 }
 
+// A user's own subclass of a dparallel error: the context is added to the same object, which comes
+// back as itself (its type and its fields), not rebuilt as its dparallel base type.
+struct QuotaExceeded : ValueError {
+  using ValueError::ValueError;
+  int code = 0;
+};
+
+struct FailsWithAUserError : nn::Module {
+  Tensor w;
+  FailsWithAUserError() { w = register_parameter("w", ones({1})); }
+  Tensor forward(const Tensor& x) {
+    if (x.device() == Device("cpu:1")) {
+      QuotaExceeded e("quota exceeded on " + x.device().str());
+      e.code = 42;
+      throw e;
+    }
+    return x * w;
+  }
+};
+
+TEST_F(DataParallelParity, AUsersErrorSubclassComesBackAsItselfWithTheContext) {
+  auto model = std::make_shared<FailsWithAUserError>();
+  model->to("cpu:0");
+  nn::DataParallel<FailsWithAUserError> two(model, cpu_devices(2));
+  try {
+    two(randn({4, 4}));
+    FAIL() << "expected QuotaExceeded";
+  } catch (const QuotaExceeded& e) {
+    EXPECT_EQ(e.code, 42);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("QuotaExceeded in replica 1 on device cpu:1 (replica 1 of 2 got rows 2..3 of a batch of 4 split along dim 0).\n"
+                       "Original message: quota exceeded on cpu:1"),
+              std::string::npos)
+        << msg;
+  }
+}
+
 TEST_F(DataParallelParity, ReplicaErrorsSayWhichRowsOfTheBatchTheReplicaGot) {
   auto model = std::make_shared<FailsOffDeviceZero>();
   model->to("cpu:0");

@@ -10,9 +10,10 @@
 // elsewhere has it moved there, differentiably, as libtorch's parallel_apply does
 // (module->forward(input).to(devices[i])); tensors are found in the output by the scatter/gather
 // type rules (dp/parallel/scatter_gather.h), other members are left alone. Once every replica has
-// finished, the first failure by replica index is re-thrown with its type kept where it is one of
-// dparallel's or the standard library's exception types, its message prefixed with "Caught <type>
-// in replica i on device d." (and how many others failed). A forward that returns void gives no
+// finished, the first failure by replica index is re-thrown, its message prefixed with "Caught <type>
+// in replica i on device d." (and how many others failed): a dp::Error of any subclass is the same
+// object with that context added (Error::add_context), a standard exception is rebuilt as its
+// standard type, anything else becomes a dp::Error. A forward that returns void gives no
 // outputs.
 #include <exception>
 #include <functional>
