@@ -150,6 +150,65 @@ LossPart make_loss_part(C& criterion, const Out& output, const Target& target, i
   }
 }
 
+// The run DataParallel's forward, forward_loss and data_parallel share (data_parallel.py's
+// forward): the location check, the scatter of `packed` along the core's dim, then
+// run(module, slice, device) on device_ids[0] alone (the module itself), or on every replica at
+// once, each in its device's worker thread with the caller's grad mode and autocast state
+// (run_replicas); the first replica error is rethrown with which rows of the batch that replica
+// got. Returns each device's result in device order; nothing when run returns void.
+template <typename M, typename Packed, typename Run>
+auto run_data_parallel(DataParallelCore& core, const std::shared_ptr<M>& module, const Packed& packed, Run&& run) {
+  using R = std::invoke_result_t<Run&, M&, Packed&, Device>;
+  core.check_location(module);
+  std::vector<Packed> inputs;
+  if constexpr (std::tuple_size_v<Packed> == 0) inputs.emplace_back();  // zero arguments: one run, on device_ids[0]
+  else inputs = scatter_args(packed, core.split());
+  const std::vector<Device> used(core.device_ids().begin(), core.device_ids().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
+  if (core.device_ids().size() == 1) {
+    if constexpr (std::is_void_v<R>) return run(*module, inputs[0], used[0]);
+    else return std::vector<R>{run(*module, inputs[0], used[0])};
+  }
+  const std::vector<nn::ModulePtr> replicas = core.replicas(module, inputs.size());
+  const std::vector<std::string> notes = slice_notes(packed, inputs, core.dim());
+  const bool grad_enabled = GradMode::is_enabled();
+  auto on_replica = [&](size_t i) -> R {
+    AutoGradMode mode(grad_enabled);
+    return run(static_cast<M&>(*replicas[i]), inputs[i], used[i]);
+  };
+  if constexpr (std::is_void_v<R>) {
+    rethrow_first_replica_error(run_replicas(used, [&](size_t i) { on_replica(i); }), used, notes);
+  } else {
+    std::vector<std::optional<R>> results(inputs.size());
+    rethrow_first_replica_error(run_replicas(used, [&](size_t i) { results[i].emplace(on_replica(i)); }), used, notes);
+    std::vector<R> out;
+    out.reserve(results.size());
+    for (auto& r : results) out.push_back(std::move(*r));
+    return out;
+  }
+}
+
+// DataParallel's call of a module on one device's slice: module(args...) (nn::call, with its
+// hooks), the output's tensors moved to that device as parallel_apply does.
+template <typename M, typename Tuple>
+auto call_on_slice(M& module, Tuple& slice, Device device) {
+  using R = std::decay_t<decltype(std::apply([&](auto&... a) { return module.forward(a...); }, slice))>;
+  if constexpr (std::is_void_v<R>) {
+    std::apply([&](auto&... a) { nn::call(module, a...); }, slice);
+  } else {
+    R out = std::apply([&](auto&... a) -> R { return nn::call(module, a...); }, slice);
+    move_tensors_to(out, device);
+    return out;
+  }
+}
+
+// The outputs of a run: on one device the module's output moved to output_device; from several,
+// gathered there along dim.
+template <typename R>
+R finish_outputs(std::vector<R> outputs, const DataParallelCore& core) {
+  if (core.device_ids().size() == 1) return move_output(std::move(outputs[0]), core.output_device());
+  return gather_outputs(std::move(outputs), core.output_device(), core.dim());
+}
+
 }  // namespace detail
 
 template <typename M>
@@ -180,22 +239,10 @@ class DataParallelImpl : public nn::Module {
   auto forward(Args&&... args) {
     using R = std::decay_t<decltype(std::declval<M&>().forward(std::declval<std::decay_t<Args>&>()...))>;
     if (core_.no_device()) return static_cast<R>(nn::call(*module_, std::forward<Args>(args)...));
-    core_.check_location(module_.ptr());
-    std::tuple<std::decay_t<Args>...> packed(std::forward<Args>(args)...);
-    std::vector<std::tuple<std::decay_t<Args>...>> inputs;
-    if constexpr (sizeof...(Args) == 0) inputs.emplace_back();  // zero arguments: one run, on device_ids[0]
-    else inputs = scatter_args(packed, core_.split());
-    if (core_.device_ids().size() == 1) {
-      auto call = [&]() -> R { return std::apply([&](auto&... a) -> R { return nn::call(*module_, a...); }, inputs[0]); };
-      if constexpr (std::is_void_v<R>) call();
-      else return move_output(call(), core_.output_device());
-    } else {
-      const std::vector<Device> used(core_.device_ids().begin(), core_.device_ids().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
-      std::vector<std::shared_ptr<M>> replicas = typed(core_.replicas(module_.ptr(), inputs.size()));
-      const std::vector<std::string> notes = detail::slice_notes(packed, inputs, core_.dim());
-      if constexpr (std::is_void_v<R>) detail::parallel_apply_noted(replicas, inputs, used, notes);
-      else return gather_outputs(detail::parallel_apply_noted(replicas, inputs, used, notes), core_.output_device(), core_.dim());
-    }
+    const std::tuple<std::decay_t<Args>...> packed(std::forward<Args>(args)...);
+    auto run = [](M& m, std::tuple<std::decay_t<Args>...>& slice, Device d) { return detail::call_on_slice(m, slice, d); };
+    if constexpr (std::is_void_v<R>) detail::run_data_parallel(core_, module_.ptr(), packed, run);
+    else return detail::finish_outputs(detail::run_data_parallel(core_, module_.ptr(), packed, run), core_);
   }
 
   // The loss computed on the replicas (see parallel_loss.h): `target` is split like the inputs,
@@ -214,27 +261,13 @@ class DataParallelImpl : public nn::Module {
   LossPart forward_loss_part(Criterion&& criterion, const Target& target, Args&&... args) {
     using Packed = std::tuple<Target, std::decay_t<Args>...>;
     const int64_t dim = core_.dim();
-    auto run_one = [&](auto& module, Packed& in) -> LossPart {
+    auto run_one = [&](M& module, Packed& in, Device) -> LossPart {
       auto out = std::apply([&](auto& t, auto&... a) { return nn::call(module, a...); }, in);
       return detail::make_loss_part(criterion, out, std::get<0>(in), dim);
     };
     Packed packed(target, std::forward<Args>(args)...);
-    if (core_.no_device()) return sum_loss_parts({run_one(*module_, packed)}, loss_device(packed));
-    core_.check_location(module_.ptr());
-    std::vector<Packed> inputs = scatter_args(packed, core_.split());
-    if (core_.device_ids().size() == 1) return sum_loss_parts({run_one(*module_, inputs[0])}, core_.output_device());
-    const std::vector<Device> used(core_.device_ids().begin(), core_.device_ids().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
-    std::vector<std::shared_ptr<M>> replicas = typed(core_.replicas(module_.ptr(), inputs.size()));
-    std::vector<std::optional<LossPart>> parts(inputs.size());
-    const bool grad_enabled = GradMode::is_enabled();
-    auto errors = detail::run_replicas(used, [&](size_t i) {
-      AutoGradMode mode(grad_enabled);
-      parts[i] = run_one(*replicas[i], inputs[i]);
-    });
-    detail::rethrow_first_replica_error(errors, used, detail::slice_notes(packed, inputs, dim));
-    std::vector<LossPart> done;
-    for (auto& p : parts) done.push_back(std::move(*p));
-    return sum_loss_parts(done, core_.output_device());
+    if (core_.no_device()) return sum_loss_parts({run_one(*module_, packed, Device::cpu())}, loss_device(packed));
+    return sum_loss_parts(detail::run_data_parallel(core_, module_.ptr(), packed, run_one), core_.output_device());
   }
 
   const std::shared_ptr<M>& module() const { return module_.ptr(); }
@@ -257,12 +290,6 @@ class DataParallelImpl : public nn::Module {
     if (out) o.output_device(*out);
     o.dim(dim);
     return o;
-  }
-  static std::vector<std::shared_ptr<M>> typed(std::vector<nn::ModulePtr> mods) {
-    std::vector<std::shared_ptr<M>> out;
-    out.reserve(mods.size());
-    for (auto& m : mods) out.push_back(std::static_pointer_cast<M>(std::move(m)));
-    return out;
   }
   template <typename Packed>
   static Device loss_device(const Packed& packed) {
@@ -295,23 +322,10 @@ auto data_parallel(const std::shared_ptr<M>& module, const std::tuple<Args...>& 
   detail::DataParallelCore core(module, options);
   DP_CHECK(!core.no_device(), ValueError,
            "data_parallel: no device_ids given and no CUDA device is visible; pass device_ids (e.g. {\"cpu:0\", \"cpu:1\"}) or call the module");
-  core.check_location(module);
   using R = std::decay_t<decltype(std::declval<M&>().forward(std::declval<Args&>()...))>;
-  std::vector<std::tuple<Args...>> scattered;
-  if constexpr (sizeof...(Args) == 0) scattered.emplace_back();
-  else scattered = scatter_args(inputs, core.split());
-  if (core.device_ids().size() == 1) {
-    auto call = [&]() -> R { return std::apply([&](auto&... a) -> R { return nn::call(*module, a...); }, scattered[0]); };
-    if constexpr (std::is_void_v<R>) call();
-    else return move_output(call(), core.output_device());
-  } else {
-    const std::vector<Device> used(core.device_ids().begin(), core.device_ids().begin() + static_cast<std::ptrdiff_t>(scattered.size()));
-    std::vector<std::shared_ptr<M>> replicas;
-    for (auto& r : core.replicas(module, scattered.size())) replicas.push_back(std::static_pointer_cast<M>(r));
-    const std::vector<std::string> notes = detail::slice_notes(inputs, scattered, core.dim());
-    if constexpr (std::is_void_v<R>) detail::parallel_apply_noted(replicas, scattered, used, notes);
-    else return gather_outputs(detail::parallel_apply_noted(replicas, scattered, used, notes), core.output_device(), core.dim());
-  }
+  auto run = [](M& m, std::tuple<Args...>& slice, Device d) { return detail::call_on_slice(m, slice, d); };
+  if constexpr (std::is_void_v<R>) detail::run_data_parallel(core, module, inputs, run);
+  else return detail::finish_outputs(detail::run_data_parallel(core, module, inputs, run), core);
 }
 // One tensor input (libtorch's signature).
 template <typename M>
