@@ -36,10 +36,18 @@ Svg parse(const std::string& svg) {
   const std::regex clip(R"re(<clipPath id="clip(\d)"><rect x="([-0-9.e+]+)" y="([-0-9.e+]+)" width="([-0-9.e+]+)" height="([-0-9.e+]+)"/>)re");
   for (std::sregex_iterator it(svg.begin(), svg.end(), clip), end; it != end; ++it)
     s.areas[std::stoi((*it)[1])] = {std::stod((*it)[2]), std::stod((*it)[3]), std::stod((*it)[4]), std::stod((*it)[5])};
-  const std::regex poly(R"re(<polyline class="([a-z-]+)" clip-path="url\(#clip(\d)\)"[^>]* points="([^"]*)")re");
+  // The tag's start by regex; its points attribute (thousands of characters) by find: libstdc++'s
+  // regex matches recursively, one stack frame per character, and a long [^"]* overflows the stack
+  // (under AddressSanitizer's larger frames).
+  const std::regex poly(R"re(<polyline class="([a-z-]+)" clip-path="url\(#clip(\d)\)")re");
   const std::regex point(R"(([-0-9.e+]+),([-0-9.e+]+))");
   for (std::sregex_iterator it(svg.begin(), svg.end(), poly), end; it != end; ++it) {
-    const std::string cls = (*it)[1], pts = (*it)[3];
+    const std::string cls = (*it)[1];
+    const size_t tag_end = svg.find('>', static_cast<size_t>(it->position()));
+    const size_t at = svg.find(" points=\"", static_cast<size_t>(it->position()));
+    if (at == std::string::npos || at > tag_end) continue;
+    const size_t from = at + 9, to = svg.find('"', from);
+    const std::string pts = svg.substr(from, to - from);
     s.panel_of[cls] = std::stoi((*it)[2]);
     for (std::sregex_iterator p(pts.begin(), pts.end(), point); p != end; ++p)
       s.series[cls].emplace_back(std::stod((*p)[1]), std::stod((*p)[2]));
