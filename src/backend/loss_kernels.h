@@ -38,6 +38,10 @@ struct ClassShape {
 
 enum class PointwiseKind { Mse, L1, Bce, BceLogits };
 
+// The floor of x (1 - x) in the BCE gradient: PyTorch's EPSILON is the float 1e-12 (so in float64
+// it is 9.99999996e-13). Every backend and the create_graph formula use it.
+inline constexpr float kBceEps = 1e-12f;
+
 // The op's name, for errors.
 inline const char* pointwise_loss_name(PointwiseKind k) {
   switch (k) {

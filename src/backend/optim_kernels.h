@@ -8,6 +8,8 @@
 #include <vector>
 #include "backend/kernel_stub.h"
 #include "dp/core/dtype.h"
+#include "dp/core/errors.h"
+#include "dp/core/half.h"
 
 namespace dp::backend {
 
@@ -54,6 +56,22 @@ struct AdamTensor {
   int64_t n = 0;
   int64_t step = 1;
 };
+
+// Calls f(S{}) with S the element type of a parameter dtype the fused updates take (float32,
+// float64, bfloat16, float16; Optimizer::add_param_group admits no other); `op` names the
+// optimizer in the DTypeError for any other. Both backends' update kernels switch through it.
+template <typename F>
+void with_param_type(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case kFloat32: f(float{}); break;
+    case kFloat64: f(double{}); break;
+    case kBFloat16: f(BFloat16{}); break;
+    case kFloat16: f(Half{}); break;
+    default:
+      throw DTypeError(dp::detail::str(op, ": fused update of ", dtype_name(dtype),
+                                       " parameters; float32, float64, float16 and bfloat16 are supported"));
+  }
+}
 
 // Every tensor of `list` is of `dtype` (float32, float64, float16 or bfloat16) and on device index
 // `device` of the call's device type. adam_update ignores s.step (each tensor has its own).

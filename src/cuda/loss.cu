@@ -123,9 +123,9 @@ struct GradIn {
   __device__ DP_INLINE A at(int64_t i, A base) const { return per_sample ? ld<A>(g, i) * scale : base; }
 };
 
-// ---- element-wise losses (formulas of src/ops/loss_pointwise.cpp) ----
+// ---- element-wise losses (formulas of src/backend/cpu/loss_pointwise.cpp) ----
 
-constexpr float kBceEps = 1e-12f;
+using backend::kBceEps;
 
 template <typename A>
 __device__ DP_INLINE A clamp_log(A v) {

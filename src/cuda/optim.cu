@@ -168,19 +168,7 @@ void fill_blocks(Table& table, const std::vector<int64_t>& numels, const MultiTe
   table.block_start[l.count] = blocks;
 }
 
-// Calls f(S{}) for the parameter dtype (the CPU's four).
-template <typename F>
-void with_param_type(DType dtype, const char* what, F&& f) {
-  switch (dtype) {
-    case kFloat32: f(float{}); break;
-    case kFloat64: f(double{}); break;
-    case kBFloat16: f(BFloat16{}); break;
-    case kFloat16: f(Half{}); break;
-    default:
-      throw DTypeError(dp::detail::str(what, ": CUDA fused update of ", dtype_name(dtype),
-                                       " parameters; float32, float64, float16 and bfloat16 are supported"));
-  }
-}
+using backend::with_param_type;
 
 template <typename S>
 void launch_sgd(int device, const std::vector<SgdTensor>& list, const backend::SgdScalars& s) {

@@ -93,6 +93,15 @@ Tensor device_scalar(double v, DType dtype, Device device) {
   return t;
 }
 
+backend::LossGrad loss_grad(const Tensor& g, Reduction red, DType dtype, double scale, const Tensor& divisor) {
+  backend::LossGrad lg;
+  lg.g = plain(g, dtype);
+  lg.per_sample = red == Reduction::None;
+  lg.scale = scale;
+  if (red == Reduction::Mean) lg.divisor = divisor;
+  return lg;
+}
+
 Tensor per_sample_to_input(const Tensor& g, const ClassGeometry& geo) {
   if (geo.class_dim == 0) return g;  // [C] input: g is 0-dim and broadcasts
   return g.reshape(geo.out_shape).unsqueeze(1);

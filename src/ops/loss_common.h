@@ -1,8 +1,9 @@
 #pragma once
-// Shared by the loss ops (src/ops/loss_*.cpp): argument checks, 0-dim results, and the class
-// geometry. The kernels are the backends' (backend/loss_kernels.h).
+// Shared by the loss ops (src/ops/loss_*.cpp): argument checks, 0-dim results, the class geometry,
+// and the arguments of the backends' kernels (backend/loss_kernels.h).
 #include <cmath>
 #include <cstdint>
+#include "backend/loss_kernels.h"
 #include "core/kernels/dispatch.h"
 #include "core/kernels/reduce.h"
 #include "dp/autograd/function.h"
@@ -44,5 +45,11 @@ Tensor device_scalar(double v, DType dtype, Device device);
 // The gradient of per-sample losses ([N, d1, ...] or []) shaped to broadcast against the input
 // ([N, 1, d1, ...]); dp ops (differentiable).
 Tensor per_sample_to_input(const Tensor& g, const ClassGeometry& geo);
+// The geometry as the kernels take it.
+inline backend::ClassShape class_shape(const ClassGeometry& geo) { return backend::ClassShape{geo.n, geo.c, geo.s}; }
+// The incoming gradient for a backward kernel: per-sample (None) or one value, times scale and
+// divided by `divisor` (Mean's total weight, 0-dim on the input's device) for Mean when it is
+// given; in `dtype`, contiguous, on g's device.
+backend::LossGrad loss_grad(const Tensor& g, Reduction red, DType dtype, double scale, const Tensor& divisor = {});
 
 }  // namespace dp::loss

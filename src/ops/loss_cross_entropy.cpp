@@ -40,8 +40,6 @@ struct Params {
 };
 // ---------------------------------------------------------------- the backward under create_graph
 
-backend::ClassShape class_shape(const ClassGeometry& geo) { return backend::ClassShape{geo.n, geo.c, geo.s}; }
-
 // The constants of the class-index backward, grad = G * (B * softmax(x) - A): A (input-shaped) =
 // coef, B (per sample) = its sum over classes; 0 for ignored samples. Float64 host tensors, built
 // from the targets and weights read on the host (a copy from a CUDA device, in this rare path only).
@@ -115,17 +113,6 @@ variable_list prob_backward_composite(const Tensor& g, const Tensor& xi, const T
   return variable_list{gx, gt};
 }
 
-// The incoming gradient for a backward kernel: per-sample (None) or one value, scaled, divided by
-// the Mean total weight when given; in the input's dtype, on its device.
-backend::LossGrad loss_grad(const Tensor& g, Reduction red, DType dtype, double scale, const Tensor& divisor) {
-  backend::LossGrad lg;
-  lg.g = loss::plain(g, dtype);
-  lg.per_sample = red == Reduction::None;
-  lg.scale = scale;
-  if (red == Reduction::Mean) lg.divisor = divisor;
-  return lg;
-}
-
 // ---------------------------------------------------------------- the op, class indices
 
 // Per-sample log-sum-exps (and, for probabilities, sum_c w_c q_c) are saved in float32 (float64
@@ -147,7 +134,7 @@ Tensor cross_entropy_index(const Tensor& input, const Tensor& target, const Tens
   Tensor out = make_empty(reduced ? Shape{} : p.geo.out_shape, x.dtype(), x.device());
   Tensor tw = reduced ? make_empty({}, acc, x.device()) : Tensor();
   Tensor lse = make_empty({p.geo.n * p.geo.s}, acc, x.device());
-  if (backend::cross_entropy_index_forward(x.device().type, out, red, tw, lse, x, t, w, class_shape(p.geo), p.ignore, p.eps))
+  if (backend::cross_entropy_index_forward(x.device().type, out, red, tw, lse, x, t, w, loss::class_shape(p.geo), p.ignore, p.eps))
     loss::throw_first_bad_target(kOp, t, p.geo.c, p.ignore);
 
   if (autograd::needs_grad(input)) {
@@ -158,8 +145,8 @@ Tensor cross_entropy_index(const Tensor& input, const Tensor& target, const Tens
       if (GradMode::is_enabled()) return variable_list{index_backward_composite(g, xi, tt, w, tw, p, red)};
       const Tensor xc = kernels::contiguous_nograd(xi);
       Tensor gi = make_empty(xc.sizes(), xc.dtype(), xc.device());
-      backend::cross_entropy_index_backward(xc.device().type, gi, loss_grad(g, red, xc.dtype(), 1.0, tw), xc, tt, w, lse,
-                                            class_shape(p.geo), p.ignore, p.eps);
+      backend::cross_entropy_index_backward(xc.device().type, gi, loss::loss_grad(g, red, xc.dtype(), 1.0, tw), xc, tt, w, lse,
+                                            loss::class_shape(p.geo), p.ignore, p.eps);
       return variable_list{gi};
     });
   }
@@ -203,7 +190,7 @@ Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tenso
   Tensor rs = make_empty({samples}, acc, x.device());
   // PyTorch: the mean over samples, NaN for an empty input.
   const double scale = red != Reduction::Mean ? 1.0 : x.numel() == 0 ? std::nan("") : 1.0 / static_cast<double>(samples);
-  backend::cross_entropy_prob_forward(x.device().type, out, reduced, scale, lse, rs, x, t, w, class_shape(p.geo), p.eps);
+  backend::cross_entropy_prob_forward(x.device().type, out, reduced, scale, lse, rs, x, t, w, loss::class_shape(p.geo), p.eps);
 
   const bool need_x = autograd::needs_grad(input), need_t = autograd::needs_grad(target);
   if (!need_x && !need_t) return out;
@@ -216,8 +203,8 @@ Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tenso
     const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
     Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
     Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
-    backend::cross_entropy_prob_backward(xc.device().type, gi, gt, loss_grad(g, red, xc.dtype(), scale, Tensor()), xc, tc, w, lse, rs,
-                                         class_shape(p.geo), p.eps);
+    backend::cross_entropy_prob_backward(xc.device().type, gi, gt, loss::loss_grad(g, red, xc.dtype(), scale), xc, tc, w, lse, rs,
+                                         loss::class_shape(p.geo), p.eps);
     return variable_list{gi, gt};
   });
   return out;

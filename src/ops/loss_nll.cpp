@@ -19,8 +19,6 @@ using loss::ClassGeometry;
 
 constexpr const char* kOp = "nll_loss";
 
-backend::ClassShape class_shape(const ClassGeometry& geo) { return backend::ClassShape{geo.n, geo.c, geo.s}; }
-
 }  // namespace
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index, Reduction reduction) {
@@ -39,7 +37,7 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
   const bool reduced = reduction != Reduction::None;
   Tensor out = make_empty(reduced ? Shape{} : geo.out_shape, x.dtype(), x.device());
   Tensor tw = reduced ? make_empty({}, backend::loss_acc_dtype(x.dtype()), x.device()) : Tensor();
-  if (backend::nll_loss_forward(x.device().type, out, reduction, tw, x, t, w, class_shape(geo), ignore_index))
+  if (backend::nll_loss_forward(x.device().type, out, reduction, tw, x, t, w, loss::class_shape(geo), ignore_index))
     loss::throw_first_bad_target(kOp, t, geo.c, ignore_index);
 
   if (autograd::needs_grad(input)) {
@@ -49,21 +47,20 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
                          variable_list&& grads) {
                        const Tensor& g = grads[0];
                        const Tensor tt = st.unpack();
-                       backend::LossGrad lg;
-                       if (reduction == Reduction::Mean) lg.divisor = tw;
                        Tensor gi = make_empty(in_shape, dtype, device);
                        if (GradMode::is_enabled()) {
                          // grad = K * g with K the gradient for a unit g (Mean's 1 / total weight included).
                          {
                            NoGradGuard no_grad;
+                           backend::LossGrad lg;  // one value, 1, for every sample
                            lg.g = loss::device_scalar(1.0, dtype, device);
-                           backend::nll_loss_backward(device.type, gi, lg, tt, w, class_shape(geo), ignore_index);
+                           if (reduction == Reduction::Mean) lg.divisor = tw;
+                           backend::nll_loss_backward(device.type, gi, lg, tt, w, loss::class_shape(geo), ignore_index);
                          }
                          return variable_list{dp::mul(gi, reduction == Reduction::None ? loss::per_sample_to_input(g, geo) : g)};
                        }
-                       lg.g = loss::plain(g, dtype);
-                       lg.per_sample = reduction == Reduction::None;
-                       backend::nll_loss_backward(device.type, gi, lg, tt, w, class_shape(geo), ignore_index);
+                       backend::nll_loss_backward(device.type, gi, loss::loss_grad(g, reduction, dtype, 1.0, tw), tt, w,
+                                                  loss::class_shape(geo), ignore_index);
                        return variable_list{gi};
                      });
   }

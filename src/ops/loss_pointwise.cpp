@@ -23,8 +23,6 @@ using autograd::variable_list;
 
 using Kind = backend::PointwiseKind;
 
-const char* op_name(Kind k) { return backend::pointwise_loss_name(k); }
-
 const char* node_name(Kind k) {
   switch (k) {
     case Kind::Mse: return "MseLossBackward0";
@@ -34,11 +32,6 @@ const char* node_name(Kind k) {
   }
   return "?";
 }
-
-// The floor of x (1 - x) in the BCE gradient: PyTorch's EPSILON is the float 1e-12 (so in float64
-// it is 9.99999996e-13). The kernels use the same constant.
-constexpr float kBceEps = 1e-12f;
-
 
 // ---- the differentiable (create_graph) backward, with dp ops ----
 
@@ -60,7 +53,7 @@ variable_list composite_backward(Kind k, const Tensor& g, const Tensor& x, const
       break;
     }
     case Kind::Bce:
-      if (need_x) gx = dp::div(dp::mul(dp::sub(x, t), gs), dp::clamp_min(dp::mul(dp::rsub(x, 1.0), x), static_cast<double>(kBceEps)));
+      if (need_x) gx = dp::div(dp::mul(dp::sub(x, t), gs), dp::clamp_min(dp::mul(dp::rsub(x, 1.0), x), static_cast<double>(backend::kBceEps)));
       if (need_t) gt = dp::mul(dp::sub(dp::log1p(dp::neg(x)), dp::log(x)), gs);
       break;
     case Kind::BceLogits: {
@@ -102,7 +95,7 @@ void check_side(const char* op, const Tensor& input, const Tensor& side, const c
 }
 
 Tensor pointwise_loss(Kind k, const Tensor& input, const Tensor& target, const Tensor& weight, const Tensor& pos_weight, Reduction red) {
-  const char* op = op_name(k);
+  const char* op = backend::pointwise_loss_name(k);
   loss::check_input(op, input);
   ops::check_defined(op, target, "target");
   loss::check_companion(op, input, target, "target");
@@ -143,11 +136,9 @@ Tensor pointwise_loss(Kind k, const Tensor& input, const Tensor& target, const T
                        const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
                        Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
                        Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
-                       backend::LossGrad lg;
-                       lg.g = loss::plain(g, xc.dtype());
-                       lg.per_sample = red == Reduction::None;
-                       lg.scale = red == Reduction::Mean ? 1.0 / static_cast<double>(numel) : 1.0;
-                       backend::pointwise_loss_backward(xc.device().type, k, gi, gt, lg, xc, tc, w, pw);
+                       const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(numel) : 1.0;
+                       backend::pointwise_loss_backward(xc.device().type, k, gi, gt, loss::loss_grad(g, red, xc.dtype(), scale), xc, tc, w,
+                                                        pw);
                        return {gi, gt};
                      });
   }

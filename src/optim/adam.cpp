@@ -1,6 +1,7 @@
 // Adam and AdamW share the state, the checks and the step; they differ in how weight decay
 // enters (backend::AdamScalars::decoupled_weight_decay).
 #include "dp/optim/adam.h"
+#include <optional>
 #include "dp/autograd/grad_mode.h"
 #include "dp/ops/factory.h"
 #include "backend/optim_kernels.h"
@@ -46,13 +47,13 @@ void adam_step(std::vector<OptimizerParamGroup>& groups,
   for (auto& group : groups) {
     backend::AdamScalars s = adam_scalars(detail::options_as<Options>(group.options(), name), decoupled);
     detail::UpdateBatch<backend::AdamTensor> batch;
-    Device checked{DeviceType::CPU, -2};
+    std::optional<Device> checked;
     for (Tensor& p : group.params()) {
       Tensor g = detail::contiguous_grad(p);
       if (!g.defined()) continue;
       // Checked before any state changes, once per device and group (on CUDA a driver query: is a
       // graph being captured?). PyTorch's capturable=True keeps the step on the device instead.
-      if (p.device() != checked) {
+      if (checked != p.device()) {
         backend::check_host_scalar_step(p.device().type, p.device().index, name);
         checked = p.device();
       }

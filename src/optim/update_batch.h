@@ -33,7 +33,6 @@ class UpdateBatch {
     b->entries.push_back(entry);
     written_.emplace_back(param, target);
   }
-  bool empty() const { return batches_.empty(); }
   // launch(device, dtype, entries) per batch, in the order the batches were first seen; then
   // strided parameters get their copies back, and every parameter's version counter is bumped
   // (they changed in place).

@@ -324,11 +324,14 @@ void prob_backward(T* gi, T* gt, const T* x, const T* tq, const T* w, const Para
 
 // ---------------------------------------------------------------- tensors to pointers
 
-double weight_sum(const Tensor& w, int64_t C) {
-  if (!w.defined()) return static_cast<double>(C);
+// sum_c w[c] (C without weights), summed in double, for label smoothing (0 without it: unused).
+template <typename T>
+T weight_sum(const T* w, int64_t C, double eps) {
+  if (eps <= 0) return T(0);
+  if (w == nullptr) return static_cast<T>(C);
   double s = 0;
-  for (double v : w.to_vector<double>()) s += v;
-  return s;
+  for (int64_t c = 0; c < C; ++c) s += static_cast<double>(w[c]);
+  return static_cast<T>(s);
 }
 
 Params params(ClassShape cs, int64_t ignore, double eps) {
@@ -342,12 +345,11 @@ Params params(ClassShape cs, int64_t ignore, double eps) {
 bool index_forward_cpu(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& lse, const Tensor& x, const Tensor& target,
                        const Tensor& w, ClassShape cs, int64_t ignore, double eps) {
   const Params p = params(cs, ignore, eps);
-  const double wsum = eps > 0 ? weight_sum(w, cs.c) : 0.0;
   bool ok = true;
   cpu_loss::dispatch_index(x.dtype(), target.dtype(), kOp, [&]<typename T, typename I>() {
     double total = 0, tw = 0;
     ok = index_forward<T, I>(static_cast<const T*>(x.data_ptr()), static_cast<const I*>(target.data_ptr()), ptr_or_null<T>(w),
-                             static_cast<T>(wsum), p, red == Reduction::None ? static_cast<T*>(out.data_ptr()) : nullptr,
+                             weight_sum(ptr_or_null<T>(w), cs.c, eps), p, red == Reduction::None ? static_cast<T*>(out.data_ptr()) : nullptr,
                              static_cast<T*>(lse.data_ptr()), total, tw);
     if (!ok || red == Reduction::None) return;
     static_cast<T*>(out.data_ptr())[0] = static_cast<T>(red == Reduction::Mean ? total / tw : total);
@@ -359,11 +361,11 @@ bool index_forward_cpu(const Tensor& out, Reduction red, const Tensor& total_wei
 void index_backward_cpu(const Tensor& gi, const LossGrad& g, const Tensor& x, const Tensor& target, const Tensor& w, const Tensor& lse,
                         ClassShape cs, int64_t ignore, double eps) {
   const Params p = params(cs, ignore, eps);
-  const double wsum = eps > 0 ? weight_sum(w, cs.c) : 0.0;
   cpu_loss::dispatch_index(x.dtype(), target.dtype(), kOp, [&]<typename T, typename I>() {
     const Incoming<T> in = incoming<T>(g);
     index_backward<T, I>(static_cast<T*>(gi.data_ptr()), static_cast<const T*>(x.data_ptr()), static_cast<const I*>(target.data_ptr()),
-                         ptr_or_null<T>(w), static_cast<T>(wsum), p, static_cast<const T*>(lse.data_ptr()), in.per_sample, in.value);
+                         ptr_or_null<T>(w), weight_sum(ptr_or_null<T>(w), cs.c, eps), p, static_cast<const T*>(lse.data_ptr()),
+                         in.per_sample, in.value);
   });
 }
 

@@ -25,8 +25,6 @@ using kernels::m_log;
 using kernels::m_log1p;
 using kernels::sel;
 
-const char* op_name(Kind k) { return backend::pointwise_loss_name(k); }
-
 // ---- iteration over a contiguous shape with up to two broadcast side tensors ----
 
 // Runs of the innermost coalesced dim of `shape` (every main operand is contiguous with this
@@ -125,10 +123,6 @@ DP_INLINE T softplus_neg(T x) {
   const T ax = std::fabs(x);
   return sel(x < T(0), -x, T(0)) + m_log1p(m_exp(-ax));
 }
-
-// The floor of x (1 - x) in the BCE gradient: PyTorch's EPSILON is the float 1e-12 (so in float64
-// it is 9.99999996e-13).
-constexpr float kBceEps = 1e-12f;
 
 template <Kind K, typename T>
 DP_INLINE T elem_loss(T x, T t, T pw) {
@@ -268,7 +262,7 @@ bool pointwise_loss_forward_cpu(Kind k, const Tensor& out, bool reduced, double 
                                 const Tensor& pw) {
   bool bad = false;
   const Tensor per_element = reduced ? Tensor() : out;
-  cpu_loss::dispatch_real(x.dtype(), op_name(k), [&]<typename T>() {
+  cpu_loss::dispatch_real(x.dtype(), pointwise_loss_name(k), [&]<typename T>() {
     double total = 0;
     switch (k) {
       case Kind::Mse: total = forward_kernel<Kind::Mse, T>(per_element, x, t, w, pw, bad); break;
@@ -283,7 +277,7 @@ bool pointwise_loss_forward_cpu(Kind k, const Tensor& out, bool reduced, double 
 
 void pointwise_loss_backward_cpu(Kind k, const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& t,
                                  const Tensor& w, const Tensor& pw) {
-  cpu_loss::dispatch_real(x.dtype(), op_name(k), [&]<typename T>() {
+  cpu_loss::dispatch_real(x.dtype(), pointwise_loss_name(k), [&]<typename T>() {
     const cpu_loss::Incoming<T> in = cpu_loss::incoming<T>(g);
     const Tensor gfull = g.per_sample ? g.g : Tensor();
     switch (k) {

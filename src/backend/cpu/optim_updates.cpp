@@ -1,22 +1,9 @@
 // The CPU backend's optimizer updates (backend/optim_kernels.h): each parameter of the list through
 // the fused per-parameter loop of fused_updates.h, in order, in the calling thread.
 #include "backend/cpu/fused_updates.h"
-#include "dp/core/errors.h"
 
 namespace dp::backend {
 namespace {
-
-// Calls f(S{}) with S the element type of a parameter dtype the fused updates take.
-template <typename F>
-void with_param_type(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case kFloat32: f(float{}); break;
-    case kFloat64: f(double{}); break;
-    case kBFloat16: f(BFloat16{}); break;
-    case kFloat16: f(Half{}); break;
-    default: throw DTypeError(dp::detail::str(op, ": fused update of a ", dtype_name(dtype), " parameter"));
-  }
-}
 
 void sgd_update_cpu(DType dtype, int /*device*/, const std::vector<SgdTensor>& list, const SgdScalars& s) {
   with_param_type(dtype, "SGD", [&](auto tag) {
