@@ -6,10 +6,10 @@
 // parts of the graph that belong to different devices (DataParallel replicas) run in parallel.
 // Every traversal is iterative, so graphs of any depth work.
 //
-// CUDA streams (backward_streams.h): a CUDA node runs with the stream its forward ran on current,
-// gradients crossing streams are synchronised with events on delivery, and the caller's streams
-// wait for the leaves' before backward returns. A graph of CPU nodes pays one branch per node and
-// per delivered gradient for it.
+// Streams (backward_streams.h): a node off the host runs with the stream its forward ran on
+// current, gradients crossing streams are synchronised with events on delivery, and the caller's
+// streams wait for the leaves' before backward returns. A graph of host nodes pays one branch per
+// node and per delivered gradient for it.
 //
 // Cost of a small graph: the bookkeeping lives in flat vectors indexed by the per-task node index
 // (no per-node allocation, no hashing after the first pass), the task object is reused from a
@@ -25,9 +25,11 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include "dp/autograd/grad_mode.h"
 #include "dp/autograd/node.h"
 #include "dp/core/device_registry.h"
+#include "dp/core/device_runtime.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/shape.h"
@@ -160,11 +162,10 @@ struct GraphTask {
   // queue_callback(): run by the caller after the pass; queued from any thread running a node.
   std::mutex callbacks_mu;
   std::vector<std::function<void()>> callbacks;
-#if DP_HAVE_CUDA
-  // The streams leaves' gradients were written on (and grad()'s captured ones read on); guarded
-  // by `mu` when threaded. The caller's streams wait for them before backward returns.
-  std::vector<cuda::Stream> leaf_streams;
-#endif
+  // The streams off the host that leaves' gradients were written on (and grad()'s captured ones
+  // read on); guarded by `mu` when threaded. The caller's streams wait for them before backward
+  // returns.
+  std::vector<Stream> leaf_streams;
 
   void reset() {
     constexpr size_t kKeep = 4096;  // capacity kept for the next task; more is given back
@@ -190,9 +191,7 @@ struct GraphTask {
     failed.store(false, std::memory_order_relaxed);
     error = nullptr;
     callbacks.clear();
-#if DP_HAVE_CUDA
     leaf_streams.clear();
-#endif
   }
 
   void set_error(std::exception_ptr e) {
@@ -352,28 +351,25 @@ void schedule(GraphTask& task, uint32_t idx) {
 
 // The gradients `fn` wrote or handed over (a leaf's .grad, a captured gradient) are ready on its
 // stream: the caller's streams will wait for it.
-void note_leaf_stream([[maybe_unused]] GraphTask& task, [[maybe_unused]] const Node& fn) {
-#if DP_HAVE_CUDA
-  if (!fn.stream()) return;
+void note_leaf_stream(GraphTask& task, const Node& fn) {
+  if (fn.stream().is_cpu()) return;
   if (task.threaded) {
     std::lock_guard<std::mutex> lock(task.mu);
-    detail::add_leaf_stream(task.leaf_streams, *fn.stream());
+    detail::add_leaf_stream(task.leaf_streams, fn.stream());
   } else {
-    detail::add_leaf_stream(task.leaf_streams, *fn.stream());
+    detail::add_leaf_stream(task.leaf_streams, fn.stream());
   }
-#endif
 }
 
 // Adds `g` (gradient for input `input_nr` of node `to`) to its buffer; true when `to` is ready.
 // Called by g's producer (on its thread, with its stream current) or, for the roots, the caller.
 bool deliver(GraphTask& task, uint32_t to, uint32_t input_nr, Tensor&& g) {
   TaskNode& n = task.nodes[to];
-#if DP_HAVE_CUDA
-  // A CUDA gradient is synchronised with the stream the consumer reads it on, which is also where
-  // it is summed with the buffer's earlier gradients (those were synchronised with it too).
-  std::optional<cuda::StreamGuard> on_stream;
-  if (g.defined() && g.is_cuda()) on_stream.emplace(detail::sync_gradient(g, *n.fn));
-#endif
+  // A gradient off the host is synchronised with the stream the consumer reads it on, which is
+  // also where it is summed with the buffer's earlier gradients (those were synchronised with it
+  // too).
+  std::optional<StreamGuard> on_stream;
+  if (g.defined() && !g.is_cpu()) [[unlikely]] on_stream.emplace(detail::sync_gradient(g, *n.fn));
   std::unique_lock<std::mutex> lock;
   if (task.threaded) lock = std::unique_lock<std::mutex>(task.stripes[to % GraphTask::kStripes]);
   if (g.defined()) {
@@ -402,12 +398,10 @@ void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here) {
   try {
     const TaskNode& tn = task.nodes[idx];
     Node* fn = tn.fn;
-#if DP_HAVE_CUDA
-    // A CUDA node runs on the stream its forward ran on; its input gradients were synchronised
-    // with that stream when they were delivered. Its outputs are produced there too.
-    std::optional<cuda::StreamGuard> on_stream;
-    if (fn->stream()) on_stream.emplace(*fn->stream());
-#endif
+    // A node off the host runs on the stream its forward ran on; its input gradients were
+    // synchronised with that stream when they were delivered. Its outputs are produced there too.
+    std::optional<StreamGuard> on_stream;
+    if (!fn->stream().is_cpu()) [[unlikely]] on_stream.emplace(fn->stream());
     if (tn.is_accumulate && tn.needed) {  // a leaf (its hooks are the tensor's own): no vectors needed
       AutoGradMode grad_mode(task.create_graph);
       static_cast<AccumulateGrad*>(fn)->accumulate(std::move(task.inputs[tn.first_input]));
@@ -657,11 +651,9 @@ std::vector<Tensor> run_backward(const Tensor* roots, size_t num_roots, const Te
       uint32_t idx = task.index.find(root_edges[i].function.get());
       const TaskNode& n = task.nodes[idx];
       if (!n.active) continue;
-#if DP_HAVE_CUDA
       // The roots' gradients come from the caller's current stream (as any op's input would).
-      std::optional<cuda::StreamGuard> on_stream;
-      if (root_grads[i].is_cuda()) on_stream.emplace(detail::sync_gradient(root_grads[i], *n.fn));
-#endif
+      std::optional<StreamGuard> on_stream;
+      if (!root_grads[i].is_cpu()) on_stream.emplace(detail::sync_gradient(root_grads[i], *n.fn));
       Tensor& slot = task.inputs[n.first_input + root_edges[i].input_nr];
       slot = slot.defined() ? dp::add(slot, root_grads[i]) : std::move(root_grads[i]);
     }
@@ -681,10 +673,8 @@ std::vector<Tensor> run_backward(const Tensor* roots, size_t num_roots, const Te
   run(task);
   if (task.error) std::rethrow_exception(task.error);
   if (!task.callbacks.empty()) run_callbacks(task);  // every node has finished: no lock needed to look
-#if DP_HAVE_CUDA
   // What follows backward on the caller's streams (the optimizer's step) sees every leaf gradient.
   if (!task.leaf_streams.empty()) detail::sync_caller(task.leaf_streams);
-#endif
 
   if (!inputs) return {};
   for (size_t i = 0; i < inputs->size(); ++i) {

@@ -1,5 +1,6 @@
 #include "dp/autograd/node.h"
 #include "dp/autograd/grad_mode.h"
+#include "dp/core/device_runtime.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/shape.h"
 
@@ -65,9 +66,7 @@ Node::~Node() {
   if (!q.draining && (!q.nodes.empty() || !q.fns.empty())) drain_deferred();
 }
 
-#if DP_HAVE_CUDA
-void Node::record_creation_stream() { stream_ = cuda::current_stream(device_.index); }
-#endif
+void Node::record_creation_stream() { stream_ = current_stream(device_); }
 
 uint32_t Node::add_output_meta(const Tensor& t) {
   output_meta_.push_back(TensorMeta{t.sizes(), t.dtype(), t.device()});

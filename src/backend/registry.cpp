@@ -1,7 +1,9 @@
 // The one place that knows which backends this build has: each registers its kernels into the
-// stubs of the kernel interfaces (kernel_stub.h), once, before the first kernel call.
+// stubs of the kernel interfaces (kernel_stub.h) and its device runtime (dp/core/device_runtime.h),
+// once, before the first kernel call or runtime lookup.
 #include <mutex>
 #include "backend/kernel_stub.h"
+#include "dp/core/device_runtime.h"
 #include "dp/core/errors.h"
 
 namespace dp::backend {
@@ -34,3 +36,7 @@ std::string no_kernel_message(const char* op, DeviceType type) {
 void throw_no_kernel(const char* op, DeviceType type) { throw DeviceError(no_kernel_message(op, type)); }
 
 }  // namespace dp::backend
+
+namespace dp::detail {
+void ensure_backends_registered() { backend::ensure_registered(); }
+}  // namespace dp::detail

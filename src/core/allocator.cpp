@@ -8,11 +8,9 @@
 #include <unordered_map>
 #include <array>
 #include "dp/core/device_registry.h"
+#include "dp/core/device_runtime.h"
 #include "dp/core/errors.h"
 #include "dp/core/storage.h"
-#if DP_HAVE_CUDA
-#include "dp/cuda/cuda.h"
-#endif
 
 namespace dp {
 namespace {
@@ -235,11 +233,8 @@ Allocator& allocator_for(Device d) {
     return *a;
   }
   check_device(d);  // throws for a CUDA device that does not exist (always, without the CUDA backend)
-#if DP_HAVE_CUDA
-  return cuda::device_allocator(d.index);
-#else
+  if (const DeviceRuntime* rt = device_runtime(d.type)) return rt->allocator(d.index);
   throw DeviceError(detail::str("no allocator for device ", d.str()));
-#endif
 }
 
 MemoryStats memory_stats(Device d) { return allocator_for(d).stats(); }

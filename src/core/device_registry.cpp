@@ -6,16 +6,14 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include "dp/core/device_runtime.h"
 #include "dp/core/errors.h"
-#if DP_HAVE_CUDA
-#include "dp/cuda/cuda.h"
-#endif
 
 namespace dp {
 namespace {
 
 constexpr int kMaxCpuDevices = 4096;
-constexpr int kMaxCudaDevices = 64;
+constexpr int kMaxAcceleratorDevices = 64;
 
 int default_cpu_count() {
   if (const char* env = std::getenv("DP_CPU_DEVICES")) {
@@ -33,7 +31,7 @@ struct Registry {
   std::atomic<int> cpu_count{-1};
   std::atomic<bool> workers_started{false};
   std::array<std::atomic<Worker*>, kMaxCpuDevices> cpu_workers{};
-  std::array<std::atomic<Worker*>, kMaxCudaDevices> cuda_workers{};
+  std::array<std::atomic<Worker*>, kMaxAcceleratorDevices> accelerator_workers{};
   // Workers are owned here and joined at exit; queue draining makes shutdown clean.
   std::vector<std::unique_ptr<Worker>> owned;
   ~Registry() {
@@ -52,18 +50,16 @@ Registry& registry() {
 // A GPU's worker: the thread that runs the backward of nodes on that GPU (as PyTorch's engine has
 // one thread per device) and DataParallel's replica on it. Its first task makes the GPU its
 // current device, so the kernels it launches go to that GPU's current stream.
-Worker* cuda_worker(Registry& r, Device d) {
+Worker* accelerator_worker(Registry& r, Device d) {
   check_device(d);  // "cuda:i does not exist" without the CUDA backend or that GPU
-  DP_CHECK(d.index < kMaxCudaDevices, DeviceError, "no worker for ", d.str(), ": at most ", kMaxCudaDevices, " CUDA devices are supported");
-  if (Worker* w = r.cuda_workers[d.index].load(std::memory_order_acquire)) return w;
+  DP_CHECK(d.index < kMaxAcceleratorDevices, DeviceError, "no worker for ", d.str(), ": at most ", kMaxAcceleratorDevices, " CUDA devices are supported");
+  if (Worker* w = r.accelerator_workers[d.index].load(std::memory_order_acquire)) return w;
   std::lock_guard<std::mutex> lock(r.mu);
-  if (Worker* w = r.cuda_workers[d.index].load()) return w;
+  if (Worker* w = r.accelerator_workers[d.index].load()) return w;
   r.owned.push_back(std::make_unique<Worker>(d));
   Worker* w = r.owned.back().get();
-#if DP_HAVE_CUDA
-  w->post([index = d.index] { cuda::set_device(index); });
-#endif
-  r.cuda_workers[d.index].store(w, std::memory_order_release);
+  w->post([d] { device_runtime(d.type)->set_device(d.index); });  // check_device found the runtime
+  r.accelerator_workers[d.index].store(w, std::memory_order_release);
   r.workers_started.store(true);
   return w;
 }
@@ -93,11 +89,10 @@ void set_cpu_device_count(int n) {
   r.cpu_count.store(n);
 }
 
-#if DP_HAVE_CUDA
-int cuda_device_count() { return cuda::device_count(); }  // 0 without a driver or a GPU
-#else
-int cuda_device_count() { return 0; }  // built without the CUDA backend
-#endif
+int cuda_device_count() {
+  const DeviceRuntime* rt = device_runtime(DeviceType::CUDA);
+  return rt != nullptr ? rt->device_count() : 0;  // 0 without the CUDA backend, a driver or a GPU
+}
 
 int device_count(DeviceType type) { return type == DeviceType::CPU ? cpu_device_count() : cuda_device_count(); }
 
@@ -125,7 +120,7 @@ void check_device(Device d) {
 Worker* worker_for(Device d) {
   if (d.is_cpu() && d.index < 0) return nullptr;
   Registry& r = registry();
-  if (d.is_cuda()) return cuda_worker(r, d);
+  if (!d.is_cpu()) return accelerator_worker(r, d);
   // The index is checked against the array before it is used (a Device can hold up to 32767).
   if (d.index < kMaxCpuDevices) {
     if (Worker* w = r.cpu_workers[d.index].load(std::memory_order_acquire)) return w;

@@ -1,13 +1,21 @@
 // The CUDA backend's kernels, registered into the kernel interfaces' stubs (called once, from
 // src/backend/registry.cpp). The kernels themselves are in the .cu files.
+#include "backend/comm_kernels.h"
 #include "backend/loss_kernels.h"
 #include "backend/optim_kernels.h"
 #include "backend/random_kernels.h"
+#include "cuda/comm.h"
 #include "cuda/loss.h"
+#include "cuda/nccl.h"
 #include "cuda/optim.h"
 #include "cuda/random.h"
+#include "dp/core/device_runtime.h"
 #include "dp/core/errors.h"
 #include "dp/cuda/graph.h"
+
+namespace dp::cuda {
+const DeviceRuntime& cuda_runtime();  // device_runtime.cpp
+}  // namespace dp::cuda
 
 namespace dp::backend {
 namespace {
@@ -20,9 +28,19 @@ void check_host_scalar_step_cuda(int device, const char* optimizer) {
            "capture SGD, or run this optimizer's step outside the graph");
 }
 
+void sum_into_cuda(void* out, const std::vector<const void*>& ins, int64_t n, DType dtype, const Stream& stream) {
+  cuda::sum_into(out, ins, n, dtype, cuda::Stream::from_generic(stream));
+}
+
 }  // namespace
 
 void register_cuda_kernels() {
+  register_device_runtime(DeviceType::CUDA, &cuda::cuda_runtime());
+  collective_usable.set(DeviceType::CUDA, &cuda::nccl::usable);
+  collective_broadcast.set(DeviceType::CUDA, &cuda::nccl::broadcast);
+  collective_reduce.set(DeviceType::CUDA, &cuda::nccl::reduce);
+  peer_access.set(DeviceType::CUDA, &cuda::enable_peer_access);
+  sum_into.set(DeviceType::CUDA, &sum_into_cuda);
   dropout_forward.set(DeviceType::CUDA, &cuda::dropout_forward);
   dropout_apply.set(DeviceType::CUDA, &cuda::dropout_apply);
   sgd_update.set(DeviceType::CUDA, &cuda::optim::sgd_update);

@@ -200,6 +200,16 @@ Stream Stream::create(int device, int priority) {
   return Stream(device, s, std::move(owner));
 }
 
+dp::Stream Stream::generic() const {
+  return dp::Stream(Device::cuda(device_), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle_)), owner_);
+}
+
+Stream Stream::from_generic(const dp::Stream& stream) {
+  DP_CHECK(stream.device().is_cuda(), DeviceError, "cuda::Stream: ", stream.device().str(), "'s stream is not a CUDA stream");
+  return Stream(stream.device().index, reinterpret_cast<CUstream_st*>(static_cast<uintptr_t>(stream.id())),
+                std::static_pointer_cast<CUstream_st>(stream.owner()));
+}
+
 bool Stream::query() const {
   // The legacy default stream (null handle) means the current GPU's: make this stream's device
   // current, or another device's default stream would be queried.

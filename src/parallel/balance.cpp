@@ -1,9 +1,7 @@
 #include "dp/parallel/balance.h"
 #include <mutex>
 #include "dp/core/warning.h"
-#if DP_HAVE_CUDA
-#include "dp/cuda/cuda.h"
-#endif
+#include "dp/core/device_runtime.h"
 
 namespace dp::parallel {
 namespace {
@@ -49,20 +47,17 @@ std::optional<DeviceProperties> device_properties(Device device) {
     std::lock_guard<std::mutex> lock(provider_mutex());
     if (provider()) return provider()(device);
   }
-#if DP_HAVE_CUDA
-  // The real GPU's (a virtual device reports its whole GPU, so virtual devices never look imbalanced).
-  if (device.is_cuda() && device.index >= 0 && device.index < cuda::device_count()) {
-    const cuda::DeviceInfo info = cuda::device_info(device.index);
-    return DeviceProperties{info.total_memory, info.multi_processor_count};
-  }
-#endif
+  // The device's own (a virtual device reports its whole GPU, so virtual devices never look
+  // imbalanced). The host's CPU devices share one processor: nothing to compare.
+  if (const DeviceRuntime* rt = device_runtime(device.type); rt != nullptr && device.index >= 0 && device.index < rt->device_count())
+    return rt->properties(device.index);
   return std::nullopt;
 }
 
 void check_balance(const std::vector<Device>& devices) {
   std::vector<DeviceProperties> props;
   for (Device d : devices) {
-    if (!d.is_cuda()) return;
+    if (d.is_cpu()) return;
     auto p = device_properties(d);
     if (!p) return;
     props.push_back(*p);

@@ -7,7 +7,7 @@
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/shape.h"
-#include "parallel/comm_cuda.h"
+#include "parallel/comm_device.h"
 #include "parallel/placement.h"
 
 namespace dp::parallel {
@@ -167,16 +167,17 @@ std::vector<std::vector<Tensor>> broadcast_coalesced(const std::vector<Tensor>& 
     DP_CHECK(tensors[i].device() == devices[0], DeviceError, "broadcast_coalesced: all tensors must be on devices[0] (", devices[0].str(),
              "), but tensor ", i, " is on ", tensors[i].device().str());
   }
-  bool all_cuda = true;
-  for (Device d : devices) all_cuda = all_cuda && d.is_cuda();
-  if (all_cuda) return detail::cuda_broadcast_coalesced(tensors, devices, buffer_size);
+  bool own_memory = !devices[0].is_cpu();  // devices of one type with their own memory
+  for (Device d : devices) own_memory = own_memory && d.type == devices[0].type;
+  if (own_memory) return detail::device_broadcast_coalesced(tensors, devices, buffer_size);
   std::vector<std::vector<Tensor>> out(devices.size());
   out[0] = tensors;
   NoGradGuard no_grad;
   for (size_t j = 1; j < devices.size(); ++j) {
     out[j].reserve(tensors.size());
     // Host memory has no per-transfer cost to amortise: each tensor is copied straight into its own
-    // fresh tensor on the target (no packing into a bucket and back). CUDA devices pack (above).
+    // fresh tensor on the target (no packing into a bucket and back). Devices with their own memory
+    // pack (above).
     for (const Tensor& t : tensors) {
       Tensor c = empty(t.sizes(), TensorOptions().dtype(t.dtype()).device(devices[j]));
       if (t.numel() > 0) c.copy_(t);

@@ -2,23 +2,21 @@
 #include "dp/parallel/data_parallel.h"
 #include <algorithm>
 #include "dp/core/device_registry.h"
-#if DP_HAVE_CUDA
-#include "dp/cuda/cuda.h"
-#endif
+#include "dp/core/device_runtime.h"
 
 namespace dp::parallel::detail {
 namespace {
 
-// "cuda" without an index: the calling thread's current CUDA device (as PyTorch's _get_device_index).
-Device current_cuda() {
-#if DP_HAVE_CUDA
-  if (cuda::is_available()) return Device::cuda(cuda::current_device());
-#endif
-  return Device::cuda(0);  // no GPU: check_device names the problem
+// "cuda" without an index: the calling thread's current device of that type (as PyTorch's
+// _get_device_index); index 0 when there is none, so check_device names the problem.
+Device current_of(DeviceType type) {
+  const DeviceRuntime* rt = device_runtime(type);
+  if (rt != nullptr && rt->device_count() > 0) return Device(type, rt->current_device());
+  return Device(type, 0);
 }
 
 Device normalize(Device d, const char* what) {
-  if (d.is_cuda() && !d.has_index()) d = current_cuda();
+  if (!d.is_cpu() && !d.has_index()) d = current_of(d.type);
   DP_CHECK(d.has_index(), ValueError, "DataParallel: ", what, " must be indexed devices such as cpu:0 or cuda:1, not the host device '",
            d.str(), "' (CPU devices are cpu:0 ... cpu:", cpu_device_count() - 1, ")");
   check_device(d);
@@ -41,12 +39,13 @@ DataParallelCore::DataParallelCore(const nn::ModulePtr& module, const DataParall
       device_ids_.push_back(n);
     }
   } else {
-    device_ids_ = devices(DeviceType::CUDA);  // none: the no-device path
+    // Every device of the accelerator this build and machine have (none: the no-device path).
+    if (const std::optional<DeviceType> type = default_accelerator()) device_ids_ = devices(*type);
   }
   if (device_ids_.empty()) return;
   if (options.output_device()) {
     Device out = *options.output_device();
-    if (out.is_cuda() && !out.has_index()) out = current_cuda();
+    if (!out.is_cpu() && !out.has_index()) out = current_of(out.type);
     check_device(out);
     output_device_ = out;
   } else {

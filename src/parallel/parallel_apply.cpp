@@ -11,10 +11,8 @@
 #include <typeinfo>
 #include "dp/amp/autocast.h"
 #include "dp/autograd/node.h"
+#include "dp/core/device_runtime.h"
 #include "dp/parallel/detail/run.h"
-#if DP_HAVE_CUDA
-#include "dp/cuda/cuda.h"
-#endif
 
 namespace dp::parallel::detail {
 std::vector<Worker*> workers_of(const std::vector<Device>& devices) {
@@ -28,24 +26,23 @@ std::vector<std::exception_ptr> run_replicas(const std::vector<Device>& devices,
   // Each replica runs with the caller's autocast state, as with its grad mode (autocast state is
   // per thread too); each replica's forward is an autocast region of its own on its worker.
   const autocast::ThreadState autocast_state = autocast::ThreadState::current();
-#if DP_HAVE_CUDA
-  std::vector<std::optional<cuda::Stream>> streams(devices.size());
+  // A replica on a device with streams runs on the caller's current stream of that device (as
+  // PyTorch's parallel_apply), so its work is ordered after what the caller queued there.
+  std::vector<Stream> streams(devices.size());
   bool any = false;
   for (size_t i = 0; i < devices.size(); ++i)
-    if (devices[i].is_cuda()) {
-      streams[i] = cuda::current_stream(devices[i].index);
+    if (!devices[i].is_cpu()) {
+      streams[i] = current_stream(devices[i]);
       any = true;
     }
   if (any) {
     return run_on_workers(workers_of(devices), [&](size_t i) {
       autograd::ReplicaScope replica(static_cast<int>(i));
       autocast::ThreadStateGuard autocast_on(autocast_state);
-      if (!streams[i]) return fn(i);
-      cuda::StreamGuard guard(*streams[i]);
+      StreamGuard guard(streams[i]);  // nothing for a host device
       fn(i);
     });
   }
-#endif
   return run_on_workers(workers_of(devices), [&](size_t i) {
     // Nodes this replica's forward records remember it: a backward error then names the replica.
     autograd::ReplicaScope replica(static_cast<int>(i));

@@ -9,7 +9,7 @@
 #include "dp/ops/shape.h"
 #include "dp/parallel/comm.h"
 #include "dp/parallel/detail/run.h"
-#include "parallel/comm_cuda.h"
+#include "parallel/comm_device.h"
 #include "parallel/placement.h"
 
 namespace dp::parallel {
@@ -78,10 +78,10 @@ void run_range(const std::vector<Job>& jobs, int64_t begin, int64_t end) {
 std::vector<Tensor> reduce_sum(const std::vector<std::vector<Tensor>>& inputs, const std::vector<TensorSpec>& specs, Device destination,
                                size_t buffer_size) {
   NoGradGuard no_grad;
-  bool on_cuda = destination.is_cuda();
+  bool off_host = !destination.is_cpu();
   for (const auto& per_device : inputs)
-    for (const Tensor& t : per_device) on_cuda = on_cuda || (t.defined() && t.is_cuda());
-  if (on_cuda) return cuda_reduce_sum(inputs, specs, destination, buffer_size);
+    for (const Tensor& t : per_device) off_host = off_host || (t.defined() && !t.is_cpu());
+  if (off_host) return device_reduce_sum(inputs, specs, destination, buffer_size);
   const size_t count = specs.size();
   std::vector<Job> jobs(count);
   std::vector<Tensor> results(count);

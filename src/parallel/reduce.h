@@ -17,7 +17,7 @@ struct TensorSpec {
 // (all absent: zeros of specs[i]). Inputs must match specs[i] (callers check). A tensor with a single
 // contribution already on the destination is returned as is; every other result is fresh and
 // contiguous. Sums run in device order; large reductions are split across the inputs' workers.
-// With CUDA inputs or destination (comm_cuda.h): tensors go in buckets of at most buffer_size bytes,
+// With inputs or destination off the host (comm_device.h): tensors go in buckets of at most buffer_size bytes,
 // and the results are views into one fresh buffer per bucket.
 std::vector<Tensor> reduce_sum(const std::vector<std::vector<Tensor>>& inputs, const std::vector<TensorSpec>& specs, Device destination,
                                size_t buffer_size = kDefaultBufferSize);

@@ -7,13 +7,9 @@
 #include <mutex>
 #include <string>
 #include <vector>
-#include "dp/config.h"  // DP_HAVE_CUDA: Node's layout depends on it
 #include "dp/core/pooled.h"
+#include "dp/core/stream.h"
 #include "dp/core/tensor.h"
-#if DP_HAVE_CUDA
-#include <optional>
-#include "dp/cuda/cuda.h"
-#endif
 
 namespace dp::autograd {
 
@@ -77,23 +73,19 @@ class Node : public std::enable_shared_from_this<Node> {
   uint32_t num_outputs() const { return static_cast<uint32_t>(output_meta_.size()); }
   const meta_list& output_meta() const { return output_meta_; }
   uint32_t add_output_meta(const Tensor& t);
-  // Device whose worker runs this node in backward. Setting a CUDA device also records the calling
-  // thread's current stream of that device (see stream()); a node is given its device where it is
-  // made, in the forward pass, so that is the stream the forward op ran on.
+  // Device whose worker runs this node in backward. Setting a device other than the host also
+  // records the calling thread's current stream of that device (see stream()); a node is given its
+  // device where it is made, in the forward pass, so that is the stream the forward op ran on.
   Device device() const { return device_; }
   void set_device(Device d) {
     device_ = d;
-#if DP_HAVE_CUDA
-    if (d.is_cuda()) [[unlikely]] record_creation_stream();
-    else if (stream_) [[unlikely]] stream_.reset();
-#endif
+    if (!d.is_cpu()) [[unlikely]] record_creation_stream();
+    else if (!stream_.is_cpu()) [[unlikely]] stream_ = Stream();
   }
-#if DP_HAVE_CUDA
   // The stream backward runs this node on (PyTorch's Node::stream(), "stream semantics of backward
-  // passes"): its CUDA device's current stream when set_device() was called; empty for a node on
-  // any other device. Holding the Stream keeps a stream the user created alive while the graph is.
-  const std::optional<cuda::Stream>& stream() const { return stream_; }
-#endif
+  // passes"): its device's current stream when set_device() was called; the host's stream for a
+  // node on the host. Holding the Stream keeps a stream the user created alive while the graph is.
+  const Stream& stream() const { return stream_; }
   // Creation order on the creating thread (as PyTorch's sequence numbers: per thread).
   uint64_t sequence_nr() const { return sequence_nr_; }
   // The DataParallel replica whose forward created this node (ReplicaScope), or -1. An error in its
@@ -133,10 +125,8 @@ class Node : public std::enable_shared_from_this<Node> {
   std::mutex hooks_mu_;
   std::vector<OutputHook> output_hooks_;
   std::atomic<uint32_t> num_output_hooks_{0};
-#if DP_HAVE_CUDA
-  void record_creation_stream();  // out of line: CPU nodes pay only the branch above
-  std::optional<cuda::Stream> stream_;
-#endif
+  void record_creation_stream();  // out of line: host nodes pay only the branch above
+  Stream stream_;
 };
 
 // While alive, nodes created on this thread belong to DataParallel replica `index` (parallel_apply

@@ -29,6 +29,7 @@
 #include <string>
 #include "dp/core/allocator.h"
 #include "dp/core/device.h"
+#include "dp/core/stream.h"
 #include "dp/cuda/caching_allocator.h"
 
 struct CUstream_st;  // cudaStream_t == CUstream_st*
@@ -101,6 +102,11 @@ class Stream {
   void synchronize() const;
   // Work queued on this stream after this call waits for `event` (no host blocking).
   void wait(const Event& event) const;
+
+  // The same stream as a device-generic dp::Stream (id: the handle; owner: what keeps a created
+  // stream alive), and back.
+  dp::Stream generic() const;
+  static Stream from_generic(const dp::Stream& stream);
 
   friend bool operator==(const Stream& a, const Stream& b) { return a.handle_ == b.handle_ && a.device_ == b.device_; }
   friend bool operator!=(const Stream& a, const Stream& b) { return !(a == b); }

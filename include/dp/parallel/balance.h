@@ -7,13 +7,11 @@
 #include <string>
 #include <vector>
 #include "dp/core/device.h"
+#include "dp/core/device_runtime.h"
 
 namespace dp::parallel {
 
-struct DeviceProperties {
-  int64_t total_memory = 0;        // bytes
-  int64_t multi_processor_count = 0;
-};
+using DeviceProperties = ::dp::DeviceProperties;  // total_memory (bytes), multi_processor_count
 
 // The warning for `devices` with these properties (aligned), or nullopt when balanced. Memory is
 // compared first (min / max < 0.75 warns and stops), then multiprocessors; ties go to the first.

@@ -1,20 +1,15 @@
-// Coalesced broadcast and reduction between CUDA devices (comm_cuda.h).
-#include "parallel/comm_cuda.h"
+// Coalesced broadcast and reduction between devices with their own memory (comm_device.h).
+#include "parallel/comm_device.h"
+#include "backend/comm_kernels.h"
 #include "dp/autograd/grad_mode.h"
+#include "dp/core/device_runtime.h"
 #include "dp/core/errors.h"
 #include "dp/ops/factory.h"
 #include "parallel/coalesce.h"
-#if DP_HAVE_CUDA
-#include "cuda/comm.h"
-#include "cuda/nccl.h"
-#include "dp/cuda/cuda.h"
-#endif
 
 namespace dp::parallel::detail {
 
-#if DP_HAVE_CUDA
-
-std::vector<std::vector<Tensor>> cuda_broadcast_coalesced(const std::vector<Tensor>& tensors, const std::vector<Device>& devices,
+std::vector<std::vector<Tensor>> device_broadcast_coalesced(const std::vector<Tensor>& tensors, const std::vector<Device>& devices,
                                                           size_t buffer_size) {
   NoGradGuard no_grad;
   const size_t n_dev = devices.size();
@@ -34,16 +29,17 @@ std::vector<std::vector<Tensor>> cuda_broadcast_coalesced(const std::vector<Tens
   }
   std::vector<int> ids;
   for (Device d : devices) ids.push_back(d.index);
-  const bool use_nccl = cuda::nccl::usable(ids);
+  const DeviceType type = devices[0].type;
+  const bool use_collective = backend::collective_usable(type, ids);
   for (const Bucket& b : plan_buckets(specs, all, buffer_size)) {
     const Tensor flat0 = pack(b, tensors, devices[0]);
     std::vector<Tensor> flats(n_dev);
     flats[0] = flat0;
     for (size_t j = 1; j < n_dev; ++j) flats[j] = empty({b.numel}, TensorOptions().dtype(b.dtype).device(devices[j]));
-    if (use_nccl) {
+    if (use_collective) {
       std::vector<void*> ptrs;
       for (const Tensor& f : flats) ptrs.push_back(f.data_ptr());
-      cuda::nccl::broadcast(ptrs, b.numel, b.dtype, ids, 0);
+      backend::collective_broadcast(type, ptrs, b.numel, b.dtype, ids, 0);
     } else {
       // One copy per device: peer or device-to-device, ordered by events (Tensor::copy_).
       for (size_t j = 1; j < n_dev; ++j) flats[j].copy_(flat0);
@@ -68,18 +64,20 @@ Tensor sum_flats(const std::vector<Tensor>& flats, const std::vector<Device>& de
     ids.push_back(devices[k].index);
     if (devices[k] == destination) root = k;
   }
-  if (root < devices.size() && cuda::nccl::usable(ids)) {
+  const DeviceType type = destination.type;
+  if (root < devices.size() && backend::collective_usable(type, ids)) {
     Tensor out = empty({b.numel}, options);
     std::vector<const void*> ptrs;
     for (const Tensor& f : flats) ptrs.push_back(f.data_ptr());
-    cuda::nccl::reduce(ptrs, out.data_ptr(), b.numel, b.dtype, ids, root);
+    backend::collective_reduce(type, ptrs, out.data_ptr(), b.numel, b.dtype, ids, root);
     return out;
   }
   // The sum kernel on the destination's current stream. Buffers on the destination's GPU (virtual
   // devices) or a peer's are read in place once the destination's stream has waited for their
   // producer; the others are copied over first.
+  const DeviceRuntime& rt = *device_runtime(type);
   const int dest = destination.index;
-  cuda::Stream ds = cuda::current_stream(dest);
+  const Stream ds = rt.current_stream(dest);
   std::vector<Tensor> keep;     // moved copies, alive until the launch
   std::vector<int> read_from;   // devices whose buffers the kernel reads in place
   std::vector<const void*> ptrs;
@@ -87,10 +85,8 @@ Tensor sum_flats(const std::vector<Tensor>& flats, const std::vector<Device>& de
     const int src = devices[k].index;
     if (src == dest) {
       ptrs.push_back(flats[k].data_ptr());
-    } else if (cuda::enable_peer_access(dest, src)) {
-      cuda::Event ready;
-      ready.record(cuda::current_stream(src));
-      ds.wait(ready);
+    } else if (backend::peer_access(type, dest, src)) {
+      rt.wait_stream(ds, rt.current_stream(src));
       read_from.push_back(src);
       ptrs.push_back(flats[k].data_ptr());
     } else {
@@ -99,37 +95,33 @@ Tensor sum_flats(const std::vector<Tensor>& flats, const std::vector<Device>& de
     }
   }
   Tensor out = empty({b.numel}, options);
-  cuda::sum_into(out.data_ptr(), ptrs, b.numel, b.dtype, ds);
-  if (!read_from.empty()) {
-    // The sources' allocators reuse their blocks in their own stream order: make those streams wait
-    // for the kernel, so a buffer freed after this returns is not overwritten while it is read.
-    cuda::Event read;
-    read.record(ds);
-    for (int src : read_from) cuda::current_stream(src).wait(read);
-  }
+  backend::sum_into(type, out.data_ptr(), ptrs, b.numel, b.dtype, ds);
+  // The sources' allocators reuse their blocks in their own stream order: make those streams wait
+  // for the kernel, so a buffer freed after this returns is not overwritten while it is read.
+  for (int src : read_from) rt.wait_stream(rt.current_stream(src), ds);
   return out;
 }
 
 }  // namespace
 
-std::vector<Tensor> cuda_reduce_sum(const std::vector<std::vector<Tensor>>& inputs, const std::vector<TensorSpec>& specs, Device destination,
+std::vector<Tensor> device_reduce_sum(const std::vector<std::vector<Tensor>>& inputs, const std::vector<TensorSpec>& specs, Device destination,
                                     size_t buffer_size) {
   NoGradGuard no_grad;
-  if (!destination.is_cuda()) {
+  if (destination.is_cpu()) {
     // A host destination: each input comes over (the host waits for each copy), then the host sum.
     std::vector<std::vector<Tensor>> moved(inputs.size());
     for (size_t j = 0; j < inputs.size(); ++j)
-      for (const Tensor& t : inputs[j]) moved[j].push_back(t.defined() && t.is_cuda() ? t.to(destination) : t);
+      for (const Tensor& t : inputs[j]) moved[j].push_back(t.defined() && !t.is_cpu() ? t.to(destination) : t);
     return reduce_sum(moved, specs, destination, buffer_size);
   }
   const size_t count = specs.size();
   std::vector<Tensor> results(count);
-  // Each device list's buffers live on one device: where its first CUDA tensor is (its others, and
-  // any host tensor, are brought there).
+  // Each device list's buffers live on one device: where its first tensor off the host is (its
+  // others, and any host tensor, are brought there).
   std::vector<Device> list_device(inputs.size(), destination);
   for (size_t j = 0; j < inputs.size(); ++j)
     for (const Tensor& t : inputs[j])
-      if (t.defined() && t.is_cuda()) {
+      if (t.defined() && !t.is_cpu()) {
         list_device[j] = t.device();
         break;
       }
@@ -177,17 +169,5 @@ std::vector<Tensor> cuda_reduce_sum(const std::vector<std::vector<Tensor>>& inpu
   }
   return results;
 }
-
-#else  // built without the CUDA backend: there are no CUDA tensors or devices to get here
-
-std::vector<std::vector<Tensor>> cuda_broadcast_coalesced(const std::vector<Tensor>&, const std::vector<Device>&, size_t) {
-  throw NotImplementedError("broadcast_coalesced: CUDA devices need the CUDA backend (dparallel was built without it)");
-}
-
-std::vector<Tensor> cuda_reduce_sum(const std::vector<std::vector<Tensor>>&, const std::vector<TensorSpec>&, Device, size_t) {
-  throw NotImplementedError("reduce_add_coalesced: CUDA devices need the CUDA backend (dparallel was built without it)");
-}
-
-#endif
 
 }  // namespace dp::parallel::detail

@@ -1,0 +1,36 @@
+#pragma once
+// The kernel interface of the transfers between devices of one type that DataParallel's coalesced
+// broadcast and gradient reduction use (src/parallel/comm_device.cpp) when the devices have their
+// own memory. Implemented by the CUDA backend (NCCL, peer access, a k-way sum kernel); the host's
+// CPU devices share memory and take the host path instead, so the CPU registers none.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+#include "backend/kernel_stub.h"
+#include "dp/core/dtype.h"
+#include "dp/core/stream.h"
+
+namespace dp::backend {
+
+// True when a collective library covers these devices (device indices), so one collective call
+// replaces the copies.
+using CollectiveUsable = bool(const std::vector<int>& devices);
+// buffers[k] (count elements of dtype on devices[k]) = buffers[root], one collective call.
+using CollectiveBroadcast = void(const std::vector<void*>& buffers, int64_t count, DType dtype, const std::vector<int>& devices,
+                                 size_t root);
+// out (on devices[root]) = the element-wise sum of inputs[k] (on devices[k]).
+using CollectiveReduce = void(const std::vector<const void*>& inputs, void* out, int64_t count, DType dtype, const std::vector<int>& devices,
+                              size_t root);
+// True when `device` can read `peer`'s memory in place (enabling it if it can be).
+using PeerAccess = bool(int device, int peer);
+// out = the element-wise sum of ins (n elements each, all readable from the stream's device),
+// queued on `stream`.
+using SumInto = void(void* out, const std::vector<const void*>& ins, int64_t n, DType dtype, const Stream& stream);
+
+DP_DECLARE_KERNEL(collective_usable, CollectiveUsable);
+DP_DECLARE_KERNEL(collective_broadcast, CollectiveBroadcast);
+DP_DECLARE_KERNEL(collective_reduce, CollectiveReduce);
+DP_DECLARE_KERNEL(peer_access, PeerAccess);
+DP_DECLARE_KERNEL(sum_into, SumInto);
+
+}  // namespace dp::backend
