@@ -11,10 +11,24 @@ BUILD_DIR=${DP_BUILD_DIR:-build}
 
 start=$SECONDS
 dp_install_deps
-dp_build "$BUILD_DIR"
+dp_build "$BUILD_DIR" -DDP_WERROR=ON
 built=$SECONDS
 echo "== test.sh: built in $((built - start)) s; running the test suite"
 rc=0
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 || rc=$?
 echo "== test.sh: ctest exit status $rc; build $((built - start)) s, tests $((SECONDS - built)) s"
+
+# When the main build compiled the CUDA backend, a second, smaller build without it: the library,
+# the tools and the test programs whose behaviour depends on CUDA being compiled in
+# (tests/CMakeLists.txt, cuda_off_checks), so a CUDA-only #if cannot break the CPU-only build.
+if [[ "${DP_SKIP_CUDA_OFF:-0}" != 1 ]] && grep -q "^#define DP_CONFIG_HAVE_CUDA 1" "$BUILD_DIR/include/dp/config.h" 2>/dev/null; then
+  off_start=$SECONDS
+  off_dir="${BUILD_DIR}-nocuda"
+  dp_build "$off_dir" -DDP_WERROR=ON -DDP_WITH_CUDA=OFF -- cuda_off_checks || rc=1
+  while read -r t; do
+    [[ -n "$t" ]] || continue
+    "$off_dir/tests/$t" --gtest_brief=1 || { echo "== test.sh: $t failed in the build without CUDA"; rc=1; }
+  done < "$off_dir/tests/cuda_off_tests.txt"
+  echo "== test.sh: build without CUDA and its tests: $((SECONDS - off_start)) s"
+fi
 exit "$rc"

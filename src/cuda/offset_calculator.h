@@ -28,15 +28,15 @@ struct OffsetCalculator {
   };
   DP_HOST_DEVICE DP_INLINE Offsets get(I linear) const {
     Offsets o;
-#pragma unroll
+DP_UNROLL
     for (int k = 0; k < N; ++k) o.v[k] = 0;
-#pragma unroll
+DP_UNROLL
     for (int d = 0; d < kMaxDims; ++d) {
       if (d == dims) break;
       const I q = linear / sizes[d];
       const I r = linear - q * sizes[d];
       linear = q;
-#pragma unroll
+DP_UNROLL
       for (int k = 0; k < N; ++k) o.v[k] += static_cast<int64_t>(r) * strides[d][k];
     }
     return o;
