@@ -105,10 +105,10 @@ if(DP_WITH_CUDA)
   endif()
 endif()
 if(NOT DP_HAVE_CUDA)
-  # Public headers test `#if DP_HAVE_CUDA` (dp/autograd/node.h's layout). Its value is fixed by the
-  # generated dp/config.h (CMakeLists.txt), which node.h includes; the definition is passed on to
-  # the target's users too, so their own sources may test it before including a dparallel header.
-  # The library's sources read it undefined, which #if takes as the same 0.
+  # Users' programs may test `#if DP_HAVE_CUDA`. Its value is fixed by the generated dp/config.h
+  # (CMakeLists.txt), which dp/dp.h includes; the definition is passed on to the target's users
+  # too, so their own sources may test it before including a dparallel header. The library's
+  # sources read it undefined, which #if takes as the same 0.
   target_compile_definitions(dparallel INTERFACE DP_HAVE_CUDA=0)
 endif()
 message(STATUS "dparallel: CUDA backend ${DP_HAVE_CUDA}")

@@ -2,6 +2,7 @@
 // dparallel's core (tensors, ops, autograd, checkpoints): include this one header. Layers and
 // modules: dp/nn/nn.h; optimizers: dp/optim/optim.h; data loading: dp/data/data.h.
 #include "dp/autograd/autograd.h"
+#include "dp/config.h"  // DP_HAVE_CUDA: whether the library was built with the CUDA backend
 #include "dp/core/device_registry.h"
 #include "dp/core/generator.h"
 #include "dp/core/ordered_dict.h"
