@@ -22,6 +22,8 @@ void check_host_scalar_step_cuda(int device, const char* optimizer) {
 
 }  // namespace
 
+void register_cuda_ops_kernels();  // register_ops_kernels.cpp
+
 void register_cuda_kernels() {
   dropout_forward.set(DeviceType::CUDA, &cuda::dropout_forward);
   dropout_apply.set(DeviceType::CUDA, &cuda::dropout_apply);
@@ -36,6 +38,7 @@ void register_cuda_kernels() {
   cross_entropy_index_backward.set(DeviceType::CUDA, &cuda::cross_entropy_index_backward);
   cross_entropy_prob_forward.set(DeviceType::CUDA, &cuda::cross_entropy_prob_forward);
   cross_entropy_prob_backward.set(DeviceType::CUDA, &cuda::cross_entropy_prob_backward);
+  register_cuda_ops_kernels();
 }
 
 }  // namespace dp::backend
