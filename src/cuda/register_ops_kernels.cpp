@@ -1,13 +1,37 @@
-// The CUDA backend's capabilities (backend/capabilities.h), and the kernels of the op families
-// converted to the kernel table, adapted to the interfaces' signatures; registered from
-// register_cuda_kernels() (register_kernels.cpp).
+// The CUDA backend's kernels of the random and transfer kernel interfaces
+// (src/backend/*_kernels.h), and its capabilities; registered from register_cuda_kernels()
+// (register_kernels.cpp). The device work is in the .cu files and the host files beside them; what
+// is here adapts it to the interfaces' signatures.
 #include "backend/capabilities.h"
+#include "backend/random_kernels.h"
+#include "backend/transfer_kernels.h"
+#include "cuda/random.h"
+#include "cuda/transfer.h"
 
 namespace dp::backend {
+namespace {
+
+// ---- random fills: the Philox kernel, with the CPU's stream layout (cuda/random.h) ----
+
+void random_fill_cuda(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first, double a, double b) {
+  cuda::RandomKind k = cuda::RandomKind::Uniform;
+  switch (kind) {
+    case RandomKind::Uniform: k = cuda::RandomKind::Uniform; break;
+    case RandomKind::Normal: k = cuda::RandomKind::Normal; break;
+    case RandomKind::Bernoulli: k = cuda::RandomKind::Bernoulli; break;
+  }
+  cuda::random_fill(k, t, seed, first, a, b);
+}
+
+}  // namespace
 
 void register_cuda_ops_kernels() {
   // The nn kernels (norm_pool.cu, cuDNN convolutions, loss.cu) compute float16 / bfloat16 in float32.
   set_capabilities(DeviceType::CUDA, Capabilities{.kernels = true, .half_nn = true});
+
+  random_fill.set(DeviceType::CUDA, &random_fill_cuda);
+
+  copy_across.set(DeviceType::CUDA, &cuda::copy_across);
 }
 
 }  // namespace dp::backend
