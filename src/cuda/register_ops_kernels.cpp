@@ -1,10 +1,12 @@
-// The CUDA backend's kernels of the random and transfer kernel interfaces
+// The CUDA backend's kernels of the normalization, random and transfer kernel interfaces
 // (src/backend/*_kernels.h), and its capabilities; registered from register_cuda_kernels()
 // (register_kernels.cpp). The device work is in the .cu files and the host files beside them; what
 // is here adapts it to the interfaces' signatures.
 #include "backend/capabilities.h"
+#include "backend/norm_kernels.h"
 #include "backend/random_kernels.h"
 #include "backend/transfer_kernels.h"
+#include "cuda/norm_pool.h"
 #include "cuda/random.h"
 #include "cuda/transfer.h"
 
@@ -28,6 +30,9 @@ void random_fill_cuda(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t 
 void register_cuda_ops_kernels() {
   // The nn kernels (norm_pool.cu, cuDNN convolutions, loss.cu) compute float16 / bfloat16 in float32.
   set_capabilities(DeviceType::CUDA, Capabilities{.kernels = true, .half_nn = true});
+
+  batch_norm_update_running.set(DeviceType::CUDA, &cuda::batch_norm_update_running);
+  batch_norm_invstd.set(DeviceType::CUDA, &cuda::batch_norm_invstd);
 
   random_fill.set(DeviceType::CUDA, &random_fill_cuda);
 
