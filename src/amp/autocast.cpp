@@ -139,15 +139,16 @@ void Cast::apply(Op op, const std::vector<Tensor>& args) {
 }
 
 void Cast::apply(Op op, const std::vector<const Tensor*>& args) {
-  // A CUDA argument makes it a CUDA call (PyTorch's dispatch picks the CUDA autocast key then).
-  bool any_defined = false, any_cuda = false;
+  // An argument on a device (not in host memory) makes it that device's call (PyTorch's dispatch
+  // picks the CUDA autocast key then).
+  bool any_defined = false;
+  DeviceType device = DeviceType::CPU;
   for (const Tensor* t : args) {
     if (!t->defined()) continue;
     any_defined = true;
-    any_cuda = any_cuda || t->is_cuda();
+    if (!t->is_cpu()) device = t->device().type;
   }
   if (!any_defined) return;
-  const DeviceType device = any_cuda ? DeviceType::CUDA : DeviceType::CPU;
   if (!is_enabled(device)) return;
   const Policy p = policy(op, device);
   if (p == Policy::None) return;

@@ -5,5 +5,6 @@ namespace dp::backend {
 
 DP_DEFINE_KERNEL(dropout_forward, "dropout");
 DP_DEFINE_KERNEL(dropout_apply, "dropout");
+DP_DEFINE_KERNEL(random_fill, "random fill (rand, randn, uniform_, normal_, bernoulli_)");
 
 }  // namespace dp::backend

@@ -17,6 +17,14 @@ using DropoutForward = void(const Tensor& x, double keep, double scale, uint64_t
 // be out.
 using DropoutApply = void(const Tensor& x, const Tensor& mask, double scale, const Tensor& out);
 
+// The random fills of rand / randn / uniform_ / normal_ / bernoulli_ (src/ops/random.cpp), in the
+// stream layout that file's header describes. t is contiguous; seed and first are the generator
+// state the op reserved its blocks from. Uniform: U[a, b) (floating t); Normal: N(a, b) (mean,
+// std; floating t); Bernoulli: 1 with probability a (any dtype).
+enum class RandomKind { Uniform, Normal, Bernoulli };
+using RandomFill = void(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first, double a, double b);
+
+DP_DECLARE_KERNEL(random_fill, RandomFill);
 DP_DECLARE_KERNEL(dropout_forward, DropoutForward);
 DP_DECLARE_KERNEL(dropout_apply, DropoutApply);
 

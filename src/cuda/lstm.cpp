@@ -26,8 +26,8 @@ void copy_or_zero(void* dst, const void* src, int64_t n, size_t es, const Stream
 
 }  // namespace
 
-void lstm_layer_forward(const rnn_detail::LstmDims& d, bool reverse, const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
-                        const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, rnn_detail::ForwardBuffers& buf) {
+void lstm_layer_forward(const backend::LstmDims& d, bool reverse, const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
+                        const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, backend::ForwardBuffers& buf) {
   const int dev = x.device().index;
   DeviceGuard guard(dev);
   const Stream stream = current_stream(dev);
@@ -58,7 +58,7 @@ void lstm_layer_forward(const rnn_detail::LstmDims& d, bool reverse, const Tenso
   copy_or_zero(buf.cn.data_ptr(), at(buf.cells, t * BH), BH, x.element_size(), stream);
 }
 
-void lstm_layer_backward(const rnn_detail::LstmDims& d, bool reverse, rnn_detail::BackwardArgs& a) {
+void lstm_layer_backward(const backend::LstmDims& d, bool reverse, backend::BackwardArgs& a) {
   const int dev = a.acts.device().index;
   DeviceGuard guard(dev);
   const Stream stream = current_stream(dev);

@@ -1,5 +1,5 @@
 #pragma once
-// The fused LSTM layer (dp::lstm_layer) on a CUDA device: the CPU's algorithm (ops/rnn_lstm.cpp) with
+// The fused LSTM layer (dp::lstm_layer) on a CUDA device: the CPU backend's algorithm (src/ops/rnn_lstm.cpp) with
 // cuBLAS GEMMs (cuda/blas.h) and the fused gate kernels of cuda/lstm.cu, queued on the current
 // stream of the input's device.
 //  - Forward: gates [T*B, 4H] = x @ W_ih^T + (b_ih + b_hh) in one GEMM (the bias by the GEMM's
@@ -9,12 +9,13 @@
 //    GEMMs over the whole sequence and db as dgates^T @ ones (a GEMM with fp32 accumulation, no
 //    TF32), so no reduction kernel is needed.
 // Arguments as checked by rnn_detail::check_lstm_layer_args, made contiguous by the caller.
-#include "ops/rnn_internal.h"
+#include "backend/lstm_kernels.h"
 
 namespace dp::cuda {
 
-void lstm_layer_forward(const rnn_detail::LstmDims& d, bool reverse, const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
-                        const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, rnn_detail::ForwardBuffers& buf);
-void lstm_layer_backward(const rnn_detail::LstmDims& d, bool reverse, rnn_detail::BackwardArgs& a);
+// The CUDA backend's backend::lstm_layer_forward / lstm_layer_backward (backend/lstm_kernels.h).
+void lstm_layer_forward(const backend::LstmDims& d, bool reverse, const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
+                        const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, backend::ForwardBuffers& buf);
+void lstm_layer_backward(const backend::LstmDims& d, bool reverse, backend::BackwardArgs& a);
 
 }  // namespace dp::cuda

@@ -34,6 +34,8 @@ void sum_into_cuda(void* out, const std::vector<const void*>& ins, int64_t n, DT
 
 }  // namespace
 
+void register_cuda_ops_kernels();  // register_ops_kernels.cpp
+
 void register_cuda_kernels() {
   register_device_runtime(DeviceType::CUDA, &cuda::cuda_runtime());
   collective_usable.set(DeviceType::CUDA, &cuda::nccl::usable);
@@ -54,6 +56,7 @@ void register_cuda_kernels() {
   cross_entropy_index_backward.set(DeviceType::CUDA, &cuda::cross_entropy_index_backward);
   cross_entropy_prob_forward.set(DeviceType::CUDA, &cuda::cross_entropy_prob_forward);
   cross_entropy_prob_backward.set(DeviceType::CUDA, &cuda::cross_entropy_prob_backward);
+  register_cuda_ops_kernels();
 }
 
 }  // namespace dp::backend

@@ -139,7 +139,7 @@ HostStaging HostStaging::stage(const std::vector<Tensor>& tensors, bool read, bo
   s.host.reserve(tensors.size());
   NoGradGuard no_grad;
   for (const Tensor& t : tensors) {
-    if (!t.is_cuda()) {
+    if (t.is_cpu()) {  // already in host memory
       s.host.push_back(t);
       continue;
     }

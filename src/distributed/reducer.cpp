@@ -24,7 +24,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono
 // gradient stolen by AccumulateGrad going into its bucket slot), else a copy and a scaling.
 void copy_scaled(Tensor& dst, const Tensor& src, double factor) {
   NoGradGuard no_grad;
-  const bool flat = src.is_contiguous() && src.dtype() == dst.dtype() && src.device() == dst.device() && !dst.is_cuda();
+  const bool flat = src.is_contiguous() && src.dtype() == dst.dtype() && src.device() == dst.device() && dst.is_cpu();
   if (factor != 1.0 && flat && dst.dtype() == kFloat32) {
     const float f = static_cast<float>(factor);
     const float* __restrict in = src.data_ptr<float>();

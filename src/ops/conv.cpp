@@ -16,6 +16,7 @@
 
 #include <utility>
 
+#include "backend/capabilities.h"
 #include "core/kernels/conv_kernels.h"
 #include "core/kernels/reduce.h"
 #include "dp/autograd/function.h"
@@ -106,8 +107,8 @@ Conv2dGeometry make_geometry(const char* op, IntArrayRef in, IntArrayRef w, cons
 // (src/cuda/conv.cpp); the CPU kernels compute bfloat16 in float32 and round once, as PyTorch's
 // CPU convolution does, and have no float16 path (PyTorch's CPU convolution has none either).
 void check_tensor(const char* op, const Tensor& t, const char* what) {
-  DP_CHECK(t.is_cpu() || t.is_cuda(), NotImplementedError, op, ": not implemented for ", t.device().str(), " tensors (", what, " ", t.describe(), ")");
-  DP_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || t.dtype() == kBFloat16 || (t.is_cuda() && t.dtype() == kFloat16), DTypeError, op,
+  DP_CHECK(backend::capabilities(t.device()).kernels, NotImplementedError, op, ": not implemented for ", t.device().str(), " tensors (", what, " ", t.describe(), ")");
+  DP_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || t.dtype() == kBFloat16 || backend::half_nn_dtype(t.device(), t.dtype()), DTypeError, op,
            ": expected a float32, float64 or bfloat16 ", what, ", but got ", dtype_name(t.dtype()), " ", t.size_str(), " on ", t.device().str(),
            " (float16 is supported on CUDA devices only)");
 }

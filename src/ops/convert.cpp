@@ -6,15 +6,13 @@
 #include <algorithm>
 #include <numeric>
 #include "dp/core/pooled.h"
+#include "backend/transfer_kernels.h"
 #include "core/kernels/loops.h"
 #include "dp/autograd/function.h"
 #include "dp/core/device_registry.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
-#if DP_HAVE_CUDA
-#include "cuda/transfer.h"
-#endif
 
 namespace dp {
 
@@ -50,10 +48,12 @@ Tensor to(const Tensor& t, Device device, DType dtype, bool non_blocking, bool c
   ops::check_defined("to", t);
   if (!copy && device == t.device() && dtype == t.dtype()) return t;
   check_device(device);
-#if !DP_HAVE_CUDA
-  DP_CHECK(device.is_cpu() && t.device().is_cpu(), NotImplementedError, "to: copies between ", t.device().str(), " and ", device.str(),
+  // A copy that leaves host memory runs on the backend of the device involved (one that has none in
+  // this build: a CUDA device in a build without the CUDA backend).
+  const bool across = !device.is_cpu() || !t.device().is_cpu();
+  const DeviceType across_type = backend::transfer_device_type(device, t.device());
+  DP_CHECK(!across || backend::copy_across.has(across_type), NotImplementedError, "to: copies between ", t.device().str(), " and ", device.str(),
            " need the CUDA backend (this build has none)");
-#endif
   // As PyTorch's memory_format=preserve: a dense non-overlapping input keeps its strides.
   Tensor out;
   if (non_overlapping_and_dense(t)) {
@@ -62,13 +62,8 @@ Tensor to(const Tensor& t, Device device, DType dtype, bool non_blocking, bool c
   } else {
     out = make_empty(t.sizes(), dtype, device);
   }
-#if DP_HAVE_CUDA
-  if (device.is_cuda() || t.device().is_cuda()) cuda::copy_across(out, t, non_blocking);
+  if (across) backend::copy_across(across_type, out, t, non_blocking);
   else kernels::copy_kernel(out, t);
-#else
-  (void)non_blocking;
-  kernels::copy_kernel(out, t);
-#endif
   if (autograd::needs_grad(t) && is_floating_point(dtype)) {
     const Device src_device = t.device();
     const DType src_dtype = t.dtype();
@@ -81,7 +76,7 @@ Tensor to(const Tensor& t, Device device, DType dtype, bool non_blocking, bool c
 
 Scalar Tensor::item() const {
   DP_CHECK(numel() == 1, ValueError, "item(): a Tensor with ", numel(), " elements cannot be converted to Scalar (size ", size_str(), ")");
-  if (is_cuda()) {
+  if (!is_cpu()) {  // device memory: read through a copy to the host
     NoGradGuard no_grad;
     return dp::to(*this, Device::cpu(), dtype(), false, false).item();  // waits for the device
   }

@@ -35,7 +35,7 @@ Tensor empty(IntArrayRef sizes, TensorOptions opts) { return finish(make("empty"
 
 Tensor zeros(IntArrayRef sizes, TensorOptions opts) {
   Tensor t = make("zeros", sizes, opts);
-  if (t.is_cuda()) kernels::fill_kernel(t, 0);
+  if (!t.is_cpu()) kernels::fill_kernel(t, 0);  // device memory: no host memset
   else if (t.numel() > 0) std::memset(t.data_ptr(), 0, t.nbytes());  // all-zero bits is 0 in every dtype
   return finish(t, opts);
 }
@@ -90,8 +90,8 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
   DP_CHECK(size_d >= 0 && size_d <= 9.0e18, ValueError, "arange: invalid size, possible overflow? (start=", start, ", end=", end,
            ", step=", step, ")");
   const int64_t size = static_cast<int64_t>(size_d);
-  // A CUDA arange is written on the host and copied over (one transfer).
-  Tensor out = make_empty({size}, dt, o.device_.is_cuda() ? Device::cpu() : o.device_);
+  // A device's arange is written on the host and copied over (one transfer).
+  Tensor out = make_empty({size}, dt, o.device_.is_cpu() ? o.device_ : Device::cpu());
   kernels::dispatch_all(dt, "arange", [&]<typename T>() {
     T* p = out.data_ptr<T>();
     if constexpr (std::is_integral_v<T>) {
@@ -101,13 +101,13 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
       for (int64_t i = 0; i < size; ++i) p[i] = kernels::convert<T>(ds + dst * static_cast<double>(i));
     }
   });
-  if (o.device_.is_cuda()) out = to(out, o.device_, dt, false, false);
+  if (!o.device_.is_cpu()) out = to(out, o.device_, dt, false, false);
   return finish(out, o);
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
   DP_CHECK(steps >= 0, ValueError, "linspace: number of steps must be non-negative, got ", steps);
-  if (opts.device_.is_cuda()) {  // written on the host, copied over
+  if (!opts.device_.is_cpu()) {  // written on the host, copied over
     TensorOptions host = opts;
     host.device_ = Device::cpu();
     return finish(to(linspace(start, end, steps, host.requires_grad(false)), opts.device_, opts.dtype_, false, false), opts);
@@ -137,7 +137,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
 
 Tensor eye(int64_t n, TensorOptions opts) {
   DP_CHECK(n >= 0, ValueError, "eye: n must be greater or equal to 0, got ", n);
-  if (opts.device_.is_cuda()) {  // written on the host, copied over
+  if (!opts.device_.is_cpu()) {  // written on the host, copied over
     TensorOptions host = opts;
     host.device_ = Device::cpu();
     return finish(to(eye(n, host.requires_grad(false)), opts.device_, opts.dtype_, false, false), opts);
@@ -188,12 +188,12 @@ Tensor tensor(std::initializer_list<double> data, TensorOptions opts) {
 Tensor from_blob_copy(const void* data, IntArrayRef sizes, DType dtype, Device device) {
   check_sizes("from_blob_copy", sizes);
   check_device(device);
-  Tensor t = make_empty(sizes, dtype, device.is_cuda() ? Device::cpu() : device);
+  Tensor t = make_empty(sizes, dtype, device.is_cpu() ? device : Device::cpu());
   if (t.nbytes() > 0) {
     DP_CHECK(data != nullptr, ValueError, "from_blob_copy: null data pointer for ", t.nbytes(), " bytes of shape ", shape_str(sizes));
     std::memcpy(t.data_ptr(), data, t.nbytes());
   }
-  if (device.is_cuda()) t = to(t, device, dtype, false, true);
+  if (!device.is_cpu()) t = to(t, device, dtype, false, true);
   return t;
 }
 

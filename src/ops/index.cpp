@@ -1,17 +1,10 @@
 // Indexing ops: index_select, gather, scatter_add(_), index_add(_), embedding, one_hot, masked_fill.
 //
-// Every index is read and bounds-checked before anything is written, so an out-of-range index is
-// an IndexError naming the op, the value and the valid range, and never a partial write or a
-// crash. Accumulating ops (scatter_add, index_add, embedding's backward) run serially, so repeated
-// indices add up exactly. Rows that are contiguous are moved with memcpy / a plain loop.
+// Every index is checked before anything is written, so an out-of-range index is an IndexError
+// naming the op, the value and the valid range, and never a partial write or a crash.
 //
-// On a CUDA device the same ops run as two kernels (cuda/index.h): a gather over an iteration shape
-// (index_select, gather, embedding) and an atomic scatter-add (index_add, scatter_add, embedding's
-// backward, one_hot), given views of the operands with that shape (the indexed dim at stride 0 in
-// the indexed tensor, index values times its stride added by the kernel). Indices are checked by
-// the kernels; a bad one is reported after the op's stream has caught up (the wait cuda/index.h
-// explains) and turned into the CPU's IndexError by re-reading the indices on the host. In-place
-// ops check before they write; backward passes reuse checked indices and do not wait.
+// The kernels are the backends' (backend/index_kernels.h, which also says how indices are checked
+// on each backend); this file checks the arguments, calls one kernel and records the backward.
 #include "dp/core/pooled.h"
 #include "dp/ops/index.h"
 
@@ -20,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/kernels/dispatch.h"
+#include "backend/index_kernels.h"
 #include "core/kernels/loops.h"
 #include "core/kernels/reduce.h"
 #include "dp/autograd/function.h"
@@ -28,10 +21,6 @@
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
-#include "ops/index_plan.h"
-#if DP_HAVE_CUDA
-#include "cuda/index.h"
-#endif
 
 namespace dp {
 namespace {
@@ -61,15 +50,6 @@ Tensor raw_zeros(IntArrayRef sizes, DType dt, Device dev) {
 // A 0-dim tensor seen as [1] (kernels index a dimension).
 Tensor as_1d(const Tensor& t) { return t.dim() == 0 ? raw_view(t, {1}, {1}, t.storage_offset()) : t; }
 
-// t with dimension `dim` fixed at `i` (a view).
-Tensor raw_select(const Tensor& t, int64_t dim, int64_t i) {
-  Shape sz = t.sizes(), st = t.strides();
-  const int64_t off = t.storage_offset() + i * st[dim];
-  sz.erase(sz.begin() + dim);
-  st.erase(st.begin() + dim);
-  return raw_view(t, std::move(sz), std::move(st), off);
-}
-
 int64_t size_at(const Tensor& t, int64_t d) { return t.dim() == 0 ? 1 : t.sizes()[d]; }
 
 void check_inputs(const char* op, std::initializer_list<const Tensor*> ts) {
@@ -82,183 +62,19 @@ void check_index_dtype(const char* op, const Tensor& index) {
            dtype_name(index.dtype()), " ", index.size_str());
 }
 
-// Walks the positions of `sizes` in row-major order keeping one element offset per operand;
-// f(i, offsets) gets the linear position i.
-template <size_t N, typename F>
-void strided_walk(IntArrayRef sizes, const std::array<Shape, N>& strides, F&& f) {
-  const int64_t total = numel_of(sizes);
-  if (total == 0) return;
-  const int nd = static_cast<int>(sizes.size());
-  std::vector<int64_t> idx(nd, 0);
-  std::array<int64_t, N> off{};
-  for (int64_t i = 0; i < total; ++i) {
-    f(i, off);
-    for (int d = nd - 1; d >= 0; --d) {
-      if (++idx[d] < sizes[d]) {
-        for (size_t k = 0; k < N; ++k) off[k] += strides[k][d];
-        break;
-      }
-      for (size_t k = 0; k < N; ++k) off[k] -= strides[k][d] * (sizes[d] - 1);
-      idx[d] = 0;
-    }
-  }
-}
-
-// The index values in row-major order of `index` (any layout), unchecked.
-std::vector<int64_t> read_index_values(const char* op, const Tensor& index) {
-  std::vector<int64_t> out(index.numel());
-  kernels::dispatch_index(index.dtype(), op, [&]<typename I>() {
-    const I* p = static_cast<const I*>(index.data_ptr());
-    strided_walk<1>(index.sizes(), {index.strides()}, [&](int64_t i, const std::array<int64_t, 1>& off) { out[i] = static_cast<int64_t>(p[off[0]]); });
-  });
-  return out;
-}
-
-[[noreturn]] void index_out_of_range(const char* op, int64_t v, int64_t dim, int64_t size) {
-  throw IndexError(detail::str(op, ": index ", v, " is out of bounds for dimension ", dim, " with size ", size,
-                               size > 0 ? detail::str(" (valid range [0, ", size - 1, "])") : std::string(" (the dimension is empty: no index is valid)")));
-}
-
-// Index values, each checked to lie in [0, size).
-std::vector<int64_t> read_indices(const char* op, const Tensor& index, int64_t dim, int64_t size) {
-  std::vector<int64_t> v = read_index_values(op, index);
-  for (int64_t x : v)
-    if (x < 0 || x >= size) index_out_of_range(op, x, dim, size);
-  return v;
-}
-
-// ---------------------------------------------------------------------------------------------
-// CUDA: the kernels of cuda/index.h run on the views of ops/index_plan.h; their error path.
-
-#if DP_HAVE_CUDA
-// A kernel met an index outside [0, size): the CPU's message, from the indices read on the host.
-[[noreturn]] void throw_cuda_bad_index(const char* op, const Tensor& index, int64_t dim, int64_t size) {
-  read_indices(op, index.cpu(), dim, size);
-  throw IndexError(detail::str(op, ": an index is out of bounds for dimension ", dim, " with size ", size));
-}
-
-// Checks every index of a CUDA `index` before an in-place op writes anything (as on the CPU, a bad
-// index must leave self untouched).
-void precheck_cuda(const char* op, const Tensor& index, int64_t dim, int64_t size) {
-  if (cuda::index_out_of_range(kernels::contiguous_nograd(index), size)) throw_cuda_bad_index(op, index, dim, size);
-}
-
-// cuda::index_gather / index_scatter_add on a plan; with check, a bad value of `index` (the op's
-// index tensor, dim `dim`) is the CPU's IndexError, also when the plan is empty but `index` is not
-// (the CPU checks every index).
-void cuda_gather(const char* op, const index_plan::IndexKernelPlan& p, const Tensor& index, int64_t dim, bool check) {
-  if (p.it.numel() == 0) {
-    if (check) precheck_cuda(op, index, dim, p.bound);
-    return;
-  }
-  if (cuda::index_gather(p.it, p.src, p.index, p.step, p.bound, check)) throw_cuda_bad_index(op, index, dim, p.bound);
-}
-
-void cuda_scatter_add(const char* op, const index_plan::IndexKernelPlan& p, const Tensor& index, int64_t dim, bool check) {
-  if (p.it.numel() == 0) {
-    if (check) precheck_cuda(op, index, dim, p.bound);
-    return;
-  }
-  if (cuda::index_scatter_add(p.it, p.src, p.index, p.step, p.bound, p.skip, check)) throw_cuda_bad_index(op, index, dim, p.bound);
-}
-#endif
-
-template <typename T>
-inline T add_values(T x, T y) {
-  if constexpr (std::is_same_v<T, bool>) return x || y;
-  else if constexpr (kernels::is_reduced_float_v<T>) return T(static_cast<float>(x) + static_cast<float>(y));
-  else if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(x)) + static_cast<uint64_t>(static_cast<int64_t>(y)));
-  else return x + y;
-}
-
-template <typename T>
-T scalar_to(const Scalar& s) {
-  if (s.is_floating_point()) return kernels::convert<T>(s.to_double());
-  if (s.is_bool()) return kernels::convert<T>(s.to<bool>());
-  return kernels::convert<T>(s.to_int());
-}
-
-// Copies by element width (the ops that only move elements work for every dtype).
-template <typename F>
-void dispatch_width(size_t width, F&& f) {
-  switch (width) {
-    case 1: f.template operator()<uint8_t>(); return;
-    case 2: f.template operator()<uint16_t>(); return;
-    case 4: f.template operator()<uint32_t>(); return;
-    default: f.template operator()<uint64_t>(); return;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Kernels.
-
-// out (contiguous, out.size(dim) == idx.size()) = a with dimension `dim` picked by idx.
-void index_select_kernel(const Tensor& out, const Tensor& a, int64_t dim, const std::vector<int64_t>& idx) {
-  if (out.numel() == 0) return;
-  const int64_t n = static_cast<int64_t>(idx.size()), S = a.size(dim);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= a.size(d);
-  for (int64_t d = dim + 1; d < a.dim(); ++d) inner *= a.size(d);
-  if (a.is_contiguous()) {
-    const size_t es = a.element_size(), row = static_cast<size_t>(inner) * es;
-    const char* src = static_cast<const char*>(a.data_ptr());
-    char* dst = static_cast<char*>(out.data_ptr());
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t j = 0; j < n; ++j) std::memcpy(dst + (o * n + j) * row, src + (o * S + idx[j]) * row, row);
-    return;
-  }
-  for (int64_t j = 0; j < n; ++j) kernels::copy_kernel(raw_select(out, dim, j), raw_select(a, dim, idx[j]));
-}
+using backend::read_index_values;
+using backend::read_indices;
 
 // out (contiguous, out.size(dim) == index.numel(); a.dim() >= 1) = a picked along dim by index.
 void index_select_into(const char* op, const Tensor& out, const Tensor& a, int64_t dim, const Tensor& index, bool check) {
-#if DP_HAVE_CUDA
-  if (a.is_cuda()) {
-    return cuda_gather(op, index_plan::index_select(out, a, dim, index), index, dim, check);
-  }
-#endif
-  (void)check;  // the CPU reads every index anyway
-  index_select_kernel(out, a, dim, read_indices(op, index, dim, a.size(dim)));
+  backend::index_select_kernel(a.device().type, op, out, a, dim, index, check);
 }
 
-// self[..., idx[j], ...] += src[..., j, ...] along dim, serially.
-void index_add_kernel(const Tensor& self, int64_t dim, const std::vector<int64_t>& idx, const Tensor& src) {
-  if (src.numel() == 0) return;
-  const int64_t n = static_cast<int64_t>(idx.size()), S = self.size(dim);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= self.size(d);
-  for (int64_t d = dim + 1; d < self.dim(); ++d) inner *= self.size(d);
-  kernels::dispatch_all(self.dtype(), "index_add", [&]<typename T>() {
-    if (self.is_contiguous() && src.is_contiguous()) {
-      T* ps = static_cast<T*>(self.data_ptr());
-      const T* pr = static_cast<const T*>(src.data_ptr());
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t j = 0; j < n; ++j) {
-          T* d = ps + (o * S + idx[j]) * inner;
-          const T* s = pr + (o * n + j) * inner;
-          for (int64_t t = 0; t < inner; ++t) d[t] = add_values(d[t], s[t]);
-        }
-      return;
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      Tensor d = raw_select(self, dim, idx[j]), s = raw_select(src, dim, j);
-      kernels::ElementwiseIter it({&d, &d, &s}, d.sizes());
-      kernels::cpu_kernel<T, T, T>(it, [](T x, T y) { return add_values(x, y); });
-    }
-  });
-}
-
-// self (0-dim seen as [1]) [..., index[j], ...] += src[..., j, ...] along dim. In-place callers on
-// CUDA check the indices first (precheck_cuda) and pass check = false.
+// self (0-dim seen as [1]) [..., index[j], ...] += src[..., j, ...] along dim. In-place callers
+// check the indices first (backend::check_indices) and pass check = false.
 void index_add_into(const char* op, const Tensor& self_in, int64_t dim, const Tensor& index, const Tensor& src_in, bool check) {
   const Tensor self = as_1d(self_in), src = as_1d(src_in);
-#if DP_HAVE_CUDA
-  if (self.is_cuda()) {
-    return cuda_scatter_add(op, index_plan::index_add(self, dim, index, src), index, dim, check);
-  }
-#endif
-  (void)check;
-  index_add_kernel(self, dim, read_indices(op, index, dim, self.size(dim)), src);
+  backend::index_add_kernel(self.device().type, op, self, dim, index, src, check);
 }
 
 // Checks done by the callers: index.dim() == a.dim(), index.size(d) <= a.size(d) for d != dim,
@@ -268,46 +84,15 @@ Tensor gather_kernel(const char* op, const Tensor& a_in, int64_t dim, const Tens
   const Tensor a = as_1d(a_in), index = as_1d(index_in);
   Tensor out = make_empty(out_shape, a.dtype(), a.device());
   if (!IntArrayRef(index_in.sizes()).equals(out_shape)) kernels::fill_kernel(out, 0);
-  const Tensor o1 = as_1d(out);
-#if DP_HAVE_CUDA
-  if (a.is_cuda()) {
-    cuda_gather(op, index_plan::gather(o1, a, dim, index), index, dim, check);
-    return out;
-  }
-#endif
-  std::vector<int64_t> idx = read_indices(op, index, dim, a.size(dim));
-  Shape a_st = a.strides();
-  const int64_t step = a_st[dim];
-  a_st[dim] = 0;
-  dispatch_width(a.element_size(), [&]<typename W>() {
-    const W* pa = static_cast<const W*>(a.data_ptr());
-    W* po = static_cast<W*>(o1.data_ptr());
-    strided_walk<2>(index.sizes(), {o1.strides(), a_st}, [&](int64_t i, const std::array<int64_t, 2>& off) { po[off[0]] = pa[off[1] + idx[i] * step]; });
-  });
+  backend::gather_kernel(a.device().type, op, as_1d(out), a, dim, index, check);
   return out;
 }
 
-// self[p with dim := index[p]] += src[p] for p in index's extent, serially (atomics on CUDA).
+// self[p with dim := index[p]] += src[p] for p in index's extent (serially on the CPU, atomics on
+// CUDA).
 void scatter_add_kernel(const char* op, const Tensor& self_in, int64_t dim, const Tensor& index_in, const Tensor& src_in, bool check) {
   const Tensor self = as_1d(self_in), index = as_1d(index_in), src = as_1d(src_in);
-#if DP_HAVE_CUDA
-  if (self.is_cuda()) {
-    return cuda_scatter_add(op, index_plan::scatter_add(self, dim, index, src), index, dim, check);
-  }
-#endif
-  (void)check;
-  std::vector<int64_t> idx = read_indices(op, index, dim, self.size(dim));
-  Shape s_st = self.strides();
-  const int64_t step = s_st[dim];
-  s_st[dim] = 0;
-  kernels::dispatch_all(self.dtype(), op, [&]<typename T>() {
-    T* ps = static_cast<T*>(self.data_ptr());
-    const T* pr = static_cast<const T*>(src.data_ptr());
-    strided_walk<2>(index.sizes(), {s_st, src.strides()}, [&](int64_t i, const std::array<int64_t, 2>& off) {
-      T& d = ps[off[0] + idx[i] * step];
-      d = add_values(d, pr[off[1]]);
-    });
-  });
+  backend::scatter_add_kernel(self.device().type, op, self, dim, index, src, check);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -399,10 +184,10 @@ void rebase_inplace(Tensor& self, const Tensor& src, const char* name, autograd:
   autograd::rebase_history(self, node);
 }
 
-// Flattened copy of an index tensor: int64 on the host; on CUDA a contiguous [N] view (int32 or
-// int64, both fine for index_add) without reading the values.
+// Flattened copy of an index tensor: int64 in host memory; on a device a contiguous [N] view (int32
+// or int64, both fine for index_add) without reading the values.
 Tensor flat_index(const Tensor& indices) {
-  if (indices.is_cuda()) {
+  if (!indices.is_cpu()) {
     const Tensor c = kernels::contiguous_nograd(indices);
     return raw_view(c, {c.numel()}, {1}, c.storage_offset());
   }
@@ -414,23 +199,22 @@ Tensor flat_index(const Tensor& indices) {
 
 // Dense gradient of embedding w.r.t. weight [num_weights, D]: rows of g added at their indices,
 // serially (repeated indices add up); the padding row gets nothing. Written with dp ops, so it
-// is differentiable w.r.t. g. On CUDA without grad mode (the usual backward) it is one atomic
-// scatter-add kernel that skips the padding index (float sums in an unspecified order, as
-// PyTorch's index_add; PyTorch's embedding backward sorts the indices to be deterministic).
+// is differentiable w.r.t. g. Without grad mode (the usual backward) a backend with a fused kernel
+// does it in one (CUDA: an atomic scatter-add that skips the padding index, float sums in an
+// unspecified order, as PyTorch's index_add; PyTorch's embedding backward sorts the indices to be
+// deterministic).
 Tensor embedding_dense_backward(const Tensor& g, const Tensor& indices, int64_t num_weights, int64_t padding_idx) {
   const int64_t D = g.size(-1), N = indices.numel();
-#if DP_HAVE_CUDA
-  if (g.is_cuda() && !GradMode::is_enabled()) {
+  if (!GradMode::is_enabled() && backend::embedding_backward.has(g.device().type)) {
     Tensor gw = raw_zeros({num_weights, D}, g.dtype(), g.device());
-    cuda_scatter_add("embedding backward", index_plan::embedding_backward(gw, g, indices, padding_idx), indices, 0, false);
+    backend::embedding_backward(g.device().type, gw, g, indices, padding_idx);
     return gw;
   }
-#endif
   Tensor g2 = dp::reshape(g, {N, D});
   Tensor idx = flat_index(indices);
   if (padding_idx >= 0) {
     Tensor mask;
-    if (idx.is_cuda()) {
+    if (!idx.is_cpu()) {  // device memory: the mask by an op, not a host loop
       mask = dp::reshape(dp::eq(idx, padding_idx), {N, 1});
     } else {
       mask = make_empty({N, 1}, kBool, g.device());
@@ -451,16 +235,12 @@ Tensor index_select_op(const Tensor& a, int64_t dim, const Tensor& index, bool c
   dim = wrap_dim(dim, std::max<int64_t>(a.dim(), 1), "index_select");
   Tensor out;
   if (a.dim() == 0) {
-    // Only index 0 exists; the CPU checks the values first, then their count.
-    if (a.is_cuda()) {
-      DP_CHECK(index.numel() == 1, IndexError, "index_select: Index to scalar can have only 1 value, got ", index.numel(), " value(s)");
-      out = make_empty({}, a.dtype(), a.device());
-      index_select_into("index_select", raw_view(out, {1}, {1}, 0), as_1d(a), 0, index, check);
-    } else {
-      std::vector<int64_t> idx = read_indices("index_select", index, dim, 1);
-      DP_CHECK(idx.size() == 1, IndexError, "index_select: Index to scalar can have only 1 value, got ", idx.size(), " value(s)");
-      out = raw_copy(a);
-    }
+    // Only index 0 exists. Indices in host memory are checked before their count (as PyTorch's CPU
+    // op); on a device the kernel checks them.
+    if (index.is_cpu()) read_indices("index_select", index, dim, 1);
+    DP_CHECK(index.numel() == 1, IndexError, "index_select: Index to scalar can have only 1 value, got ", index.numel(), " value(s)");
+    out = make_empty({}, a.dtype(), a.device());
+    index_select_into("index_select", raw_view(out, {1}, {1}, 0), as_1d(a), 0, index, check);
   } else {
     Shape out_shape = a.sizes();
     out_shape[dim] = index.numel();
@@ -522,9 +302,7 @@ Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tenso
   dim = check_scatter("scatter_add_", self, dim, index, src);
   autograd::check_inplace(self, "scatter_add_");
   const bool ga = autograd::needs_grad(self), gs = autograd::needs_grad(src);
-#if DP_HAVE_CUDA
-  if (self.is_cuda()) precheck_cuda("scatter_add_", index, dim, size_at(self, dim));
-#endif
+  backend::check_indices(self.device().type, "scatter_add_", index, dim, size_at(self, dim));
   scatter_add_kernel("scatter_add_", self, dim, index, src, false);
   self.bump_version();
   if (ga || gs) rebase_inplace(self, src, "ScatterAddBackward0", scatter_add_backward(dim, index, src.sizes(), ga, gs));
@@ -537,9 +315,7 @@ Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor&
   dim = check_index_add("index_add_", self, dim, index, src);
   autograd::check_inplace(self, "index_add_");
   const bool ga = autograd::needs_grad(self), gs = autograd::needs_grad(src);
-#if DP_HAVE_CUDA
-  if (self.is_cuda()) precheck_cuda("index_add_", index, dim, size_at(self, dim));
-#endif
+  backend::check_indices(self.device().type, "index_add_", index, dim, size_at(self, dim));
   index_add_into("index_add_", self, dim, index, src, false);
   self.bump_version();
   if (ga || gs) rebase_inplace(self, src, "IndexAddBackward0", index_add_backward(dim, index, ga, gs));
@@ -558,27 +334,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
   Shape out_shape = indices.sizes();
   out_shape.push_back(D);
   Tensor out = make_empty(out_shape, weight.dtype(), weight.device());
-#if DP_HAVE_CUDA
-  if (weight.is_cuda()) {
-    cuda_gather("embedding", index_plan::embedding(out, weight, indices), indices, 0, true);
-  } else
-#endif
-  {
-    std::vector<int64_t> idx = read_indices("embedding", indices, 0, V);
-    const int64_t N = static_cast<int64_t>(idx.size());
-    if (out.numel() > 0) {
-      if (D <= 1 || weight.stride(1) == 1) {  // contiguous rows: one memcpy each
-        const size_t es = weight.element_size(), row = static_cast<size_t>(D) * es;
-        const int64_t rs = weight.stride(0);
-        const char* src = static_cast<const char*>(weight.data_ptr());
-        char* dst = static_cast<char*>(out.data_ptr());
-        for (int64_t i = 0; i < N; ++i) std::memcpy(dst + i * row, src + idx[i] * rs * static_cast<int64_t>(es), row);
-      } else {
-        Tensor out2 = raw_view(out, {N, D}, {D, 1}, 0);
-        for (int64_t i = 0; i < N; ++i) kernels::copy_kernel(raw_select(out2, 0, i), raw_select(weight, 0, idx[i]));
-      }
-    }
-  }
+  backend::embedding_forward(weight.device().type, out, weight, indices);
   if (autograd::needs_grad(weight)) {
     SavedVariable si(indices, false);
     autograd::record("EmbeddingBackward0", {weight}, {out}, [si, V, padding_idx](variable_list&& g) {
@@ -593,9 +349,9 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   DP_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, DTypeError, "one_hot: one_hot is only applicable to index tensors (int64 or int32), got ",
            dtype_name(indices.dtype()));
   DP_CHECK(num_classes >= -1, ValueError, "one_hot: num_classes must be -1 (infer) or non-negative, got ", num_classes);
-  // The values are needed on the host for the checks and to infer num_classes (on CUDA: a copy and
-  // a wait; one_hot prepares labels, it is not in a training step's inner loop).
-  std::vector<int64_t> v = read_index_values("one_hot", indices.is_cuda() ? indices.cpu() : indices);
+  // The values are needed on the host for the checks and to infer num_classes (on a device: a copy
+  // and a wait; one_hot prepares labels, it is not in a training step's inner loop).
+  std::vector<int64_t> v = read_index_values("one_hot", indices.is_cpu() ? indices : indices.cpu());
   for (int64_t x : v)
     DP_CHECK(x >= 0, IndexError, "one_hot: class value ", x, " is negative; class values must be in [0, num_classes",
              num_classes >= 0 ? detail::str(" = ", num_classes) : std::string(), ")");
@@ -609,17 +365,7 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   Shape out_shape = indices.sizes();
   out_shape.push_back(num_classes);
   Tensor out = raw_zeros(out_shape, kInt64, indices.device());
-#if DP_HAVE_CUDA
-  if (indices.is_cuda()) {
-    // A one scattered at each class position (the values were checked above).
-    Tensor one = make_empty({}, kInt64, indices.device());
-    kernels::fill_kernel(one, 1);
-    cuda_scatter_add("one_hot", index_plan::one_hot(out, one, indices), indices, indices.dim(), false);
-    return out;
-  }
-#endif
-  int64_t* p = static_cast<int64_t*>(out.data_ptr());
-  for (size_t i = 0; i < v.size(); ++i) p[static_cast<int64_t>(i) * num_classes + v[i]] = 1;
+  backend::one_hot_kernel(indices.device().type, out, indices, v);
   return out;
 }
 
@@ -628,19 +374,7 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, const Scalar& value) {
   DP_CHECK(mask.dtype() == kBool, DTypeError, "masked_fill: only supports boolean masks, but got mask with dtype ", dtype_name(mask.dtype()));
   Shape out_shape = broadcast_shapes(a.sizes(), mask.sizes(), "masked_fill");
   Tensor out = make_empty(out_shape, a.dtype(), a.device());
-#if DP_HAVE_CUDA
-  if (a.is_cuda()) {
-    cuda::masked_fill(out, a, mask, value);
-  } else
-#endif
-  {
-    kernels::copy_kernel(out, a);
-    kernels::ElementwiseIter it({&out, &out, &mask}, out_shape);
-    kernels::dispatch_all(a.dtype(), "masked_fill", [&]<typename T>() {
-      const T v = scalar_to<T>(value);
-      kernels::cpu_kernel<T, T, bool>(it, [v](T x, bool m) { return m ? v : x; });
-    });
-  }
+  backend::masked_fill_kernel(a.device().type, out, a, mask, value);
   if (autograd::needs_grad(a)) {
     SavedVariable sm(mask, false);
     Shape a_shape = a.sizes();

@@ -1,17 +1,14 @@
 // Matrix products: mm, bmm, addmm, matmul, linear, dot, outer.
 //
-// Every product ends in one kernel, matmul_kernel(C, A, B, alpha, beta): C [*batch, m, n] (fresh,
-// contiguous) = alpha * A @ B + beta * C, where A [*ba, m, k] and B [*bb, k, n] have batch dims
-// that broadcast to `batch` (a broadcast batch dim is read with stride 0, never materialised).
-//  - float32/float64: OpenBLAS. A matrix whose last two strides are (ld, 1) or (1, ld) is passed as
-//    it is (x.t() and w.t() need no copy: the trans flag and leading dimension say how to read it);
-//    anything else is copied to a contiguous buffer first. When B has no batch dims and A's batch
-//    and row dims fold into one row dim ([B, n, k] @ [k, m], and linear on any rank), it is one GEMM.
-//  - float16/bfloat16: converted to float32, computed there, rounded back once.
-//  - uint8/int32/int64: a reference loop (wrapping arithmetic, as PyTorch's CPU integer GEMM).
-//  - CUDA tensors: cuda::matmul_kernel (cuBLAS, src/cuda/blas.h) with the same contract;
-//    float32/float64/float16/bfloat16 only, as PyTorch's CUDA products. Linear and addmm with a bias
-//    row go to cuda::matmul_bias_kernel (the bias added by the GEMM's epilogue).
+// Every product ends in one kernel of backend/linalg_kernels.h: matmul_kernel(C, A, B, alpha, beta):
+// C [*batch, m, n] (fresh, contiguous) = alpha * A @ B + beta * C, where A [*ba, m, k] and
+// B [*bb, k, n] have batch dims that broadcast to `batch`; Linear and addmm with alpha = beta = 1
+// call matmul_bias_kernel (on CUDA the bias added by the GEMM's epilogue); dot and outer have
+// kernels of their own. The CPU backend (src/backend/cpu/linalg.cpp) runs OpenBLAS for
+// float32/float64, float32 for the 16-bit floats and reference loops for integers; the CUDA
+// backend (src/cuda/blas.h) cuBLAS, float32/float64/float16/bfloat16 only, as PyTorch's CUDA
+// products. Linear's usual CPU case (float32/float64, BLAS-readable operands) calls the GEMM
+// directly, forward and backward.
 // Backward formulas are written with dp ops, so they are differentiable again.
 #include "dp/core/pooled.h"
 #include "dp/ops/linalg.h"
@@ -21,6 +18,9 @@
 #include <sstream>
 #include <vector>
 
+#include "backend/capabilities.h"
+#include "backend/cpu/blas_layout.h"
+#include "backend/linalg_kernels.h"
 #include "core/kernels/blas.h"
 #include "core/kernels/dispatch.h"
 #include "core/kernels/elementwise_kernels.h"
@@ -32,9 +32,6 @@
 #include "dp/ops/shape.h"
 #include "ops/common.h"
 #include "amp/autocast_ops.h"
-#if DP_HAVE_CUDA
-#include "cuda/blas.h"
-#endif
 
 namespace dp {
 namespace {
@@ -95,7 +92,7 @@ void check_inputs(const char* op, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts) ops::check_defined(op, *t);
   ops::check_same_device(op, ts);
   for (const Tensor* t : ts)
-    if (t->defined()) DP_CHECK(t->is_cpu() || t->is_cuda(), NotImplementedError, op, ": not implemented for ", t->device().str(), " tensors");
+    if (t->defined()) DP_CHECK(backend::capabilities(t->device()).kernels, NotImplementedError, op, ": not implemented for ", t->device().str(), " tensors");
 }
 
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b, const char* an = "m1", const char* bn = "m2") {
@@ -110,194 +107,16 @@ void check_product_dtype(const char* op, DType t) {
 bool is_zero(const Scalar& s) { return s.to_double() == 0.0 && (s.is_floating_point() || s.to_int() == 0); }
 bool is_one(const Scalar& s) { return s.is_floating_point() ? s.to_double() == 1.0 : s.to_int() == 1; }
 
-// How BLAS reads a rows x cols matrix with strides (rs, cs), or nullopt when it cannot.
-struct Layout {
-  bool trans;
-  int64_t ld;
-};
-std::optional<Layout> blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-  const int64_t one_c = std::max<int64_t>(1, cols), one_r = std::max<int64_t>(1, rows);
-  if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= one_c)) return Layout{false, rows <= 1 ? one_c : rs};
-  if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= one_r)) return Layout{true, cols <= 1 ? one_r : cs};
-  return std::nullopt;
-}
-
-// Element offsets of X's matrices for every index of `batch` (row-major), X's batch dims
-// broadcast to it (stride 0 where X has size 1 or lacks the dim).
-std::vector<int64_t> batch_offsets(const Tensor& X, IntArrayRef batch) {
-  const int nb = static_cast<int>(batch.size());
-  const int xb = static_cast<int>(X.dim()) - 2;
-  std::vector<int64_t> st(nb, 0);
-  for (int j = 0; j < nb; ++j) {
-    int d = j - (nb - xb);
-    if (d >= 0 && X.sizes()[d] != 1) st[j] = X.strides()[d];
-  }
-  const int64_t count = numel_of(batch);
-  std::vector<int64_t> offs(count);
-  std::vector<int64_t> idx(nb, 0);
-  int64_t off = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    offs[i] = off;
-    for (int d = nb - 1; d >= 0; --d) {
-      if (++idx[d] < batch[d]) {
-        off += st[d];
-        break;
-      }
-      off -= st[d] * (batch[d] - 1);
-      idx[d] = 0;
-    }
-  }
-  return offs;
-}
-
-// If A's batch dims and row dim merge into one row dim (a [B*m, k] matrix with a fixed row
-// stride), that row stride.
-std::optional<int64_t> fold_rows(const Tensor& A, int64_t k) {
-  int64_t ld = -1, expected = 0;
-  for (int64_t d = A.dim() - 2; d >= 0; --d) {
-    const int64_t sz = A.sizes()[d], st = A.strides()[d];
-    if (sz == 1) continue;
-    if (ld < 0) {
-      if (st < std::max<int64_t>(1, k)) return std::nullopt;
-      ld = st;
-    } else if (st != expected) {
-      return std::nullopt;
-    }
-    expected = st * sz;
-  }
-  return ld < 0 ? std::max<int64_t>(1, k) : ld;
-}
-
-template <typename T>
-void gemm_blas(const Tensor& C, Tensor A, Tensor B, T alpha, T beta) {
-  const int64_t m = C.size(-2), n = C.size(-1), k = A.size(-1);
-  const Shape batch(C.sizes().begin(), C.sizes().end() - 2);
-  auto la = blas_layout(m, k, A.stride(-2), A.stride(-1));
-  if (!la) {
-    A = raw_copy(A, A.dtype());
-    la = blas_layout(m, k, A.stride(-2), A.stride(-1));
-  }
-  auto lb = blas_layout(k, n, B.stride(-2), B.stride(-1));
-  if (!lb) {
-    B = raw_copy(B, B.dtype());
-    lb = blas_layout(k, n, B.stride(-2), B.stride(-1));
-  }
-  const T* a = static_cast<const T*>(A.data_ptr());
-  const T* b = static_cast<const T*>(B.data_ptr());
-  T* c = static_cast<T*>(C.data_ptr());
-  if (batch.empty()) {
-    kernels::blas::gemm(la->trans, lb->trans, m, n, k, alpha, a, la->ld, b, lb->ld, beta, c, n);
-    return;
-  }
-  const int64_t count = numel_of(batch);
-  if (B.dim() == 2 && !la->trans) {
-    if (auto lda = fold_rows(A, k)) {  // [*, m, k] @ [k, n]: one GEMM with count*m rows
-      kernels::blas::gemm(false, lb->trans, count * m, n, k, alpha, a, *lda, b, lb->ld, beta, c, n);
-      return;
-    }
-  }
-  std::vector<int64_t> oa = batch_offsets(A, batch), ob = batch_offsets(B, batch);
-  std::vector<const T*> pa(count), pb(count);
-  std::vector<T*> pc(count);
-  for (int64_t i = 0; i < count; ++i) {
-    pa[i] = a + oa[i];
-    pb[i] = b + ob[i];
-    pc[i] = c + i * m * n;
-  }
-  kernels::blas::gemm_batched(la->trans, lb->trans, m, n, k, alpha, pa.data(), la->ld, pb.data(), lb->ld, beta, pc.data(), n, count);
-}
-
-// Integer GEMM: accumulates in 64 bits with wrap-around, as PyTorch's CPU kernel does in T.
-template <typename T>
-void gemm_reference(const Tensor& C, const Tensor& A, const Tensor& B, int64_t alpha, int64_t beta) {
-  const int64_t m = C.size(-2), n = C.size(-1), k = A.size(-1);
-  const Shape batch(C.sizes().begin(), C.sizes().end() - 2);
-  const int64_t count = numel_of(batch);
-  std::vector<int64_t> oa = batch_offsets(A, batch), ob = batch_offsets(B, batch);
-  const int64_t as0 = A.stride(-2), as1 = A.stride(-1), bs0 = B.stride(-2), bs1 = B.stride(-1);
-  const T* a = static_cast<const T*>(A.data_ptr());
-  const T* b = static_cast<const T*>(B.data_ptr());
-  T* c = static_cast<T*>(C.data_ptr());
-  std::vector<uint64_t> acc(n);
-  const uint64_t ua = static_cast<uint64_t>(alpha), ub = static_cast<uint64_t>(beta);
-  for (int64_t bi = 0; bi < count; ++bi) {
-    const T* ab = a + oa[bi];
-    const T* bb = b + ob[bi];
-    T* cb = c + bi * m * n;
-    for (int64_t i = 0; i < m; ++i) {
-      std::fill(acc.begin(), acc.end(), 0);
-      for (int64_t p = 0; p < k; ++p) {
-        const uint64_t av = static_cast<uint64_t>(static_cast<int64_t>(ab[i * as0 + p * as1]));
-        const T* brow = bb + p * bs0;
-        for (int64_t j = 0; j < n; ++j) acc[j] += av * static_cast<uint64_t>(static_cast<int64_t>(brow[j * bs1]));
-      }
-      T* crow = cb + i * n;
-      for (int64_t j = 0; j < n; ++j) {
-        uint64_t r = ua * acc[j];
-        if (beta != 0) r += ub * static_cast<uint64_t>(static_cast<int64_t>(crow[j]));
-        crow[j] = static_cast<T>(r);
-      }
-    }
-  }
-}
-
-void scale_inplace(const Tensor& C, const Scalar& s) {
-  kernels::ElementwiseIter it({&C, &C}, C.sizes());
-  kernels::dispatch_numeric(C.dtype(), "scale", [&]<typename T>() {
-    if constexpr (kernels::is_float_v<T>) {
-      const double v = s.to_double();
-      kernels::cpu_kernel<T, T>(it, [v](T x) { return kernels::convert<T>(static_cast<double>(kernels::convert<double>(x)) * v); });
-    } else {
-      const uint64_t v = static_cast<uint64_t>(s.to_int());
-      kernels::cpu_kernel<T, T>(it, [v](T x) { return static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(x)) * v); });
-    }
-  });
-}
+using backend::cpu::blas_layout;
+using backend::cpu::fold_rows;
+using backend::cpu::Layout;
 
 // C [*batch, m, n] (contiguous) = alpha * A @ B + beta * C (beta == 0: C's contents are ignored).
 // tf32_ok: a float32 product on CUDA may use TF32 when dp::cuda::allow_tf32() (not for dot).
 void matmul_kernel(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar& alpha, const Scalar& beta, const char* op,
                    bool tf32_ok = true) {
   check_product_dtype(op, C.dtype());
-#if DP_HAVE_CUDA
-  if (C.is_cuda()) return cuda::matmul_kernel(C, A, B, alpha.to_double(), beta.to_double(), op, tf32_ok);
-#else
-  (void)tf32_ok;
-#endif
-  if (C.numel() == 0) return;
-  if (A.size(-1) == 0) {  // empty sum: beta * C
-    if (is_zero(beta)) kernels::fill_kernel(C, 0);
-    else if (!is_one(beta)) scale_inplace(C, beta);
-    return;
-  }
-  switch (C.dtype()) {
-    case kFloat32:
-      gemm_blas<float>(C, A, B, static_cast<float>(alpha.to_double()), static_cast<float>(beta.to_double()));
-      return;
-    case kFloat64:
-      gemm_blas<double>(C, A, B, alpha.to_double(), beta.to_double());
-      return;
-    case kFloat16:
-    case kBFloat16: {
-      Tensor Cf = make_empty(C.sizes(), kFloat32, C.device());
-      if (!is_zero(beta)) kernels::copy_kernel(Cf, C);
-      gemm_blas<float>(Cf, raw_copy(A, kFloat32), raw_copy(B, kFloat32), static_cast<float>(alpha.to_double()),
-                       static_cast<float>(beta.to_double()));
-      kernels::copy_kernel(C, Cf);
-      return;
-    }
-    case kUInt8:
-      gemm_reference<uint8_t>(C, A, B, alpha.to_int(), beta.to_int());
-      return;
-    case kInt32:
-      gemm_reference<int32_t>(C, A, B, alpha.to_int(), beta.to_int());
-      return;
-    case kInt64:
-      gemm_reference<int64_t>(C, A, B, alpha.to_int(), beta.to_int());
-      return;
-    default:
-      kernels::unsupported_dtype(op, C.dtype(), "uint8, int32, int64, float16, bfloat16, float32, float64");
-  }
+  backend::matmul_kernel(C.device().type, C, A, B, alpha, beta, op, tf32_ok);
 }
 
 void check_integral_scalars(const char* op, DType t, const Scalar& beta, const Scalar& alpha) {
@@ -396,14 +215,9 @@ Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar&
   DP_CHECK(broadcasts_to(self.sizes(), out_shape), ShapeError, "addmm: self of shape ",
            self.size_str(), " cannot be broadcast to the result shape ", shape_str(out_shape));
   Tensor out = make_empty(out_shape, a.dtype(), a.device());
-  bool done = false;
-#if DP_HAVE_CUDA
-  if (out.is_cuda() && is_one(alpha) && is_one(beta)) {  // Linear's form: the bias row added by the GEMM's epilogue
-    cuda::matmul_bias_kernel(out, a, b, self, "addmm");
-    done = true;
-  }
-#endif
-  if (!done) {
+  if (is_one(alpha) && is_one(beta)) {  // Linear's form (on CUDA the bias row is added by the GEMM's epilogue)
+    backend::matmul_bias_kernel(out.device().type, out, a, b, self, "addmm");
+  } else {
     if (!is_zero(beta)) kernels::copy_kernel(out, self);  // the bias row, broadcast: the GEMM adds onto it
     matmul_kernel(out, a, b, alpha, beta, "addmm");
   }
@@ -589,15 +403,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     });
   } else {
     Tensor WT = raw_view(w, {in, out_f}, {w.stride(1), w.stride(0)}, w.storage_offset());
-#if DP_HAVE_CUDA
-    if (C.is_cuda() && b.defined()) {
-      cuda::matmul_bias_kernel(C, X2, WT, b, "linear");  // one cuBLASLt call with the bias epilogue where it can
-    } else
-#endif
-    {
-      if (b.defined()) kernels::copy_kernel(C, b);  // bias rows first; the GEMM accumulates onto them (beta = 1)
-      matmul_kernel(C, X2, WT, 1, b.defined() ? 1 : 0, "linear");
-    }
+    // With a bias: the bias rows and the GEMM (on CUDA one cuBLASLt call with the bias epilogue
+    // where it can).
+    if (b.defined()) backend::matmul_bias_kernel(C.device().type, C, X2, WT, b, "linear");
+    else matmul_kernel(C, X2, WT, 1, 0, "linear");
   }
   Tensor out = C;
   if (x.dim() != 2) {
@@ -642,39 +451,8 @@ Tensor dot(const Tensor& a, const Tensor& b) {
   DP_CHECK(a.dtype() == b.dtype(), DTypeError, "dot: expected both vectors to have same dtype, but found ", scalar_type_name(a.dtype()),
            " and ", scalar_type_name(b.dtype()));
   check_product_dtype("dot", a.dtype());
-  const int64_t n = a.size(0);
   Tensor out = make_empty({}, a.dtype(), a.device());
-  if (out.is_cuda()) {
-    // [1, n] @ [n, 1] through the CUDA GEMM (16-bit floats accumulate in fp32); never TF32, as
-    // PyTorch's CUDA dot (cublasSdot) is exact fp32.
-    const Tensor A = raw_view(a, {1, n}, {n * a.stride(0), a.stride(0)}, a.storage_offset());
-    const Tensor B = raw_view(b, {n, 1}, {b.stride(0), 1}, b.storage_offset());
-    matmul_kernel(raw_view(out, {1, 1}, {1, 1}, 0), A, B, 1, 0, "dot", /*tf32_ok=*/false);
-  } else {
-    kernels::dispatch_numeric(a.dtype(), "dot", [&]<typename T>() {
-      T* o = static_cast<T*>(out.data_ptr());
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-        Tensor ac = (n <= 1 || a.stride(0) >= 1) ? a : raw_copy(a, a.dtype());
-        Tensor bc = (n <= 1 || b.stride(0) >= 1) ? b : raw_copy(b, b.dtype());
-        const int64_t ia = n <= 1 ? 1 : ac.stride(0), ib = n <= 1 ? 1 : bc.stride(0);
-        *o = kernels::blas::dot(n, static_cast<const T*>(ac.data_ptr()), ia, static_cast<const T*>(bc.data_ptr()), ib);
-      } else {
-        const T* pa = static_cast<const T*>(a.data_ptr());
-        const T* pb = static_cast<const T*>(b.data_ptr());
-        const int64_t sa = a.stride(0), sb = b.stride(0);
-        if constexpr (kernels::is_reduced_float_v<T>) {
-          float acc = 0.0f;
-          for (int64_t i = 0; i < n; ++i) acc += static_cast<float>(pa[i * sa]) * static_cast<float>(pb[i * sb]);
-          *o = T(acc);
-        } else {
-          uint64_t acc = 0;
-          for (int64_t i = 0; i < n; ++i)
-            acc += static_cast<uint64_t>(static_cast<int64_t>(pa[i * sa])) * static_cast<uint64_t>(static_cast<int64_t>(pb[i * sb]));
-          *o = static_cast<T>(acc);
-        }
-      }
-    });
-  }
+  backend::dot_kernel(out.device().type, out, a, b);
   const bool ga = autograd::needs_grad(a), gb = autograd::needs_grad(b);
   if (ga || gb) {
     SavedVariable sa = gb ? SavedVariable(a, false) : SavedVariable();
@@ -695,40 +473,7 @@ Tensor outer(const Tensor& a, const Tensor& b) {
   const DType rt = promote_types(a.dtype(), b.dtype());
   const int64_t n = a.size(0), m = b.size(0);
   Tensor out = make_empty({n, m}, rt, a.device());
-  if (out.is_cuda()) {
-    // One broadcast multiply on the device: a as a column [n, 1] times b as a row [1, m], both in rt.
-    const Tensor ac = a.dtype() == rt ? a : raw_copy(a, rt), bc = b.dtype() == rt ? b : raw_copy(b, rt);
-    kernels::mul_kernel(out, raw_view(ac, {n, 1}, {ac.stride(0), 1}, ac.storage_offset()),
-                        raw_view(bc, {1, m}, {m * bc.stride(0), bc.stride(0)}, bc.storage_offset()));
-  } else {
-    kernels::dispatch_all(rt, "outer", [&]<typename R>() {
-      kernels::dispatch_all(a.dtype(), "outer", [&]<typename TA>() {
-        kernels::dispatch_all(b.dtype(), "outer", [&]<typename TB>() {
-          const TA* pa = static_cast<const TA*>(a.data_ptr());
-          const TB* pb = static_cast<const TB*>(b.data_ptr());
-          const int64_t sa = n > 1 ? a.stride(0) : 0, sb = m > 1 ? b.stride(0) : 0;
-          R* o = static_cast<R*>(out.data_ptr());
-          std::vector<R> brow(m);
-          for (int64_t j = 0; j < m; ++j) brow[j] = kernels::convert<R>(pb[j * sb]);
-          for (int64_t i = 0; i < n; ++i) {
-            const R x = kernels::convert<R>(pa[i * sa]);
-            R* orow = o + i * m;
-            if constexpr (std::is_same_v<R, bool>) {
-              for (int64_t j = 0; j < m; ++j) orow[j] = x && brow[j];
-            } else if constexpr (kernels::is_reduced_float_v<R>) {
-              const float xf = static_cast<float>(x);
-              for (int64_t j = 0; j < m; ++j) orow[j] = R(xf * static_cast<float>(brow[j]));
-            } else if constexpr (std::is_floating_point_v<R>) {
-              for (int64_t j = 0; j < m; ++j) orow[j] = x * brow[j];
-            } else {  // integers wrap, as in PyTorch
-              const uint64_t xu = static_cast<uint64_t>(static_cast<int64_t>(x));
-              for (int64_t j = 0; j < m; ++j) orow[j] = static_cast<R>(xu * static_cast<uint64_t>(static_cast<int64_t>(brow[j])));
-            }
-          }
-        });
-      });
-    });
-  }
+  backend::outer_kernel(out.device().type, out, a, b);
   const bool ga = autograd::needs_grad(a), gb = autograd::needs_grad(b);
   if (ga || gb) {
     SavedVariable sa = gb ? SavedVariable(a, false) : SavedVariable();

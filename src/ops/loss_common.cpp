@@ -1,6 +1,8 @@
 // Argument checks and small helpers shared by the loss ops.
 #include "ops/loss_common.h"
 
+#include "backend/capabilities.h"
+
 namespace dp {
 
 const char* reduction_name(Reduction r) {
@@ -16,11 +18,13 @@ namespace loss {
 
 void check_input(const char* op, const Tensor& input) {
   ops::check_defined(op, input);
-  // The CUDA kernels also take 16-bit floats (computing in float32); the CPU loops do not.
-  const bool half_on_cuda = input.is_cuda() && (input.dtype() == kFloat16 || input.dtype() == kBFloat16);
-  DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 || half_on_cuda, DTypeError, op, ": \"", op, "\" not implemented for '",
+  // The CUDA kernels also take 16-bit floats (computing in float32); the CPU loops do not. The
+  // message names the CUDA device: that is where the user can run them.
+  const bool half_device = backend::capabilities(input.device()).half_nn;
+  const bool half = input.dtype() == kFloat16 || input.dtype() == kBFloat16;
+  DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 || (half && half_device), DTypeError, op, ": \"", op, "\" not implemented for '",
            kernels::torch_type_name(input.dtype()), "' (input must be float32 or float64",
-           input.is_cuda() ? ", or float16 / bfloat16 on a CUDA device" : " on the CPU; float16 / bfloat16 on a CUDA device", ", got ",
+           half_device ? ", or float16 / bfloat16 on a CUDA device" : " on the CPU; float16 / bfloat16 on a CUDA device", ", got ",
            input.describe(), ")");
 }
 

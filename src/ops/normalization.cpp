@@ -5,6 +5,7 @@
 #include "dp/ops/normalization.h"
 
 #include <vector>
+#include "backend/capabilities.h"
 #include "core/kernels/norm_kernels.h"
 #include "core/kernels/reduce.h"
 #include "dp/autograd/function.h"
@@ -21,14 +22,14 @@ using autograd::variable_list;
 
 // float16/bfloat16 only on CUDA devices (src/cuda/norm_pool.cu computes them in float32).
 void check_norm_dtype(const char* op, const Tensor& t, const char* what) {
-  DP_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || (t.is_cuda() && (t.dtype() == kFloat16 || t.dtype() == kBFloat16)), DTypeError, op, ": expected ", what,
+  DP_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || backend::half_nn_dtype(t.device(), t.dtype()), DTypeError, op, ": expected ", what,
            " of dtype float32 or float64 (float16 and bfloat16 on CUDA devices), got ", t.describe());
 }
 
 void check_layer_norm_inputs(const Tensor& input, IntArrayRef shape, const Tensor& weight, const Tensor& bias) {
   const char* op = "layer_norm";
   ops::check_defined(op, input);
-  if (!input.is_cuda()) kernels::check_cpu_tensor(op, input);  // CUDA: src/cuda/norm_pool.cu
+  if (!backend::capabilities(input.device()).kernels) kernels::check_cpu_tensor(op, input);
   ops::check_same_device(op, {&input, &weight, &bias});
   DP_CHECK(!shape.empty(), ShapeError,
            "layer_norm: Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, but got normalized_shape = []");

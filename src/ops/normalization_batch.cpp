@@ -5,6 +5,8 @@
 // concurrent calls on different tensors are independent.
 #include <cmath>
 #include <vector>
+#include "backend/capabilities.h"
+#include "backend/norm_kernels.h"
 #include "core/kernels/dispatch.h"
 #include "core/kernels/loops.h"
 #include "core/kernels/norm_kernels.h"
@@ -15,9 +17,6 @@
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
-#if DP_HAVE_CUDA
-#include "cuda/norm_pool.h"
-#endif
 
 namespace dp {
 namespace {
@@ -48,12 +47,12 @@ void check_bfloat16_cpu_parameters(const Tensor& input, const std::pair<const Te
 void check_batch_norm_inputs(const Tensor& input, const Tensor& rm, const Tensor& rv, const Tensor& w, const Tensor& b, bool training) {
   const char* op = "batch_norm";
   ops::check_defined(op, input);
-  if (!input.is_cuda()) kernels::check_cpu_tensor(op, input);  // CUDA: src/cuda/norm_pool.cu
+  if (!backend::capabilities(input.device()).kernels) kernels::check_cpu_tensor(op, input);
   ops::check_same_device(op, {&input, &rm, &rv, &w, &b});
   DP_CHECK(input.dim() >= 2, ShapeError, "batch_norm: expected an input of at least 2 dimensions [N, C, *], got ", input.describe());
   // bfloat16 on the CPU (float64 statistics, src/core/kernels/norm_kernels.cpp) and on CUDA
   // devices (src/cuda/norm_pool.cu: float32 statistics); float16 on CUDA devices only.
-  DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 || input.dtype() == kBFloat16 || (input.is_cuda() && input.dtype() == kFloat16),
+  DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 || input.dtype() == kBFloat16 || backend::half_nn_dtype(input.device(), input.dtype()),
            DTypeError, "batch_norm: expected an input of dtype float32, float64 or bfloat16 (float16 on CUDA devices only), got ", input.describe());
   const int64_t C = input.size(1);
   const std::pair<const Tensor*, const char*> per_channel[] = {{&rm, "running_mean"}, {&rv, "running_var"}, {&w, "weight"}, {&b, "bias"}};
@@ -90,23 +89,7 @@ void check_batch_norm_inputs(const Tensor& input, const Tensor& rm, const Tensor
 // (through a contiguous copy written back when it is not contiguous).
 void update_running(const Tensor& running, const Tensor& stat, double factor, double momentum) {
   Tensor dst = running.is_contiguous() ? running : kernels::contiguous_nograd(running);
-#if DP_HAVE_CUDA
-  if (running.is_cuda()) {  // on the device, queued after the statistics (no host round trip)
-    cuda::batch_norm_update_running(dst, stat, factor, momentum);
-    if (!dst.is_same(running)) kernels::copy_kernel(running, dst);
-    running.bump_version();
-    return;
-  }
-#endif
-  const double* s = stat.data_ptr<double>();
-  const int64_t C = running.numel();
-  kernels::dispatch_floating(running.dtype(), "batch_norm", [&]<typename T>() {
-    T* p = dst.data_ptr<T>();
-    for (int64_t c = 0; c < C; ++c) {
-      const double v = (1.0 - momentum) * kernels::convert<double>(p[c]) + momentum * s[c] * factor;
-      p[c] = kernels::convert<T>(v);
-    }
-  });
+  backend::batch_norm_update_running(running.device().type, dst, stat, factor, momentum);
   if (!dst.is_same(running)) kernels::copy_kernel(running, dst);
   running.bump_version();
 }
@@ -195,14 +178,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     mean = channel_f64(running_mean);
     invstd = channel_f64(running_var);
   }
-#if DP_HAVE_CUDA
-  if (input.is_cuda()) cuda::batch_norm_invstd(invstd, eps, training && count == 0);
-  else
-#endif
-  {
-    double* p = invstd.data_ptr<double>();
-    for (int64_t c = 0; c < C; ++c) p[c] = (training && count == 0) ? 0.0 : 1.0 / std::sqrt(p[c] + eps);
-  }
+  backend::batch_norm_invstd(input.device().type, invstd, eps, training && count == 0);
   Tensor out = make_empty(input.sizes(), input.dtype(), input.device());
   if (count > 0) kernels::batch_norm_apply_kernel(x, mean, invstd, w, b, B, C, L, out);
 

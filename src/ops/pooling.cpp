@@ -9,6 +9,7 @@
 // order. Argument checks and output sizes are PyTorch's (pool2d_shape_check, pooling_output_shape).
 #include "dp/ops/pooling.h"
 
+#include "backend/capabilities.h"
 #include "core/kernels/pool_kernels.h"
 #include "core/kernels/reduce.h"
 #include "dp/autograd/function.h"
@@ -29,12 +30,12 @@ std::pair<int64_t, int64_t> pair_of(IntArrayRef v) { return v.size() == 1 ? std:
 // CUDA kernels, src/cuda/norm_pool.cu, take both 16-bit types; PyTorch's CPU pooling takes
 // bfloat16 but not float16).
 bool supported_dtype(const Tensor& t) {
-  return t.dtype() == kFloat32 || t.dtype() == kFloat64 || t.dtype() == kBFloat16 || (t.is_cuda() && t.dtype() == kFloat16);
+  return t.dtype() == kFloat32 || t.dtype() == kFloat64 || t.dtype() == kBFloat16 || backend::half_nn_dtype(t.device(), t.dtype());
 }
 
 void check_input(const char* op, const Tensor& x) {
   ops::check_defined(op, x);
-  DP_CHECK(x.is_cpu() || x.is_cuda(), NotImplementedError, op, ": not implemented for ", x.device().str(), " tensors");
+  DP_CHECK(backend::capabilities(x.device()).kernels, NotImplementedError, op, ": not implemented for ", x.device().str(), " tensors");
   DP_CHECK(supported_dtype(x), DTypeError, op, ": expected a float32, float64 or bfloat16 input, but got ", dtype_name(x.dtype()), " ",
            x.size_str(), " on ", x.device().str(), " (float16 is supported on CUDA devices only)");
   bool ok = x.dim() == 3 || x.dim() == 4;
@@ -230,7 +231,7 @@ Tensor adaptive_avg_pool2d(const Tensor& input, IntArrayRef output_size) {
   auto [oh, ow] = pair_of(output_size);
   DP_CHECK(oh >= 0 && ow >= 0, ValueError, op, ": elements of output_size must be greater than or equal to 0 but received ", shape_str(output_size));
   ops::check_defined(op, input);
-  DP_CHECK(input.is_cpu() || input.is_cuda(), NotImplementedError, op, ": not implemented for ", input.device().str(), " tensors");
+  DP_CHECK(backend::capabilities(input.device()).kernels, NotImplementedError, op, ": not implemented for ", input.device().str(), " tensors");
   DP_CHECK(supported_dtype(input), DTypeError, op, ": expected a float32, float64 or bfloat16 input, but got ", dtype_name(input.dtype()), " ",
            input.size_str(), " on ", input.device().str(), " (float16 is supported on CUDA devices only)");
   DP_CHECK(input.dim() == 3 || input.dim() == 4, ShapeError, op, "(): Expected 3D or 4D tensor, but got ", input.size_str());

@@ -11,90 +11,37 @@
 //     53-bit uniforms).
 #include <cmath>
 #include <limits>
-#include <numbers>
-#include <thread>
 #include "dp/core/pooled.h"
+#include "backend/cpu/random_blocks.h"
+#include "backend/random_kernels.h"
 #include "core/kernels/loops.h"
 #include "dp/autograd/function.h"
 #include "dp/core/device_registry.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
-#if DP_HAVE_CUDA
-#include "cuda/random.h"
-#endif
 
 namespace dp {
 
 namespace {
 
-constexpr double k2pow53inv = 1.0 / 9007199254740992.0;  // 2^-53
-
-inline uint64_t word64(const uint32_t* w, int half) {
-  return (static_cast<uint64_t>(w[2 * half]) << 32) | w[2 * half + 1];
-}
-// Uniform in [0, 1) with 53 random bits.
-inline double u53(uint64_t x) { return static_cast<double>(x >> 11) * k2pow53inv; }
+using backend::cpu::blocks_for;
+using backend::cpu::for_blocks;
+using backend::cpu::word64;
 
 Generator& pick(Generator* gen, Device d) { return gen ? *gen : default_generator(d); }
 
-// Calls f(i, block_words, k) for every element index i in [0, n) (k = i's place in its block),
-// `per_block` consecutive elements sharing one Philox block, starting at the reserved block
-// `first`. Since the stream is counter based, large fills are split over threads by block range
-// (each thread gets its own copy of f, so f may keep per-thread state); not from a device worker,
-// where DataParallel replicas already use the cores. The result does not depend on the split.
-constexpr int64_t kParallelMinBlocks = int64_t{1} << 15;
-
-template <typename F>
-void for_blocks(uint64_t seed, uint64_t first, int64_t n, int per_block, F f, bool parallel = true) {
-  const int64_t nblocks = (n + per_block - 1) / per_block;
-  auto run = [seed, first, n, per_block](int64_t b0, int64_t b1, F fn) {
-    uint32_t w[4];
-    for (int64_t b = b0; b < b1; ++b) {
-      philox4x32(seed, first + static_cast<uint64_t>(b), w);
-      const int64_t i0 = b * per_block;
-      const int64_t lim = std::min<int64_t>(per_block, n - i0);
-      for (int64_t k = 0; k < lim; ++k) fn(i0 + k, w, static_cast<int>(k));
-    }
-  };
-  int64_t threads = 1;
-  if (parallel && nblocks >= 2 * kParallelMinBlocks && Worker::current() == nullptr) {
-    const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
-    threads = std::min<int64_t>({hw, 8, nblocks / kParallelMinBlocks});
-  }
-  if (threads <= 1) {
-    run(0, nblocks, f);
-    return;
-  }
-  const int64_t chunk = (nblocks + threads - 1) / threads;
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) {
-    const int64_t b0 = t * chunk, b1 = std::min(nblocks, b0 + chunk);
-    if (b0 < b1) pool.emplace_back([&run, b0, b1, f] { run(b0, b1, f); });
-  }
-  run(0, std::min(nblocks, chunk), f);
-  for (std::thread& th : pool) th.join();
-}
-
-uint64_t blocks_for(int64_t n, int per_block) { return static_cast<uint64_t>((n + per_block - 1) / per_block); }
-
-// Runs `fill(T* contiguous_out, n)` into t, going through a contiguous buffer when t is not
-// contiguous, and bumps the version counter.
-// On a CUDA device: the Philox kernel (same stream layout) into a contiguous buffer.
-bool cuda_fill([[maybe_unused]] Tensor& t, [[maybe_unused]] int kind, [[maybe_unused]] uint64_t seed, [[maybe_unused]] uint64_t first,
-               [[maybe_unused]] double a, [[maybe_unused]] double b) {
-#if DP_HAVE_CUDA
-  if (!t.is_cuda()) return false;
+// Fills t from the Philox stream (seed, first) on its device's backend, through a contiguous
+// buffer when t is not contiguous, and bumps the version counter.
+void device_fill(Tensor& t, backend::RandomKind kind, uint64_t seed, uint64_t first, double a, double b) {
   Tensor dst = t.is_contiguous() ? t : make_empty(t.sizes(), t.dtype(), t.device());
-  cuda::random_fill(static_cast<cuda::RandomKind>(kind), dst, seed, first, a, b);
+  backend::random_fill(t.device().type, kind, dst, seed, first, a, b);
   if (!dst.is_same(t)) kernels::copy_kernel(t, dst);
   t.bump_version();
-  return true;
-#else
-  return false;
-#endif
 }
 
+// Runs `fill(T* contiguous_out, n)` into t (in host memory), going through a contiguous buffer
+// when t is not contiguous, and bumps the version counter.
 template <typename F>
 void fill_elements(Tensor& t, const char* op, F&& fill) {
   Tensor dst = t.is_contiguous() ? t : make_empty(t.sizes(), t.dtype(), t.device());
@@ -128,20 +75,7 @@ void uniform_fill(Tensor& t, double from, double to, Generator& g) {
   const int per_block = wide ? 2 : 4;
   const uint64_t first = g.reserve(blocks_for(n, per_block));
   const uint64_t seed = g.seed();
-  const double range = to - from;
-  if (cuda_fill(t, 0, seed, first, from, to)) return;
-  fill_elements(t, "uniform_", [&]<typename T>(T* p, int64_t count) {
-    if constexpr (kernels::is_float_v<T>) {
-      for_blocks(seed, first, count, per_block, [&](int64_t i, const uint32_t* w, int k) {
-        double u;
-        if constexpr (std::is_same_v<T, double>) u = u53(word64(w, k));
-        else if constexpr (std::is_same_v<T, float>) u = static_cast<double>(w[k] >> 8) * (1.0 / 16777216.0);
-        else if constexpr (std::is_same_v<T, Half>) u = static_cast<double>(w[k] >> 21) * (1.0 / 2048.0);
-        else u = static_cast<double>(w[k] >> 24) * (1.0 / 256.0);
-        p[i] = kernels::convert<T>(from + range * u);
-      });
-    }
-  });
+  device_fill(t, backend::RandomKind::Uniform, seed, first, from, to);
 }
 
 // N(mean, std) by Box-Muller on two 53-bit uniforms per block (u1 in (0, 1] so log is finite).
@@ -151,21 +85,7 @@ void normal_fill(Tensor& t, double mean, double std, Generator& g) {
   const int64_t n = t.numel();
   const uint64_t first = g.reserve(blocks_for(n, 2));
   const uint64_t seed = g.seed();
-  if (cuda_fill(t, 1, seed, first, mean, std)) return;
-  fill_elements(t, "normal_", [&]<typename T>(T* p, int64_t count) {
-    if constexpr (kernels::is_float_v<T>) {
-      for_blocks(seed, first, count, 2, [p, mean, std, r = 0.0, theta = 0.0](int64_t i, const uint32_t* w, int k) mutable {
-        if (k == 0) {
-          const double u1 = static_cast<double>((word64(w, 0) >> 11) + 1) * k2pow53inv;  // (0, 1]
-          const double u2 = u53(word64(w, 1));
-          r = std::sqrt(-2.0 * std::log(u1));
-          theta = 2.0 * std::numbers::pi * u2;
-        }
-        const double z = k == 0 ? r * std::cos(theta) : r * std::sin(theta);
-        p[i] = kernels::convert<T>(mean + std * z);
-      });
-    }
-  });
+  device_fill(t, backend::RandomKind::Normal, seed, first, mean, std);
 }
 
 void check_factory(const char* op, IntArrayRef sizes, const TensorOptions& opts) {
@@ -199,8 +119,8 @@ Tensor randn(IntArrayRef sizes, TensorOptions opts, Generator* gen) {
 
 Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts, Generator* gen) {
   check_factory("randint", sizes, opts);
-  if (opts.device_.is_cuda()) {
-    // Drawn on the host from the CUDA device's generator (the same numbers a host draw from that
+  if (!opts.device_.is_cpu()) {
+    // Drawn on the host from the device's generator (the same numbers a host draw from that
     // state gives), then copied over.
     Generator& dg = pick(gen, opts.device_);
     const Device dev = opts.device_;
@@ -234,7 +154,7 @@ Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts,
 Tensor randperm(int64_t n, TensorOptions opts, Generator* gen) {
   DP_CHECK(n >= 0, ValueError, "randperm: n must be non-negative, got ", n);
   check_factory("randperm", {n}, opts);
-  if (opts.device_.is_cuda()) {  // drawn on the host from the device's generator, copied over
+  if (!opts.device_.is_cpu()) {  // drawn on the host from the device's generator, copied over
     Generator& dg = pick(gen, opts.device_);
     const Device dev = opts.device_;
     return finish(to(randperm(n, opts.device(Device::cpu()).requires_grad(false), &dg), dev, opts.dtype_), opts);
@@ -288,15 +208,7 @@ Tensor& bernoulli_(Tensor& t, double p, Generator* gen) {
   const int64_t n = t.numel();
   const uint64_t first = g.reserve(blocks_for(n, 2));
   const uint64_t seed = g.seed();
-  if (cuda_fill(t, 2, seed, first, p, 0.0)) {
-    inplace_epilogue(t, "BernoulliBackward1");
-    return t;
-  }
-  fill_elements(t, "bernoulli_", [&]<typename T>(T* out, int64_t count) {
-    for_blocks(seed, first, count, 2, [&](int64_t i, const uint32_t* w, int k) {
-      out[i] = kernels::convert<T>(u53(word64(w, k)) < p);
-    });
-  });
+  device_fill(t, backend::RandomKind::Bernoulli, seed, first, p, 0.0);
   inplace_epilogue(t, "BernoulliBackward1");
   return t;
 }

@@ -1,28 +1,16 @@
 #pragma once
-// Shared by the LSTM ops (rnn_lstm.cpp: the fused op; rnn_composite.cpp: the dp-op version;
-// cuda/lstm.cpp: the fused op on CUDA devices).
+// Shared by the LSTM ops (rnn_lstm.cpp: the fused op; rnn_composite.cpp: the dp-op version).
 #include <array>
+#include "backend/lstm_kernels.h"
 #include "dp/autograd/node.h"
 #include "dp/core/tensor.h"
 
 namespace dp::rnn_detail {
 
-// Sizes of one lstm_layer call, after its arguments were checked.
-struct LstmDims {
-  int64_t T, B, I, H;
-  bool bias;
-};
-
-// The fused op's buffers (rnn_lstm.cpp on the CPU, cuda/lstm.cpp on CUDA devices): all contiguous.
-struct ForwardBuffers {
-  Tensor gates, out, cells, hn, cn;  // gates [T, B, 4H] (activations after the run), cells [T, B, H]
-};
-struct BackwardArgs {
-  Tensor x, h0, c0, w_ih, w_hh, acts, cells, out;  // contiguous
-  Tensor d_out, d_hn, d_cn;                         // contiguous, may be undefined
-  Tensor dx, dh0, dc0, dw_ih, dw_hh, db;            // outputs; dx/dw_ih/dw_hh/db undefined if not needed
-  bool need_dh0 = false;
-};
+// The fused kernels' sizes and buffers (backend/lstm_kernels.h).
+using backend::BackwardArgs;
+using backend::ForwardBuffers;
+using backend::LstmDims;
 
 // Checks lstm_layer's arguments (defined, CPU or CUDA, float32/float64, one dtype, one device, shapes)
 // and returns the sizes; errors name `op` and the offending shapes, dtypes or devices.

@@ -1,4 +1,4 @@
-// The operand views the CUDA index kernels get (ops/index_plan.h), checked on any machine: each
+// The operand views the CUDA index kernels get (backend/index_kernels.h), checked on any machine: each
 // plan is run through a host copy of the kernels' loops (same OffsetCalculator, same byte-offset
 // arithmetic) and must give exactly the CPU op's result, for every op, dim, dtype and layout the
 // GPU tests use. What stays for a GPU to prove is the kernels' memory access and atomics.
@@ -10,12 +10,12 @@
 #include "dp/dp.h"
 #include "core/kernels/dispatch.h"
 #include "cuda/offset_calculator.h"
-#include "ops/index_plan.h"
+#include "backend/index_kernels.h"
 
 namespace dp {
 namespace {
 
-namespace plan = index_plan;
+namespace plan = backend::index_plan;
 
 // Byte offsets of the three operands for each linear position of it's shape: the same
 // OffsetCalculator (and the same stride rules as cuda::detail::offsets_for) as the kernels.

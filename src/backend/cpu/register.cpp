@@ -7,6 +7,7 @@ void register_cpu_nll_loss_kernels();       // loss_nll.cpp
 void register_cpu_pointwise_loss_kernels();  // loss_pointwise.cpp
 void register_cpu_optim_kernels();           // optim_updates.cpp
 void register_cpu_core_kernels();            // register_core_kernels.cpp
+void register_cpu_ops_kernels();             // register_ops.cpp
 
 void register_cpu_kernels() {
   register_cpu_cross_entropy_kernels();
@@ -14,6 +15,7 @@ void register_cpu_kernels() {
   register_cpu_pointwise_loss_kernels();
   register_cpu_optim_kernels();
   register_cpu_core_kernels();
+  register_cpu_ops_kernels();
 }
 
 }  // namespace dp::backend

@@ -4,8 +4,9 @@ namespace dp::nn {
 namespace {
 
 // PyTorch's description of one element: "Parameter containing: [<type> of size 2x3]", with
-// " (GPU k)" for a CUDA tensor. ParameterList spells the type as the dtype ("torch.float32"),
-// ParameterDict as torch.typename ("torch.FloatTensor", "torch.cuda.FloatTensor").
+// " (GPU k)" for a tensor on a device (not in host memory). ParameterList spells the type as the
+// dtype ("torch.float32"), ParameterDict as torch.typename ("torch.FloatTensor",
+// "torch.cuda.FloatTensor": the device type's name after "torch.").
 std::string describe_parameter(const Tensor& p, bool legacy_type) {
   std::string size;
   for (size_t i = 0; i < p.sizes().size(); ++i) {
@@ -15,11 +16,14 @@ std::string describe_parameter(const Tensor& p, bool legacy_type) {
   std::string type;
   if (legacy_type) {
     type = legacy_type_name(p.dtype());
-    if (p.is_cuda()) type.insert(type.find('.') + 1, "cuda.");
+    if (!p.is_cpu()) {  // the device type's name after "torch.": "cuda" of "cuda:0"
+      const std::string dev = p.device().str();
+      type.insert(type.find('.') + 1, dev.substr(0, dev.find(':')) + ".");
+    }
   } else {
     type = std::string("torch.") + dtype_name(p.dtype());
   }
-  std::string device = p.is_cuda() ? " (GPU " + std::to_string(p.device().index < 0 ? 0 : p.device().index) + ")" : "";
+  std::string device = !p.is_cpu() ? " (GPU " + std::to_string(p.device().index < 0 ? 0 : p.device().index) + ")" : "";
   return "Parameter containing: [" + type + " of size " + size + device + "]";
 }
 

@@ -1,12 +1,14 @@
-// The operand views of the CUDA index kernels for each index op (see index_plan.h).
-#include "ops/index_plan.h"
+// The operand views of the CUDA index kernels for each index op (see index_kernels.h).
+#include "backend/index_kernels.h"
+#include "dp/core/pooled.h"
 
-#include "core/kernels/reduce.h"
-
-namespace dp::index_plan {
+namespace dp::backend::index_plan {
 namespace {
 
-Tensor view(const Tensor& t, IntArrayRef sizes, IntArrayRef strides) { return kernels::restride_nograd(t, sizes, strides); }
+// A view of t's storage (no autograd: the kernels' operands).
+Tensor view(const Tensor& t, IntArrayRef sizes, IntArrayRef strides) {
+  return Tensor(::dp::detail::make_pooled<TensorImpl>(t.storage(), sizes.vec(), strides.vec(), t.storage_offset(), t.dtype()));
+}
 
 // st with the indexed dim's entry 0 (the kernel adds index * step itself).
 Shape zero_at(Shape st, int64_t dim) {
@@ -69,4 +71,4 @@ IndexKernelPlan one_hot(const Tensor& out, const Tensor& one, const Tensor& indi
           view(indices, it_shape, with_row(indices)), out.stride(nd - 1), out.size(nd - 1)};
 }
 
-}  // namespace dp::index_plan
+}  // namespace dp::backend::index_plan

@@ -1,0 +1,258 @@
+// The CPU backend's matrix products (linalg_kernels.h).
+//  - float32/float64: OpenBLAS. A matrix whose last two strides are (ld, 1) or (1, ld) is passed as
+//    it is (x.t() and w.t() need no copy: the trans flag and leading dimension say how to read it);
+//    anything else is copied to a contiguous buffer first. When B has no batch dims and A's batch
+//    and row dims fold into one row dim ([B, n, k] @ [k, m], and linear on any rank), it is one GEMM.
+//  - float16/bfloat16: converted to float32, computed there, rounded back once.
+//  - uint8/int32/int64: a reference loop (wrapping arithmetic, as PyTorch's CPU integer GEMM).
+#include <algorithm>
+#include <optional>
+#include <vector>
+#include "backend/cpu/blas_layout.h"
+#include "backend/linalg_kernels.h"
+#include "core/kernels/blas.h"
+#include "core/kernels/dispatch.h"
+#include "core/kernels/elementwise_kernels.h"
+#include "core/kernels/loops.h"
+
+namespace dp::backend {
+namespace {
+
+using cpu::blas_layout;
+using cpu::fold_rows;
+
+bool is_zero(const Scalar& s) { return s.to_double() == 0.0 && (s.is_floating_point() || s.to_int() == 0); }
+bool is_one(const Scalar& s) { return s.is_floating_point() ? s.to_double() == 1.0 : s.to_int() == 1; }
+
+Tensor raw_copy(const Tensor& t, DType dt) {
+  Tensor c = make_empty(t.sizes(), dt, t.device());
+  kernels::copy_kernel(c, t);
+  return c;
+}
+
+// Element offsets of X's matrices for every index of `batch` (row-major), X's batch dims
+// broadcast to it (stride 0 where X has size 1 or lacks the dim).
+std::vector<int64_t> batch_offsets(const Tensor& X, IntArrayRef batch) {
+  const int nb = static_cast<int>(batch.size());
+  const int xb = static_cast<int>(X.dim()) - 2;
+  std::vector<int64_t> st(nb, 0);
+  for (int j = 0; j < nb; ++j) {
+    int d = j - (nb - xb);
+    if (d >= 0 && X.sizes()[d] != 1) st[j] = X.strides()[d];
+  }
+  const int64_t count = numel_of(batch);
+  std::vector<int64_t> offs(count);
+  std::vector<int64_t> idx(nb, 0);
+  int64_t off = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    offs[i] = off;
+    for (int d = nb - 1; d >= 0; --d) {
+      if (++idx[d] < batch[d]) {
+        off += st[d];
+        break;
+      }
+      off -= st[d] * (batch[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  return offs;
+}
+
+template <typename T>
+void gemm_blas(const Tensor& C, Tensor A, Tensor B, T alpha, T beta) {
+  const int64_t m = C.size(-2), n = C.size(-1), k = A.size(-1);
+  const Shape batch(C.sizes().begin(), C.sizes().end() - 2);
+  auto la = blas_layout(m, k, A.stride(-2), A.stride(-1));
+  if (!la) {
+    A = raw_copy(A, A.dtype());
+    la = blas_layout(m, k, A.stride(-2), A.stride(-1));
+  }
+  auto lb = blas_layout(k, n, B.stride(-2), B.stride(-1));
+  if (!lb) {
+    B = raw_copy(B, B.dtype());
+    lb = blas_layout(k, n, B.stride(-2), B.stride(-1));
+  }
+  const T* a = static_cast<const T*>(A.data_ptr());
+  const T* b = static_cast<const T*>(B.data_ptr());
+  T* c = static_cast<T*>(C.data_ptr());
+  if (batch.empty()) {
+    kernels::blas::gemm(la->trans, lb->trans, m, n, k, alpha, a, la->ld, b, lb->ld, beta, c, n);
+    return;
+  }
+  const int64_t count = numel_of(batch);
+  if (B.dim() == 2 && !la->trans) {
+    if (auto lda = fold_rows(A, k)) {  // [*, m, k] @ [k, n]: one GEMM with count*m rows
+      kernels::blas::gemm(false, lb->trans, count * m, n, k, alpha, a, *lda, b, lb->ld, beta, c, n);
+      return;
+    }
+  }
+  std::vector<int64_t> oa = batch_offsets(A, batch), ob = batch_offsets(B, batch);
+  std::vector<const T*> pa(count), pb(count);
+  std::vector<T*> pc(count);
+  for (int64_t i = 0; i < count; ++i) {
+    pa[i] = a + oa[i];
+    pb[i] = b + ob[i];
+    pc[i] = c + i * m * n;
+  }
+  kernels::blas::gemm_batched(la->trans, lb->trans, m, n, k, alpha, pa.data(), la->ld, pb.data(), lb->ld, beta, pc.data(), n, count);
+}
+
+// Integer GEMM: accumulates in 64 bits with wrap-around, as PyTorch's CPU kernel does in T.
+template <typename T>
+void gemm_reference(const Tensor& C, const Tensor& A, const Tensor& B, int64_t alpha, int64_t beta) {
+  const int64_t m = C.size(-2), n = C.size(-1), k = A.size(-1);
+  const Shape batch(C.sizes().begin(), C.sizes().end() - 2);
+  const int64_t count = numel_of(batch);
+  std::vector<int64_t> oa = batch_offsets(A, batch), ob = batch_offsets(B, batch);
+  const int64_t as0 = A.stride(-2), as1 = A.stride(-1), bs0 = B.stride(-2), bs1 = B.stride(-1);
+  const T* a = static_cast<const T*>(A.data_ptr());
+  const T* b = static_cast<const T*>(B.data_ptr());
+  T* c = static_cast<T*>(C.data_ptr());
+  std::vector<uint64_t> acc(n);
+  const uint64_t ua = static_cast<uint64_t>(alpha), ub = static_cast<uint64_t>(beta);
+  for (int64_t bi = 0; bi < count; ++bi) {
+    const T* ab = a + oa[bi];
+    const T* bb = b + ob[bi];
+    T* cb = c + bi * m * n;
+    for (int64_t i = 0; i < m; ++i) {
+      std::fill(acc.begin(), acc.end(), 0);
+      for (int64_t p = 0; p < k; ++p) {
+        const uint64_t av = static_cast<uint64_t>(static_cast<int64_t>(ab[i * as0 + p * as1]));
+        const T* brow = bb + p * bs0;
+        for (int64_t j = 0; j < n; ++j) acc[j] += av * static_cast<uint64_t>(static_cast<int64_t>(brow[j * bs1]));
+      }
+      T* crow = cb + i * n;
+      for (int64_t j = 0; j < n; ++j) {
+        uint64_t r = ua * acc[j];
+        if (beta != 0) r += ub * static_cast<uint64_t>(static_cast<int64_t>(crow[j]));
+        crow[j] = static_cast<T>(r);
+      }
+    }
+  }
+}
+
+void scale_inplace(const Tensor& C, const Scalar& s) {
+  kernels::ElementwiseIter it({&C, &C}, C.sizes());
+  kernels::dispatch_numeric(C.dtype(), "scale", [&]<typename T>() {
+    if constexpr (kernels::is_float_v<T>) {
+      const double v = s.to_double();
+      kernels::cpu_kernel<T, T>(it, [v](T x) { return kernels::convert<T>(static_cast<double>(kernels::convert<double>(x)) * v); });
+    } else {
+      const uint64_t v = static_cast<uint64_t>(s.to_int());
+      kernels::cpu_kernel<T, T>(it, [v](T x) { return static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(x)) * v); });
+    }
+  });
+}
+
+void matmul_cpu(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar& alpha, const Scalar& beta, const char* op, bool /*tf32_ok*/) {
+  if (C.numel() == 0) return;
+  if (A.size(-1) == 0) {  // empty sum: beta * C
+    if (is_zero(beta)) kernels::fill_kernel(C, 0);
+    else if (!is_one(beta)) scale_inplace(C, beta);
+    return;
+  }
+  switch (C.dtype()) {
+    case kFloat32:
+      gemm_blas<float>(C, A, B, static_cast<float>(alpha.to_double()), static_cast<float>(beta.to_double()));
+      return;
+    case kFloat64:
+      gemm_blas<double>(C, A, B, alpha.to_double(), beta.to_double());
+      return;
+    case kFloat16:
+    case kBFloat16: {
+      Tensor Cf = make_empty(C.sizes(), kFloat32, C.device());
+      if (!is_zero(beta)) kernels::copy_kernel(Cf, C);
+      gemm_blas<float>(Cf, raw_copy(A, kFloat32), raw_copy(B, kFloat32), static_cast<float>(alpha.to_double()),
+                       static_cast<float>(beta.to_double()));
+      kernels::copy_kernel(C, Cf);
+      return;
+    }
+    case kUInt8:
+      gemm_reference<uint8_t>(C, A, B, alpha.to_int(), beta.to_int());
+      return;
+    case kInt32:
+      gemm_reference<int32_t>(C, A, B, alpha.to_int(), beta.to_int());
+      return;
+    case kInt64:
+      gemm_reference<int64_t>(C, A, B, alpha.to_int(), beta.to_int());
+      return;
+    default:
+      kernels::unsupported_dtype(op, C.dtype(), "uint8, int32, int64, float16, bfloat16, float32, float64");
+  }
+}
+
+// The bias rows first; the GEMM accumulates onto them (beta = 1).
+void matmul_bias_cpu(const Tensor& C, const Tensor& A, const Tensor& B, const Tensor& bias, const char* op) {
+  kernels::copy_kernel(C, bias);
+  matmul_cpu(C, A, B, 1, 1, op, true);
+}
+
+void dot_cpu(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const int64_t n = a.size(0);
+  kernels::dispatch_numeric(a.dtype(), "dot", [&]<typename T>() {
+    T* o = static_cast<T*>(out.data_ptr());
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      Tensor ac = (n <= 1 || a.stride(0) >= 1) ? a : raw_copy(a, a.dtype());
+      Tensor bc = (n <= 1 || b.stride(0) >= 1) ? b : raw_copy(b, b.dtype());
+      const int64_t ia = n <= 1 ? 1 : ac.stride(0), ib = n <= 1 ? 1 : bc.stride(0);
+      *o = kernels::blas::dot(n, static_cast<const T*>(ac.data_ptr()), ia, static_cast<const T*>(bc.data_ptr()), ib);
+    } else {
+      const T* pa = static_cast<const T*>(a.data_ptr());
+      const T* pb = static_cast<const T*>(b.data_ptr());
+      const int64_t sa = a.stride(0), sb = b.stride(0);
+      if constexpr (kernels::is_reduced_float_v<T>) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < n; ++i) acc += static_cast<float>(pa[i * sa]) * static_cast<float>(pb[i * sb]);
+        *o = T(acc);
+      } else {
+        uint64_t acc = 0;
+        for (int64_t i = 0; i < n; ++i)
+          acc += static_cast<uint64_t>(static_cast<int64_t>(pa[i * sa])) * static_cast<uint64_t>(static_cast<int64_t>(pb[i * sb]));
+        *o = static_cast<T>(acc);
+      }
+    }
+  });
+}
+
+void outer_cpu(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const DType rt = out.dtype();
+  const int64_t n = a.size(0), m = b.size(0);
+  kernels::dispatch_all(rt, "outer", [&]<typename R>() {
+    kernels::dispatch_all(a.dtype(), "outer", [&]<typename TA>() {
+      kernels::dispatch_all(b.dtype(), "outer", [&]<typename TB>() {
+        const TA* pa = static_cast<const TA*>(a.data_ptr());
+        const TB* pb = static_cast<const TB*>(b.data_ptr());
+        const int64_t sa = n > 1 ? a.stride(0) : 0, sb = m > 1 ? b.stride(0) : 0;
+        R* o = static_cast<R*>(out.data_ptr());
+        std::vector<R> brow(m);
+        for (int64_t j = 0; j < m; ++j) brow[j] = kernels::convert<R>(pb[j * sb]);
+        for (int64_t i = 0; i < n; ++i) {
+          const R x = kernels::convert<R>(pa[i * sa]);
+          R* orow = o + i * m;
+          if constexpr (std::is_same_v<R, bool>) {
+            for (int64_t j = 0; j < m; ++j) orow[j] = x && brow[j];
+          } else if constexpr (kernels::is_reduced_float_v<R>) {
+            const float xf = static_cast<float>(x);
+            for (int64_t j = 0; j < m; ++j) orow[j] = R(xf * static_cast<float>(brow[j]));
+          } else if constexpr (std::is_floating_point_v<R>) {
+            for (int64_t j = 0; j < m; ++j) orow[j] = x * brow[j];
+          } else {  // integers wrap, as in PyTorch
+            const uint64_t xu = static_cast<uint64_t>(static_cast<int64_t>(x));
+            for (int64_t j = 0; j < m; ++j) orow[j] = static_cast<R>(xu * static_cast<uint64_t>(static_cast<int64_t>(brow[j])));
+          }
+        }
+      });
+    });
+  });
+}
+
+}  // namespace
+
+void register_cpu_linalg_kernels() {
+  matmul_kernel.set(DeviceType::CPU, &matmul_cpu);
+  matmul_bias_kernel.set(DeviceType::CPU, &matmul_bias_cpu);
+  dot_kernel.set(DeviceType::CPU, &dot_cpu);
+  outer_kernel.set(DeviceType::CPU, &outer_cpu);
+}
+
+}  // namespace dp::backend

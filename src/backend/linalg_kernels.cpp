@@ -1,0 +1,11 @@
+// The stubs of the matrix product kernel interface (linalg_kernels.h).
+#include "backend/linalg_kernels.h"
+
+namespace dp::backend {
+
+DP_DEFINE_KERNEL(matmul_kernel, "matmul");
+DP_DEFINE_KERNEL(matmul_bias_kernel, "matmul");
+DP_DEFINE_KERNEL(dot_kernel, "dot");
+DP_DEFINE_KERNEL(outer_kernel, "outer");
+
+}  // namespace dp::backend

@@ -1,0 +1,9 @@
+// The stubs of the normalization kernel interface (norm_kernels.h).
+#include "backend/norm_kernels.h"
+
+namespace dp::backend {
+
+DP_DEFINE_KERNEL(batch_norm_update_running, "batch_norm");
+DP_DEFINE_KERNEL(batch_norm_invstd, "batch_norm");
+
+}  // namespace dp::backend
