@@ -10,6 +10,10 @@
 #include "dp/cuda/graph.h"
 
 namespace dp::backend {
+
+void register_cuda_elementwise_kernels();  // register_elementwise_kernels.cpp
+void register_cuda_reduce_kernels();       // register_reduce_kernels.cpp
+
 namespace {
 
 // Adam's step count and bias corrections are host values: captured into a CUDA graph they would be
@@ -23,6 +27,8 @@ void check_host_scalar_step_cuda(int device, const char* optimizer) {
 }  // namespace
 
 void register_cuda_kernels() {
+  register_cuda_elementwise_kernels();
+  register_cuda_reduce_kernels();
   dropout_forward.set(DeviceType::CUDA, &cuda::dropout_forward);
   dropout_apply.set(DeviceType::CUDA, &cuda::dropout_apply);
   sgd_update.set(DeviceType::CUDA, &cuda::optim::sgd_update);
