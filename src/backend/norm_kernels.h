@@ -1,12 +1,48 @@
 #pragma once
-// The kernel interface of batch_norm's per-channel steps (src/ops/normalization_batch.cpp), run
-// where the statistics are (CPU: src/backend/cpu/normalization.cpp; CUDA: src/cuda/norm_pool.cu,
-// queued after the statistics, no host round trip). The fused statistics, apply and backward
-// kernels are still kernels::batch_norm_*_kernel (core/kernels/norm_kernels.h).
+// The kernel interface of layer_norm and batch_norm: implemented by the CPU backend
+// (src/core/kernels/norm_kernels.cpp, src/backend/cpu/normalization.cpp) and the CUDA backend
+// (src/cuda/norm_pool.cu), called by src/ops/normalization*.cpp through the entries
+// kernels::layer_norm_kernel etc. below, which pick the backend from the input's device type. No
+// autograd inside. Every tensor argument is contiguous and on x's device; the statistics (mean,
+// rstd / invstd) are float64 whatever the input dtype, so the backward reads them at full
+// precision. batch_norm's per-channel steps (the running-stat update and invstd) run where the
+// statistics are (on CUDA: queued after them, no host round trip).
+#include <cstdint>
 #include "backend/kernel_stub.h"
 #include "dp/core/tensor.h"
 
 namespace dp::backend {
+
+// ---- layer norm: x viewed as [M, N], normalised over each row of N ----
+
+// out = (x - mean) * rstd * w + b per row; writes mean[M] and rstd[M] (float64, biased variance).
+// w, b: [N] or undefined (no affine / no bias).
+using LayerNormKernel = void(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out,
+                             const Tensor& mean, const Tensor& rstd);
+// Gradients of layer_norm given dy [M, N]: dx [M, N], dw [N], db [N]; any of them may be
+// undefined (not wanted). w may be undefined (weight 1).
+using LayerNormBackwardKernel = void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M,
+                                     int64_t N, const Tensor& dx, const Tensor& dw, const Tensor& db);
+
+// ---- batch norm: x viewed as [B, C, L], statistics per channel over B * L values ----
+
+// Per-channel mean and biased variance into float64 tensors mean[C], var[C].
+using BatchNormStatsKernel = void(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var);
+// out = (x - mean[c]) * invstd[c] * w[c] + b[c] (w, b may be undefined).
+using BatchNormApplyKernel = void(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B,
+                                  int64_t C, int64_t L, const Tensor& out);
+// Gradients given dy [B, C, L]. training: the statistics came from this batch (dx includes their
+// derivative); else they were constants (running stats). dx, dw, db may be undefined.
+using BatchNormBackwardKernel = void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w,
+                                     bool training, int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db);
+
+DP_DECLARE_KERNEL(layer_norm_stub, LayerNormKernel);
+DP_DECLARE_KERNEL(layer_norm_backward_stub, LayerNormBackwardKernel);
+DP_DECLARE_KERNEL(batch_norm_stats_stub, BatchNormStatsKernel);
+DP_DECLARE_KERNEL(batch_norm_apply_stub, BatchNormApplyKernel);
+DP_DECLARE_KERNEL(batch_norm_backward_stub, BatchNormBackwardKernel);
+
+// ---- batch norm's per-channel steps ----
 
 // running[c] = (1 - momentum) * running[c] + momentum * stat[c] * factor, in place; running
 // contiguous, any floating dtype; stat float64 [C] on running's device.
@@ -18,3 +54,28 @@ DP_DECLARE_KERNEL(batch_norm_update_running, BatchNormUpdateRunning);
 DP_DECLARE_KERNEL(batch_norm_invstd, BatchNormInvstd);
 
 }  // namespace dp::backend
+
+// The entries the ops call: x's device type picks the backend.
+namespace dp::kernels {
+
+inline void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out,
+                              const Tensor& mean, const Tensor& rstd) {
+  backend::layer_norm_stub(x.device().type, x, w, b, M, N, eps, out, mean, rstd);
+}
+inline void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M,
+                                       int64_t N, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  backend::layer_norm_backward_stub(x.device().type, dy, x, mean, rstd, w, M, N, dx, dw, db);
+}
+inline void batch_norm_stats_kernel(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var) {
+  backend::batch_norm_stats_stub(x.device().type, x, B, C, L, mean, var);
+}
+inline void batch_norm_apply_kernel(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B,
+                                    int64_t C, int64_t L, const Tensor& out) {
+  backend::batch_norm_apply_stub(x.device().type, x, mean, invstd, w, b, B, C, L, out);
+}
+inline void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w,
+                                       bool training, int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  backend::batch_norm_backward_stub(x.device().type, dy, x, mean, invstd, w, training, B, C, L, dx, dw, db);
+}
+
+}  // namespace dp::kernels

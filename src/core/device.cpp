@@ -25,7 +25,12 @@ Device::Device(const std::string& spec) {
 
 std::string Device::str() const {
   std::string s = is_cpu() ? "cpu" : "cuda";
-  if (index >= 0) s += ":" + std::to_string(index);
+  if (index >= 0) {
+    // Two appends, not ":" + to_string(...): GCC 12 at -O3 reports a false -Wrestrict on the
+    // temporary that operator+ builds.
+    s += ':';
+    s += std::to_string(index);
+  }
   return s;
 }
 

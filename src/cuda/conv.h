@@ -1,6 +1,6 @@
 #pragma once
-// 2-D convolution on a CUDA device (src/cuda/conv.cpp), with the contract of the CPU kernels in
-// core/kernels/conv_kernels.h (which forward CUDA tensors here): contiguous NCHW tensors of one
+// 2-D convolution on a CUDA device (src/cuda/conv.cpp), the CUDA backend of
+// backend/conv_kernels.h (registered in register_reduce_kernels.cpp): contiguous NCHW tensors of one
 // dtype (float32, float64, float16 or bfloat16; the CPU kernels take the first two) on one device,
 // fresh outputs that are overwritten. Work is queued on the current stream of the tensors' device.
 // The 16-bit types convolve with float compute type and tensor-op math allowed (PyTorch's choice);
@@ -13,7 +13,7 @@
 // NotImplementedError saying so.
 #include <cstdint>
 #include <string>
-#include "core/kernels/conv_kernels.h"
+#include "backend/conv_kernels.h"
 #include "dp/core/tensor.h"
 
 namespace dp::cuda {

@@ -1,24 +1,13 @@
 #pragma once
-// The CUDA element-wise kernels (src/cuda/elementwise_*.cu): the same entry points, contract and
-// math as the CPU kernels of core/kernels/elementwise_kernels.h (both are instantiations of
-// core/kernels/elementwise_impl.h), for an output on a CUDA device. Inputs are on out's device
-// (a CPU input with one element, a 0-dim "scalar tensor", is copied over first). The work is queued
-// on the current stream of out's device; nothing waits for it.
-//
-// DP_ROUTE_CUDA(out, call) at the top of a CPU kernel entry sends a CUDA output to dp::cuda::call;
-// in a build without the CUDA backend a CUDA tensor cannot exist, and it expands to nothing.
+// The CUDA element-wise kernels (src/cuda/elementwise_*.cu), copies and fills (copy.cu): the CUDA
+// backend of the kernel interfaces backend/elementwise_kernels.h and backend/copy_kernels.h
+// (registered in register_elementwise_kernels.cpp), with the same math as the CPU kernels (both
+// are instantiations of core/kernels/elementwise_impl.h), for an output on a CUDA device. Inputs
+// are on out's device (a CPU input with one element, a 0-dim "scalar tensor", is copied over
+// first). The work is queued on the current stream of out's device; nothing waits for it.
 #include <optional>
+#include "backend/elementwise_kernels.h"
 #include "dp/core/tensor.h"
-#include "core/kernels/elementwise_kernels.h"
-
-#if DP_HAVE_CUDA
-#define DP_ROUTE_CUDA(out, call) \
-  if ((out).device().type == ::dp::DeviceType::CUDA) return ::dp::cuda::call
-#else
-#define DP_ROUTE_CUDA(out, call) \
-  do {                           \
-  } while (0)
-#endif
 
 namespace dp::cuda {
 

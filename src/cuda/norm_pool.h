@@ -1,22 +1,22 @@
 #pragma once
 // CUDA pooling, batch norm and layer norm kernels (src/cuda/norm_pool.cu). Each has the name, the
-// arguments and the contract of its CPU counterpart in core/kernels/pool_kernels.h and
-// core/kernels/norm_kernels.h (which forward CUDA tensors here with DP_ROUTE_CUDA): contiguous
-// tensors on one CUDA device, float32, float64, float16 or bfloat16 data (the 16-bit types computed
-// in float and rounded once on store; the CPU kernels take only the first two), statistics tensors (mean, var, rstd,
-// invstd) float64 [M] or [C]. Everything is queued on the current stream of the tensors' device;
+// arguments and the contract of its kernel in backend/pool_kernels.h and backend/norm_kernels.h
+// (registered in register_reduce_kernels.cpp): contiguous tensors on one CUDA device, float32,
+// float64, float16 or bfloat16 data (the 16-bit types computed in float and rounded once on store;
+// the CPU kernels take only the first two), statistics tensors (mean, var, rstd, invstd) float64
+// [M] or [C]. Everything is queued on the current stream of the tensors' device;
 // nothing waits. Reductions accumulate in float for float32 and 16-bit data (double for float64): per thread,
 // then across the block (warp shuffles, then shared memory), then across blocks in a second
 // kernel, so results do not depend on timing. Pooling backward passes gather per input element
 // (see cuda/pool_windows.h): no atomics.
 #include <cstdint>
 #include <optional>
-#include "core/kernels/pool_kernels.h"
+#include "backend/pool_kernels.h"
 #include "dp/core/tensor.h"
 
 namespace dp::cuda {
 
-using kernels::Pool2dGeometry;
+using backend::Pool2dGeometry;
 
 // How many blocks share one channel (or column tile) of `count` values in the two-level reductions:
 // enough blocks over all `channels` to give each of `sms` multiprocessors four, but none with

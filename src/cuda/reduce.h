@@ -1,8 +1,8 @@
 #pragma once
-// The CUDA reductions (src/cuda/reduce.cu) and softmax family (src/cuda/softmax.cu): the same entry
-// points and semantics as the CPU kernels of core/kernels/reduce.h, for tensors on a CUDA device
-// (out and in on one device). The CPU entries forward CUDA outputs here with DP_ROUTE_CUDA
-// (cuda/elementwise.h). The work is queued on the current stream of out's device; nothing waits.
+// The CUDA reductions (src/cuda/reduce.cu) and softmax family (src/cuda/softmax.cu): the CUDA
+// backend of backend/reduce_kernels.h (registered in register_reduce_kernels.cpp), the semantics of
+// the CPU kernels, for tensors on a CUDA device (out and in on one device). The work is queued on
+// the current stream of out's device; nothing waits.
 //
 // Accumulation: float32, float16 and bfloat16 inputs accumulate in float32 (as PyTorch's CUDA
 // reductions), float64 in float64, integer and bool sums in int64. Results are deterministic (a

@@ -18,6 +18,10 @@ const DeviceRuntime& cuda_runtime();  // device_runtime.cpp
 }  // namespace dp::cuda
 
 namespace dp::backend {
+
+void register_cuda_elementwise_kernels();  // register_elementwise_kernels.cpp
+void register_cuda_reduce_kernels();       // register_reduce_kernels.cpp
+
 namespace {
 
 // Adam's step count and bias corrections are host values: captured into a CUDA graph they would be
@@ -43,6 +47,8 @@ void register_cuda_kernels() {
   collective_reduce.set(DeviceType::CUDA, &cuda::nccl::reduce);
   peer_access.set(DeviceType::CUDA, &cuda::enable_peer_access);
   sum_into.set(DeviceType::CUDA, &sum_into_cuda);
+  register_cuda_elementwise_kernels();
+  register_cuda_reduce_kernels();
   dropout_forward.set(DeviceType::CUDA, &cuda::dropout_forward);
   dropout_apply.set(DeviceType::CUDA, &cuda::dropout_apply);
   sgd_update.set(DeviceType::CUDA, &cuda::optim::sgd_update);

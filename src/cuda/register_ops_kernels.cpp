@@ -8,7 +8,6 @@
 #include "backend/lstm_kernels.h"
 #include "backend/norm_kernels.h"
 #include "backend/random_kernels.h"
-#include "backend/transfer_kernels.h"
 #include "cuda/blas.h"
 #include "cuda/elementwise.h"
 #include "cuda/index.h"
@@ -169,8 +168,6 @@ void register_cuda_ops_kernels() {
   batch_norm_invstd.set(DeviceType::CUDA, &cuda::batch_norm_invstd);
 
   random_fill.set(DeviceType::CUDA, &random_fill_cuda);
-
-  copy_across.set(DeviceType::CUDA, &cuda::copy_across);
 }
 
 }  // namespace dp::backend

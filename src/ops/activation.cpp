@@ -6,22 +6,10 @@
 #include <cmath>
 #include <string>
 #include "core/kernels/elementwise_common.h"
-#include "core/kernels/elementwise_impl.h"
-#include "core/kernels/elementwise_kernels.h"
-#include "cuda/elementwise.h"
+#include "backend/elementwise_kernels.h"
 #include "amp/autocast_ops.h"
 
 namespace dp {
-namespace kernels {
-
-// The kernels are the shared templates of core/kernels/elementwise_impl.h on the CPU launcher;
-// an output on a CUDA device goes to their CUDA instantiation (src/cuda/elementwise.h).
-void activation_backward_kernel(ActGrad op, const Tensor& out, const Tensor& g, const Tensor& xy) {
-  DP_ROUTE_CUDA(out, activation_backward_kernel(op, out, g, xy));
-  impl::activation_backward_kernel<CpuLaunch>(op, out, g, xy);
-}
-
-}  // namespace kernels
 
 using autograd::Node;
 using autograd::variable_list;

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <numeric>
 #include "dp/core/pooled.h"
-#include "backend/transfer_kernels.h"
+#include "backend/copy_kernels.h"
 #include "core/kernels/loops.h"
 #include "dp/autograd/function.h"
 #include "dp/core/device_registry.h"
@@ -51,8 +51,8 @@ Tensor to(const Tensor& t, Device device, DType dtype, bool non_blocking, bool c
   // A copy that leaves host memory runs on the backend of the device involved (one that has none in
   // this build: a CUDA device in a build without the CUDA backend).
   const bool across = !device.is_cpu() || !t.device().is_cpu();
-  const DeviceType across_type = backend::transfer_device_type(device, t.device());
-  DP_CHECK(!across || backend::copy_across.has(across_type), NotImplementedError, "to: copies between ", t.device().str(), " and ", device.str(),
+  const DeviceType across_type = device.is_cpu() ? t.device().type : device.type;
+  DP_CHECK(!across || backend::copy_across_stub.has(across_type), NotImplementedError, "to: copies between ", t.device().str(), " and ", device.str(),
            " need the CUDA backend (this build has none)");
   // As PyTorch's memory_format=preserve: a dense non-overlapping input keeps its strides.
   Tensor out;
@@ -62,7 +62,7 @@ Tensor to(const Tensor& t, Device device, DType dtype, bool non_blocking, bool c
   } else {
     out = make_empty(t.sizes(), dtype, device);
   }
-  if (across) backend::copy_across(across_type, out, t, non_blocking);
+  if (across) backend::copy_across_stub(across_type, out, t, non_blocking);
   else kernels::copy_kernel(out, t);
   if (autograd::needs_grad(t) && is_floating_point(dtype)) {
     const Device src_device = t.device();

@@ -1,115 +1,11 @@
-// Binary arithmetic: add, sub, rsub, mul, div, pow, maximum, minimum, lerp, where — kernels and
-// the differentiable ops.
+// Binary arithmetic: add, sub, rsub, mul, div, pow, maximum, minimum, lerp, where — the
+// differentiable ops (their kernels: backend/elementwise_kernels.h).
 #include <cmath>
 #include "core/kernels/elementwise_common.h"
-#include "core/kernels/elementwise_impl.h"
-#include "core/kernels/elementwise_kernels.h"
-#include "cuda/elementwise.h"
+#include "backend/elementwise_kernels.h"
 #include "amp/autocast_ops.h"
 
 namespace dp {
-namespace kernels {
-
-// The kernels are the shared templates of core/kernels/elementwise_impl.h on the CPU launcher;
-// an output on a CUDA device goes to their CUDA instantiation (src/cuda/elementwise.h).
-void add_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  DP_ROUTE_CUDA(out, add_kernel(out, a, b, alpha));
-  impl::add_kernel<CpuLaunch>(out, a, b, alpha);
-}
-
-void add_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s, const Scalar& alpha) {
-  DP_ROUTE_CUDA(out, add_scalar_kernel(out, a, s, alpha));
-  impl::add_scalar_kernel<CpuLaunch>(out, a, s, alpha);
-}
-
-void rsub_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s) {
-  DP_ROUTE_CUDA(out, rsub_scalar_kernel(out, a, s));
-  impl::rsub_scalar_kernel<CpuLaunch>(out, a, s);
-}
-
-void mul_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
-  DP_ROUTE_CUDA(out, mul_kernel(out, a, b));
-  impl::mul_kernel<CpuLaunch>(out, a, b);
-}
-
-void mul_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s) {
-  DP_ROUTE_CUDA(out, mul_scalar_kernel(out, a, s));
-  impl::mul_scalar_kernel<CpuLaunch>(out, a, s);
-}
-
-void div_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
-  DP_ROUTE_CUDA(out, div_kernel(out, a, b));
-  impl::div_kernel<CpuLaunch>(out, a, b);
-}
-
-void div_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s) {
-  DP_ROUTE_CUDA(out, div_scalar_kernel(out, a, s));
-  impl::div_scalar_kernel<CpuLaunch>(out, a, s);
-}
-
-void rdiv_scalar_kernel(const Tensor& out, const Scalar& s, const Tensor& a) {
-  DP_ROUTE_CUDA(out, rdiv_scalar_kernel(out, s, a));
-  impl::rdiv_scalar_kernel<CpuLaunch>(out, s, a);
-}
-
-void pow_kernel(const Tensor& out, const Tensor& a, const Tensor& e) {
-  DP_ROUTE_CUDA(out, pow_kernel(out, a, e));
-  impl::pow_kernel<CpuLaunch>(out, a, e);
-}
-
-void pow_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& e) {
-  DP_ROUTE_CUDA(out, pow_scalar_kernel(out, a, e));
-  impl::pow_scalar_kernel<CpuLaunch>(out, a, e);
-}
-
-void rpow_scalar_kernel(const Tensor& out, const Scalar& base, const Tensor& e) {
-  DP_ROUTE_CUDA(out, rpow_scalar_kernel(out, base, e));
-  impl::rpow_scalar_kernel<CpuLaunch>(out, base, e);
-}
-
-void maximum_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
-  DP_ROUTE_CUDA(out, maximum_kernel(out, a, b));
-  impl::maximum_kernel<CpuLaunch>(out, a, b);
-}
-
-void minimum_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
-  DP_ROUTE_CUDA(out, minimum_kernel(out, a, b));
-  impl::minimum_kernel<CpuLaunch>(out, a, b);
-}
-
-void extremum_weight_kernel(const Tensor& out, const Tensor& a, const Tensor& b, bool is_max) {
-  DP_ROUTE_CUDA(out, extremum_weight_kernel(out, a, b, is_max));
-  impl::extremum_weight_kernel<CpuLaunch>(out, a, b, is_max);
-}
-
-void lerp_kernel(const Tensor& out, const Tensor& a, const Tensor& end, const Scalar& weight) {
-  DP_ROUTE_CUDA(out, lerp_kernel(out, a, end, weight));
-  impl::lerp_kernel<CpuLaunch>(out, a, end, weight);
-}
-
-void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
-  DP_ROUTE_CUDA(out, where_kernel(out, cond, a, b));
-  impl::where_kernel<CpuLaunch>(out, cond, a, b);
-}
-
-void where_scalar_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const Scalar& b) {
-  DP_ROUTE_CUDA(out, where_scalar_kernel(out, cond, a, b));
-  impl::where_scalar_kernel<CpuLaunch>(out, cond, a, b);
-}
-
-void addcmul_kernel(const Tensor& out, const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& value) {
-  DP_ROUTE_CUDA(out, addcmul_kernel(out, self, a, b, value));
-  impl::addcmul_kernel<CpuLaunch>(out, self, a, b, value);
-}
-
-void addcdiv_kernel(const Tensor& out, const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& value) {
-  DP_ROUTE_CUDA(out, addcdiv_kernel(out, self, a, b, value));
-  impl::addcdiv_kernel<CpuLaunch>(out, self, a, b, value);
-}
-
-}  // namespace kernels
-
-// ================================================================ differentiable ops
 
 using ops::check_alpha;
 using ops::check_sub;

@@ -1,7 +1,6 @@
 // Shared helpers of the element-wise ops: checks, conversion, output allocation, autograd glue.
 #include <cstdint>
 #include "core/kernels/elementwise_common.h"
-#include "cuda/elementwise.h"
 
 namespace dp::ops {
 
@@ -14,24 +13,11 @@ void check_binary(const char* op, const Tensor& a, const Tensor& b) {
   check_input(op, a);
   check_input(op, b);
   if (a.device() != b.device()) {
-    // As PyTorch: a CPU 0-dim tensor may meet a CUDA tensor (it is copied over as a scalar).
-    const bool scalar_ok = (a.is_cuda() && b.device().is_cpu() && b.dim() == 0) || (b.is_cuda() && a.device().is_cpu() && a.dim() == 0);
+    // As PyTorch: a CPU 0-dim tensor may meet a device tensor (it is copied over as a scalar).
+    const bool scalar_ok = (!a.is_cpu() && b.is_cpu() && b.dim() == 0) || (!b.is_cpu() && a.is_cpu() && a.dim() == 0);
     if (!scalar_ok) check_same_device(op, {&a, &b});
   }
 }
-
-
-
-}  // namespace dp::ops
-
-namespace dp::kernels {
-void throw_cuda_operand_on_cpu(const Tensor& out, const Tensor& in) {
-  throw DeviceError(::dp::detail::str("expected all tensors to be on the same device, but found at least two devices, ", out.device().str(),
-                                      " and ", in.device().str(), "!"));
-}
-}  // namespace dp::kernels
-
-namespace dp::ops {
 
 Tensor new_output(IntArrayRef sizes, DType dtype, Device device) { return make_empty(sizes, dtype, device); }
 
@@ -45,7 +31,7 @@ namespace {
 // The conversions of mixed-precision arithmetic (16-bit floats to and from float32) with the
 // one-instruction float16 conversion and vectorised loops; false for other pairs.
 bool convert_fast(const Tensor& dst, const Tensor& src) {
-  if (dst.is_cuda() || src.is_cuda()) return false;  // kernels::copy_kernel sends them to the device
+  if (!dst.is_cpu() || !src.is_cpu()) return false;  // host loops; kernels::copy_kernel sends the others to their device
   using kernels::launch;
   using kernels::om;
   using kernels::st;

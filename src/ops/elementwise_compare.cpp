@@ -1,32 +1,9 @@
 // Comparisons (bool results, computed in the promoted dtype), logical_not, equal, allclose.
 #include <cmath>
 #include "core/kernels/elementwise_common.h"
-#include "core/kernels/elementwise_impl.h"
-#include "core/kernels/elementwise_kernels.h"
-#include "cuda/elementwise.h"
+#include "backend/elementwise_kernels.h"
 
 namespace dp {
-namespace kernels {
-
-// The kernels are the shared templates of core/kernels/elementwise_impl.h on the CPU launcher;
-// an output on a CUDA device goes to their CUDA instantiation (src/cuda/elementwise.h).
-void compare_kernel(CmpOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  DP_ROUTE_CUDA(out, compare_kernel(op, out, a, b));
-  impl::compare_kernel<CpuLaunch>(op, out, a, b);
-}
-
-void compare_scalar_kernel(CmpOp op, const Tensor& out, const Tensor& a, const Scalar& s) {
-  DP_ROUTE_CUDA(out, compare_scalar_kernel(op, out, a, s));
-  impl::compare_scalar_kernel<CpuLaunch>(op, out, a, s);
-}
-
-void logical_not_kernel(const Tensor& out, const Tensor& a) {
-  DP_ROUTE_CUDA(out, logical_not_kernel(out, a));
-  impl::logical_not_kernel<CpuLaunch>(out, a);
-}
-
-}  // namespace kernels
-
 namespace {
 
 Tensor compare(const char* op, kernels::CmpOp k, const Tensor& a, const Tensor& b) {
@@ -47,8 +24,8 @@ Tensor compare(const char* op, kernels::CmpOp k, const Tensor& a, const Scalar& 
 
 // True when every element of a fresh contiguous bool tensor is true.
 bool all_true(const Tensor& t_in) {
-  // A CUDA mask is read on the host (no CUDA reduction yet); the copy waits for the device.
-  const Tensor t = t_in.is_cuda() ? t_in.to(Device::cpu()) : t_in;
+  // A device mask is read on the host (no device reduction yet); the copy waits for the device.
+  const Tensor t = t_in.is_cpu() ? t_in : t_in.to(Device::cpu());
   const bool* p = static_cast<const bool*>(t.data_ptr());
   const int64_t n = t.numel();
   bool ok = true;
@@ -93,8 +70,8 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
            ops::torch_type_name(b.dtype()));
   DP_CHECK(rtol >= 0, ValueError, "allclose: rtol must be greater than or equal to zero, but got ", rtol);
   DP_CHECK(atol >= 0, ValueError, "allclose: atol must be greater than or equal to zero, but got ", atol);
-  // CUDA operands are compared on the host (the check below is a host loop; no CUDA reduction yet).
-  if (a.is_cuda() || b.is_cuda()) return allclose(a.to(Device::cpu()), b.to(Device::cpu()), rtol, atol);
+  // Device operands are compared on the host (the check below is a host loop; no device reduction yet).
+  if (!a.is_cpu() || !b.is_cpu()) return allclose(a.to(Device::cpu()), b.to(Device::cpu()), rtol, atol);
   Tensor out = ops::new_output_like(a, b, "allclose", kBool, a.device());
   kernels::dispatch_all(a.dtype(), "allclose", [&]<typename T>() {
     kernels::launch<bool, T, T>(out, [rtol, atol](T x, T y) {

@@ -6,11 +6,9 @@
 // never grows), writes self in one pass (any strides), bumps the version counter, and when
 // autograd is on records a node that becomes self's new grad_fn (rebase_history), its edges
 // taken from self's previous history and the other operands.
+#include "backend/copy_kernels.h"
+#include "backend/elementwise_kernels.h"
 #include "core/kernels/elementwise_common.h"
-#include "core/kernels/elementwise_kernels.h"
-#if DP_HAVE_CUDA
-#include "cuda/transfer.h"
-#endif
 
 namespace dp {
 
@@ -323,24 +321,16 @@ Tensor& copy_(Tensor& self, const Tensor& src, bool non_blocking) {
   ops::check_defined("copy_", self, "self");
   ops::check_defined("copy_", src, "src");
   autograd::check_inplace(self, "copy_");
-#if !DP_HAVE_CUDA
-  DP_CHECK(self.device().is_cpu() && src.device().is_cpu(), NotImplementedError, "copy_: no copy between ", src.device().str(), " and ",
-           self.device().str(), " in this build (CPU devices only)");
-#endif
   ops::check_inplace_shape("copy_", self, src);
   ops::check_no_internal_overlap("copy_", self);
-  // Every CPU device uses host memory: a copy between cpu:i and cpu:j is a plain strided copy.
-#if DP_HAVE_CUDA
-  if (self.device() != src.device() && (self.is_cuda() || src.is_cuda())) {
-    // Host <-> device or between devices (different memory, so no aliasing).
-    cuda::copy_across(self, src, non_blocking);
+  // Every CPU device uses host memory: a copy between cpu:i and cpu:j is a plain strided copy (and
+  // completes before returning, whatever non_blocking says).
+  if (self.device() != src.device() && (!self.is_cpu() || !src.is_cpu())) {
+    // Host <-> device or between devices (different memory, so no aliasing): the device's backend.
+    backend::copy_across_stub(backend::copy_device_type(self, src), self, src, non_blocking);
   } else if (!self.is_same(src)) {
     ops::copy_into(self, ops::unaliased(self, src));
   }
-#else
-  (void)non_blocking;  // host copies complete before returning
-  if (!self.is_same(src)) ops::copy_into(self, ops::unaliased(self, src));
-#endif
   self.bump_version();
   if (autograd::needs_grad(self, src)) {
     record_inplace("CopyBackwards", {&self, &src}, self,

@@ -3,7 +3,7 @@
 // already are these ops (mul is `and`, add with alpha 1 is `or`, ne is `xor`), with broadcasting and
 // their CUDA instantiations. Results are bool and not differentiable, as PyTorch's.
 #include "core/kernels/elementwise_common.h"
-#include "core/kernels/elementwise_kernels.h"
+#include "backend/elementwise_kernels.h"
 #include "dp/ops/elementwise.h"
 
 namespace dp {

@@ -1,35 +1,12 @@
 // Unary math: neg, abs, sign, square, exp, log, log1p, sqrt, rsqrt, sin, cos, reciprocal, clamp —
-// the unary kernel (shared with the activations) and the differentiable ops.
+// the differentiable ops (the unary kernel, shared with the activations, and clamp's:
+// backend/elementwise_kernels.h).
 #include <cmath>
 #include "core/kernels/elementwise_common.h"
-#include "core/kernels/elementwise_impl.h"
-#include "core/kernels/elementwise_kernels.h"
-#include "cuda/elementwise.h"
+#include "backend/elementwise_kernels.h"
 #include "amp/autocast_ops.h"
 
 namespace dp {
-namespace kernels {
-
-// The kernels are the shared templates of core/kernels/elementwise_impl.h on the CPU launcher;
-// an output on a CUDA device goes to their CUDA instantiation (src/cuda/elementwise.h).
-void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& a) {
-  DP_ROUTE_CUDA(out, unary_kernel(op, out, a));
-  impl::unary_kernel<CpuLaunch>(op, out, a);
-}
-
-void clamp_kernel(const Tensor& out, const Tensor& a, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) {
-  DP_ROUTE_CUDA(out, clamp_kernel(out, a, lo, hi));
-  impl::clamp_kernel<CpuLaunch>(out, a, lo, hi);
-}
-
-void clamp_mask_kernel(const Tensor& out, const Tensor& a, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) {
-  DP_ROUTE_CUDA(out, clamp_mask_kernel(out, a, lo, hi));
-  impl::clamp_mask_kernel<CpuLaunch>(out, a, lo, hi);
-}
-
-}  // namespace kernels
-
-// ================================================================ differentiable ops
 
 using autograd::Node;
 using autograd::variable_list;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 #include "dp/dp.h"
-#include "core/kernels/elementwise_kernels.h"
+#include "backend/elementwise_kernels.h"
 #include "support/cuda.h"
 #if DP_HAVE_CUDA
 #include "dp/cuda/cuda.h"

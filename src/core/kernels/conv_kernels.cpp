@@ -7,8 +7,6 @@
 
 #include "core/kernels/blas.h"
 #include "core/kernels/dispatch.h"
-#include "cuda/conv.h"
-#include "cuda/elementwise.h"
 
 namespace dp::kernels {
 namespace {
@@ -322,17 +320,15 @@ void check_dtype(const char* op, DType dt) {
 
 }  // namespace
 
-void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
-  DP_ROUTE_CUDA(out, conv2d_forward_kernel(out, input, weight, bias, g));
+void conv2d_forward_kernel_cpu(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
   check_dtype("conv2d", input.dtype());
   if (input.dtype() == kFloat32) forward_impl<float>(out, input, weight, bias, g);
   else if (input.dtype() == kFloat64) forward_impl<double>(out, input, weight, bias, g);
   else forward_impl<BFloat16>(out, input, weight, bias, g);
 }
 
-void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input,
+void conv2d_backward_kernel_cpu(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input,
                             const Tensor& weight, const Tensor& grad_output, const Conv2dGeometry& g) {
-  DP_ROUTE_CUDA(grad_output, conv2d_backward_kernel(grad_input, grad_weight, grad_bias, input, weight, grad_output, g));
   check_dtype("conv2d backward", grad_output.dtype());
   if (grad_output.dtype() == kFloat32) backward_impl<float>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
   else if (grad_output.dtype() == kFloat64) backward_impl<double>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);

@@ -68,7 +68,7 @@ Tensor zeros_of(IntArrayRef sizes, DType dtype, Device device);
 void copy_into(const Tensor& dst, const Tensor& src);
 // A fresh output of a and b's broadcast shape.
 inline Tensor new_output_like(const Tensor& a, const Tensor& b, const char* op, DType dtype, Device device) {
-  if (a.device() != b.device() && b.is_cuda()) device = b.device();  // a CPU 0-dim a with a CUDA b
+  if (a.device() != b.device() && !b.is_cpu()) device = b.device();  // a CPU 0-dim a with a device b
   if (a.sizes() == b.sizes()) return new_output(a.sizes(), dtype, device);
   return new_output(broadcast_shapes(a.sizes(), b.sizes(), op), dtype, device);
 }

@@ -7,13 +7,13 @@
 // the host compiler builds the CPU loops from them (exactly as the lambdas they replace) and nvcc
 // builds the CUDA kernels from the same text. The dtype dispatch, the special cases chosen on the
 // host (alpha == 1, pow's exact exponents, lerp's nearer end) and the Scalar conversions are shared
-// too. src/ops/elementwise_*.cpp and activation.cpp instantiate them with CpuLaunch;
-// src/cuda/elementwise_*.cu with CudaLaunch.
+// too. src/backend/cpu/elementwise_*.cpp register them on CpuLaunch as the CPU backend of
+// backend/elementwise_kernels.h; src/cuda/elementwise_*.cu instantiate them with CudaLaunch.
 #include <cmath>
 #include <limits>
 #include <optional>
 #include "dp/core/tensor.h"
-#include "core/kernels/elementwise_kernels.h"
+#include "backend/elementwise_kernels.h"
 #include "core/kernels/elementwise_math.h"
 
 namespace dp::kernels::impl {

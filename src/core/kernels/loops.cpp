@@ -1,10 +1,6 @@
 #include "core/kernels/loops.h"
 #include <algorithm>
 #include <numeric>
-#if DP_HAVE_CUDA
-#include "cuda/elementwise.h"
-#include "cuda/transfer.h"
-#endif
 
 namespace dp::kernels {
 
@@ -51,16 +47,7 @@ void ElementwiseIter::init(const Tensor* const* operands, int n, IntArrayRef sha
   for (int k = 0; k < nt_; ++k) strides_[k] = cs[k];
 }
 
-void copy_kernel(const Tensor& dst, const Tensor& src) {
-#if DP_HAVE_CUDA
-  // The device seam of every strided copy (clone, contiguous, dtype conversion): CUDA operands go
-  // to the CUDA copy (same device) or a transfer.
-  if (dst.is_cuda() || src.is_cuda()) {
-    if (dst.device() == src.device()) cuda::copy_kernel(dst, src);
-    else cuda::copy_across(dst, src, false);
-    return;
-  }
-#endif
+void copy_kernel_cpu(const Tensor& dst, const Tensor& src) {
   ElementwiseIter it({&dst, &src}, dst.sizes());
   dispatch_all(dst.dtype(), "copy_", [&]<typename D>() {
     dispatch_all(src.dtype(), "copy_", [&]<typename S>() {
@@ -69,10 +56,7 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
   });
 }
 
-void fill_kernel(const Tensor& dst, const Scalar& value) {
-#if DP_HAVE_CUDA
-  if (dst.is_cuda()) return cuda::fill_kernel(dst, value);
-#endif
+void fill_kernel_cpu(const Tensor& dst, const Scalar& value) {
   dispatch_all(dst.dtype(), "fill_", [&]<typename D>() {
     D v = value.is_floating_point() ? convert<D>(value.to_double()) : convert<D>(value.to_int());
     if (value.is_bool()) v = convert<D>(value.to_int() != 0);

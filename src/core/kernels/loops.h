@@ -12,6 +12,7 @@
 #include <vector>
 #include "dp/core/small_vector.h"
 #include "dp/core/tensor.h"
+#include "backend/copy_kernels.h"
 #include "core/kernels/dispatch.h"
 
 namespace dp::kernels {
@@ -113,9 +114,9 @@ void cpu_kernel(const ElementwiseIter& it, F f) {
   });
 }
 
-// Strided copy with dtype conversion: dst (any layout) <- src broadcast to dst's shape.
-void copy_kernel(const Tensor& dst, const Tensor& src);
-// Fills every element of dst (any layout) with value.
-void fill_kernel(const Tensor& dst, const Scalar& value);
+// The CPU backend's copy and fill (backend/copy_kernels.h, whose kernels::copy_kernel and
+// kernels::fill_kernel pick the backend): host memory only.
+void copy_kernel_cpu(const Tensor& dst, const Tensor& src);
+void fill_kernel_cpu(const Tensor& dst, const Scalar& value);
 
 }  // namespace dp::kernels

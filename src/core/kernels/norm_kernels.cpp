@@ -14,8 +14,6 @@
 #include <type_traits>
 #include <vector>
 #include "core/kernels/dispatch.h"
-#include "cuda/elementwise.h"
-#include "cuda/norm_pool.h"
 #include "dp/core/generator.h"
 #include "dp/core/worker.h"
 
@@ -385,34 +383,30 @@ void bn_backward_impl(const T* dy, const T* x, const double* mean, const double*
 
 }  // namespace
 
-void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out,
+void layer_norm_kernel_cpu(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out,
                        const Tensor& mean, const Tensor& rstd) {
-  DP_ROUTE_CUDA(x, layer_norm_kernel(x, w, b, M, N, eps, out, mean, rstd));
   dispatch_norm(x.dtype(), "layer_norm", [&]<typename T>() {
     layer_norm_impl<T>(x.data_ptr<T>(), ptr_or_null<T>(w), ptr_or_null<T>(b), M, N, eps, out.data_ptr<T>(), mean.data_ptr<double>(),
                        rstd.data_ptr<double>());
   });
 }
 
-void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M,
+void layer_norm_backward_kernel_cpu(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M,
                                 int64_t N, const Tensor& dx, const Tensor& dw, const Tensor& db) {
-  DP_ROUTE_CUDA(x, layer_norm_backward_kernel(dy, x, mean, rstd, w, M, N, dx, dw, db));
   dispatch_norm(x.dtype(), "layer_norm_backward", [&]<typename T>() {
     layer_norm_backward_impl<T>(dy.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<double>(), rstd.data_ptr<double>(), ptr_or_null<T>(w), M, N,
                                 mut_ptr_or_null<T>(dx), mut_ptr_or_null<T>(dw), mut_ptr_or_null<T>(db));
   });
 }
 
-void batch_norm_stats_kernel(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var) {
-  DP_ROUTE_CUDA(x, batch_norm_stats_kernel(x, B, C, L, mean, var));
+void batch_norm_stats_kernel_cpu(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var) {
   dispatch_batch_norm(x.dtype(), x.dtype(), "batch_norm", [&]<typename T, typename>() {
     bn_stats_impl<T>(x.data_ptr<T>(), B, C, L, mean.data_ptr<double>(), var.data_ptr<double>());
   });
 }
 
-void batch_norm_apply_kernel(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B,
+void batch_norm_apply_kernel_cpu(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B,
                              int64_t C, int64_t L, const Tensor& out) {
-  DP_ROUTE_CUDA(x, batch_norm_apply_kernel(x, mean, invstd, w, b, B, C, L, out));
   DP_CHECK(!w.defined() || !b.defined() || w.dtype() == b.dtype(), DTypeError, "batch_norm: weight (", w.describe(), ") and bias (",
            b.describe(), ") must have one dtype");
   dispatch_batch_norm(x.dtype(), first_dtype({&w, &b}, x.dtype()), "batch_norm", [&]<typename T, typename P>() {
@@ -421,9 +415,8 @@ void batch_norm_apply_kernel(const Tensor& x, const Tensor& mean, const Tensor& 
   });
 }
 
-void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w,
+void batch_norm_backward_kernel_cpu(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w,
                                 bool training, int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db) {
-  DP_ROUTE_CUDA(x, batch_norm_backward_kernel(dy, x, mean, invstd, w, training, B, C, L, dx, dw, db));
   const DType param = first_dtype({&w, &dw, &db}, x.dtype());
   for (const Tensor* t : {&w, &dw, &db})
     DP_CHECK(!t->defined() || t->dtype() == param, DTypeError, "batch_norm_backward: weight, grad_weight and grad_bias must have one dtype, got ",

@@ -1,39 +1,30 @@
 #pragma once
-// Fused CPU kernels of layer_norm and batch_norm (float32 / float64), used by
-// src/ops/normalization*.cpp. No autograd inside. The layer / batch norm entries send CUDA tensors
-// to src/cuda/norm_pool.cu (same contract). Every tensor argument is contiguous; the
-// statistics (mean, rstd / invstd) are float64 whatever the input dtype, so the backward reads
-// them at full precision. Large calls split rows (layer norm) or channels (batch norm) over a few
-// threads, except on a device worker (DataParallel replicas already use the cores); the result
-// does not depend on the split. The kernels keep no state, so concurrent calls on different
-// tensors are safe.
+// Fused CPU kernels of layer_norm and batch_norm (float32 / float64), the CPU backend of
+// backend/norm_kernels.h (the contracts), and dropout's (backend/random_kernels.h). No autograd
+// inside. Every tensor argument is contiguous; the statistics (mean, rstd / invstd) are float64
+// whatever the input dtype, so the backward reads them at full precision. Large calls split rows
+// (layer norm) or channels (batch norm) over a few threads, except on a device worker (DataParallel
+// replicas already use the cores); the result does not depend on the split. The kernels keep no
+// state, so concurrent calls on different tensors are safe.
 #include <cstdint>
+#include "backend/norm_kernels.h"
 #include "dp/core/tensor.h"
 
 namespace dp::kernels {
 
-// ---- layer norm: x viewed as [M, N], normalised over each row of N ----
+// ---- the CPU backend's layer / batch norm (backend/norm_kernels.h, contracts there; the ops call
+// kernels::layer_norm_kernel etc., which pick the backend) ----
 
-// out = (x - mean) * rstd * w + b per row; writes mean[M] and rstd[M] (float64, biased variance).
-// w, b: [N] or undefined (no affine / no bias).
-void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out,
-                       const Tensor& mean, const Tensor& rstd);
-// Gradients of layer_norm given dy [M, N]: dx [M, N], dw [N], db [N]; any of them may be
-// undefined (not wanted). w may be undefined (weight 1).
-void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M,
-                                int64_t N, const Tensor& dx, const Tensor& dw, const Tensor& db);
-
-// ---- batch norm: x viewed as [B, C, L], statistics per channel over B * L values ----
-
-// Per-channel mean and biased variance (two passes) into float64 tensors mean[C], var[C].
-void batch_norm_stats_kernel(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var);
-// out = (x - mean[c]) * invstd[c] * w[c] + b[c] (w, b may be undefined).
-void batch_norm_apply_kernel(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B,
-                             int64_t C, int64_t L, const Tensor& out);
-// Gradients given dy [B, C, L]. training: the statistics came from this batch (dx includes their
-// derivative); else they were constants (running stats). dx, dw, db may be undefined.
-void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w,
-                                bool training, int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db);
+void layer_norm_kernel_cpu(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out,
+                           const Tensor& mean, const Tensor& rstd);
+void layer_norm_backward_kernel_cpu(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M,
+                                    int64_t N, const Tensor& dx, const Tensor& dw, const Tensor& db);
+// Two passes: the mean, then the squared deviations.
+void batch_norm_stats_kernel_cpu(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var);
+void batch_norm_apply_kernel_cpu(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B,
+                                 int64_t C, int64_t L, const Tensor& out);
+void batch_norm_backward_kernel_cpu(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w,
+                                    bool training, int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db);
 
 // ---- dropout ----
 

@@ -26,6 +26,7 @@
 #include <memory>
 #include <type_traits>
 #include <vector>
+#include "backend/reduce_kernels.h"
 #include "core/kernels/cpu_dispatch.h"
 #include "core/kernels/dispatch.h"
 #include "core/kernels/loops.h"
@@ -239,28 +240,18 @@ Tensor grad_to_keepdim(const Tensor& g, IntArrayRef in_shape, const std::vector<
 // NotImplementedError for tensors the CPU kernels cannot read (CUDA, until its backend lands).
 void check_cpu_tensor(const char* op, const Tensor& t);
 
-// ---- the typed kernels (reduce_*.cpp) ----
-// `out` is a fresh contiguous tensor whose shape is the input shape with the reduced dims removed
-// (or kept as 1 when keepdim); `reduced` marks the reduced dims of `in` (size in.dim()).
+// ---- the CPU backend's kernels (reduce_*.cpp) ----
+// The implementations of backend/reduce_kernels.h (contracts there) on host memory; the ops call
+// kernels::sum_kernel etc., which pick the backend.
 
-void sum_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
-void mean_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
-// max (is_max) or min values; NaN propagates.
-void minmax_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, bool is_max);
-// Values and int64 indices along one dim (indices may be undefined: argmax/argmin). Ties give the
-// first index; NaN counts as the extreme and its first index wins.
-void minmax_index_kernel(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim, bool keepdim, bool is_max);
-// var (take_sqrt = false) or std with divisor max(0, N - correction).
-void var_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction, bool take_sqrt);
-void logsumexp_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
-// p-norm over all elements into a 0-dim out.
-void norm_kernel(const Tensor& out, const Tensor& in, double p);
-
-// Softmax family over `dim` of a contiguous input into a contiguous out of the same shape.
-void softmax_kernel(const Tensor& out, const Tensor& in, int64_t dim, bool log);
-// Gradient w.r.t. the input given grad g and output y (contiguous, same shape):
-//   softmax:     gi = y * (g - sum(g * y, dim))
-//   log_softmax: gi = g - exp(y) * sum(g, dim)
-void softmax_backward_kernel(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log);
+void sum_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
+void mean_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
+void minmax_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, bool is_max);
+void minmax_index_kernel_cpu(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim, bool keepdim, bool is_max);
+void var_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction, bool take_sqrt);
+void logsumexp_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
+void norm_kernel_cpu(const Tensor& out, const Tensor& in, double p);
+void softmax_kernel_cpu(const Tensor& out, const Tensor& in, int64_t dim, bool log);
+void softmax_backward_kernel_cpu(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log);
 
 }  // namespace dp::kernels

@@ -2,7 +2,6 @@
 // NaN propagates (it is treated as larger than everything for max and smaller for min), as in
 // PyTorch; among equal extremes the first index wins.
 #include "core/kernels/reduce.h"
-#include "cuda/reduce.h"
 
 namespace dp::kernels {
 namespace {
@@ -108,8 +107,7 @@ struct ExtremeIndexOp : ReduceOpBase<ExtremeIndexOp<T, IsMax>, T, ValIdx<compute
 
 }  // namespace
 
-void minmax_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, bool is_max) {
-  DP_ROUTE_CUDA(out, minmax_kernel(out, in, reduced, keepdim, is_max));
+void minmax_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, bool is_max) {
   ReducePlan plan = make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
   dispatch_all(in.dtype(), is_max ? "max" : "min", [&]<typename T>() {
     const T* src = in.numel() ? static_cast<const T*>(in.data_ptr()) : nullptr;
@@ -125,8 +123,7 @@ void minmax_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>&
   });
 }
 
-void minmax_index_kernel(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim, bool keepdim, bool is_max) {
-  DP_ROUTE_CUDA(values.defined() ? values : indices, minmax_index_kernel(values, indices, in, dim, keepdim, is_max));
+void minmax_index_kernel_cpu(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim, bool keepdim, bool is_max) {
   std::vector<bool> reduced(static_cast<size_t>(in.dim()), false);
   if (in.dim() > 0) reduced[dim] = true;
   const Tensor& shape_ref = values.defined() ? values : indices;

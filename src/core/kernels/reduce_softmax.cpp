@@ -8,7 +8,6 @@
 // AVX2 and AVX-512 and chosen at run time (DP_TARGET_CLONES, core/kernels/cpu_dispatch.h).
 #include "core/kernels/reduce.h"
 #include "core/kernels/reduce_vec.h"
-#include "cuda/reduce.h"
 
 namespace dp::kernels {
 namespace {
@@ -177,11 +176,9 @@ void softmax_backward_typed(const Tensor& gin, const Tensor& g, const Tensor& y,
 
 }  // namespace
 
-void softmax_kernel(const Tensor& out, const Tensor& in, int64_t dim, bool log) {
+void softmax_kernel_cpu(const Tensor& out, const Tensor& in, int64_t dim, bool log) {
+  // Layout checked and empty inputs skipped by kernels::softmax_kernel (backend/reduce_kernels.h).
   const char* name = log ? "log_softmax" : "softmax";
-  DP_CHECK(in.is_contiguous() && out.is_contiguous() && in.sizes() == out.sizes(), ValueError, name, ": kernel needs contiguous tensors of one shape");
-  if (in.numel() == 0) return;
-  DP_ROUTE_CUDA(out, softmax_kernel(out, in, dim, log));
   dispatch_floating(in.dtype(), name, [&]<typename T>() {
     if constexpr (is_reduced_float_v<T>) {
       Tensor x32 = convert_nograd(in, kFloat32);
@@ -194,13 +191,9 @@ void softmax_kernel(const Tensor& out, const Tensor& in, int64_t dim, bool log) 
   });
 }
 
-void softmax_backward_kernel(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log) {
+void softmax_backward_kernel_cpu(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log) {
+  // Layout checked and empty inputs skipped by kernels::softmax_backward_kernel.
   const char* name = log ? "log_softmax_backward" : "softmax_backward";
-  DP_CHECK(gin.is_contiguous() && g.is_contiguous() && y.is_contiguous() && g.sizes() == y.sizes() && gin.sizes() == y.sizes() &&
-               g.dtype() == y.dtype() && gin.dtype() == y.dtype(),
-           ValueError, name, ": kernel needs contiguous tensors of one shape and dtype");
-  if (y.numel() == 0) return;
-  DP_ROUTE_CUDA(gin, softmax_backward_kernel(gin, g, y, dim, log));
   dispatch_floating(y.dtype(), name, [&]<typename T>() {
     if constexpr (is_reduced_float_v<T>) {
       Tensor g32 = convert_nograd(g, kFloat32), y32 = convert_nograd(y, kFloat32);

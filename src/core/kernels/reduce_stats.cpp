@@ -2,7 +2,6 @@
 // Everything accumulates in double.
 #include "core/kernels/reduce.h"
 #include "core/kernels/reduce_vec.h"
-#include "cuda/reduce.h"
 
 namespace dp::kernels {
 namespace {
@@ -212,8 +211,7 @@ struct NormOp : ReduceOpBase<NormOp<T>, T, double> {
 
 }  // namespace
 
-void var_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction, bool take_sqrt) {
-  DP_ROUTE_CUDA(out, var_kernel(out, in, reduced, keepdim, correction, take_sqrt));
+void var_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction, bool take_sqrt) {
   ReducePlan plan = make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
   dispatch_floating(in.dtype(), take_sqrt ? "std" : "var", [&]<typename T>() {
     VarOp<T> op;
@@ -224,8 +222,7 @@ void var_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& re
   });
 }
 
-void logsumexp_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
-  DP_ROUTE_CUDA(out, logsumexp_kernel(out, in, reduced, keepdim));
+void logsumexp_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
   ReducePlan plan = make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
   dispatch_floating(in.dtype(), "logsumexp", [&]<typename T>() {
     LseOp<T> op;
@@ -234,8 +231,7 @@ void logsumexp_kernel(const Tensor& out, const Tensor& in, const std::vector<boo
   });
 }
 
-void norm_kernel(const Tensor& out, const Tensor& in, double p) {
-  DP_ROUTE_CUDA(out, norm_kernel(out, in, p));
+void norm_kernel_cpu(const Tensor& out, const Tensor& in, double p) {
   std::vector<bool> reduced(static_cast<size_t>(in.dim()), true);
   ReducePlan plan = make_reduce_plan(out, in, reduced, /*keepdim=*/false, /*reorder=*/true);
   NormKind kind = p == 0.0 ? NormKind::Zero : p == 1.0 ? NormKind::One : p == 2.0 ? NormKind::Two

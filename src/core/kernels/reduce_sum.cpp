@@ -1,7 +1,6 @@
 // sum and mean kernels. Floating inputs accumulate in double (float32 sums of millions of elements
 // stay exact to float rounding); integer and bool inputs accumulate in int64.
 #include "core/kernels/reduce.h"
-#include "cuda/reduce.h"
 
 namespace dp::kernels {
 namespace {
@@ -55,8 +54,7 @@ void run_sum(const Tensor& out, const Tensor& in, const std::vector<bool>& reduc
 
 }  // namespace
 
-void sum_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
-  DP_ROUTE_CUDA(out, sum_kernel(out, in, reduced, keepdim));
+void sum_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
   dispatch_all(in.dtype(), "sum", [&]<typename T>() {
     if constexpr (is_float_v<T>) {
       DP_CHECK(out.dtype() == in.dtype(), DTypeError, "sum: internal dtype mismatch");
@@ -68,8 +66,7 @@ void sum_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& re
   });
 }
 
-void mean_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
-  DP_ROUTE_CUDA(out, mean_kernel(out, in, reduced, keepdim));
+void mean_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
   int64_t n = 1;
   for (int64_t d = 0; d < in.dim(); ++d)
     if (reduced[d]) n *= in.sizes()[d];

@@ -1,0 +1,16 @@
+// The stubs of the reduction kernel interface (reduce_kernels.h).
+#include "backend/reduce_kernels.h"
+
+namespace dp::backend {
+
+DP_DEFINE_KERNEL(sum_stub, "sum");
+DP_DEFINE_KERNEL(mean_stub, "mean");
+DP_DEFINE_KERNEL(minmax_stub, "max / min");
+DP_DEFINE_KERNEL(minmax_index_stub, "max / min / argmax / argmin");
+DP_DEFINE_KERNEL(var_stub, "var / std");
+DP_DEFINE_KERNEL(logsumexp_stub, "logsumexp");
+DP_DEFINE_KERNEL(norm_stub, "norm");
+DP_DEFINE_KERNEL(softmax_stub, "softmax / log_softmax");
+DP_DEFINE_KERNEL(softmax_backward_stub, "softmax / log_softmax backward");
+
+}  // namespace dp::backend
