@@ -1,8 +1,8 @@
 # The CUDA backend. Included after the dparallel target is defined.
 #
-#  - src/cuda/caching_allocator.cpp is plain C++ (the caching allocator's logic over a raw-memory
+#  - src/backend/cuda/caching_allocator.cpp is plain C++ (the caching allocator's logic over a raw-memory
 #    backend) and is always built, so it is tested on every machine.
-#  - When DP_WITH_CUDA is ON (the default) and nvcc is found, the rest of src/cuda is built too:
+#  - When DP_WITH_CUDA is ON (the default) and nvcc is found, the rest of src/backend/cuda is built too:
 #    the other *.cpp files (CUDA runtime API calls, compiled by the C++ compiler with dparallel's
 #    flags) go into dparallel, and the *.cu files (kernels) into the object library
 #    dparallel_cuda_kernels, whose objects are part of libdparallel. dparallel then defines
@@ -38,7 +38,7 @@ function(dp_find_optional_cuda_library name lib header wheel_dir)
 endfunction()
 
 set(DP_HAVE_CUDA OFF)
-target_sources(dparallel PRIVATE ${PROJECT_SOURCE_DIR}/src/cuda/caching_allocator.cpp)
+target_sources(dparallel PRIVATE ${PROJECT_SOURCE_DIR}/src/backend/cuda/caching_allocator.cpp)
 
 if(DP_WITH_CUDA)
   include(CheckLanguage)
@@ -47,9 +47,9 @@ if(DP_WITH_CUDA)
   endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    file(GLOB_RECURSE DP_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu)
-    file(GLOB_RECURSE DP_CUDA_HOST_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cpp)
-    list(REMOVE_ITEM DP_CUDA_HOST_SOURCES ${PROJECT_SOURCE_DIR}/src/cuda/caching_allocator.cpp)
+    file(GLOB_RECURSE DP_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cu)
+    file(GLOB_RECURSE DP_CUDA_HOST_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cpp)
+    list(REMOVE_ITEM DP_CUDA_HOST_SOURCES ${PROJECT_SOURCE_DIR}/src/backend/cuda/caching_allocator.cpp)
     if(DP_CUDA_KERNEL_SOURCES OR DP_CUDA_HOST_SOURCES)
       if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
         set(CMAKE_CUDA_ARCHITECTURES "80-real;90")
@@ -94,7 +94,7 @@ if(DP_WITH_CUDA)
         add_dependencies(dparallel dparallel_cuda_kernels)
       endif()
       target_compile_definitions(dparallel PUBLIC DP_HAVE_CUDA=1)
-      # cuBLAS/cuBLASLt are not linked: src/cuda/cublas_api.cpp loads them on first use (loading
+      # cuBLAS/cuBLASLt are not linked: src/backend/cuda/cublas_api.cpp loads them on first use (loading
       # libcublasLt costs every process ~0.15 s and ~210 MB at start); DP_CUDA_LIBRARY_DIR is where it
       # looks after the soname.
       target_link_libraries(dparallel PUBLIC CUDA::cudart ${CMAKE_DL_LIBS})

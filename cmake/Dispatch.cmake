@@ -1,4 +1,4 @@
-# Run-time choice of instruction set (src/core/kernels/cpu_dispatch.h says how). It only acts when
+# Run-time choice of instruction set (src/backend/cpu/cpu_dispatch.h says how). It only acts when
 # the build does not already target AVX2: a portable build (DP_NATIVE=OFF, -march=x86-64) compiles
 # the hot loops for x86-64, x86-64-v3 (AVX2, FMA) and x86-64-v4 (AVX-512) and picks one per process
 # from the CPU; a native build on an AVX2 machine compiles them once, for the machine.

@@ -35,11 +35,9 @@ FOLDERS = {
     "include/dp/core": "core",
     "include/dp/config.h": "core",        # generated from cmake/config.h.in into the build folder
     "src/core": "core",
-    "src/backend": "kernels",             # the kernel interface both backends share (after the move)
-    "src/core/kernels": "cpu",            # today's CPU backend ...
-    "src/backend/cpu": "cpu",             # ... and its planned place
-    "src/cuda": "cuda",                   # today's CUDA backend ...
-    "src/backend/cuda": "cuda",           # ... and its planned place
+    "src/backend": "kernels",             # the kernel interface both backends share
+    "src/backend/cpu": "cpu",             # the CPU backend
+    "src/backend/cuda": "cuda",           # the CUDA backend
     "include/dp/cuda": "cuda",
     "include/dp/amp": "amp",
     "src/amp": "amp",

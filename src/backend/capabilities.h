@@ -1,7 +1,7 @@
 #pragma once
 // What a backend's kernels accept, per device type, so that an op's argument checks can refuse an
 // input its device cannot run without naming the device in the op. Each backend's register
-// function fills its entry (src/backend/cpu/register.cpp, src/cuda/register_kernels.cpp); a device
+// function fills its entry (src/backend/cpu/register.cpp, src/backend/cuda/register_kernels.cpp); a device
 // type no backend registered has every flag false.
 #include "dp/core/device.h"
 #include "dp/core/dtype.h"

@@ -1,6 +1,6 @@
 #pragma once
 // The kernel interface of 2-D convolution: implemented by the CPU backend
-// (src/core/kernels/conv_kernels.cpp: im2col + GEMM) and the CUDA backend (src/cuda/conv.cpp:
+// (src/backend/cpu/conv_kernels.cpp: im2col + GEMM) and the CUDA backend (src/backend/cuda/conv.cpp:
 // cuDNN), called by src/ops/conv.cpp (which checks arguments and records gradients) through the
 // entries kernels::conv2d_forward_kernel / conv2d_backward_kernel below. No autograd inside.
 #include <cstdint>

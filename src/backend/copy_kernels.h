@@ -1,7 +1,7 @@
 #pragma once
 // The kernel interface of strided copies and fills, the device seam of every clone, contiguous,
-// dtype conversion and transfer: implemented by the CPU backend (src/core/kernels/loops.cpp) and the
-// CUDA backend (src/cuda/copy.cu, transfer.cpp). The ops call kernels::copy_kernel /
+// dtype conversion and transfer: implemented by the CPU backend (src/backend/cpu/loops.cpp) and the
+// CUDA backend (src/backend/cuda/copy.cu, transfer.cpp). The ops call kernels::copy_kernel /
 // kernels::fill_kernel below.
 #include "backend/kernel_stub.h"
 #include "dp/core/tensor.h"

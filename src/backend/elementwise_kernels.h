@@ -1,7 +1,7 @@
 #pragma once
 // The kernel interface of the element-wise ops: one signature per kernel, implemented by the CPU
-// backend (src/backend/cpu/elementwise_*.cpp) and the CUDA backend (src/cuda/elementwise_*.cu), both
-// instantiations of the shared templates of core/kernels/elementwise_impl.h. The ops call them
+// backend (src/backend/cpu/elementwise_*.cpp) and the CUDA backend (src/backend/cuda/elementwise_*.cu), both
+// instantiations of the shared templates of backend/elementwise_impl.h. The ops call them
 // through the entries kernels::add_kernel etc. at the end of this file, which pick the device type
 // from the output.
 //

@@ -7,7 +7,7 @@
 // Index checks. Every index is checked before anything is written, so an out-of-range index is an
 // IndexError naming the op, the value and the valid range, and never a partial write or a crash.
 // The CPU kernels (src/backend/cpu/index.cpp) read every index on the host first. The CUDA kernels
-// (src/cuda/index.h) check on the device and report after the op's stream has caught up; the
+// (src/backend/cuda/index.h) check on the device and report after the op's stream has caught up; the
 // CUDA backend then re-reads the indices on the host to throw the CPU's exact message. `check`
 // false skips that check (and its wait) where the indices were checked before: the backward
 // passes. In-place ops call check_indices before they write.

@@ -1,7 +1,7 @@
 #pragma once
 // The kernel interface of the matrix products (src/ops/linalg.cpp), implemented by the CPU backend
 // (src/backend/cpu/linalg.cpp: OpenBLAS, reference integer loops) and the CUDA backend (cuBLAS /
-// cuBLASLt, src/cuda/blas.h). The op checks shapes and dtypes (no bool) first.
+// cuBLASLt, src/backend/cuda/blas.h). The op checks shapes and dtypes (no bool) first.
 #include "backend/kernel_stub.h"
 #include "dp/core/scalar.h"
 #include "dp/core/tensor.h"

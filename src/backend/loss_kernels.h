@@ -1,6 +1,6 @@
 #pragma once
 // The kernel interface of the loss ops: one signature per kernel, implemented by the CPU backend
-// (src/backend/cpu/loss_*.cpp) and the CUDA backend (src/cuda/loss.cu), called by src/ops/loss_*.cpp
+// (src/backend/cpu/loss_*.cpp) and the CUDA backend (src/backend/cuda/loss.cu), called by src/ops/loss_*.cpp
 // after their argument checks. All tensors are on the device the call names; the formulas are in
 // the ops' files.
 //

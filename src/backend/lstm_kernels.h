@@ -2,7 +2,7 @@
 // The kernel interface of the fused LSTM layer (dp::lstm_layer, src/ops/rnn_lstm.cpp): one
 // direction of one layer, forward and backward (BPTT), implemented by the CPU backend
 // (src/backend/cpu/lstm.cpp: OpenBLAS GEMMs and vectorised gate loops) and the CUDA backend
-// (src/cuda/lstm.cpp: cuBLAS GEMMs and the fused gate kernels of cuda/lstm.cu). The algorithm and
+// (src/backend/cuda/lstm.cpp: cuBLAS GEMMs and the fused gate kernels of cuda/lstm.cu). The algorithm and
 // the workspace layout are in the header comment of src/ops/rnn_lstm.cpp.
 #include <cstdint>
 #include "backend/kernel_stub.h"

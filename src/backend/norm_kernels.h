@@ -1,7 +1,7 @@
 #pragma once
 // The kernel interface of layer_norm and batch_norm: implemented by the CPU backend
-// (src/core/kernels/norm_kernels.cpp, src/backend/cpu/normalization.cpp) and the CUDA backend
-// (src/cuda/norm_pool.cu), called by src/ops/normalization*.cpp through the entries
+// (src/backend/cpu/norm_kernels.cpp, src/backend/cpu/normalization.cpp) and the CUDA backend
+// (src/backend/cuda/norm_pool.cu), called by src/ops/normalization*.cpp through the entries
 // kernels::layer_norm_kernel etc. below, which pick the backend from the input's device type. No
 // autograd inside. Every tensor argument is contiguous and on x's device; the statistics (mean,
 // rstd / invstd) are float64 whatever the input dtype, so the backward reads them at full

@@ -2,7 +2,7 @@
 // The kernel interface of the optimizers' fused updates: one call per (device, dtype) of a param
 // group, with every parameter of that group on that device (the CPU backend loops over them:
 // src/backend/cpu/optim_updates.cpp; the CUDA backend queues a few multi-tensor launches on the
-// device's current stream: src/cuda/optim.cu). The per-element math is PyTorch 1.13's
+// device's current stream: src/backend/cuda/optim.cu). The per-element math is PyTorch 1.13's
 // foreach=False sequence with its roundings (src/backend/cpu/fused_updates.h).
 #include <cstdint>
 #include <vector>

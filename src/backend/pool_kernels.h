@@ -1,6 +1,6 @@
 #pragma once
 // The kernel interface of 2-D pooling: implemented by the CPU backend
-// (src/core/kernels/pool_kernels.cpp) and the CUDA backend (src/cuda/norm_pool.cu), called by
+// (src/backend/cpu/pool_kernels.cpp) and the CUDA backend (src/backend/cuda/norm_pool.cu), called by
 // src/ops/pooling.cpp (which checks arguments and records gradients) through the entries
 // kernels::max_pool2d_kernel etc. below, which pick the backend from the first tensor's device
 // type. No autograd inside. Every tensor is contiguous, float32, float64 or bfloat16 (indices

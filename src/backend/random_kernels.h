@@ -1,6 +1,6 @@
 #pragma once
 // The kernel interface of the random ops that draw from a Philox stream (implemented by the CPU
-// backend in src/core/kernels/norm_kernels.cpp and by the CUDA backend in src/cuda/copy.cu, with one
+// backend in src/backend/cpu/norm_kernels.cpp and by the CUDA backend in src/backend/cuda/copy.cu, with one
 // stream layout, so one Generator state gives the same mask on both).
 #include <cstdint>
 #include "backend/kernel_stub.h"

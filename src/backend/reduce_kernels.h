@@ -1,6 +1,6 @@
 #pragma once
 // The kernel interface of the reductions and the softmax family: implemented by the CPU backend
-// (src/core/kernels/reduce_*.cpp) and the CUDA backend (src/cuda/reduce.cu, softmax.cu), called by
+// (src/backend/cpu/reduce_*.cpp) and the CUDA backend (src/backend/cuda/reduce.cu, softmax.cu), called by
 // src/ops/reduction*.cpp and softmax through the entries kernels::sum_kernel etc. below, which pick
 // the backend from the output's device type. out and in are on one device.
 #include <cstdint>

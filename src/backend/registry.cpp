@@ -10,7 +10,7 @@ namespace dp::backend {
 
 void register_cpu_kernels();  // src/backend/cpu/register.cpp
 #if DP_HAVE_CUDA
-void register_cuda_kernels();  // src/cuda/register_kernels.cpp
+void register_cuda_kernels();  // src/backend/cuda/register_kernels.cpp
 #endif
 
 void ensure_registered() {

@@ -14,7 +14,7 @@
 #include "dp/core/generator.h"
 #include <map>
 #include <memory>
-#include "core/kernels/philox.h"
+#include "backend/philox.h"
 #include "dp/core/errors.h"
 
 namespace dp {

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
-#include "core/kernels/loops.h"
+#include "backend/cpu/loops.h"
 #include "dp/autograd/node.h"
 #include "dp/core/tensor.h"
 

@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "core/kernels/blas.h"
+#include "backend/cpu/blas.h"
 
 namespace dp {
 

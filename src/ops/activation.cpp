@@ -5,7 +5,7 @@
 // can be differentiated again.
 #include <cmath>
 #include <string>
-#include "core/kernels/elementwise_common.h"
+#include "ops/elementwise_common.h"
 #include "backend/elementwise_kernels.h"
 #include "amp/autocast_ops.h"
 

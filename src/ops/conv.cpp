@@ -1,6 +1,6 @@
 // conv2d and its two backward halves, with autograd.
 //
-// Three bilinear maps carry everything (kernels in src/core/kernels/conv_kernels.cpp):
+// Three bilinear maps carry everything (kernels in src/backend/cpu/conv_kernels.cpp):
 //   F(x, w)   = conv2d(x, w)                    (node ConvolutionBackward0, bias added here too)
 //   Gx(go, w) = dF/dx applied to go             (conv2d_backward_input)
 //   Gw(x, go) = dF/dw applied to go             (conv2d_backward_weight)
@@ -17,8 +17,8 @@
 #include <utility>
 
 #include "backend/capabilities.h"
-#include "core/kernels/conv_kernels.h"
-#include "core/kernels/reduce.h"
+#include "backend/cpu/conv_kernels.h"
+#include "backend/cpu/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
@@ -104,7 +104,7 @@ Conv2dGeometry make_geometry(const char* op, IntArrayRef in, IntArrayRef w, cons
 
 // After check_defined and the same-device check: a float32, float64 or bfloat16 tensor on the CPU
 // or a CUDA device, or a float16 one on a CUDA device. The kernels route CUDA tensors to cuDNN
-// (src/cuda/conv.cpp); the CPU kernels compute bfloat16 in float32 and round once, as PyTorch's
+// (src/backend/cuda/conv.cpp); the CPU kernels compute bfloat16 in float32 and round once, as PyTorch's
 // CPU convolution does, and have no float16 path (PyTorch's CPU convolution has none either).
 void check_tensor(const char* op, const Tensor& t, const char* what) {
   DP_CHECK(backend::capabilities(t.device()).kernels, NotImplementedError, op, ": not implemented for ", t.device().str(), " tensors (", what, " ", t.describe(), ")");

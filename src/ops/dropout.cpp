@@ -5,9 +5,9 @@
 #include "dp/ops/dropout.h"
 
 #include "backend/random_kernels.h"
-#include "core/kernels/loops.h"
-#include "core/kernels/norm_kernels.h"
-#include "core/kernels/reduce.h"
+#include "backend/cpu/loops.h"
+#include "backend/cpu/norm_kernels.h"
+#include "backend/cpu/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"

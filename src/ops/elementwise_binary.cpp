@@ -1,7 +1,7 @@
 // Binary arithmetic: add, sub, rsub, mul, div, pow, maximum, minimum, lerp, where — the
 // differentiable ops (their kernels: backend/elementwise_kernels.h).
 #include <cmath>
-#include "core/kernels/elementwise_common.h"
+#include "ops/elementwise_common.h"
 #include "backend/elementwise_kernels.h"
 #include "amp/autocast_ops.h"
 

@@ -1,6 +1,6 @@
 // Shared helpers of the element-wise ops: checks, conversion, output allocation, autograd glue.
 #include <cstdint>
-#include "core/kernels/elementwise_common.h"
+#include "ops/elementwise_common.h"
 
 namespace dp::ops {
 

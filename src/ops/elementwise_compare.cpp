@@ -1,6 +1,6 @@
 // Comparisons (bool results, computed in the promoted dtype), logical_not, equal, allclose.
 #include <cmath>
-#include "core/kernels/elementwise_common.h"
+#include "ops/elementwise_common.h"
 #include "backend/elementwise_kernels.h"
 
 namespace dp {

@@ -8,7 +8,7 @@
 // taken from self's previous history and the other operands.
 #include "backend/copy_kernels.h"
 #include "backend/elementwise_kernels.h"
-#include "core/kernels/elementwise_common.h"
+#include "ops/elementwise_common.h"
 
 namespace dp {
 

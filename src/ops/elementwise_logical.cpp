@@ -2,7 +2,7 @@
 // operators ~ & | ^). No new kernels: on bool operands and a bool output, the existing kernels
 // already are these ops (mul is `and`, add with alpha 1 is `or`, ne is `xor`), with broadcasting and
 // their CUDA instantiations. Results are bool and not differentiable, as PyTorch's.
-#include "core/kernels/elementwise_common.h"
+#include "ops/elementwise_common.h"
 #include "backend/elementwise_kernels.h"
 #include "dp/ops/elementwise.h"
 

@@ -2,7 +2,7 @@
 // the differentiable ops (the unary kernel, shared with the activations, and clamp's:
 // backend/elementwise_kernels.h).
 #include <cmath>
-#include "core/kernels/elementwise_common.h"
+#include "ops/elementwise_common.h"
 #include "backend/elementwise_kernels.h"
 #include "amp/autocast_ops.h"
 

@@ -4,7 +4,7 @@
 #include "dp/ops/shape.h"
 #include <cmath>
 #include <cstring>
-#include "core/kernels/loops.h"
+#include "backend/cpu/loops.h"
 #include "dp/core/device_registry.h"
 
 namespace dp {

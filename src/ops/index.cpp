@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "backend/index_kernels.h"
-#include "core/kernels/loops.h"
-#include "core/kernels/reduce.h"
+#include "backend/cpu/loops.h"
+#include "backend/cpu/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"

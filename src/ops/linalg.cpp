@@ -6,7 +6,7 @@
 // call matmul_bias_kernel (on CUDA the bias added by the GEMM's epilogue); dot and outer have
 // kernels of their own. The CPU backend (src/backend/cpu/linalg.cpp) runs OpenBLAS for
 // float32/float64, float32 for the 16-bit floats and reference loops for integers; the CUDA
-// backend (src/cuda/blas.h) cuBLAS, float32/float64/float16/bfloat16 only, as PyTorch's CUDA
+// backend (src/backend/cuda/blas.h) cuBLAS, float32/float64/float16/bfloat16 only, as PyTorch's CUDA
 // products. Linear's usual CPU case (float32/float64, BLAS-readable operands) calls the GEMM
 // directly, forward and backward.
 // Backward formulas are written with dp ops, so they are differentiable again.
@@ -21,10 +21,10 @@
 #include "backend/capabilities.h"
 #include "backend/cpu/blas_layout.h"
 #include "backend/linalg_kernels.h"
-#include "core/kernels/blas.h"
-#include "core/kernels/dispatch.h"
-#include "core/kernels/elementwise_kernels.h"
-#include "core/kernels/loops.h"
+#include "backend/cpu/blas.h"
+#include "backend/dispatch.h"
+#include "backend/elementwise_kernels.h"
+#include "backend/cpu/loops.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"

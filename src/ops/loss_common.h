@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include "backend/loss_kernels.h"
-#include "core/kernels/dispatch.h"
-#include "core/kernels/reduce.h"
+#include "backend/dispatch.h"
+#include "backend/cpu/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/loss.h"
 #include "ops/common.h"

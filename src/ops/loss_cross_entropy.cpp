@@ -15,7 +15,7 @@
 // passes run down C over blocks of contiguous positions, vectorised across positions.
 // Under create_graph the backward is the same formula with dp ops (softmax of the saved input).
 // The passes are the kernels of backend/loss_kernels.h, one per device type (the CPU's in
-// src/backend/cpu/loss_cross_entropy.cpp, CUDA's in src/cuda/loss.cu); this file checks the
+// src/backend/cpu/loss_cross_entropy.cpp, CUDA's in src/backend/cuda/loss.cu); this file checks the
 // arguments, calls them and records the backward, once for every device.
 #include <cmath>
 #include "backend/loss_kernels.h"

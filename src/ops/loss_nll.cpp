@@ -3,7 +3,7 @@
 // gradient does not depend on the input, so under create_graph it is that same kernel's result
 // for a unit gradient times g with dp ops: differentiable w.r.t. g, with no path back to the input.
 // The passes are the kernels of backend/loss_kernels.h, one per device type (the CPU's in
-// src/backend/cpu/loss_nll.cpp, CUDA's in src/cuda/loss.cu). Mean's total weight stays on the
+// src/backend/cpu/loss_nll.cpp, CUDA's in src/backend/cuda/loss.cu). Mean's total weight stays on the
 // input's device (a 0-dim tensor the backward divides by), so neither pass reads a value back.
 #include "backend/loss_kernels.h"
 #include "dp/ops/elementwise.h"

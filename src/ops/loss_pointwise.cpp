@@ -8,7 +8,7 @@
 // Backward: one fused pass writing d(loss)/d(input) and/or d(loss)/d(target). Under create_graph
 // the same formulas are written with dp ops, so they can be differentiated again.
 // The forward and backward passes are the kernels of backend/loss_kernels.h, one per device type
-// (the CPU's in src/backend/cpu/loss_pointwise.cpp, CUDA's in src/cuda/loss.cu); the sum of a
+// (the CPU's in src/backend/cpu/loss_pointwise.cpp, CUDA's in src/backend/cuda/loss.cu); the sum of a
 // reduced loss stays on the input's device and the backward reads the gradient there.
 #include "backend/loss_kernels.h"
 #include "dp/ops/elementwise.h"

@@ -6,8 +6,8 @@
 
 #include <vector>
 #include "backend/capabilities.h"
-#include "core/kernels/norm_kernels.h"
-#include "core/kernels/reduce.h"
+#include "backend/cpu/norm_kernels.h"
+#include "backend/cpu/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"
@@ -20,7 +20,7 @@ namespace {
 using autograd::SavedVariable;
 using autograd::variable_list;
 
-// float16/bfloat16 only on CUDA devices (src/cuda/norm_pool.cu computes them in float32).
+// float16/bfloat16 only on CUDA devices (src/backend/cuda/norm_pool.cu computes them in float32).
 void check_norm_dtype(const char* op, const Tensor& t, const char* what) {
   DP_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || backend::half_nn_dtype(t.device(), t.dtype()), DTypeError, op, ": expected ", what,
            " of dtype float32 or float64 (float16 and bfloat16 on CUDA devices), got ", t.describe());

@@ -7,10 +7,10 @@
 #include <vector>
 #include "backend/capabilities.h"
 #include "backend/norm_kernels.h"
-#include "core/kernels/dispatch.h"
-#include "core/kernels/loops.h"
-#include "core/kernels/norm_kernels.h"
-#include "core/kernels/reduce.h"
+#include "backend/dispatch.h"
+#include "backend/cpu/loops.h"
+#include "backend/cpu/norm_kernels.h"
+#include "backend/cpu/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/normalization.h"
@@ -50,8 +50,8 @@ void check_batch_norm_inputs(const Tensor& input, const Tensor& rm, const Tensor
   if (!backend::capabilities(input.device()).kernels) kernels::check_cpu_tensor(op, input);
   ops::check_same_device(op, {&input, &rm, &rv, &w, &b});
   DP_CHECK(input.dim() >= 2, ShapeError, "batch_norm: expected an input of at least 2 dimensions [N, C, *], got ", input.describe());
-  // bfloat16 on the CPU (float64 statistics, src/core/kernels/norm_kernels.cpp) and on CUDA
-  // devices (src/cuda/norm_pool.cu: float32 statistics); float16 on CUDA devices only.
+  // bfloat16 on the CPU (float64 statistics, src/backend/cpu/norm_kernels.cpp) and on CUDA
+  // devices (src/backend/cuda/norm_pool.cu: float32 statistics); float16 on CUDA devices only.
   DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 || input.dtype() == kBFloat16 || backend::half_nn_dtype(input.device(), input.dtype()),
            DTypeError, "batch_norm: expected an input of dtype float32, float64 or bfloat16 (float16 on CUDA devices only), got ", input.describe());
   const int64_t C = input.size(1);

@@ -10,8 +10,8 @@
 #include "dp/ops/pooling.h"
 
 #include "backend/capabilities.h"
-#include "core/kernels/pool_kernels.h"
-#include "core/kernels/reduce.h"
+#include "backend/cpu/pool_kernels.h"
+#include "backend/cpu/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/index.h"
 #include "dp/ops/shape.h"
@@ -27,7 +27,7 @@ using kernels::Pool2dGeometry;
 std::pair<int64_t, int64_t> pair_of(IntArrayRef v) { return v.size() == 1 ? std::pair{v[0], v[0]} : std::pair{v[0], v[1]}; }
 
 // float32, float64 and bfloat16 on the CPU or a CUDA device, float16 on a CUDA device only (the
-// CUDA kernels, src/cuda/norm_pool.cu, take both 16-bit types; PyTorch's CPU pooling takes
+// CUDA kernels, src/backend/cuda/norm_pool.cu, take both 16-bit types; PyTorch's CPU pooling takes
 // bfloat16 but not float16).
 bool supported_dtype(const Tensor& t) {
   return t.dtype() == kFloat32 || t.dtype() == kFloat64 || t.dtype() == kBFloat16 || backend::half_nn_dtype(t.device(), t.dtype());

@@ -14,7 +14,7 @@
 #include "dp/core/pooled.h"
 #include "backend/cpu/random_blocks.h"
 #include "backend/random_kernels.h"
-#include "core/kernels/loops.h"
+#include "backend/cpu/loops.h"
 #include "dp/autograd/function.h"
 #include "dp/core/device_registry.h"
 #include "dp/ops/factory.h"

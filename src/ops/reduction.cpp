@@ -1,7 +1,7 @@
 // sum, mean and sum_to, with autograd.
 #include <algorithm>
 #include <vector>
-#include "core/kernels/reduce.h"
+#include "backend/cpu/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"

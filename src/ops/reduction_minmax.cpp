@@ -1,5 +1,5 @@
 // max / min (over everything, or along a dim with indices), amax, argmax / argmin, with autograd.
-#include "core/kernels/reduce.h"
+#include "backend/cpu/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"

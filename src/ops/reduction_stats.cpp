@@ -2,7 +2,7 @@
 // they use the op's own result and the backward itself is being differentiated (create_graph), the
 // result is recomputed from the saved input so that second derivatives see its dependence on it.
 #include <cmath>
-#include "core/kernels/reduce.h"
+#include "backend/cpu/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"

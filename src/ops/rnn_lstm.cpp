@@ -22,7 +22,7 @@
 
 #include "backend/capabilities.h"
 #include "backend/lstm_kernels.h"
-#include "core/kernels/reduce.h"
+#include "backend/cpu/reduce.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/rnn.h"
 #include "ops/common.h"

@@ -2,7 +2,7 @@
 // sorted into dimensioned tensors, 0-dim tensors and Scalars; each group is promoted on its own,
 // then a lower-priority group only counts when it is of a higher category (bool < integral <
 // floating), in which case it lifts the result to that category.
-#include "core/kernels/elementwise_common.h"
+#include "ops/elementwise_common.h"
 
 namespace dp {
 namespace ops {

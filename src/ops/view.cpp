@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <functional>
 #include "dp/core/pooled.h"
-#include "core/kernels/loops.h"
+#include "backend/cpu/loops.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/reduction.h"

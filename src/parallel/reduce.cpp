@@ -2,7 +2,7 @@
 // in one pass over all of them, split across the devices' workers when there is enough work.
 #include "parallel/reduce.h"
 #include <algorithm>
-#include "core/kernels/dispatch.h"
+#include "backend/dispatch.h"
 #include "dp/autograd/grad_mode.h"
 #include "dp/core/device_registry.h"
 #include "dp/ops/factory.h"

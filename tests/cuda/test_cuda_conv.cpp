@@ -1,4 +1,4 @@
-// conv2d on CUDA (cuDNN, src/cuda/conv.cpp) against the CPU.
+// conv2d on CUDA (cuDNN, src/backend/cuda/conv.cpp) against the CPU.
 //  - Host tests (any machine with the CUDA backend built): the batch chunking that keeps cuDNN's
 //    32-bit indexing valid, the description and error texts, the TF32 switch.
 //  - GPU tests (skip without one): forward, input, weight and bias gradients, and the two exposed
@@ -15,8 +15,8 @@
 #include "support/cuda_compare.h"
 #include "cuda/half_compare.h"
 #if DP_HAVE_CUDA
-#include "cuda/conv.h"
-#include "cuda/cudnn.h"
+#include "backend/cuda/conv.h"
+#include "backend/cuda/cudnn.h"
 #endif
 
 namespace dp {

@@ -1,11 +1,11 @@
-// cuBLAS/cuBLASLt are loaded on first use (src/cuda/cublas_api.h), not linked. Loading needs no GPU,
+// cuBLAS/cuBLASLt are loaded on first use (src/backend/cuda/cublas_api.h), not linked. Loading needs no GPU,
 // so this runs on any machine with the CUDA backend built.
 #include <gtest/gtest.h>
 
 #if DP_HAVE_CUDA
 #include <dlfcn.h>
 
-#include "cuda/cublas_api.h"
+#include "backend/cuda/cublas_api.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include "support/cuda.h"
 #if DP_HAVE_CUDA
 #include "dp/cuda/cuda.h"
-#include "cuda/transfer.h"
+#include "backend/cuda/transfer.h"
 #endif
 
 namespace dp {

@@ -9,7 +9,7 @@
 #include "dp/core/shape.h"
 #if DP_HAVE_CUDA
 #include "dp/cuda/matmul.h"
-#include "cuda/gemm_plan.h"
+#include "backend/cuda/gemm_plan.h"
 #endif
 
 namespace dp {

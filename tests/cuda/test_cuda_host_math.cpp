@@ -1,12 +1,12 @@
 // Host-side parts of the CUDA element-wise backend, run on any machine: the offset calculator's
 // index math (cuda/offset_calculator.h, compiled here by the host compiler) and the shared functors
-// (core/kernels/elementwise_impl.h) on the CPU.
+// (backend/elementwise_impl.h) on the CPU.
 #include <gtest/gtest.h>
 #include <cmath>
 #include <vector>
 #include "dp/core/generator.h"
-#include "core/kernels/elementwise_impl.h"
-#include "cuda/offset_calculator.h"
+#include "backend/elementwise_impl.h"
+#include "backend/cuda/offset_calculator.h"
 
 namespace dp {
 namespace {

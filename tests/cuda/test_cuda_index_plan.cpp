@@ -8,8 +8,8 @@
 #include <type_traits>
 #include <vector>
 #include "dp/dp.h"
-#include "core/kernels/dispatch.h"
-#include "cuda/offset_calculator.h"
+#include "backend/dispatch.h"
+#include "backend/cuda/offset_calculator.h"
 #include "backend/index_kernels.h"
 
 namespace dp {

@@ -1,4 +1,4 @@
-// The matrix products on CUDA (cuBLAS / cuBLASLt, src/cuda/blas.cpp) against the CPU: mm, bmm,
+// The matrix products on CUDA (cuBLAS / cuBLASLt, src/backend/cuda/blas.cpp) against the CPU: mm, bmm,
 // addmm, matmul with its 1-D / batched / broadcast rules, linear, dot, outer; transposed, padded,
 // strided and expanded operands; float32 (TF32 off: < 1e-5 relative; on: < 1e-2), float64,
 // float16/bfloat16 against a float32 reference (< 1e-2); gradients; empty products; dtype and device

@@ -1,4 +1,4 @@
-// Pooling, batch norm and layer norm on CUDA (src/cuda/norm_pool.cu) against the CPU.
+// Pooling, batch norm and layer norm on CUDA (src/backend/cuda/norm_pool.cu) against the CPU.
 //  - Host tests (any machine): the pooling window arithmetic of cuda/pool_windows.h that the CUDA
 //    kernels use (forward windows equal the CPU's loops; the backward gathers visit every output
 //    whose window holds an input), and the split plan of the two-level reductions.
@@ -19,9 +19,9 @@
 #include "cuda/half_compare.h"
 #include "support/cuda_compare.h"
 #if DP_HAVE_CUDA
-#include "cuda/norm_pool.h"
+#include "backend/cuda/norm_pool.h"
 #endif
-#include "cuda/pool_windows.h"
+#include "backend/cuda/pool_windows.h"
 
 namespace dp {
 namespace {
@@ -49,7 +49,7 @@ TEST(CudaPoolWindows, MaxWindowsMatchTheCpuLoopAndBackwardRangesCoverThem) {
               if (out < 1) continue;
               ++cases;
               for (int64_t o = 0; o < out; ++o) {
-                // The CPU kernel's loop (src/core/kernels/pool_kernels.cpp).
+                // The CPU kernel's loop (src/backend/cpu/pool_kernels.cpp).
                 int64_t i0 = o * stride - pad;
                 const int64_t i1 = std::min(i0 + (k - 1) * dil + 1, size);
                 while (i0 < 0) i0 += dil;

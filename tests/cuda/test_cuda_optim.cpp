@@ -12,7 +12,7 @@
 #include <vector>
 #include "dp/dp.h"
 #include "dp/optim/optim.h"
-#include "cuda/optim.h"
+#include "backend/cuda/optim.h"
 #include "support/cuda.h"
 #include "support/cuda_compare.h"
 

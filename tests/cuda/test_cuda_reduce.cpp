@@ -1,4 +1,4 @@
-// CUDA reductions (src/cuda/reduce.cu): sum, mean, max / min (values, values + indices, argmax /
+// CUDA reductions (src/backend/cuda/reduce.cu): sum, mean, max / min (values, values + indices, argmax /
 // argmin), amax, var / std, logsumexp and norm against the CPU, over dims lists, keepdim, every
 // layout (contiguous, transposed, sliced, broadcast), every dtype the CPU takes, empty and 0-dim
 // tensors, NaN / inf, index ties, large reductions that split across blocks; determinism, the
@@ -14,14 +14,14 @@
 #include <string>
 #include <vector>
 #include "dp/dp.h"
-#include "core/kernels/reduce.h"
-#include "cuda/reduce_config.h"
-#include "cuda/reduce_ops.h"
+#include "backend/cpu/reduce.h"
+#include "backend/cuda/reduce_config.h"
+#include "backend/cuda/reduce_ops.h"
 #include "reduce_compare.h"
 #include "support/cuda.h"
 #if DP_HAVE_CUDA
 #include "dp/cuda/cuda.h"
-#include "cuda/reduce.h"
+#include "backend/cuda/reduce.h"
 #endif
 
 namespace dp {
@@ -220,7 +220,7 @@ TEST(CudaReducePlan, KernelShapeAndSplit) {
 
 // ================================================================ host: the kernels' schedule, emulated
 
-// reduce_kernel and combine_kernel (src/cuda/reduce.cu) run on the host: every block of the grid,
+// reduce_kernel and combine_kernel (src/backend/cuda/reduce.cu) run on the host: every block of the grid,
 // every thread's work (cuda/reduce_ops.h: thread_work, reduce_range, the ops), the in-group and
 // cross-split combinations in the kernels' order. Checks the split of the work, the ops and the
 // combination order (ties, NaN, moments) against the CPU kernels on any machine.
@@ -284,7 +284,7 @@ void emulate_reduce(const ReducePlan& plan, const T* in, const Op& op, int sms) 
   }
 }
 
-// The CUDA entry points' setup (src/cuda/reduce.cu) over host tensors, with the emulated launch.
+// The CUDA entry points' setup (src/backend/cuda/reduce.cu) over host tensors, with the emulated launch.
 enum class Red { Sum, Mean, Amax, Amin, Var, Std, Lse };
 
 Tensor emulated(Red r, const Tensor& in, const Shape& dims, bool keepdim, int sms, int64_t correction = 1) {

@@ -1,4 +1,4 @@
-// CUDA softmax / log_softmax (src/cuda/softmax.cu) against the CPU: every dim of 1- to 3-dim
+// CUDA softmax / log_softmax (src/backend/cuda/softmax.cu) against the CPU: every dim of 1- to 3-dim
 // inputs, short rows (a warp each), long rows (a block each), softmax over a non-inner dim
 // (columns), float32/float64/float16/bfloat16, special values, non-contiguous inputs, empty and
 // 0-dim tensors; the backward kernels directly and through autograd (also create_graph);
@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 #include "dp/dp.h"
-#include "core/kernels/reduce.h"
-#include "cuda/reduce_config.h"
-#include "cuda/reduce_ops.h"
+#include "backend/cpu/reduce.h"
+#include "backend/cuda/reduce_config.h"
+#include "backend/cuda/reduce_ops.h"
 #include "reduce_compare.h"
 #include "support/cuda.h"
 #if DP_HAVE_CUDA
-#include "cuda/reduce.h"
+#include "backend/cuda/reduce.h"
 #endif
 
 namespace dp {
@@ -94,7 +94,7 @@ namespace cd = cuda::detail;
 Tensor softmax_of(const Tensor& x, int64_t dim, bool log) { return log ? dp::log_softmax(x, dim) : dp::softmax(x, dim); }
 
 
-// softmax_rows_kernel / softmax_cols_kernel (src/cuda/softmax.cu) on the host, with the same math
+// softmax_rows_kernel / softmax_cols_kernel (src/backend/cuda/softmax.cu) on the host, with the same math
 // (cuda/reduce_ops.h), partition of each row among threads and combination order.
 template <typename T, bool Log>
 void emulate_softmax(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/kernels/blas.h"
+#include "backend/cpu/blas.h"
 #include "dp/core/threads.h"
 #include "support/forked_child.h"
 #include "support/golden.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include "core/kernels/reduce.h"
+#include "backend/cpu/reduce.h"
 #include "dp/ops/normalization.h"
 #include "support/golden.h"
 #include "support/gradcheck.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
-#include "core/kernels/reduce.h"
+#include "backend/cpu/reduce.h"
 #include "support/golden.h"
 
 namespace dp {

@@ -3,7 +3,7 @@
 // the gradients of sum(output * grad_output) w.r.t. the (possibly non-contiguous) input.
 #include <gtest/gtest.h>
 #include <cmath>
-#include "core/kernels/reduce.h"
+#include "backend/cpu/reduce.h"
 #include "support/golden.h"
 
 namespace dp {

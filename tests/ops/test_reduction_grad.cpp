@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <cmath>
 #include <functional>
-#include "core/kernels/reduce.h"
+#include "backend/cpu/reduce.h"
 #include "support/golden.h"
 #include "support/gradcheck.h"
 

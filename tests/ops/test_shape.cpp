@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <functional>
 #include <map>
-#include "core/kernels/loops.h"
+#include "backend/cpu/loops.h"
 #include "support/golden.h"
 
 namespace dp {

@@ -2,7 +2,7 @@
 // The logic of the per-device CUDA caching allocator, as plain C++ over a raw-memory backend, so
 // that it is built and tested on every machine (tests/cuda/test_caching_allocator.cpp drives it
 // with a fake backend). The CUDA backend (cudaMalloc / cudaFree / cudaEvent) is in
-// src/cuda/cuda_allocator.cpp. It follows PyTorch's CUDACachingAllocator:
+// src/backend/cuda/cuda_allocator.cpp. It follows PyTorch's CUDACachingAllocator:
 //  - request sizes are rounded up to multiples of 512 bytes;
 //  - requests up to 1 MiB come from the small pool, whose segments are 2 MiB; larger ones from the
 //    large pool, whose segments are 20 MiB for requests under 10 MiB, else the request rounded up

@@ -2,7 +2,7 @@
 // Normalisation layers as differentiable ops (torch.nn.functional.layer_norm / batch_norm).
 // float32 and float64 inputs (batch_norm also bfloat16 on the CPU; float16/bfloat16 on CUDA
 // devices); the forward and the backward are each one fused kernel (see
-// src/core/kernels/norm_kernels.h). Under create_graph the backward is written with dp ops so it
+// src/backend/cpu/norm_kernels.h). Under create_graph the backward is written with dp ops so it
 // can be differentiated again.
 #include <cstdint>
 #include "dp/core/tensor.h"

@@ -1,14 +1,14 @@
 // The CPU kernels of the binary element-wise ops (the kernel interface: backend/elementwise_kernels.h;
 // the ops: src/ops/elementwise_binary.cpp, elementwise_inplace.cpp): the shared templates of
-// core/kernels/elementwise_impl.h on the CPU launcher, registered as they are.
+// backend/elementwise_impl.h on the CPU launcher, registered as they are.
 #include "backend/elementwise_kernels.h"
-#include "core/kernels/elementwise_impl.h"
-#include "core/kernels/elementwise_loops.h"
+#include "backend/elementwise_impl.h"
+#include "backend/cpu/elementwise_loops.h"
 #include "dp/core/errors.h"
 
 namespace dp::kernels {
 
-// CpuLaunch's refusal of a device operand (core/kernels/elementwise_loops.h).
+// CpuLaunch's refusal of a device operand (backend/cpu/elementwise_loops.h).
 void throw_cuda_operand_on_cpu(const Tensor& out, const Tensor& in) {
   throw DeviceError(::dp::detail::str("expected all tensors to be on the same device, but found at least two devices, ", out.device().str(),
                                       " and ", in.device().str(), "!"));

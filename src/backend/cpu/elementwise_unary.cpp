@@ -1,10 +1,10 @@
 // The CPU kernels of the unary element-wise ops, clamp, the activations' backward, comparisons and
 // logical_not (the kernel interface: backend/elementwise_kernels.h; the ops:
 // src/ops/elementwise_unary.cpp, activation.cpp, elementwise_compare.cpp): the shared templates of
-// core/kernels/elementwise_impl.h on the CPU launcher, registered as they are.
+// backend/elementwise_impl.h on the CPU launcher, registered as they are.
 #include "backend/elementwise_kernels.h"
-#include "core/kernels/elementwise_impl.h"
-#include "core/kernels/elementwise_loops.h"
+#include "backend/elementwise_impl.h"
+#include "backend/cpu/elementwise_loops.h"
 
 namespace dp::backend {
 

@@ -3,7 +3,7 @@
 // square root GCC will not vectorise under -fmath-errno) is written with AVX intrinsics.
 // std::fma compiles to one instruction with FMA (-march=native); no other multiply-add is fused
 // (fp-contract off below), so the roundings stay PyTorch's.
-// In a portable build (core/kernels/cpu_dispatch.h) the SGD loop is compiled for x86-64, AVX2 and
+// In a portable build (backend/cpu/cpu_dispatch.h) the SGD loop is compiled for x86-64, AVX2 and
 // AVX-512 and the CPU's best is taken at run time; Adam's AVX path runs when the CPU has AVX2 and
 // FMA. Every copy gives the same bits (std::fma is a correctly rounded fma everywhere).
 // Floating-point contraction off for this file (GCC contracts a * b + c into an FMA by default in
@@ -17,7 +17,7 @@
 #include "backend/cpu/fused_updates.h"
 #include <cmath>
 #include <type_traits>
-#include "core/kernels/cpu_dispatch.h"
+#include "backend/cpu/cpu_dispatch.h"
 #if DP_HAVE_AVX2_PATHS
 #define DP_OPTIM_AVX 1
 #endif

@@ -5,8 +5,8 @@
 #include <type_traits>
 #include <vector>
 #include "backend/index_kernels.h"
-#include "core/kernels/dispatch.h"
-#include "core/kernels/loops.h"
+#include "backend/dispatch.h"
+#include "backend/cpu/loops.h"
 #include "dp/core/pooled.h"
 
 namespace dp::backend {

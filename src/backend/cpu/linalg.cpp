@@ -10,10 +10,10 @@
 #include <vector>
 #include "backend/cpu/blas_layout.h"
 #include "backend/linalg_kernels.h"
-#include "core/kernels/blas.h"
-#include "core/kernels/dispatch.h"
-#include "core/kernels/elementwise_kernels.h"
-#include "core/kernels/loops.h"
+#include "backend/cpu/blas.h"
+#include "backend/dispatch.h"
+#include "backend/elementwise_kernels.h"
+#include "backend/cpu/loops.h"
 
 namespace dp::backend {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 #include "backend/loss_kernels.h"
-#include "core/kernels/dispatch.h"
+#include "backend/dispatch.h"
 
 namespace dp::backend::cpu_loss {
 

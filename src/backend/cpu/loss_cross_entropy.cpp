@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 #include "backend/cpu/loss_common.h"
-#include "core/kernels/reduce_vec.h"
+#include "backend/cpu/reduce_vec.h"
 
 namespace dp::backend {
 namespace {

@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include "backend/cpu/loss_common.h"
-#include "core/kernels/elementwise_math.h"
+#include "backend/elementwise_math.h"
 
 namespace dp::backend {
 namespace {

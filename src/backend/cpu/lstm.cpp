@@ -4,9 +4,9 @@
 #include <type_traits>
 #include <vector>
 #include "backend/lstm_kernels.h"
-#include "core/kernels/blas.h"
-#include "core/kernels/dispatch.h"
-#include "core/kernels/elementwise_math.h"
+#include "backend/cpu/blas.h"
+#include "backend/dispatch.h"
+#include "backend/elementwise_math.h"
 
 namespace dp::backend {
 namespace {

@@ -1,7 +1,7 @@
 // The CPU backend's batch_norm per-channel steps (norm_kernels.h): plain loops over C values.
 #include <cmath>
 #include "backend/norm_kernels.h"
-#include "core/kernels/dispatch.h"
+#include "backend/dispatch.h"
 
 namespace dp::backend {
 namespace {

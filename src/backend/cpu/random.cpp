@@ -4,7 +4,7 @@
 #include <numbers>
 #include "backend/cpu/random_blocks.h"
 #include "backend/random_kernels.h"
-#include "core/kernels/dispatch.h"
+#include "backend/dispatch.h"
 
 namespace dp::backend {
 namespace {

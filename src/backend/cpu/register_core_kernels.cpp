@@ -1,11 +1,11 @@
-// Kernels of the CPU backend that still live in src/core/kernels (moving into this folder family by
+// Kernels of the CPU backend that still live in src/backend/cpu (moving into this folder family by
 // family), registered into the kernel interfaces' stubs.
 #include "backend/random_kernels.h"
-#include "core/kernels/conv_kernels.h"
-#include "core/kernels/loops.h"
-#include "core/kernels/norm_kernels.h"
-#include "core/kernels/pool_kernels.h"
-#include "core/kernels/reduce.h"
+#include "backend/cpu/conv_kernels.h"
+#include "backend/cpu/loops.h"
+#include "backend/cpu/norm_kernels.h"
+#include "backend/cpu/pool_kernels.h"
+#include "backend/cpu/reduce.h"
 
 namespace dp::backend {
 

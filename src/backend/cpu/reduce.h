@@ -1,0 +1,257 @@
+#pragma once
+// The reduction engine. A reduction of `in` over a set of dims is described by a ReducePlan: the
+// kept dims (one output element each) and the reduced dims, both with size-1 dims dropped, optionally
+// reordered by input stride, and coalesced where memory allows. run_reduce() then picks one of three
+// loops:
+//  - inner:  the innermost reduced dim is contiguous: each output reduces contiguous rows through
+//            the op's row() (several accumulators, vectorised);
+//  - outer:  the innermost kept dim is contiguous: a block of outputs is accumulated row by row, so
+//            the inner loop walks contiguous input and a contiguous accumulator block (vectorised);
+//  - strided fallback for everything else.
+//
+// An op provides:
+//   using acc_type = ...;
+//   acc_type identity() const;
+//   acc_type step(acc_type a, T v, int64_t ridx) const;     // ridx: linear index in the reduced space
+//   acc_type combine(acc_type a, acc_type b) const;         // a comes first in reduced order
+//   acc_type row(const T* p, int64_t n, int64_t ridx0) const;  // n contiguous elements from ridx0
+//   void accumulate(acc_type* a, const T* q, int64_t rstride, int64_t rows, int64_t n, int64_t ridx0) const;
+//                                                            // the outer loop's step (see ReduceOpBase)
+//   void store(acc_type a, int64_t out_offset) const;       // writes one output (element offset)
+// ReduceOpBase supplies row() and accumulate() built on step(); ops override them with faster loops.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <type_traits>
+#include <vector>
+#include "backend/reduce_kernels.h"
+#include "backend/cpu/cpu_dispatch.h"
+#include "backend/dispatch.h"
+#include "backend/cpu/loops.h"
+#include "dp/core/tensor.h"
+
+namespace dp::kernels {
+
+struct ReducePlan {
+  // Kept dims, outermost first: size, input stride, output stride (elements).
+  std::vector<int64_t> ksize, kin, kout;
+  // Reduced dims, outermost first: size, input stride (elements).
+  std::vector<int64_t> rsize, rin;
+  int64_t out_numel = 1;
+  int64_t red_numel = 1;
+};
+
+// in_sizes/in_strides: the input's layout. reduced[d]: dim d is reduced. out_strides[d]: the output
+// stride (elements) of kept dim d (ignored for reduced dims). With reorder, both dim lists are sorted by
+// decreasing input stride (broadcast dims first), which changes ridx unless at most one reduced dim
+// has size > 1: fine for ops that ignore ridx (sum, max values, var, ...) and for single-dim index
+// reductions. Without it the reduced dims keep their order, so ridx is the row-major index over them.
+ReducePlan make_reduce_plan(IntArrayRef in_sizes, IntArrayRef in_strides, const std::vector<bool>& reduced,
+                            IntArrayRef out_strides, bool reorder);
+
+// The plan for reducing `in` into `out` (contiguous, shaped as the reduction's result with or without
+// the reduced dims kept).
+ReducePlan make_reduce_plan(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, bool reorder);
+
+// Calls f(offset_a, offset_b) for every index of the multi-dim space `size` (row-major), where the
+// offsets advance by strides sa / sb. An empty space has one element (offsets 0).
+template <typename F>
+inline void for_each_offset(const int64_t* size, const int64_t* sa, const int64_t* sb, int nd, F&& f) {
+  if (nd == 0) {
+    f(int64_t(0), int64_t(0));
+    return;
+  }
+  for (int d = 0; d < nd; ++d)
+    if (size[d] == 0) return;
+  const int64_t n = size[nd - 1], da = sa[nd - 1], db = sb ? sb[nd - 1] : 0;
+  int64_t idx_buf[16] = {0};
+  std::vector<int64_t> idx_heap;
+  int64_t* idx = idx_buf;
+  if (nd > 16) {
+    idx_heap.assign(static_cast<size_t>(nd), 0);
+    idx = idx_heap.data();
+  }
+  int64_t oa = 0, ob = 0;
+  for (;;) {
+    int64_t a = oa, b = ob;
+    for (int64_t i = 0; i < n; ++i, a += da, b += db) f(a, b);
+    int d = nd - 2;
+    for (; d >= 0; --d) {
+      if (++idx[d] < size[d]) {
+        oa += sa[d];
+        if (sb) ob += sb[d];
+        break;
+      }
+      oa -= sa[d] * (size[d] - 1);
+      if (sb) ob -= sb[d] * (size[d] - 1);
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+template <typename Derived, typename T, typename Acc>
+struct ReduceOpBase {
+  using acc_type = Acc;
+  Acc row(const T* p, int64_t n, int64_t ridx0) const {
+    const Derived& self = static_cast<const Derived&>(*this);
+    Acc a = self.identity();
+    for (int64_t i = 0; i < n; ++i) a = self.step(a, p[i], ridx0 + i);
+    return a;
+  }
+  // The outer loop's step: `rows` reduced rows (row r at q + r * rstride, reduced index ridx0 + r)
+  // folded into the n accumulators a[j], column j reading q[r * rstride + j]. Every a[j] has seen
+  // the same rows before.
+  void accumulate(Acc* a, const T* q, int64_t rstride, int64_t rows, int64_t n, int64_t ridx0) const {
+    const Derived& self = static_cast<const Derived&>(*this);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* qr = q + r * rstride;
+      for (int64_t j = 0; j < n; ++j) a[j] = self.step(a[j], qr[j], ridx0 + r);
+    }
+  }
+};
+
+// Runs the reduction described by `p` over `in` (pointer to the element at the input's offset).
+// In a portable build it is also compiled, with all it calls, for AVX2 and AVX-512 and chosen at run
+// time (DP_TARGET_CLONES_FLATTEN, backend/cpu/cpu_dispatch.h); the accumulation order is the same in
+// every copy.
+template <typename T, typename Op>
+DP_TARGET_CLONES_FLATTEN void run_reduce(const ReducePlan& p, const T* in, const Op& op) {
+  using A = typename Op::acc_type;
+  const int nk = static_cast<int>(p.ksize.size());
+  const int nr = static_cast<int>(p.rsize.size());
+  if (p.out_numel == 0) return;
+  if (p.red_numel == 0) {
+    for_each_offset(p.ksize.data(), p.kout.data(), nullptr, nk, [&](int64_t o, int64_t) { op.store(op.identity(), o); });
+    return;
+  }
+  // Inner: contiguous rows along the innermost reduced dim.
+  if (nr > 0 && p.rin[nr - 1] == 1) {
+    const int64_t n = p.rsize[nr - 1];
+    for_each_offset(p.ksize.data(), p.kin.data(), p.kout.data(), nk, [&](int64_t ioff, int64_t ooff) {
+      const T* base = in + ioff;
+      if (nr == 1) {
+        op.store(op.row(base, n, 0), ooff);
+        return;
+      }
+      A acc = op.identity();
+      int64_t ridx = 0;
+      for_each_offset(p.rsize.data(), p.rin.data(), nullptr, nr - 1, [&](int64_t roff, int64_t) {
+        acc = op.combine(acc, op.row(base + roff, n, ridx));
+        ridx += n;
+      });
+      op.store(acc, ooff);
+    });
+    return;
+  }
+  // Outer: accumulate contiguous blocks of the innermost kept dim, a run of reduced rows at a time.
+  if (nk > 0 && p.kin[nk - 1] == 1) {
+    const int64_t m = p.ksize[nk - 1];
+    const int64_t ostride = p.kout[nk - 1];
+    const int nro = nr > 0 ? nr - 1 : 0;  // reduced dims outside the innermost one
+    const int64_t rows = nr > 0 ? p.rsize[nr - 1] : 1;
+    const int64_t rstride = nr > 0 ? p.rin[nr - 1] : 0;
+    constexpr int64_t kBlock = 512;
+    std::unique_ptr<A[]> acc(new A[static_cast<size_t>(std::min(m, kBlock))]);  // not vector: A may be bool
+    for_each_offset(p.ksize.data(), p.kin.data(), p.kout.data(), nk - 1, [&](int64_t ioff, int64_t ooff) {
+      for (int64_t j0 = 0; j0 < m; j0 += kBlock) {
+        const int64_t bn = std::min(kBlock, m - j0);
+        A* a = acc.get();
+        for (int64_t j = 0; j < bn; ++j) a[j] = op.identity();
+        const T* base = in + ioff + j0;
+        int64_t ridx = 0;
+        for_each_offset(p.rsize.data(), p.rin.data(), nullptr, nro, [&](int64_t roff, int64_t) {
+          op.accumulate(a, base + roff, rstride, rows, bn, ridx);
+          ridx += rows;
+        });
+        for (int64_t j = 0; j < bn; ++j) op.store(a[j], ooff + (j0 + j) * ostride);
+      }
+    });
+    return;
+  }
+  // Strided fallback.
+  for_each_offset(p.ksize.data(), p.kin.data(), p.kout.data(), nk, [&](int64_t ioff, int64_t ooff) {
+    const T* base = in + ioff;
+    A acc = op.identity();
+    int64_t ridx = 0;
+    for_each_offset(p.rsize.data(), p.rin.data(), nullptr, nr, [&](int64_t roff, int64_t) { acc = op.step(acc, base[roff], ridx++); });
+    op.store(acc, ooff);
+  });
+}
+
+// ---- helpers shared by the reduction ops ----
+
+template <typename T>
+inline bool is_nan_value(T v) {
+  if constexpr (std::is_floating_point_v<T>) return v != v;
+  else return false;
+}
+
+// The value type reductions compute in: 16-bit floats widen to float.
+template <typename T> using compute_t = std::conditional_t<is_reduced_float_v<T>, float, T>;
+
+// PyTorch's short scalar type names used in messages: Float, Double, Long, Int, Byte, Bool, Half, BFloat16.
+const char* torch_type_name(DType t);
+
+// A contiguous tensor with t's values (t itself when already contiguous); no autograd.
+Tensor contiguous_nograd(const Tensor& t);
+// acc[j] += sum over `rows` rows of q[r * row_stride + j], j < n: four rows per pass over the
+// accumulators (a quarter of their loads and stores), grouped ((r0 + r1) + (r2 + r3)). The one
+// column-sum loop of sum/mean over leading dims and of sum_to's bias-gradient fast path, so both
+// give the same bits.
+template <typename A, typename T>
+inline void add_rows_by_four(A* acc, const T* q, int64_t row_stride, int64_t rows, int64_t n) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const T* q0 = q + r * row_stride;
+    const T* q1 = q0 + row_stride;
+    const T* q2 = q1 + row_stride;
+    const T* q3 = q2 + row_stride;
+    for (int64_t j = 0; j < n; ++j) acc[j] += (convert<A>(q0[j]) + convert<A>(q1[j])) + (convert<A>(q2[j]) + convert<A>(q3[j]));
+  }
+  for (; r < rows; ++r) {
+    const T* qr = q + r * row_stride;
+    for (int64_t j = 0; j < n; ++j) acc[j] += convert<A>(qr[j]);
+  }
+}
+
+// t converted to dtype (t itself when it already has it); no autograd.
+Tensor convert_nograd(const Tensor& t, DType dtype);
+// A tensor viewing t's storage with the given sizes and strides; no autograd.
+Tensor restride_nograd(const Tensor& t, IntArrayRef sizes, IntArrayRef strides);
+
+// ---- dims ----
+
+// Marks the dims named in `dims` (all dims when empty) of an ndim-dim tensor. Negative dims wrap;
+// a dim out of range or named twice is an IndexError naming `op`.
+std::vector<bool> make_dim_mask(IntArrayRef dims, int64_t ndim, const char* op);
+// The result shape: reduced dims dropped, or kept as size 1 with keepdim.
+Shape reduced_shape(IntArrayRef sizes, const std::vector<bool>& mask, bool keepdim);
+// Number of elements in the reduced dims.
+int64_t reduced_numel(IntArrayRef sizes, const std::vector<bool>& mask);
+
+// ---- used by the reduction ops' backward formulas (src/ops/reduction.cpp) ----
+
+// A gradient of a reduction's result reshaped to the keepdim shape (size-1 reduced dims), so it
+// broadcasts against the input. Differentiable (dp ops).
+Tensor grad_to_keepdim(const Tensor& g, IntArrayRef in_shape, const std::vector<bool>& mask, bool keepdim);
+// NotImplementedError for tensors the CPU kernels cannot read (CUDA, until its backend lands).
+void check_cpu_tensor(const char* op, const Tensor& t);
+
+// ---- the CPU backend's kernels (reduce_*.cpp) ----
+// The implementations of backend/reduce_kernels.h (contracts there) on host memory; the ops call
+// kernels::sum_kernel etc., which pick the backend.
+
+void sum_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
+void mean_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
+void minmax_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, bool is_max);
+void minmax_index_kernel_cpu(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim, bool keepdim, bool is_max);
+void var_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction, bool take_sqrt);
+void logsumexp_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
+void norm_kernel_cpu(const Tensor& out, const Tensor& in, double p);
+void softmax_kernel_cpu(const Tensor& out, const Tensor& in, int64_t dim, bool log);
+void softmax_backward_kernel_cpu(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log);
+
+}  // namespace dp::kernels

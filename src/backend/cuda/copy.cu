@@ -1,0 +1,230 @@
+// CUDA copy (strided, broadcasting, dtype-converting) and fill kernels, and the Philox random fills.
+#include <cuda_runtime.h>
+#include <cstring>
+#include "backend/elementwise_impl.h"
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/philox.h"
+#include "backend/cuda/random.h"
+
+namespace dp::cuda {
+
+using detail::CudaLaunch;
+using detail::kThreads;
+
+namespace {
+
+// An unsigned type of each element size: same-dtype copies move bits.
+template <size_t S> struct Bits;
+template <> struct Bits<1> { using type = uint8_t; };
+template <> struct Bits<2> { using type = uint16_t; };
+template <> struct Bits<4> { using type = uint32_t; };
+template <> struct Bits<8> { using type = uint64_t; };
+
+template <typename To, typename From> struct ConvertF {
+  DP_HOST_DEVICE DP_INLINE To operator()(From v) const { return kernels::convert<To>(v); }
+};
+
+template <typename To, typename From>
+__global__ void __launch_bounds__(kThreads) convert_kernel(uint32_t n, To* out, const From* in) {
+  const uint32_t stride = gridDim.x * kThreads;
+  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < n; i += stride) out[i] = kernels::convert<To>(in[i]);
+}
+
+// Same dtype, any layout (bits moved).
+void copy_same(const Tensor& dst, const Tensor& src) {
+  switch (dst.element_size()) {
+    case 1: CudaLaunch::run<uint8_t, uint8_t>(dst, kernels::impl::IdF<uint8_t>{}, src); return;
+    case 2: CudaLaunch::run<uint16_t, uint16_t>(dst, kernels::impl::IdF<uint16_t>{}, src); return;
+    case 4: CudaLaunch::run<uint32_t, uint32_t>(dst, kernels::impl::IdF<uint32_t>{}, src); return;
+    case 8: CudaLaunch::run<uint64_t, uint64_t>(dst, kernels::impl::IdF<uint64_t>{}, src); return;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) fill_bits_kernel(uint32_t n, T* out, T v) {
+  const uint32_t stride = gridDim.x * kThreads;
+  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < n; i += stride) out[i] = v;
+}
+
+}  // namespace
+
+void copy_kernel(const Tensor& dst, const Tensor& src_in) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  DeviceGuard guard(dst.device().index);
+  const Tensor src = detail::on_device_of("copy_", dst, src_in);
+  if (dst.dtype() == src.dtype()) {
+    copy_same(dst, src);
+    return;
+  }
+  // Converting: the source broadcast into a contiguous buffer of its dtype (if it is not one
+  // already), a contiguous conversion, then a layout copy into dst (if it is not contiguous).
+  Tensor s = src.is_contiguous() && src.numel() == n ? src : make_empty(dst.sizes(), src.dtype(), dst.device());
+  if (!s.is_same(src)) copy_same(s, src);
+  Tensor d = dst.is_contiguous() ? dst : make_empty(dst.sizes(), dst.dtype(), dst.device());
+  cudaStream_t stream = current_stream(dst.device().index).handle();
+  constexpr int64_t kChunk = int64_t{1} << 30;
+  kernels::dispatch_all(d.dtype(), "copy_", [&]<typename To>() {
+    kernels::dispatch_all(s.dtype(), "copy_", [&]<typename From>() {
+      if constexpr (!std::is_same_v<To, From>) {
+        for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+          const int64_t m = n - i0 < kChunk ? n - i0 : kChunk;
+          convert_kernel<To, From><<<detail::grid_for(m, dst.device().index), kThreads, 0, stream>>>(
+              static_cast<uint32_t>(m), static_cast<To*>(d.data_ptr()) + i0, static_cast<const From*>(s.data_ptr()) + i0);
+        }
+      }
+    });
+  });
+  DP_CUDA_CHECK(cudaGetLastError());
+  if (!d.is_same(dst)) copy_same(dst, d);
+}
+
+void fill_kernel(const Tensor& dst, const Scalar& value) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  const int dev = dst.device().index;
+  DeviceGuard guard(dev);
+  uint64_t bits = 0;
+  kernels::dispatch_all(dst.dtype(), "fill_", [&]<typename T>() {
+    const T v = kernels::scalar_to<T>(value);
+    std::memcpy(&bits, &v, sizeof(T));
+  });
+  Tensor d = dst.is_contiguous() ? dst : make_empty(dst.sizes(), dst.dtype(), dst.device());
+  cudaStream_t stream = current_stream(dev).handle();
+  constexpr int64_t kChunk = int64_t{1} << 30;
+  auto run = [&]<typename B>() {
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t m = n - i0 < kChunk ? n - i0 : kChunk;
+      fill_bits_kernel<B><<<detail::grid_for(m, dev), kThreads, 0, stream>>>(static_cast<uint32_t>(m), static_cast<B*>(d.data_ptr()) + i0,
+                                                                             static_cast<B>(bits));
+    }
+  };
+  switch (dst.element_size()) {
+    case 1: run.template operator()<uint8_t>(); break;
+    case 2: run.template operator()<uint16_t>(); break;
+    case 4: run.template operator()<uint32_t>(); break;
+    default: run.template operator()<uint64_t>(); break;
+  }
+  DP_CUDA_CHECK(cudaGetLastError());
+  if (!d.is_same(dst)) copy_same(dst, d);
+}
+
+// ---------------------------------------------------------------- random
+
+namespace {
+
+constexpr double k2pow53inv = 1.0 / 9007199254740992.0;  // 2^-53
+__device__ DP_INLINE uint64_t word64(const uint32_t* w, int half) { return (static_cast<uint64_t>(w[2 * half]) << 32) | w[2 * half + 1]; }
+__device__ DP_INLINE double u53(uint64_t x) { return static_cast<double>(x >> 11) * k2pow53inv; }
+
+// Element i of the CPU's stream layout (src/ops/random.cpp), one thread per element.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) uniform_kernel(uint64_t n, T* out, uint64_t seed, uint64_t first, double from, double range) {
+  constexpr bool wide = std::is_same_v<T, double>;
+  constexpr int per_block = wide ? 2 : 4;
+  const uint64_t stride = uint64_t(gridDim.x) * kThreads;
+  for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    uint32_t w[4];
+    kernels::philox4x32_rounds(seed, first + i / per_block, w);
+    const int k = static_cast<int>(i % per_block);
+    double u;
+    if constexpr (wide) u = u53(word64(w, k));
+    else if constexpr (std::is_same_v<T, float>) u = static_cast<double>(w[k] >> 8) * (1.0 / 16777216.0);
+    else if constexpr (std::is_same_v<T, Half>) u = static_cast<double>(w[k] >> 21) * (1.0 / 2048.0);
+    else u = static_cast<double>(w[k] >> 24) * (1.0 / 256.0);
+    out[i] = kernels::convert<T>(from + range * u);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) normal_kernel(uint64_t n, T* out, uint64_t seed, uint64_t first, double mean, double std) {
+  const uint64_t stride = uint64_t(gridDim.x) * kThreads;
+  for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    uint32_t w[4];
+    kernels::philox4x32_rounds(seed, first + i / 2, w);
+    const double u1 = static_cast<double>((word64(w, 0) >> 11) + 1) * k2pow53inv;  // (0, 1]
+    const double u2 = u53(word64(w, 1));
+    const double r = sqrt(-2.0 * log(u1));
+    const double theta = 2.0 * 3.14159265358979323846 * u2;
+    const double z = (i % 2 == 0) ? r * cos(theta) : r * sin(theta);
+    out[i] = kernels::convert<T>(mean + std * z);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) bernoulli_kernel(uint64_t n, T* out, uint64_t seed, uint64_t first, double p) {
+  const uint64_t stride = uint64_t(gridDim.x) * kThreads;
+  for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    uint32_t w[4];
+    kernels::philox4x32_rounds(seed, first + i / 2, w);
+    out[i] = kernels::convert<T>(u53(word64(w, static_cast<int>(i % 2))) < p);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) dropout_kernel(uint64_t n, const T* x, bool* mask, T* out, uint64_t seed, uint64_t first,
+                                                           uint64_t threshold, kernels::opmath_t<T> scale) {
+  const uint64_t stride = uint64_t(gridDim.x) * kThreads;
+  for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    uint32_t w[4];
+    kernels::philox4x32_rounds(seed, first + i / 4, w);
+    const uint32_t kept = static_cast<uint32_t>(w[i % 4] < threshold);
+    mask[i] = kept != 0;
+    out[i] = kernels::st<T>(kernels::om(x[i]) * (static_cast<kernels::opmath_t<T>>(kept) * scale));
+  }
+}
+
+template <typename T> struct DropoutApplyF {
+  kernels::opmath_t<T> s;
+  DP_HOST_DEVICE DP_INLINE T operator()(T x, bool m) const { return kernels::st<T>(kernels::om(x) * (static_cast<kernels::opmath_t<T>>(m) * s)); }
+};
+
+}  // namespace
+
+void dropout_forward(const Tensor& x, double keep, double scale, uint64_t seed, uint64_t first, const Tensor& mask, const Tensor& out) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const int dev = out.device().index;
+  DeviceGuard guard(dev);
+  DP_CHECK(x.device() == out.device() && mask.device() == out.device() && x.is_contiguous() && mask.is_contiguous() && out.is_contiguous(),
+           ValueError, "dropout (CUDA): expected contiguous tensors on one device");
+  const uint64_t threshold = static_cast<uint64_t>(keep * 4294967296.0);
+  cudaStream_t stream = current_stream(dev).handle();
+  kernels::dispatch_floating(x.dtype(), "dropout", [&]<typename T>() {
+    dropout_kernel<T><<<detail::grid_for(n, dev), kThreads, 0, stream>>>(static_cast<uint64_t>(n), static_cast<const T*>(x.data_ptr()),
+                                                                         static_cast<bool*>(mask.data_ptr()), static_cast<T*>(out.data_ptr()),
+                                                                         seed, first, threshold, static_cast<kernels::opmath_t<T>>(scale));
+  });
+  DP_CUDA_CHECK(cudaGetLastError());
+}
+
+void dropout_apply(const Tensor& x, const Tensor& mask, double scale, const Tensor& out) {
+  kernels::dispatch_floating(x.dtype(), "dropout", [&]<typename T>() {
+    CudaLaunch::run<T, T, bool>(out, DropoutApplyF<T>{static_cast<kernels::opmath_t<T>>(scale)}, x, mask);
+  });
+}
+
+void random_fill(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first, double a, double b) {
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  const int dev = t.device().index;
+  DeviceGuard guard(dev);
+  DP_CHECK(t.is_contiguous(), ValueError, "random_fill: expected a contiguous CUDA tensor");
+  cudaStream_t stream = current_stream(dev).handle();
+  const unsigned blocks = detail::grid_for(n, dev);
+  const uint64_t un = static_cast<uint64_t>(n);
+  if (kind == RandomKind::Bernoulli) {
+    kernels::dispatch_all(t.dtype(), "bernoulli_", [&]<typename T>() {
+      bernoulli_kernel<T><<<blocks, kThreads, 0, stream>>>(un, static_cast<T*>(t.data_ptr()), seed, first, a);
+    });
+  } else {
+    kernels::dispatch_floating(t.dtype(), kind == RandomKind::Uniform ? "uniform_" : "normal_", [&]<typename T>() {
+      if (kind == RandomKind::Uniform) uniform_kernel<T><<<blocks, kThreads, 0, stream>>>(un, static_cast<T*>(t.data_ptr()), seed, first, a, b - a);
+      else normal_kernel<T><<<blocks, kThreads, 0, stream>>>(un, static_cast<T*>(t.data_ptr()), seed, first, a, b);
+    });
+  }
+  DP_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dp::cuda

@@ -1,0 +1,68 @@
+// The CUDA backend's kernels, registered into the kernel interfaces' stubs (called once, from
+// src/backend/registry.cpp). The kernels themselves are in the .cu files.
+#include "backend/comm_kernels.h"
+#include "backend/loss_kernels.h"
+#include "backend/optim_kernels.h"
+#include "backend/random_kernels.h"
+#include "backend/cuda/comm.h"
+#include "backend/cuda/loss.h"
+#include "backend/cuda/nccl.h"
+#include "backend/cuda/optim.h"
+#include "backend/cuda/random.h"
+#include "dp/core/device_runtime.h"
+#include "dp/core/errors.h"
+#include "dp/cuda/graph.h"
+
+namespace dp::cuda {
+const DeviceRuntime& cuda_runtime();  // device_runtime.cpp
+}  // namespace dp::cuda
+
+namespace dp::backend {
+
+void register_cuda_elementwise_kernels();  // register_elementwise_kernels.cpp
+void register_cuda_reduce_kernels();       // register_reduce_kernels.cpp
+
+namespace {
+
+// Adam's step count and bias corrections are host values: captured into a CUDA graph they would be
+// frozen at their values of the captured step.
+void check_host_scalar_step_cuda(int device, const char* optimizer) {
+  DP_CHECK(!cuda::is_current_stream_capturing(device), NotImplementedError, optimizer, ": step() during CUDA graph capture on cuda:", device,
+           ": the step count and bias corrections are host values and would be frozen into the graph; "
+           "capture SGD, or run this optimizer's step outside the graph");
+}
+
+void sum_into_cuda(void* out, const std::vector<const void*>& ins, int64_t n, DType dtype, const Stream& stream) {
+  cuda::sum_into(out, ins, n, dtype, cuda::Stream::from_generic(stream));
+}
+
+}  // namespace
+
+void register_cuda_ops_kernels();  // register_ops_kernels.cpp
+
+void register_cuda_kernels() {
+  register_device_runtime(DeviceType::CUDA, &cuda::cuda_runtime());
+  collective_usable.set(DeviceType::CUDA, &cuda::nccl::usable);
+  collective_broadcast.set(DeviceType::CUDA, &cuda::nccl::broadcast);
+  collective_reduce.set(DeviceType::CUDA, &cuda::nccl::reduce);
+  peer_access.set(DeviceType::CUDA, &cuda::enable_peer_access);
+  sum_into.set(DeviceType::CUDA, &sum_into_cuda);
+  register_cuda_elementwise_kernels();
+  register_cuda_reduce_kernels();
+  dropout_forward.set(DeviceType::CUDA, &cuda::dropout_forward);
+  dropout_apply.set(DeviceType::CUDA, &cuda::dropout_apply);
+  sgd_update.set(DeviceType::CUDA, &cuda::optim::sgd_update);
+  adam_update.set(DeviceType::CUDA, &cuda::optim::adam_update);
+  check_host_scalar_step.set(DeviceType::CUDA, &check_host_scalar_step_cuda);
+  pointwise_loss_forward.set(DeviceType::CUDA, &cuda::pointwise_loss_forward);
+  pointwise_loss_backward.set(DeviceType::CUDA, &cuda::pointwise_loss_backward);
+  nll_loss_forward.set(DeviceType::CUDA, &cuda::nll_loss_forward);
+  nll_loss_backward.set(DeviceType::CUDA, &cuda::nll_loss_backward);
+  cross_entropy_index_forward.set(DeviceType::CUDA, &cuda::cross_entropy_index_forward);
+  cross_entropy_index_backward.set(DeviceType::CUDA, &cuda::cross_entropy_index_backward);
+  cross_entropy_prob_forward.set(DeviceType::CUDA, &cuda::cross_entropy_prob_forward);
+  cross_entropy_prob_backward.set(DeviceType::CUDA, &cuda::cross_entropy_prob_backward);
+  register_cuda_ops_kernels();
+}
+
+}  // namespace dp::backend
