@@ -70,8 +70,8 @@ nn::Sequential make_model(const std::string& name) {
 struct Config {
   std::string name;
   std::function<Tensor()> step;
-  std::vector<double> per_step_us;
-  std::string error;
+  std::vector<double> per_step_us = {};
+  std::string error = {};
 };
 
 std::vector<Config> make_configs(const std::string& name, const Tensor& x, const Tensor& y) {

@@ -99,8 +99,9 @@ TEST(AutocastDtypes, EveryOpMatchesTorchUnderCpuBFloat16) {
         const std::string what = e.what();
         EXPECT_NE(what.find(op->first), std::string::npos) << what;
         EXPECT_NE(what.find("bfloat16"), std::string::npos) << what;
-        if (op->first == "conv2d")  // the cast autocast made is named: the caller passed float32
+        if (op->first == "conv2d") {  // the cast autocast made is named: the caller passed float32
           EXPECT_NE(what.find("under CPU autocast, which cast conv2d's floating arguments to bfloat16"), std::string::npos) << what;
+        }
       }
       continue;
     }

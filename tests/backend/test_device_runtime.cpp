@@ -40,7 +40,7 @@ TEST(DeviceRuntime, AStreamIsAValueThatKeepsItsOwnerAlive) {
 TEST(DeviceRuntime, TheDefaultAcceleratorIsTheOneWithDevices) {
   const std::optional<DeviceType> type = default_accelerator();
   EXPECT_EQ(type.has_value(), cuda_device_count() > 0);
-  if (type) EXPECT_EQ(*type, DeviceType::CUDA);
+  if (type) { EXPECT_EQ(*type, DeviceType::CUDA); }
 }
 
 // Host memory behind a fake device type's allocator.

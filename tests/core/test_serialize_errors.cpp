@@ -33,11 +33,6 @@ using test::write_bytes;
 // A file with the given header text (its real length) and data bytes.
 std::string file_of(const std::string& header, const std::string& data) { return le64(header.size()) + header + data; }
 
-std::string bytes_of(const Tensor& t) {
-  Tensor c = t.contiguous();
-  return std::string(static_cast<const char*>(c.data_ptr()), c.nbytes());
-}
-
 // Loading must throw E with a message naming the file and containing every fragment.
 template <typename E>
 void expect_load_error(const std::string& path, std::initializer_list<std::string> fragments) {

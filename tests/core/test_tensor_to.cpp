@@ -48,7 +48,7 @@ TEST_F(TensorTo, AcrossCpuDevices) {
       EXPECT_EQ(dst.device(), to_dev);
       EXPECT_EQ(dst.storage()->device(), to_dev);
       EXPECT_EQ(dst.to_vector<float>(), host.to_vector<float>());
-      if (from != to_dev) EXPECT_NE(dst.storage().get(), src.storage().get());
+      if (from != to_dev) { EXPECT_NE(dst.storage().get(), src.storage().get()); }
       // Non-contiguous source, with a dtype change on the way.
       Tensor tv = src.t().to(to_dev, kFloat64);
       EXPECT_EQ(tv.device(), to_dev);

@@ -281,7 +281,7 @@ TEST(CudaElementwise, UnaryOpsMatchTheCpu) {
   Tensor di = hi.to(kGpu);
   for (const char* name : {"neg", "abs", "sign", "square", "relu"}) {
     for (const auto& [n, f] : ops)
-      if (n == name) EXPECT_TRUE(dp::equal(f(di).cpu(), f(hi))) << name;
+      if (n == name) { EXPECT_TRUE(dp::equal(f(di).cpu(), f(hi))) << name; }
   }
 }
 
@@ -336,7 +336,7 @@ TEST(CudaElementwise, BinaryOpsWithBroadcastingMatchTheCpu) {
   Tensor ia = sample({40}, kFloat32, 24, -1000, 1000).to(kInt64), ib = sample({40}, kFloat32, 25, 1, 9).to(kInt64);
   for (const char* name : {"add", "sub", "mul", "maximum", "minimum", "eq", "lt", "ge", "add_scalar", "lt_scalar"}) {
     for (const auto& [n, f] : ops)
-      if (n == name) EXPECT_TRUE(dp::equal(f(ia.to(kGpu), ib.to(kGpu)).cpu(), f(ia, ib))) << name;
+      if (n == name) { EXPECT_TRUE(dp::equal(f(ia.to(kGpu), ib.to(kGpu)).cpu(), f(ia, ib))) << name; }
   }
   // mixed dtypes promote as on the CPU
   Tensor hf = sample({3, 4}, kFloat32, 26);

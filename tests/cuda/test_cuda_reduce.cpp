@@ -130,7 +130,7 @@ void expect_launch_invariants(const ReducePlan& plan, const ReduceLaunch& l) {
   EXPECT_GE(l.splits, 1);
   EXPECT_LE(l.splits, cuda::detail::kMaxGridY);
   EXPECT_GE(l.splits * l.chunk, plan.red_numel);      // every reduced element in some split
-  if (l.splits > 1) EXPECT_LT((l.splits - 1) * l.chunk, plan.red_numel);  // no empty split
+  if (l.splits > 1) { EXPECT_LT((l.splits - 1) * l.chunk, plan.red_numel); }  // no empty split
 }
 
 ReducePlan contiguous_plan(const Shape& sizes, const std::vector<bool>& reduced) {

@@ -42,7 +42,7 @@ void expect_softmax_invariants(int64_t outer, int64_t dsize, int64_t inner, cons
   EXPECT_LT((l.groups - 1) * per_group, std::max<int64_t>(units, 1));
   EXPECT_GE(l.grid_x, 1);
   EXPECT_LE(l.grid_x, l.groups);
-  if (l.rows) EXPECT_GE(l.block_x, 32) << "whole warps per row";
+  if (l.rows) { EXPECT_GE(l.block_x, 32) << "whole warps per row"; }
   (void)dsize;
 }
 

@@ -140,7 +140,7 @@ TEST(DataLoader, EverySampleOncePerEpochWithAndWithoutShuffleAndWorkers) {
       for (int epoch = 0; epoch < 3; ++epoch) {
         EpochLog log = run_epoch(loader);
         ASSERT_EQ(log.targets.size(), 257u);
-        if (!shuffle) EXPECT_EQ(log.targets, iota_vec(257));
+        if (!shuffle) { EXPECT_EQ(log.targets, iota_vec(257)); }
         std::sort(log.targets.begin(), log.targets.end());
         EXPECT_EQ(log.targets, iota_vec(257)) << "shuffle " << shuffle << " workers " << workers << " epoch " << epoch;
       }

@@ -151,7 +151,7 @@ void check_equivalence(const std::function<Tensor(int64_t)>& input, const Run& r
       loss.backward();
       EXPECT_TRUE(ddp->last_backward_synced());
       if (run.compare_every_step || s == 0) {
-        if (run.forward_loss) EXPECT_TRUE(allclose(loss, ref_loss[s], run.rtol, run.atol)) << "rank " << r << " step " << s << " loss";
+        if (run.forward_loss) { EXPECT_TRUE(allclose(loss, ref_loss[s], run.rtol, run.atol)) << "rank " << r << " step " << s << " loss"; }
         const auto params = ddp->parameters();
         for (size_t i = 0; i < params.size(); ++i) {
           ASSERT_TRUE(params[i].grad().defined()) << "rank " << r << " step " << s << " param " << i;
@@ -166,8 +166,9 @@ void check_equivalence(const std::function<Tensor(int64_t)>& input, const Run& r
   ASSERT_EQ(final_values[0].size(), ref_values.back().size());
   for (size_t i = 0; i < final_values[0].size(); ++i) {
     for (int r = 1; r < world; ++r) EXPECT_TRUE(bitwise_equal(final_values[r][i], final_values[0][i])) << "rank " << r << " tensor " << i;
-    if (run.compare_every_step)
+    if (run.compare_every_step) {
       EXPECT_TRUE(allclose(final_values[0][i], ref_values.back()[i], run.rtol * 10, run.atol * 10)) << "tensor " << i << " vs reference";
+    }
   }
 }
 

@@ -269,7 +269,7 @@ TEST(ProcessGroupCollectives, BarrierWaitsForTheLastRank) {
     const auto start = std::chrono::steady_clock::now();
     pg.barrier()->wait();
     const auto waited = std::chrono::steady_clock::now() - start;
-    if (rank != 2) EXPECT_GE(waited, std::chrono::milliseconds(300)) << "rank " << rank << " left the barrier before rank 2 entered it";
+    if (rank != 2) { EXPECT_GE(waited, std::chrono::milliseconds(300)) << "rank " << rank << " left the barrier before rank 2 entered it"; }
   });
 }
 

@@ -385,7 +385,7 @@ TEST(ProcessGroupErrors, GlooPeerAddressesMapToRanksOnlyAsWholeAddresses) {
 TEST(ProcessGroupErrors, GlooExceptionsBecomeTypedErrors) {
   detail::PeerAddressBook book;
   book.add("[10.0.0.2]:5000", 3);
-  const detail::OpLabel label{"default", 0, 4, "broadcast", 42};
+  const detail::OpLabel label{"default", 0, 4, "broadcast", 42, ""};
   auto no_progress = [] { return detail::ProgressReport{false, "store gone", {}}; };
 
   auto lost = detail::translate_operation_error(

@@ -125,7 +125,7 @@ TEST(ClipGrad, ErrorIfNonfiniteLeavesTheGradientsAlone) {
     EXPECT_THAT([&] { clip_grad_norm_(params, 1.0, 2.0, /*error_if_nonfinite=*/true); },
                 ::testing::ThrowsMessage<ValueError>(::testing::HasSubstr("the total norm of order 2 for gradients from `parameters` is")));
     for (size_t i = 0; i < params.size(); ++i)
-      if (before[i].defined()) EXPECT_TRUE(all_close(params[i].grad(), before[i], 0, 0));
+      if (before[i].defined()) { EXPECT_TRUE(all_close(params[i].grad(), before[i], 0, 0)); }
   }
   // A finite norm with error_if_nonfinite clips as usual.
   std::vector<Tensor> params = setup(golden_case("norm2|clipped"));

@@ -139,7 +139,7 @@ void check_case(const json& c) {
   y.backward(tensor_from_json(c.at("grad_output")));
   for (size_t i = 0; i < in.size(); ++i) {
     if (!mask[i]) {
-      if (in[i].defined()) EXPECT_FALSE(in[i].grad().defined()) << "input " << i << " got a gradient";
+      if (in[i].defined()) { EXPECT_FALSE(in[i].grad().defined()) << "input " << i << " got a gradient"; }
       continue;
     }
     SCOPED_TRACE("grad of input " + std::to_string(i));

@@ -43,11 +43,11 @@ TEST(Conv2dGolden, ForwardAndBackwardMatchPyTorch) {
     Tensor y = conv2d(x, w, b, stride, padding, dilation, groups);
     EXPECT_EQ(y.dtype(), x.dtype());
     EXPECT_TRUE(all_close(y, c.at("output"), tol(x), tol(x)));
-    if (x.dim() == 4) EXPECT_EQ(y.grad_fn()->name(), "ConvolutionBackward0");
+    if (x.dim() == 4) { EXPECT_EQ(y.grad_fn()->name(), "ConvolutionBackward0"); }
     y.backward(tensor_from_json(c.at("grad_output")));
     EXPECT_TRUE(all_close(x.grad(), c.at("grads")[0], tol(x), tol(x))) << "grad input";
     EXPECT_TRUE(all_close(w.grad(), c.at("grads")[1], tol(x), tol(x))) << "grad weight";
-    if (b.defined()) EXPECT_TRUE(all_close(b.grad(), c.at("grads")[2], tol(x), tol(x))) << "grad bias";
+    if (b.defined()) { EXPECT_TRUE(all_close(b.grad(), c.at("grads")[2], tol(x), tol(x))) << "grad bias"; }
   }
   EXPECT_GE(n, 20);
 }
@@ -169,7 +169,7 @@ TEST(Conv2d, RandomGeometriesMatchDirectLoop) {
       EXPECT_TRUE(all_close(y, tensor<double>(ref.y, y.sizes()), t, t));
       EXPECT_TRUE(all_close(x.grad(), tensor<double>(ref.gx, xs), t, t)) << "grad input";
       EXPECT_TRUE(all_close(w.grad(), tensor<double>(ref.gw, ws), t, t)) << "grad weight";
-      if (bias) EXPECT_TRUE(all_close(b.grad(), tensor<double>(ref.gb, {ws[0]}), t, t)) << "grad bias";
+      if (bias) { EXPECT_TRUE(all_close(b.grad(), tensor<double>(ref.gb, {ws[0]}), t, t)) << "grad bias"; }
     }
     ++checked;
   }

@@ -318,7 +318,7 @@ TEST(Linalg, LinearDirectBackwardEqualsTheDifferentiableOne) {
       size_t k = 0;
       for (size_t i = 0; i < 3; ++i) {
         if (!q[i].defined() || !q[i].requires_grad()) {
-          if (p[i].defined()) EXPECT_FALSE(p[i].grad().defined()) << "input " << i << " got a gradient it does not need";
+          if (p[i].defined()) { EXPECT_FALSE(p[i].grad().defined()) << "input " << i << " got a gradient it does not need"; }
           continue;
         }
         ASSERT_TRUE(p[i].grad().defined()) << "input " << i;

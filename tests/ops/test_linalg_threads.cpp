@@ -257,8 +257,8 @@ TEST(BlasThreads, OpenBlasStaysOnOneThread) {
 TEST(BlasThreads, CoretypeSuggestion) {
   const std::string suggestion = kernels::blas::coretype_suggestion();
   EXPECT_TRUE(suggestion.empty() || suggestion == "SkylakeX" || suggestion == "Haswell") << suggestion;
-  if (suggestion == "SkylakeX") EXPECT_TRUE(__builtin_cpu_supports("avx512f"));
-  if (suggestion == "Haswell") EXPECT_TRUE(__builtin_cpu_supports("avx2"));
+  if (suggestion == "SkylakeX") { EXPECT_TRUE(__builtin_cpu_supports("avx512f")); }
+  if (suggestion == "Haswell") { EXPECT_TRUE(__builtin_cpu_supports("avx2")); }
   const char* user = std::getenv("OPENBLAS_CORETYPE");
   const std::string saved = user ? user : "";
   ::setenv("OPENBLAS_CORETYPE", "Prescott", 1);

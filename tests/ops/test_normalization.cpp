@@ -74,8 +74,8 @@ TEST(LayerNorm, GoldenForwardAndBackward) {
     auto grads = autograd::grad({out}, leaves, {get(c, "grad_out")});
     EXPECT_TRUE(all_close(grads[0], expected(c, "grad_x"), rtol_of(x), large ? 1e-4 : atol_of(x)));
     size_t k = 1;
-    if (w.defined()) EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_weight"), rtol_of(x), large ? 2e-4 : atol_of(x)));
-    if (b.defined()) EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_bias"), rtol_of(x), atol_of(x)));
+    if (w.defined()) { EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_weight"), rtol_of(x), large ? 2e-4 : atol_of(x))); }
+    if (b.defined()) { EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_bias"), rtol_of(x), atol_of(x))); }
   }
 }
 
@@ -110,8 +110,8 @@ TEST(BatchNorm, GoldenForwardBackwardAndRunningStats) {
     auto grads = autograd::grad({out}, leaves, {get(c, "grad_out")});
     EXPECT_TRUE(all_close(grads[0], expected(c, "grad_x"), rtol_of(x), large ? 1e-4 : atol_of(x)));
     size_t k = 1;
-    if (w.defined()) EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_weight"), rtol_of(x), large ? 2e-4 : 5e-5));
-    if (b.defined()) EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_bias"), rtol_of(x), atol_of(x)));
+    if (w.defined()) { EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_weight"), rtol_of(x), large ? 2e-4 : 5e-5)); }
+    if (b.defined()) { EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_bias"), rtol_of(x), atol_of(x))); }
   }
 }
 

@@ -202,7 +202,7 @@ TEST(Views, EveryViewSharesStorageAndWritesThrough) {
       int64_t pos = v.storage_offset();
       for (int64_t d = 0; d < v.dim(); ++d) pos += idx[d] * v.strides()[d];
       covered[pos] = true;
-      if (!overlapping) EXPECT_EQ(b[pos], 1000.0f + static_cast<float>(i)) << "element " << i;
+      if (!overlapping) { EXPECT_EQ(b[pos], 1000.0f + static_cast<float>(i)) << "element " << i; }
       for (int64_t d = v.dim() - 1; d >= 0; --d) {
         if (++idx[d] < v.sizes()[d]) break;
         idx[d] = 0;

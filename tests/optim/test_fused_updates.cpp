@@ -36,7 +36,7 @@ void check_adam_paths(const AdamScalars& s) {
   EXPECT_TRUE(same_bits(p, p1));
   EXPECT_TRUE(same_bits(m, m1));
   EXPECT_TRUE(same_bits(v, v1));
-  if (s.amsgrad) EXPECT_TRUE(same_bits(vmax, vmax1));
+  if (s.amsgrad) { EXPECT_TRUE(same_bits(vmax, vmax1)); }
 }
 
 template <typename T>
@@ -47,7 +47,7 @@ void check_sgd_paths(const SgdScalars& s, bool initialized) {
   sgd_update(p.data(), g.data(), buf.data(), initialized, static_cast<int64_t>(n), s);
   for (size_t i = 0; i < n; ++i) sgd_update(&p1[i], &g[i], &buf1[i], initialized, 1, s);
   EXPECT_TRUE(same_bits(p, p1));
-  if (s.momentum != 0) EXPECT_TRUE(same_bits(buf, buf1));
+  if (s.momentum != 0) { EXPECT_TRUE(same_bits(buf, buf1)); }
 }
 
 TEST(FusedUpdates, AdamVectorAndScalarPathsAgree) {

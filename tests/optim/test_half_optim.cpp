@@ -102,7 +102,7 @@ TEST(HalfOptim, StateIsInTheParametersDtype) {
       OrderedDict<std::string, Tensor> saved;
       st->save("", saved);
       for (const auto& item : saved)
-        if (item.key() != "step") EXPECT_EQ(item.value().dtype(), kBFloat16) << item.key();
+        if (item.key() != "step") { EXPECT_EQ(item.value().dtype(), kBFloat16) << item.key(); }
     }
   }
 }

@@ -357,7 +357,7 @@ TEST(DataParallelCuda, NoImbalanceWarningForDevicesOfOneGpu) {
 #endif
   WarningCapture capture;
   nn::DataParallel<Mlp> net(model, cuda_devices(cuda_device_count()));
-  if (one_gpu) EXPECT_TRUE(capture.messages().empty());
+  if (one_gpu) { EXPECT_TRUE(capture.messages().empty()); }
 }
 
 // BatchNorm in training normalises each replica's chunk on its own, so the reference is DataParallel

@@ -108,7 +108,7 @@ inline void expect_rel(const Tensor& gpu, const Tensor& cpu, double tol, const s
   ASSERT_TRUE(gpu.defined() && cpu.defined()) << what;
   ASSERT_TRUE(gpu.is_cuda()) << what;
   ASSERT_EQ(gpu.sizes(), cpu.sizes()) << what;
-  if (check_dtype) ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
+  if (check_dtype) { ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what; }
   const std::vector<double> g = gpu.to(Device::cpu(), kFloat64).contiguous().to_vector<double>();
   const std::vector<double> c = cpu.to(kFloat64).contiguous().to_vector<double>();
   double num = 0, den = 0;

@@ -283,7 +283,7 @@ TEST(DpRun, TimelineMergesEveryRanksTrace) {
     const std::string name = e.at("name").get<std::string>();
     if (name == "process_name") process_names[pid] = e.at("args").at("name").get<std::string>();
     ++names[pid][name];
-    if (e.at("ph") == "X") EXPECT_GE(e.at("dur").get<int64_t>(), 0);
+    if (e.at("ph") == "X") { EXPECT_GE(e.at("dur").get<int64_t>(), 0); }
     const bool ready = std::regex_match(name, std::regex("bucket [0-9]+ ready")), reduce = std::regex_match(name, std::regex("allreduce bucket [0-9]+"));
     if (!ready && !reduce) continue;
     const nlohmann::json& args = e.at("args");

@@ -215,7 +215,7 @@ TEST(DpTrainTerminal, BarLineFitsEveryWidth) {
       const std::string line = dp::train::bar_line(r, w);
       EXPECT_LE(static_cast<int>(line.size()), std::max(w - 1, 1)) << "width " << w << ": " << line;
       EXPECT_EQ(line.find_first_of("\r\n\x1b"), std::string::npos);
-      if (w >= 80) EXPECT_TRUE(std::regex_search(line, kBar)) << "width " << w << ": " << line;
+      if (w >= 80) { EXPECT_TRUE(std::regex_search(line, kBar)) << "width " << w << ": " << line; }
     }
   }
   // The bar counts the run's steps, not the epoch's: step 3 of 10 is 30%, whatever the batch.

@@ -58,7 +58,10 @@ std::optional<Device> parse_output_device(const std::string& spec) {
 
 std::string join(const std::vector<Device>& devices) {
   std::string s;
-  for (size_t i = 0; i < devices.size(); ++i) s += (i ? "," : "") + devices[i].str();
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (i) s += ',';
+    s += devices[i].str();
+  }
   return s;
 }
 
