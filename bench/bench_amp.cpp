@@ -95,12 +95,15 @@ int main(int argc, char** argv) try {
   Options o;
   for (bench::Args args("bench_amp", argc, argv); args.next();) {
     if (o.read_option(args)) continue;
-    if (args.is("--threads")) o.threads = std::stoi(args.value());
-    else if (args.is("--rounds")) o.rounds = std::stoi(args.value());
+    if (args.is("--threads"))
+      o.threads = std::stoi(args.value());
+    else if (args.is("--rounds"))
+      o.rounds = std::stoi(args.value());
     else if (args.is_help()) {
       std::cout << "bench_amp [--models mlp,cnn] [--rounds 2] [--warmup 3] [--steps 10] [--threads 1] [--python PATH] [--no-torch] [--no-write]\n";
       return 0;
-    } else args.unknown();
+    } else
+      args.unknown();
   }
   set_num_threads(o.threads);
   json report = {{"machine", bench::machine_info(o.root)}};
@@ -129,8 +132,8 @@ int main(int argc, char** argv) try {
     for (const auto& m : o.models) models_arg += (models_arg.empty() ? "" : ",") + m;
     std::ostringstream cmd;
     cmd << "OPENBLAS_NUM_THREADS=" << o.threads << " OMP_NUM_THREADS=" << o.threads << " " << bench::quote(o.python) << " "
-        << bench::quote((o.root / "bench" / "pytorch_amp.py").string()) << " --models " << bench::quote(models_arg) << " --warmup "
-        << o.warmup << " --steps " << o.steps << " --threads " << o.threads;
+        << bench::quote((o.root / "bench" / "pytorch_amp.py").string()) << " --models " << bench::quote(models_arg) << " --warmup " << o.warmup
+        << " --steps " << o.steps << " --threads " << o.threads;
     const std::string command = cmd.str();
     int status = 0;
     const json r = json::parse(bench::run_command(command, &status), nullptr, false);
@@ -147,11 +150,12 @@ int main(int argc, char** argv) try {
 
   // The table: one row per model and mode.
   std::ostringstream md;
-  md << bench::measured_on(report["machine"]) << "; PyTorch " << torch_version << "; " << o.threads << " thread(s); "
-     << o.rounds << " rounds of " << o.steps << " timed steps (after " << o.warmup << " warm-up steps) per configuration. "
+  md << bench::measured_on(report["machine"]) << "; PyTorch " << torch_version << "; " << o.threads << " thread(s); " << o.rounds << " rounds of "
+     << o.steps << " timed steps (after " << o.warmup << " warm-up steps) per configuration. "
      << "CPU bfloat16 instructions: avx512_bf16 " << (report["machine"]["avx512_bf16"].get<bool>() ? "yes" : "no") << ", amx_bf16 "
      << (report["machine"]["amx_bf16"].get<bool>() ? "yes" : "no") << ".\n\n"
-     << "| model | mode | dparallel ms/step median [min – max] | PyTorch ms/step median [min – max] | PyTorch / dparallel | bf16 / float32 time, dparallel | bf16 / float32 time, PyTorch |\n"
+     << "| model | mode | dparallel ms/step median [min – max] | PyTorch ms/step median [min – max] | PyTorch / dparallel | bf16 / float32 time, "
+        "dparallel | bf16 / float32 time, PyTorch |\n"
      << "|---|---|---|---|---|---|---|\n";
   json results = json::object();
   auto median = [](const std::vector<double>& v) { return v.empty() ? 0.0 : bench::stats(v).median; };

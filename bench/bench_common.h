@@ -45,7 +45,6 @@ inline std::string quote(const std::string& s) {
   return q + "'";
 }
 
-
 inline std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
   for (std::string line; std::getline(f, line);) {
@@ -75,15 +74,11 @@ inline json machine_info(const fs::path& root) {
   const std::string git = "git -C " + quote(root.string());
   std::string commit = run_command(git + " rev-parse HEAD 2>/dev/null");
   std::string dirty = run_command(git + " status --porcelain --untracked-files=no 2>/dev/null");
-  return {{"cpu_model", cpu_model()},
-          {"cores", std::thread::hardware_concurrency()},
-          {"date", utc_now()},
-          {"git_commit", commit.empty() ? "unknown" : commit},
-          {"git_dirty", !dirty.empty()},
-          {"load_average_1min_at_start", load_average()},
+  return {{"cpu_model", cpu_model()},    {"cores", std::thread::hardware_concurrency()},
+          {"date", utc_now()},           {"git_commit", commit.empty() ? "unknown" : commit},
+          {"git_dirty", !dirty.empty()}, {"load_average_1min_at_start", load_average()},
           {"compiler", __VERSION__}};
 }
-
 
 inline std::string fmt(double v, int prec = 2) {
   std::ostringstream s;
@@ -94,9 +89,7 @@ inline std::string fmt(double v, int prec = 2) {
 }
 
 // A table cell "median [min – max]", one decimal each.
-inline std::string range_cell(double median, double min, double max) {
-  return fmt(median, 1) + " [" + fmt(min, 1) + " – " + fmt(max, 1) + "]";
-}
+inline std::string range_cell(double median, double min, double max) { return fmt(median, 1) + " [" + fmt(min, 1) + " – " + fmt(max, 1) + "]"; }
 
 // How a report's description starts, from machine_info's fields: "Measured <date> on <CPU model>
 // (<n> hardware threads), commit `<first 12 hex digits>`", then " with local changes" if any.
@@ -107,7 +100,6 @@ inline std::string measured_on(const json& m) {
     << (m["git_dirty"].get<bool>() ? " with local changes" : "");
   return s.str();
 }
-
 
 // Replaces what lies between the markers (or appends a marked block) in the markdown file.
 inline void update_markdown(const fs::path& file, const std::string& marker, const std::string& block) {
@@ -133,7 +125,6 @@ inline void write_results(const fs::path& root, const std::string& json_name, co
   std::ofstream(root / "bench" / "results" / json_name) << report.dump(2) << "\n";
   update_markdown(root / "docs" / "benchmarks.md", marker, markdown);
 }
-
 
 inline std::vector<std::string> split_list(const std::string& list) {
   std::vector<std::string> out;
@@ -189,14 +180,22 @@ struct TrainingOptions {
 
   // Reads the current argument if it is one of these options (with its value); false if it is not.
   bool read_option(Args& args) {
-    if (args.is("--models")) models = split_list(args.value());
-    else if (args.is("--warmup")) warmup = std::stoi(args.value());
-    else if (args.is("--steps")) steps = std::stoi(args.value());
-    else if (args.is("--python")) python = args.value();
-    else if (args.is("--root")) root = args.value();
-    else if (args.is("--no-torch")) torch = false;
-    else if (args.is("--no-write")) write = false;
-    else return false;
+    if (args.is("--models"))
+      models = split_list(args.value());
+    else if (args.is("--warmup"))
+      warmup = std::stoi(args.value());
+    else if (args.is("--steps"))
+      steps = std::stoi(args.value());
+    else if (args.is("--python"))
+      python = args.value();
+    else if (args.is("--root"))
+      root = args.value();
+    else if (args.is("--no-torch"))
+      torch = false;
+    else if (args.is("--no-write"))
+      write = false;
+    else
+      return false;
     return true;
   }
 };

@@ -195,8 +195,8 @@ std::function<void()> pool_case(int64_t c, int64_t h) {
 
 std::function<void()> net_case() {
   dp::Tensor x = dp::randn({N, 1, 28, 28});
-  std::vector<dp::Tensor> ps{leaf({32, 1, 3, 3}), leaf({32}), leaf({64, 32, 3, 3}), leaf({64}),
-                             leaf({128, 64 * 49}), leaf({128}), leaf({10, 128}), leaf({10})};
+  std::vector<dp::Tensor> ps{leaf({32, 1, 3, 3}),  leaf({32}),  leaf({64, 32, 3, 3}), leaf({64}),
+                             leaf({128, 64 * 49}), leaf({128}), leaf({10, 128}),      leaf({10})};
   dp::Tensor g = dp::randn({N, 10});
   return [=]() mutable {
     reset(ps);
@@ -279,10 +279,14 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--min-seconds") o.min_seconds = std::stod(next());
-    else if (a == "--min-reps") o.min_reps = std::stoi(next());
-    else if (a == "--no-torch") o.torch = false;
-    else if (a == "--no-write") o.write = false;
+    if (a == "--min-seconds")
+      o.min_seconds = std::stod(next());
+    else if (a == "--min-reps")
+      o.min_reps = std::stoi(next());
+    else if (a == "--no-torch")
+      o.torch = false;
+    else if (a == "--no-write")
+      o.write = false;
     else if (a == "--only") {
       std::stringstream ss(next());
       for (std::string s; std::getline(ss, s, ',');) o.only.push_back(s);
@@ -306,8 +310,8 @@ int main(int argc, char** argv) {
     ours[c.name] = {{"median_ms", t.median_ms}, {"min_ms", t.min_ms}, {"cpu_median_ms", t.cpu_median_ms}, {"reps", t.reps}};
     std::cerr << "dparallel " << c.name << ": " << fmt(t.median_ms) << " ms";
     if (o.torch) {
-      std::string out = run_command("/usr/bin/python3 -c " + quote(kTorchScript) + " " + fmt(o.min_seconds, 3) + " " +
-                                    std::to_string(o.min_reps) + " " + quote(c.name));
+      std::string out = run_command("/usr/bin/python3 -c " + quote(kTorchScript) + " " + fmt(o.min_seconds, 3) + " " + std::to_string(o.min_reps) +
+                                    " " + quote(c.name));
       try {
         json j = json::parse(out);
         torch[c.name] = j.at("results").at(c.name);
@@ -320,10 +324,10 @@ int main(int argc, char** argv) {
     std::cerr << "\n";
   }
 
-  std::printf("\nconv/pool benchmark, batch %lld, 1 thread, median (min) of >= %d runs / %.1f s; PyTorch %s\n", static_cast<long long>(N),
-              o.min_reps, o.min_seconds, torch_version.c_str());
-  std::printf("%-18s %-38s %16s %16s %8s %10s %10s %8s\n", "case", "shape", "dparallel ms", "PyTorch ms", "speedup", "dp cpu ms",
-              "pt cpu ms", "speedup");
+  std::printf("\nconv/pool benchmark, batch %lld, 1 thread, median (min) of >= %d runs / %.1f s; PyTorch %s\n", static_cast<long long>(N), o.min_reps,
+              o.min_seconds, torch_version.c_str());
+  std::printf("%-18s %-38s %16s %16s %8s %10s %10s %8s\n", "case", "shape", "dparallel ms", "PyTorch ms", "speedup", "dp cpu ms", "pt cpu ms",
+              "speedup");
   json rows = json::array();
   for (const Case& c : todo) {
     const json& u = ours[c.name];
@@ -347,15 +351,22 @@ int main(int argc, char** argv) {
     std::printf("%-18s %-38s %16s %16s %8s %10s %10s %8s\n", c.name.c_str(), c.what.c_str(), ours_s.c_str(), torch_s.c_str(), ratio_s.c_str(),
                 fmt(u["cpu_median_ms"].get<double>()).c_str(), tcpu_s.c_str(), cratio_s.c_str());
   }
-  std::printf("ms = wall-clock median (min); cpu ms = median thread CPU time, less disturbed by other load on the machine.\n"
-              "speedup = PyTorch / dparallel (> 1: dparallel is faster)\n");
+  std::printf(
+      "ms = wall-clock median (min); cpu ms = median thread CPU time, less disturbed by other load on the machine.\n"
+      "speedup = PyTorch / dparallel (> 1: dparallel is faster)\n");
 
   if (o.write) {
     json doc = {{"machine",
-                 {{"cores", std::thread::hardware_concurrency()}, {"date", utc_now()}, {"load_average_1min_at_start", load_at_start},
+                 {{"cores", std::thread::hardware_concurrency()},
+                  {"date", utc_now()},
+                  {"load_average_1min_at_start", load_at_start},
                   {"compiler", __VERSION__}}},
                 {"protocol",
-                 {{"threads", 1}, {"warmup", 3}, {"min_reps", o.min_reps}, {"min_seconds", o.min_seconds}, {"statistic", "median (and min) wall-clock; median thread CPU time"},
+                 {{"threads", 1},
+                  {"warmup", 3},
+                  {"min_reps", o.min_reps},
+                  {"min_seconds", o.min_seconds},
+                  {"statistic", "median (and min) wall-clock; median thread CPU time"},
                   {"order", "per case: dparallel, then PyTorch in a fresh python3 process"}}},
                 {"batch", N},
                 {"pytorch_version", torch_version},

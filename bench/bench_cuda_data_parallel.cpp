@@ -175,7 +175,8 @@ std::string markdown(const json& report) {
     << ". Cells: median [min – max] µs per training step over " << report["repeats"]
     << " repeats (configurations interleaved). Overhead = config / plain (ours); target dp1 ≤ 1.03, dp4 ≤ 1.15. "
        "PyTorch columns: its plain module and nn.DataParallel(device_ids=[0]).\n\n"
-    << "| model | config | ours (µs) | overhead vs plain | target | met? | PyTorch (µs) | ours faster? | final loss |\n|---|---|---|---|---|---|---|---|---|\n";
+    << "| model | config | ours (µs) | overhead vs plain | target | met? | PyTorch (µs) | ours faster? | final loss "
+       "|\n|---|---|---|---|---|---|---|---|---|\n";
   std::map<std::string, double> plain;
   for (const json& r : report["rows"])
     if (r["config"] == "plain" && r.contains("ours")) plain[r["model"]] = r["ours"]["median_us"].get<double>();
@@ -192,8 +193,8 @@ std::string markdown(const json& report) {
       const double us = r["ours"]["median_us"].get<double>();
       const double q = plain.count(model) ? us / plain[model] : 0;
       const double target = config == "dp1" ? kDp1Overhead : config == "dp4" ? kDp4Overhead : 0;
-      s << cell(r["ours"]) << " | " << (config == "plain" ? "1" : bench::fmt(q, 3)) << " | " << (target > 0 ? "≤ " + bench::fmt(target) : "—") << " | "
-        << (target > 0 ? (q <= target ? "yes" : "no") : "—") << " | ";
+      s << cell(r["ours"]) << " | " << (config == "plain" ? "1" : bench::fmt(q, 3)) << " | " << (target > 0 ? "≤ " + bench::fmt(target) : "—")
+        << " | " << (target > 0 ? (q <= target ? "yes" : "no") : "—") << " | ";
     }
     s << (t ? cell((*t)["pytorch"]) : "—") << " | ";
     if (t && r.contains("ours"))
@@ -209,11 +210,14 @@ Options parse(int argc, char** argv) {
   Options o;
   for (bench::Args args("bench_cuda_data_parallel", argc, argv); args.next();) {
     if (o.read_option(args)) continue;
-    if (args.is("--repeats")) o.repeats = std::stoi(args.value());
+    if (args.is("--repeats"))
+      o.repeats = std::stoi(args.value());
     else if (args.is_help()) {
-      std::cout << "bench_cuda_data_parallel [--models mlp,cnn] [--warmup 5] [--steps 20] [--repeats 7] [--no-torch] [--no-write] [--python python3]\n";
+      std::cout
+          << "bench_cuda_data_parallel [--models mlp,cnn] [--warmup 5] [--steps 20] [--repeats 7] [--no-torch] [--no-write] [--python python3]\n";
       std::exit(0);
-    } else args.unknown();
+    } else
+      args.unknown();
   }
   DP_CHECK(o.repeats >= 1 && o.steps >= 1, ValueError, "bench_cuda_data_parallel: --repeats and --steps must be >= 1");
   return o;
@@ -233,15 +237,19 @@ int main(int argc, char** argv) try {
     return 0;
   }
   cuda::set_allow_tf32(false);
-  json report = {{"machine", bench::machine_info(o.root)}, {"repeats", o.repeats}, {"virtual_devices", std::getenv("DP_CUDA_VIRTUAL_DEVICES")},
-                 {"rows", json::array()},                  {"pytorch", nullptr}};
+  json report = {{"machine", bench::machine_info(o.root)},
+                 {"repeats", o.repeats},
+                 {"virtual_devices", std::getenv("DP_CUDA_VIRTUAL_DEVICES")},
+                 {"rows", json::array()},
+                 {"pytorch", nullptr}};
   for (const std::string& name : o.models)
     for (json& r : run_model(name, o)) report["rows"].push_back(r);
   if (o.torch) {
     std::string m;
     for (const auto& x : o.models) m += (m.empty() ? "" : ",") + x;
-    const std::string cmd = o.python + " " + bench::quote((o.root / "bench" / "pytorch_cuda.py").string()) + " --mode dp --models " + bench::quote(m) +
-                            " --warmup " + std::to_string(o.warmup) + " --steps " + std::to_string(o.steps) + " --repeats " + std::to_string(o.repeats);
+    const std::string cmd = o.python + " " + bench::quote((o.root / "bench" / "pytorch_cuda.py").string()) + " --mode dp --models " +
+                            bench::quote(m) + " --warmup " + std::to_string(o.warmup) + " --steps " + std::to_string(o.steps) + " --repeats " +
+                            std::to_string(o.repeats);
     json t = json::parse(bench::run_command(cmd), nullptr, false);
     if (t.is_object() && t.contains("rows")) {
       report["pytorch"] = t["rows"];

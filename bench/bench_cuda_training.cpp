@@ -180,8 +180,8 @@ json run_gemm(const Options& o) {
 #endif
 
 json run_torch(const Options& o, const std::string& mode) {
-  std::string cmd = o.python + " " + bench::quote((o.root / "bench" / "pytorch_cuda.py").string()) + " --mode " + mode +
-                    " --dtypes " + bench::quote([&] {
+  std::string cmd = o.python + " " + bench::quote((o.root / "bench" / "pytorch_cuda.py").string()) + " --mode " + mode + " --dtypes " +
+                    bench::quote([&] {
                       std::string s;
                       for (const auto& d : o.dtypes) s += (s.empty() ? "" : ",") + d;
                       return s;
@@ -196,7 +196,8 @@ json run_torch(const Options& o, const std::string& mode) {
   int status = 0;
   json r = json::parse(bench::run_command(cmd, &status), nullptr, false);
   if (r.is_discarded() || !r.is_object() || r.contains("error")) {
-    std::cerr << "bench_cuda_training: the PyTorch side (" << cmd << ") failed" << (r.is_object() && r.contains("error") ? ": " + r["error"].dump() : "") << "\n";
+    std::cerr << "bench_cuda_training: the PyTorch side (" << cmd << ") failed"
+              << (r.is_object() && r.contains("error") ? ": " + r["error"].dump() : "") << "\n";
     return nullptr;
   }
   return r;
@@ -228,8 +229,14 @@ std::string markdown(const json& report) {
                         : find_row(report["pytorch_training"], [&](const json& x) { return x["model"] == r["model"] && x["dtype"] == r["dtype"]; });
     const std::string name = r["model"].get<std::string>();
     s << "| " << name << " | " << r["dtype"].get<std::string>() << " | ";
-    if (r.contains("error")) s << "error: " << r["error"].get<std::string>() << " | — | ";
-    else s << cell(r["eager"]) << " | " << (r.contains("graph") ? cell(r["graph"]) : r.contains("graph_error") ? "error: " + r["graph_error"].get<std::string>() : "—") << " | ";
+    if (r.contains("error"))
+      s << "error: " << r["error"].get<std::string>() << " | — | ";
+    else
+      s << cell(r["eager"]) << " | "
+        << (r.contains("graph")         ? cell(r["graph"])
+            : r.contains("graph_error") ? "error: " + r["graph_error"].get<std::string>()
+                                        : "—")
+        << " | ";
     s << (t ? cell((*t)["eager"]) : "—") << " | " << (t && t->contains("graph") ? cell((*t)["graph"]) : "—") << " | ";
     if (t && !r.contains("error")) {
       const json& ours = r.contains("graph") ? r["graph"] : r["eager"];
@@ -242,12 +249,14 @@ std::string markdown(const json& report) {
   if (report.contains("gemm")) {
     s << "\nThe MLP's GEMMs at batch 4096 (m×k×n; fwd: x·Wᵀ, grad_in, grad_w), dp::matmul vs torch.matmul (cuBLAS), TFLOP/s "
          "from the median of 100-product repeats; target ours ≥ "
-      << bench::fmt(kGemmTarget * 100, 0) << "% of cuBLAS.\n\n| GEMM | m×k×n | dtype | ours TFLOP/s | cuBLAS (PyTorch) TFLOP/s | ours / cuBLAS |\n|---|---|---|---|---|---|\n";
+      << bench::fmt(kGemmTarget * 100, 0)
+      << "% of cuBLAS.\n\n| GEMM | m×k×n | dtype | ours TFLOP/s | cuBLAS (PyTorch) TFLOP/s | ours / cuBLAS |\n|---|---|---|---|---|---|\n";
     for (const json& r : report["gemm"]) {
       const json* t = report["pytorch_gemm"].is_null() ? nullptr : find_row(report["pytorch_gemm"], [&](const json& x) {
         return x["gemm"] == r["gemm"] && x["m"] == r["m"] && x["dtype"] == r["dtype"] && x["n"] == r["n"];
       });
-      s << "| " << r["gemm"].get<std::string>() << " | " << r["m"] << "×" << r["k"] << "×" << r["n"] << " | " << r["dtype"].get<std::string>() << " | ";
+      s << "| " << r["gemm"].get<std::string>() << " | " << r["m"] << "×" << r["k"] << "×" << r["n"] << " | " << r["dtype"].get<std::string>()
+        << " | ";
       const bool ours_ok = r.contains("ours");
       s << (ours_ok ? bench::fmt(r["ours"]["tflops"].get<double>(), 1) : "error: " + r.value("error", std::string("?"))) << " | "
         << (t ? bench::fmt((*t)["pytorch"]["tflops"].get<double>(), 1) : "—") << " | "
@@ -261,14 +270,18 @@ Options parse(int argc, char** argv) {
   Options o;
   for (bench::Args args("bench_cuda_training", argc, argv); args.next();) {
     if (o.read_option(args)) continue;
-    if (args.is("--dtypes")) o.dtypes = bench::split_list(args.value());
-    else if (args.is("--repeats")) o.repeats = std::stoi(args.value());
-    else if (args.is("--no-gemm")) o.gemm = false;
+    if (args.is("--dtypes"))
+      o.dtypes = bench::split_list(args.value());
+    else if (args.is("--repeats"))
+      o.repeats = std::stoi(args.value());
+    else if (args.is("--no-gemm"))
+      o.gemm = false;
     else if (args.is_help()) {
       std::cout << "bench_cuda_training [--models seed,mlp,cnn] [--dtypes float32,bfloat16] [--warmup 10] [--steps N] [--repeats 7]\n"
                    "                    [--no-gemm] [--no-torch] [--no-write] [--python python3] [--root DIR]\n";
       std::exit(0);
-    } else args.unknown();
+    } else
+      args.unknown();
   }
   DP_CHECK(o.repeats >= 1, ValueError, "bench_cuda_training: --repeats must be >= 1");
   return o;
@@ -292,7 +305,8 @@ int main(int argc, char** argv) try {
     DP_CHECK(kTargets.count(name), ValueError, "bench_cuda_training: unknown model '", name, "' (seed, mlp, cnn)");
     for (const std::string& dtype : o.dtypes) {
       json r = run_ours(name, dtype, o);
-      std::cerr << name << " " << dtype << ": " << (r.contains("error") ? "error: " + r["error"].get<std::string>() : cell(r["eager"]) + " µs") << "\n";
+      std::cerr << name << " " << dtype << ": " << (r.contains("error") ? "error: " + r["error"].get<std::string>() : cell(r["eager"]) + " µs")
+                << "\n";
       report["training"].push_back(r);
     }
   }

@@ -54,7 +54,7 @@ namespace {
 using json = nlohmann::json;
 using namespace dp;
 
-constexpr double kSpeedupTarget = 1.7;   // DataParallel on 2 devices / plain, samples/s
+constexpr double kSpeedupTarget = 1.7;    // DataParallel on 2 devices / plain, samples/s
 constexpr double kOverheadTarget = 1.03;  // DataParallel on 1 device / plain, time per step
 
 struct Options : bench::TrainingOptions {
@@ -72,16 +72,19 @@ struct ModelSpec {
 
 std::map<std::string, ModelSpec> model_specs() {
   std::map<std::string, ModelSpec> m;
-  m["mlp"] = {256, 40,
-              [] { return nn::Sequential(nn::Linear(784, 1024), nn::ReLU(), nn::Linear(1024, 1024), nn::ReLU(), nn::Linear(1024, 10)); },
-              [] { return randn({256, 784}); }};
+  m["mlp"] = {256, 40, [] { return nn::Sequential(nn::Linear(784, 1024), nn::ReLU(), nn::Linear(1024, 1024), nn::ReLU(), nn::Linear(1024, 10)); },
+              [] {
+                return randn({256, 784});
+              }};
   m["cnn"] = {128, 20,
               [] {
                 return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
                                       nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
                                       nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Linear(128, 10));
               },
-              [] { return randn({128, 1, 28, 28}); }};
+              [] {
+                return randn({128, 1, 28, 28});
+              }};
   return m;
 }
 
@@ -211,10 +214,14 @@ std::string scheduling_policy() {
   sched_param param{};
   sched_getparam(0, &param);
   switch (policy) {
-    case SCHED_FIFO: return "SCHED_FIFO priority " + std::to_string(param.sched_priority);
-    case SCHED_RR: return "SCHED_RR priority " + std::to_string(param.sched_priority);
-    case SCHED_OTHER: return "SCHED_OTHER (normal)";
-    default: return "policy " + std::to_string(policy);
+    case SCHED_FIFO:
+      return "SCHED_FIFO priority " + std::to_string(param.sched_priority);
+    case SCHED_RR:
+      return "SCHED_RR priority " + std::to_string(param.sched_priority);
+    case SCHED_OTHER:
+      return "SCHED_OTHER (normal)";
+    default:
+      return "policy " + std::to_string(policy);
   }
 }
 
@@ -271,9 +278,14 @@ json run_model(const std::string& name, const ModelSpec& spec, const Options& o)
     if (c->name == "plain") plain_median = s.median, plain_loss = c->final_loss;
     json devs = json::array();
     for (Device d : c->devices) devs.push_back(d.str());
-    json j = {{"name", c->name},         {"description", c->description},     {"devices", devs},
-              {"median_ms", s.median},   {"min_ms", s.min},                   {"max_ms", s.max},
-              {"samples_per_s", spec.batch / (s.median / 1e3)}, {"cpu_ms_median", cpu.median},
+    json j = {{"name", c->name},
+              {"description", c->description},
+              {"devices", devs},
+              {"median_ms", s.median},
+              {"min_ms", s.min},
+              {"max_ms", s.max},
+              {"samples_per_s", spec.batch / (s.median / 1e3)},
+              {"cpu_ms_median", cpu.median},
               {"final_loss", c->final_loss}};
     result["configs"].push_back(j);
   }
@@ -325,15 +337,13 @@ json run_model(const std::string& name, const ModelSpec& spec, const Options& o)
   return result;
 }
 
-std::string cell(const json& r) {
-  return bench::range_cell(r["median_ms"].get<double>(), r["min_ms"].get<double>(), r["max_ms"].get<double>());
-}
+std::string cell(const json& r) { return bench::range_cell(r["median_ms"].get<double>(), r["min_ms"].get<double>(), r["max_ms"].get<double>()); }
 
 std::string markdown(const json& report) {
   const json& m = report["machine"];
   std::ostringstream s;
-  s << bench::measured_on(m) << ", 1-minute load average " << m["load_average_1min_at_start"].get<std::string>()
-    << " at the start and " << report["load_average_1min_at_end"].get<std::string>() << " at the end"
+  s << bench::measured_on(m) << ", 1-minute load average " << m["load_average_1min_at_start"].get<std::string>() << " at the start and "
+    << report["load_average_1min_at_end"].get<std::string>() << " at the end"
     << (report.contains("pytorch_version") ? ", PyTorch " + report["pytorch_version"].get<std::string>() : "") << ", scheduling "
     << report["scheduling"].get<std::string>() << ".\n"
     << "Cells: median [min – max] ms per training step (zero_grad, forward, loss, backward, SGD step) after " << report["warmup"]
@@ -353,8 +363,8 @@ std::string markdown(const json& report) {
           << bench::fmt(p["cpu_ms_median"].get<double>(), 1) << " |\n";
     s << "\n| target | measured | met? |\n|---|---|---|\n";
     for (const json& t : r["targets"])
-      s << "| " << t["target"].get<std::string>() << " | " << bench::fmt(t["value"].get<double>(), 3) << " | " << (t["met"].get<bool>() ? "yes" : "no")
-        << " |\n";
+      s << "| " << t["target"].get<std::string>() << " | " << bench::fmt(t["value"].get<double>(), 3) << " | "
+        << (t["met"].get<bool>() ? "yes" : "no") << " |\n";
     s << "\n";
   }
   return s.str();
@@ -364,14 +374,17 @@ Options parse(int argc, char** argv) {
   Options o;
   for (bench::Args args("bench_data_parallel", argc, argv); args.next();) {
     if (o.read_option(args)) continue;
-    if (args.is("--devices-max")) o.devices_max = std::stoi(args.value());
-    else if (args.is("--rounds")) o.rounds = std::stoi(args.value());
+    if (args.is("--devices-max"))
+      o.devices_max = std::stoi(args.value());
+    else if (args.is("--rounds"))
+      o.rounds = std::stoi(args.value());
     else if (args.is_help()) {
       std::cout << "bench_data_parallel [--models mlp,cnn] [--devices-max 2] [--warmup 10] [--steps N] [--rounds 4]\n"
                    "                    [--no-torch] [--no-write] [--python /usr/bin/python3] [--root DIR]\n"
                    "--devices-max N  DataParallel on 1, 2, 4, ... up to N CPU devices (default 2; use the core count on bigger machines)\n";
       std::exit(0);
-    } else args.unknown();
+    } else
+      args.unknown();
   }
   DP_CHECK(o.devices_max >= 1 && o.rounds >= 1 && o.warmup >= 0, ValueError, "bench_data_parallel: --devices-max and --rounds must be >= 1");
   return o;
@@ -385,16 +398,16 @@ int main(int argc, char** argv) try {
   if (cpu_device_count() < o.devices_max) set_cpu_device_count(o.devices_max);
   set_num_threads(1);
   auto specs = model_specs();
-  json report = {{"machine", bench::machine_info(o.root)}, {"warmup", o.warmup}, {"rounds", o.rounds}, {"devices_max", o.devices_max},
-                 {"scheduling", scheduling_policy()}, {"results", json::array()}};
+  json report = {{"machine", bench::machine_info(o.root)}, {"warmup", o.warmup},      {"rounds", o.rounds}, {"devices_max", o.devices_max},
+                 {"scheduling", scheduling_policy()},      {"results", json::array()}};
   for (const std::string& name : o.models) {
     auto it = specs.find(name);
     DP_CHECK(it != specs.end(), ValueError, "bench_data_parallel: unknown model '", name, "' (mlp, cnn)");
     json r = run_model(name, it->second, o);
     if (r.contains("pytorch_version")) report["pytorch_version"] = r["pytorch_version"];
     for (const json& c : r["configs"])
-      std::cerr << name << " " << c["name"].get<std::string>() << ": " << cell(c) << " ms, speedup " << bench::fmt(c["speedup_vs_plain"].get<double>())
-                << "\n";
+      std::cerr << name << " " << c["name"].get<std::string>() << ": " << cell(c) << " ms, speedup "
+                << bench::fmt(c["speedup_vs_plain"].get<double>()) << "\n";
     report["results"].push_back(r);
   }
   report["load_average_1min_at_end"] = bench::load_average();

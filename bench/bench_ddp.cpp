@@ -104,11 +104,11 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr double kDdp1Target = 1.03;      // ddp1 / plain, time per step
-constexpr double kFloorTarget = 1.15;     // ddp2 / floor, time per step
-constexpr double kTorchTarget = 1.2;      // ddp2 / torch-ddp2, samples/s
-constexpr double kAllreduceTarget = 1.15; // pg-buckets / gloo-raw, time per allreduce
-constexpr double kShapedSlack = 0.25;     // ddp2-shaped <= max(compute, comm) + this * min(compute, comm)
+constexpr double kDdp1Target = 1.03;       // ddp1 / plain, time per step
+constexpr double kFloorTarget = 1.15;      // ddp2 / floor, time per step
+constexpr double kTorchTarget = 1.2;       // ddp2 / torch-ddp2, samples/s
+constexpr double kAllreduceTarget = 1.15;  // pg-buckets / gloo-raw, time per allreduce
+constexpr double kShapedSlack = 0.25;      // ddp2-shaped <= max(compute, comm) + this * min(compute, comm)
 // The shaped rows' scheduling. The run's SCHED_FIFO (--sched) keeps other users' work off the
 // measured processes, but every thread of a worker inherits the one priority, and a FIFO thread never
 // preempts one of equal priority: a communication thread woken by the network waits until the
@@ -143,16 +143,16 @@ struct ConfigDef {
   std::string name;
   std::string description;
   int procs = 1;
-  std::string mode;     // the worker's mode
-  bool python = false;  // PyTorch worker
-  bool group = false;   // forms a process group: RANK, WORLD_SIZE, MASTER_* in the environment
-  bool split = false;   // the processes share the global batch (else each takes all of it)
-  bool comm = false;    // communication only: no model step, no samples
-  bool fp16 = false;    // DDP with the fp16_compress comm hook
-  bool extra = false;   // runs only when --configs names it or with --extras
-  bool sync = false;    // plain processes that wait for each other after every step
-  bool shaped = false;  // rank r in namespace r, over the shaped link (--shaped; bench_ddp_netns.h)
-  bool cfs = false;     // under --sched fifo, the workers leave FIFO for SCHED_OTHER at nice -20 (see kShapedNice)
+  std::string mode;          // the worker's mode
+  bool python = false;       // PyTorch worker
+  bool group = false;        // forms a process group: RANK, WORLD_SIZE, MASTER_* in the environment
+  bool split = false;        // the processes share the global batch (else each takes all of it)
+  bool comm = false;         // communication only: no model step, no samples
+  bool fp16 = false;         // DDP with the fp16_compress comm hook
+  bool extra = false;        // runs only when --configs names it or with --extras
+  bool sync = false;         // plain processes that wait for each other after every step
+  bool shaped = false;       // rank r in namespace r, over the shaped link (--shaped; bench_ddp_netns.h)
+  bool cfs = false;          // under --sched fifo, the workers leave FIFO for SCHED_OTHER at nice -20 (see kShapedNice)
   bool short_slice = false;  // the workers' threads other than the main one ask for a short time slice (see short_slices)
 };
 
@@ -174,29 +174,73 @@ std::vector<ConfigDef> all_configs() {
       {"ddp2-fp16", "dparallel DDP, fp16_compress hook, 2 processes", 2, "ddp", false, true, true, false, true, true},
       // The floor's processes drift apart, so their memory-bound phases rarely coincide; DDP's ranks
       // move in lockstep. This one is the floor plus a one-float allreduce after every step.
-      {"floor-sync", "floor in lockstep: 2 processes, half the batch each, a 1-float allreduce per step", 2, "plain", false, true, true, false,
-       false, true, true},
+      {"floor-sync", "floor in lockstep: 2 processes, half the batch each, a 1-float allreduce per step", 2, "plain", false, true, true, false, false,
+       true, true},
       {"torch-ddp2-fp16", "PyTorch DDP, fp16_compress_hook, 2 processes", 2, "ddp", true, true, true, false, true, true},
       // With --shaped: the two processes in two network namespaces joined by a veth pair shaped to
       // RATE on both ends, the store on rank 0's address, under SCHED_OTHER (see kShapedNice).
-      {.name = "floor-shaped", .description = "floor (no communication), 2 processes, one per namespace, normal scheduling (the compute term)",
-       .procs = 2, .mode = "plain", .split = true, .shaped = true, .cfs = true},
-      {.name = "ddp2-shaped", .description = "dparallel DDP, 2 processes, one per namespace, {rate} link", .procs = 2, .mode = "ddp", .group = true,
-       .split = true, .shaped = true, .cfs = true},
-      {.name = "comm-shaped", .description = "dparallel ProcessGroup allreduce in DDP's buckets, {rate} link (the communication term)", .procs = 2,
-       .mode = "pg-buckets", .group = true, .comm = true, .shaped = true, .cfs = true},
-      {.name = "torch-ddp2-shaped", .description = "PyTorch DDP (gloo), 2 processes, one per namespace, {rate} link", .procs = 2, .mode = "ddp",
-       .python = true, .group = true, .split = true, .shaped = true, .cfs = true},
+      {.name = "floor-shaped",
+       .description = "floor (no communication), 2 processes, one per namespace, normal scheduling (the compute term)",
+       .procs = 2,
+       .mode = "plain",
+       .split = true,
+       .shaped = true,
+       .cfs = true},
+      {.name = "ddp2-shaped",
+       .description = "dparallel DDP, 2 processes, one per namespace, {rate} link",
+       .procs = 2,
+       .mode = "ddp",
+       .group = true,
+       .split = true,
+       .shaped = true,
+       .cfs = true},
+      {.name = "comm-shaped",
+       .description = "dparallel ProcessGroup allreduce in DDP's buckets, {rate} link (the communication term)",
+       .procs = 2,
+       .mode = "pg-buckets",
+       .group = true,
+       .comm = true,
+       .shaped = true,
+       .cfs = true},
+      {.name = "torch-ddp2-shaped",
+       .description = "PyTorch DDP (gloo), 2 processes, one per namespace, {rate} link",
+       .procs = 2,
+       .mode = "ddp",
+       .python = true,
+       .group = true,
+       .split = true,
+       .shaped = true,
+       .cfs = true},
       // ddp2-shaped under the run's SCHED_FIFO, every thread at one priority, as the loopback rows
       // run: a communication thread woken by the network cannot preempt a computing thread.
-      {.name = "ddp2-shaped-fifo", .description = "dparallel DDP, {rate} link, SCHED_FIFO as the loopback rows", .procs = 2, .mode = "ddp",
-       .group = true, .split = true, .shaped = true},
+      {.name = "ddp2-shaped-fifo",
+       .description = "dparallel DDP, {rate} link, SCHED_FIFO as the loopback rows",
+       .procs = 2,
+       .mode = "ddp",
+       .group = true,
+       .split = true,
+       .shaped = true},
       // ddp2-shaped with the communication threads on a short time slice, so they preempt on wake-up.
-      {.name = "ddp2-shaped-slice", .description = "dparallel DDP, {rate} link, communication threads with a 0.1 ms time slice", .procs = 2,
-       .mode = "ddp", .group = true, .split = true, .shaped = true, .cfs = true, .short_slice = true},
+      {.name = "ddp2-shaped-slice",
+       .description = "dparallel DDP, {rate} link, communication threads with a 0.1 ms time slice",
+       .procs = 2,
+       .mode = "ddp",
+       .group = true,
+       .split = true,
+       .shaped = true,
+       .cfs = true,
+       .short_slice = true},
       // Extra: half the bytes on the wire.
-      {.name = "ddp2-fp16-shaped", .description = "dparallel DDP, fp16_compress hook, {rate} link", .procs = 2, .mode = "ddp", .group = true,
-       .split = true, .fp16 = true, .extra = true, .shaped = true, .cfs = true},
+      {.name = "ddp2-fp16-shaped",
+       .description = "dparallel DDP, fp16_compress hook, {rate} link",
+       .procs = 2,
+       .mode = "ddp",
+       .group = true,
+       .split = true,
+       .fp16 = true,
+       .extra = true,
+       .shaped = true,
+       .cfs = true},
   };
 }
 
@@ -249,8 +293,8 @@ int free_port() {
 // Starts argv with this process's environment, less the launcher variables, plus `env`.
 // `normal_policy`: the child leaves the inherited SCHED_FIFO for SCHED_OTHER at kShapedNice.
 Proc spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, std::string label, bool normal_policy = false) {
-  static const std::set<std::string> removed = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                                "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"};
+  static const std::set<std::string> removed = {"RANK",        "WORLD_SIZE",           "LOCAL_RANK",           "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                                                "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",     "SLURM_NTASKS"};
   std::vector<std::string> envs;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
@@ -331,8 +375,8 @@ void on_fatal_signal(int sig) {
 
 void send(Proc& p, const std::string& line) {
   const std::string s = line + "\n";
-  DP_CHECK(write(p.to, s.data(), s.size()) == static_cast<ssize_t>(s.size()), ValueError, "bench_ddp: ", p.label,
-           " does not take commands (", std::strerror(errno), ")");
+  DP_CHECK(write(p.to, s.data(), s.size()) == static_cast<ssize_t>(s.size()), ValueError, "bench_ddp: ", p.label, " does not take commands (",
+           std::strerror(errno), ")");
 }
 
 // The worker's next JSON line (other lines are passed on to stderr).
@@ -370,16 +414,16 @@ json receive(Proc& p, int timeout_s = 600) {
 struct Running {
   ConfigDef def;
   std::vector<Proc> procs;
-  std::vector<double> times, cpu, main_cpu;             // per step: the max over ranks, sums over ranks
-  std::vector<std::vector<double>> rank_times;          // per rank, per step
-  std::vector<double> forward, backward, optimizer;     // per step and rank (pooled)
+  std::vector<double> times, cpu, main_cpu;              // per step: the max over ranks, sums over ranks
+  std::vector<std::vector<double>> rank_times;           // per rank, per step
+  std::vector<double> forward, backward, optimizer;      // per step and rank (pooled)
   std::map<std::string, std::vector<double>> phase_cpu;  // the stepping thread's CPU per phase (C++ workers)
-  std::map<std::string, std::vector<double>> reducer;   // per step and rank (pooled)
-  json reducer_shape;                                   // buckets, bytes
-  std::vector<double> last_loss;                        // per rank: the loss of the last timed step
-  std::string store_dir;                                // gloo-raw
-  bool normal_policy = false;                           // the workers run under SCHED_OTHER at kShapedNice
-  int short_sliced = 0;                                 // threads given a short slice before the last round
+  std::map<std::string, std::vector<double>> reducer;    // per step and rank (pooled)
+  json reducer_shape;                                    // buckets, bytes
+  std::vector<double> last_loss;                         // per rank: the loss of the last timed step
+  std::string store_dir;                                 // gloo-raw
+  bool normal_policy = false;                            // the workers run under SCHED_OTHER at kShapedNice
+  int short_sliced = 0;                                  // threads given a short slice before the last round
 };
 
 double median(const std::vector<double>& v) { return v.empty() ? std::nan("") : bench::stats(v).median; }
@@ -397,9 +441,18 @@ void start(Running& r, const std::string& model, const Options& o, int64_t count
   r.normal_policy = d.cfs && sched_getscheduler(0) == SCHED_FIFO;
   for (int rank = 0; rank < d.procs; ++rank) {
     const int64_t begin = d.split ? batch * rank / d.procs : 0, end = d.split ? batch * (rank + 1) / d.procs : batch;
-    json spec = {{"mode", d.mode},   {"model", model},   {"rank", rank},        {"world", d.procs},
-                 {"rows", {begin, end}}, {"devices", 2}, {"warmup", o.warmup}, {"bucket_cap_mb", o.bucket_cap_mb},
-                 {"count", count},   {"store_dir", r.store_dir}, {"fp16", d.fp16}, {"sync", d.sync},
+    json spec = {{"mode", d.mode},
+                 {"model", model},
+                 {"rank", rank},
+                 {"world", d.procs},
+                 {"rows", {begin, end}},
+                 {"devices", 2},
+                 {"warmup", o.warmup},
+                 {"bucket_cap_mb", o.bucket_cap_mb},
+                 {"count", count},
+                 {"store_dir", r.store_dir},
+                 {"fp16", d.fp16},
+                 {"sync", d.sync},
                  {"first_bucket_mb", o.first_bucket_mb}};
     std::map<std::string, std::string> env = {{"OPENBLAS_NUM_THREADS", "1"}, {"OMP_NUM_THREADS", "1"}, {"MKL_NUM_THREADS", "1"}};
     if (d.group) {
@@ -411,8 +464,9 @@ void start(Running& r, const std::string& model, const Options& o, int64_t count
       // name unless told the interface.
       if (d.shaped && d.python) env["GLOO_SOCKET_IFNAME"] = g_link->veth(rank);
     }
-    std::vector<std::string> argv = d.python ? std::vector<std::string>{o.python, (o.root / "bench" / "pytorch_ddp.py").string(), "--worker", spec.dump()}
-                                             : std::vector<std::string>{exe, "--worker", spec.dump()};
+    std::vector<std::string> argv = d.python
+                                        ? std::vector<std::string>{o.python, (o.root / "bench" / "pytorch_ddp.py").string(), "--worker", spec.dump()}
+                                        : std::vector<std::string>{exe, "--worker", spec.dump()};
     if (d.shaped) argv.insert(argv.begin(), {bench_ddp::kIp, "netns", "exec", g_link->ns(rank)});  // exec: the same pid
     r.procs.push_back(spawn(argv, env, model + " " + d.name + " rank " + std::to_string(rank), r.normal_policy));
   }
@@ -603,12 +657,8 @@ json run_model(const std::string& model, const Options& o) {
   }
   for (Running& r : runs) stop(r);
 
-  json result = {{"model", model},
-                 {"global_batch", batch},
-                 {"gradient_floats", count},
-                 {"gradient_bytes", bytes},
-                 {"steps", per_round * o.rounds},
-                 {"communication_steps", per_round * o.rounds * kCommRepeat},
+  json result = {{"model", model},          {"global_batch", batch},         {"gradient_floats", count},
+                 {"gradient_bytes", bytes}, {"steps", per_round * o.rounds}, {"communication_steps", per_round * o.rounds * kCommRepeat},
                  {"configs", json::array()}};
   std::map<std::string, json> by;
   for (const Running& r : runs) {
@@ -707,9 +757,10 @@ json run_model(const std::string& model, const Options& o) {
     if (has("floor-shaped") && has("floor")) sh["floor_shaped_over_floor"] = med("floor-shaped") / med("floor");
     if (has("ddp2-fp16-shaped")) sh["ddp2_fp16_shaped_ms"] = med("ddp2-fp16-shaped");
     result["shaped"] = sh;
-    targets.push_back({{"target", "shaped link (" + o.shaped + "): ddp2-shaped <= max(compute, comm) + 0.25 min(compute, comm) (ratio to that bound <= 1)"},
-                       {"value", step / bound},
-                       {"met", step <= bound}});
+    targets.push_back(
+        {{"target", "shaped link (" + o.shaped + "): ddp2-shaped <= max(compute, comm) + 0.25 min(compute, comm) (ratio to that bound <= 1)"},
+         {"value", step / bound},
+         {"met", step <= bound}});
   }
   result["targets"] = targets;
 
@@ -742,10 +793,14 @@ std::string scheduling_policy() {
   sched_param param{};
   sched_getparam(0, &param);
   switch (policy) {
-    case SCHED_FIFO: return "SCHED_FIFO priority " + std::to_string(param.sched_priority);
-    case SCHED_RR: return "SCHED_RR priority " + std::to_string(param.sched_priority);
-    case SCHED_OTHER: return "SCHED_OTHER (normal)";
-    default: return "policy " + std::to_string(policy);
+    case SCHED_FIFO:
+      return "SCHED_FIFO priority " + std::to_string(param.sched_priority);
+    case SCHED_RR:
+      return "SCHED_RR priority " + std::to_string(param.sched_priority);
+    case SCHED_OTHER:
+      return "SCHED_OTHER (normal)";
+    default:
+      return "policy " + std::to_string(policy);
   }
 }
 
@@ -758,11 +813,11 @@ std::string markdown(const json& report) {
     << report["load_average_1min_at_end"].get<std::string>() << " at the end"
     << (report.contains("pytorch_version") ? ", PyTorch " + report["pytorch_version"].get<std::string>() : "") << ", scheduling "
     << report["scheduling"].get<std::string>() << ", bucket_cap_mb " << report["bucket_cap_mb"] << " on both sides"
-    << (report.contains("first_bucket_mb") ? " (dparallel's first bucket " + bench::fmt(report["first_bucket_mb"].get<double>(), 2) + " MB)" : "") << ".\n"
+    << (report.contains("first_bucket_mb") ? " (dparallel's first bucket " + bench::fmt(report["first_bucket_mb"].get<double>(), 2) + " MB)" : "")
+    << ".\n"
     << "Every process is a separate program with 1 GEMM thread; the processes of one configuration run at the same time, the "
        "configurations one after the other, in "
-    << report["rounds"] << " interleaved rounds after " << report["warmup"]
-    << " warm-up steps (communication rows: " << kCommRepeat
+    << report["rounds"] << " interleaved rounds after " << report["warmup"] << " warm-up steps (communication rows: " << kCommRepeat
     << "x the steps). Cells: the slowest process's median ms per step [the fastest – slowest step of any process] (training: "
        "zero_grad, forward, loss, backward, SGD step; communication rows: one allreduce of the model's gradient bytes). samples/s "
        "= global batch / median. CPU ms: median CPU time per step, summed over the configuration's processes: all threads (the "
@@ -776,7 +831,8 @@ std::string markdown(const json& report) {
     else
       s << "\n`*-shaped` rows: rank 0 and rank 1 in two network namespaces joined by a veth pair (MTU " << l["mtu"] << "), the store on rank 0's "
         << "address, each end's egress shaped by `tc qdisc add dev <veth> root tbf rate " << l["rate"].get<std::string>() << " burst "
-        << l["burst_bytes"] << "b latency " << l["latency"].get<std::string>() << "` (line rate " << bench::fmt(l["line_rate_MB_per_s"].get<double>(), 1)
+        << l["burst_bytes"] << "b latency " << l["latency"].get<std::string>() << "` (line rate "
+        << bench::fmt(l["line_rate_MB_per_s"].get<double>(), 1)
         << " MB/s each way; no added delay: netem is not available here). The shaped rows' workers run under SCHED_OTHER at nice -20, each in "
            "an autogroup of its own (a training job's scheduling; under FIFO a woken communication thread cannot preempt a computing one), "
            "except `ddp2-shaped-fifo`. Compute term = `floor-shaped`, communication term = `comm-shaped`; target: "
@@ -789,8 +845,8 @@ std::string markdown(const json& report) {
       << r["communication_steps"] << "):\n\n"
       << "| configuration | ms/step | samples/s | CPU ms/step (other threads) | fwd / bwd / opt ms |\n|---|---|---|---|---|\n";
     for (const json& c : r["configs"]) {
-      std::string rate = c.contains("samples_per_s") ? bench::fmt(c["samples_per_s"].get<double>(), 0)
-                                                     : bench::fmt(c["algbw_GB_per_s"].get<double>(), 2) + " GB/s";
+      std::string rate =
+          c.contains("samples_per_s") ? bench::fmt(c["samples_per_s"].get<double>(), 0) : bench::fmt(c["algbw_GB_per_s"].get<double>(), 2) + " GB/s";
       std::string phases = "—";
       if (c.contains("phases_median_ms")) {
         const json& p = c["phases_median_ms"];
@@ -804,8 +860,8 @@ std::string markdown(const json& report) {
     }
     s << "\n| target | measured | met? |\n|---|---|---|\n";
     for (const json& t : r["targets"])
-      s << "| " << t["target"].get<std::string>() << " | " << bench::fmt(t["value"].get<double>(), 3) << " | " << (t["met"].get<bool>() ? "PASS" : "MISS")
-        << " |\n";
+      s << "| " << t["target"].get<std::string>() << " | " << bench::fmt(t["value"].get<double>(), 3) << " | "
+        << (t["met"].get<bool>() ? "PASS" : "MISS") << " |\n";
     for (const json& c : r["configs"])
       if (c["name"] == "ddp2" && c.contains("reducer")) {
         const json& red = c["reducer"];
@@ -830,28 +886,29 @@ std::string markdown(const json& report) {
       const json& sh = r["shaped"];
       auto f = [&](const char* k, int prec = 1) { return opt_fmt(sh, k, prec); };
       s << "\nShaped link (" << sh["rate"].get<std::string>() << "): compute (`" << sh["compute_row"].get<std::string>() << "`) " << f("compute_ms")
-        << " ms, communication (`comm-shaped`) "
-        << f("communication_ms") << " ms (the gradient bytes at line rate: " << f("line_rate_ms") << " ms), so " << sh["bound"].get<std::string>()
-        << "-bound; target max + 0.25 min = " << f("target_ms") << " ms; `ddp2-shaped` " << f("step_ms") << " ms: **"
-        << (sh["met"].get<bool>() ? "met" : "missed") << "**. Overlap measured from the terms: " << f("overlap_measured", 2)
-        << " of the smaller term hidden (1 = all, 0 = none).";
+        << " ms, communication (`comm-shaped`) " << f("communication_ms") << " ms (the gradient bytes at line rate: " << f("line_rate_ms")
+        << " ms), so " << sh["bound"].get<std::string>() << "-bound; target max + 0.25 min = " << f("target_ms") << " ms; `ddp2-shaped` "
+        << f("step_ms") << " ms: **" << (sh["met"].get<bool>() ? "met" : "missed")
+        << "**. Overlap measured from the terms: " << f("overlap_measured", 2) << " of the smaller term hidden (1 = all, 0 = none).";
       if (sh.contains("reducer")) {
         const json& red = sh["reducer"];
         s << " The reducer: communication span " << bench::fmt(red["communication_ms_median"].get<double>(), 1) << " ms, backward "
           << bench::fmt(red["backward_ms_median"].get<double>(), 1) << " ms, exposed wait " << bench::fmt(red["exposed_ms_median"].get<double>(), 1)
-          << " ms, hidden fraction " << bench::fmt(red["hidden_fraction_median"].get<double>(), 2) << "; 1 − exposed / comm-shaped = " << f("hidden_vs_isolated", 2)
-          << ".";
+          << " ms, hidden fraction " << bench::fmt(red["hidden_fraction_median"].get<double>(), 2)
+          << "; 1 − exposed / comm-shaped = " << f("hidden_vs_isolated", 2) << ".";
       }
       if (sh.contains("schedule_floor_ms"))
         s << " DDP's schedule allows no less than forward + backward until the first bucket is launched + communication + optimizer = "
-          << f("forward_ms") << " + " << bench::fmt(sh["before_first_launch_ms"].get<double>() - sh["forward_ms"].get<double>(), 1) << " + " << f("communication_ms")
-          << " + " << f("optimizer_ms") << " = " << f("schedule_floor_ms") << " ms (forward + communication alone: " << f("forward_plus_communication_ms")
-          << " ms), " << (sh["schedule_floor_within_target"].get<bool>() ? "within" : "over") << " the target.";
+          << f("forward_ms") << " + " << bench::fmt(sh["before_first_launch_ms"].get<double>() - sh["forward_ms"].get<double>(), 1) << " + "
+          << f("communication_ms") << " + " << f("optimizer_ms") << " = " << f("schedule_floor_ms")
+          << " ms (forward + communication alone: " << f("forward_plus_communication_ms") << " ms), "
+          << (sh["schedule_floor_within_target"].get<bool>() ? "within" : "over") << " the target.";
       if (sh.contains("ddp2_shaped_fifo_ms"))
         s << " Under the loopback rows' SCHED_FIFO (`ddp2-shaped-fifo`): " << f("ddp2_shaped_fifo_ms") << " ms.";
       if (sh.contains("ddp2_shaped_slice_ms"))
         s << " With the communication threads on a 0.1 ms slice (`ddp2-shaped-slice`): " << f("ddp2_shaped_slice_ms") << " ms, "
-          << (sh["ddp2_shaped_slice_within_target"].get<bool>() ? "within" : "over") << " the target (overlap " << f("overlap_measured_slice", 2) << ").";
+          << (sh["ddp2_shaped_slice_within_target"].get<bool>() ? "within" : "over") << " the target (overlap " << f("overlap_measured_slice", 2)
+          << ").";
       if (sh.contains("floor_shaped_over_floor"))
         s << " `floor-shaped` / `floor` (normal scheduling against FIFO, same work) = " << f("floor_shaped_over_floor", 3) << ".";
       if (sh.contains("torch_ddp2_shaped_over_ddp2_shaped"))
@@ -860,7 +917,8 @@ std::string markdown(const json& report) {
     }
     const json& info = r["comparisons"];
     s << "\nFor the analysis: ddp2 − floor = " << opt_fmt(info, "ddp2_minus_floor_ms", 1) << " ms/step and "
-      << opt_fmt(info, "ddp2_minus_floor_cpu_ms", 1) << " CPU ms/step; (ddp2 − floor) / gloo-raw = " << opt_fmt(info, "ddp2_minus_floor_over_gloo_raw", 2)
+      << opt_fmt(info, "ddp2_minus_floor_cpu_ms", 1)
+      << " CPU ms/step; (ddp2 − floor) / gloo-raw = " << opt_fmt(info, "ddp2_minus_floor_over_gloo_raw", 2)
       << "; ddp2's communication span / gloo-raw = " << opt_fmt(info, "ddp2_communication_over_gloo_raw", 2)
       << "; pg-flat / gloo-raw = " << opt_fmt(info, "pg_flat_over_gloo_raw", 3)
       << "; PyTorch DDP / its own floor = " << opt_fmt(info, "torch_ddp2_over_torch_floor", 3)
@@ -891,12 +949,18 @@ Options parse(int argc, char** argv) {
   argv = rest.data();
   for (bench::Args args("bench_ddp", argc, argv); args.next();) {
     if (o.read_option(args)) continue;
-    if (args.is("--rounds")) o.rounds = std::stoi(args.value());
-    else if (args.is("--bucket-cap-mb")) o.bucket_cap_mb = std::stod(args.value());
-    else if (args.is("--first-bucket-mb")) o.first_bucket_mb = std::stod(args.value());
-    else if (args.is("--sched")) o.sched = args.value();
-    else if (args.is("--configs")) o.configs = bench::split_list(args.value());
-    else if (args.is("--extras")) o.extras = true;
+    if (args.is("--rounds"))
+      o.rounds = std::stoi(args.value());
+    else if (args.is("--bucket-cap-mb"))
+      o.bucket_cap_mb = std::stod(args.value());
+    else if (args.is("--first-bucket-mb"))
+      o.first_bucket_mb = std::stod(args.value());
+    else if (args.is("--sched"))
+      o.sched = args.value();
+    else if (args.is("--configs"))
+      o.configs = bench::split_list(args.value());
+    else if (args.is("--extras"))
+      o.extras = true;
     else if (args.is_help()) {
       std::cout << "bench_ddp [--models mlp,cnn] [--warmup 10] [--steps 80] [--rounds 4] [--configs a,b,...]\n"
                    "          [--bucket-cap-mb 25] [--first-bucket-mb 1] [--sched fifo|normal] [--extras] [--shaped [RATE]]\n"
@@ -907,14 +971,15 @@ Options parse(int argc, char** argv) {
                    "  ranks in two network namespaces joined by a veth pair shaped with tc tbf to RATE (e.g. 1gbit, 10gbit)\n"
                    "--sched fifo (default) asks for SCHED_FIFO priority 5 for every process; normal leaves the policy alone\n";
       std::exit(0);
-    } else args.unknown();
+    } else
+      args.unknown();
   }
   if (o.steps <= 0) o.steps = 80;
   DP_CHECK(o.rounds >= 1 && o.warmup >= 0, ValueError, "bench_ddp: --rounds must be >= 1 and --warmup >= 0");
   DP_CHECK(o.sched == "fifo" || o.sched == "normal", ValueError, "bench_ddp: --sched is fifo or normal");
   DP_CHECK(o.bucket_cap_mb > 0 && o.first_bucket_mb > 0, ValueError, "bench_ddp: bucket sizes must be > 0");
-  const std::vector<std::string> shaped_rows = {"floor",        "floor-shaped",     "ddp2-shaped",      "comm-shaped",
-                                                "torch-ddp2-shaped", "ddp2-shaped-fifo", "ddp2-shaped-slice"};
+  const std::vector<std::string> shaped_rows = {
+      "floor", "floor-shaped", "ddp2-shaped", "comm-shaped", "torch-ddp2-shaped", "ddp2-shaped-fifo", "ddp2-shaped-slice"};
   auto named = [&](const std::string& n) { return std::find(o.configs.begin(), o.configs.end(), n) != o.configs.end(); };
   if (o.shaped.empty())
     for (const std::string& n : o.configs)

@@ -57,8 +57,8 @@ inline dp::nn::Sequential make_model(const std::string& model) {
   if (model == "mlp") return nn::Sequential(nn::Linear(784, 1024), nn::ReLU(), nn::Linear(1024, 1024), nn::ReLU(), nn::Linear(1024, 10));
   DP_CHECK(model == "cnn", ValueError, "bench_ddp: unknown model '", model, "' (mlp, cnn)");
   return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
-                        nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
-                        nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Linear(128, 10));
+                        nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(64 * 7 * 7, 128),
+                        nn::ReLU(), nn::Linear(128, 10));
 }
 
 // The fixed batch of the whole job (the same on every process: one seed); each process takes its
@@ -108,8 +108,8 @@ inline double thread_cpu_ms() { return cpu_ms(CLOCK_THREAD_CPUTIME_ID); }
 // zero_grad, forward + loss, backward, optimizer step, each phase timed.
 class TrainRunner : public Runner {
  public:
-  TrainRunner(std::function<dp::Tensor()> loss, std::vector<dp::Tensor> params, std::function<std::optional<dp::distributed::ReducerStats>()> stats = {},
-              std::function<void()> after = {})
+  TrainRunner(std::function<dp::Tensor()> loss, std::vector<dp::Tensor> params,
+              std::function<std::optional<dp::distributed::ReducerStats>()> stats = {}, std::function<void()> after = {})
       : loss_(std::move(loss)),
         opt_(std::make_shared<dp::optim::SGD>(std::move(params), dp::optim::SGDOptions(0.01).momentum(0.9))),
         stats_(std::move(stats)),
@@ -211,9 +211,8 @@ inline std::unique_ptr<Runner> make_runner(const json& spec) {
     if (spec.value("fp16", false)) ddp->register_comm_hook(distributed::comm_hooks::fp16_compress());
     // PyTorch's usual loop: the module's output, the criterion's mean over this rank's rows, and
     // the reducer's average over ranks (equal shares, so the same gradient as the global mean).
-    return std::make_unique<TrainRunner>(
-        [=]() mutable { return criterion(ddp(x), y); }, ddp->parameters(),
-        [ddp]() -> std::optional<distributed::ReducerStats> { return ddp->reducer_stats(); });
+    return std::make_unique<TrainRunner>([=]() mutable { return criterion(ddp(x), y); }, ddp->parameters(),
+                                         [ddp]() -> std::optional<distributed::ReducerStats> { return ddp->reducer_stats(); });
   }
 
   const int64_t count = spec.at("count");

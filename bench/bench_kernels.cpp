@@ -52,9 +52,9 @@ struct Options {
 // One benchmarked op: `make` builds the inputs once and returns the call to time.
 struct OpSpec {
   std::string name;
-  std::string shape;     // the same string as in pytorch_kernels.py
-  double target_ratio;   // PyTorch/ours must be >= this; 0 = no target
-  std::string target;    // how the target reads in the table
+  std::string shape;    // the same string as in pytorch_kernels.py
+  double target_ratio;  // PyTorch/ours must be >= this; 0 = no target
+  std::string target;   // how the target reads in the table
   std::function<std::function<void()>()> make;
 };
 
@@ -132,8 +132,8 @@ json run_pytorch(const Options& o, const std::string& op, int n) {
   setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
   setenv("OMP_NUM_THREADS", threads.c_str(), 1);
   std::ostringstream cmd;
-  cmd << quote(o.python) << " " << quote((o.root / "bench" / "pytorch_kernels.py").string()) << " --json --threads " << n << " --warmup "
-      << o.warmup << " --min-seconds " << o.min_seconds << " --min-reps " << o.min_reps << " --only " << op;
+  cmd << quote(o.python) << " " << quote((o.root / "bench" / "pytorch_kernels.py").string()) << " --json --threads " << n << " --warmup " << o.warmup
+      << " --min-seconds " << o.min_seconds << " --min-reps " << o.min_reps << " --only " << op;
   int status = 0;
   std::string out = run_command(cmd.str(), &status);
   json py = json::parse(out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1), nullptr, /*allow_exceptions=*/false);
@@ -159,7 +159,8 @@ json bench_op(const Options& o, const OpSpec& op, int n, json& torch_threads) {
     } else {
       const json& p = py["results"][0];
       r["pytorch"] = {{"median_ms", p["median_ms"]}, {"min_ms", p["min_ms"]}, {"max_ms", p["max_ms"]}, {"reps", p["reps"]}};
-      torch_threads = {{"version", py["torch_version"]}, {"cpu_capability", py["cpu_capability"]}, {"torch", py["threads"]}, {"openblas", py["openblas_threads"]}};
+      torch_threads = {
+          {"version", py["torch_version"]}, {"cpu_capability", py["cpu_capability"]}, {"torch", py["threads"]}, {"openblas", py["openblas_threads"]}};
     }
   }
   if (!r["ours"].is_null() && !r["pytorch"].is_null()) {
@@ -167,7 +168,8 @@ json bench_op(const Options& o, const OpSpec& op, int n, json& torch_threads) {
     r["ratio"] = q;
     if (op.target_ratio > 0) r["met"] = q >= op.target_ratio;
   }
-  std::cerr << "  " << op.name << ": ours " << cell(r["ours"]) << ", PyTorch " << cell(r["pytorch"]) << (r.contains("error") ? " (" + r["error"].get<std::string>() + ")" : "") << "\n";
+  std::cerr << "  " << op.name << ": ours " << cell(r["ours"]) << ", PyTorch " << cell(r["pytorch"])
+            << (r.contains("error") ? " (" + r["error"].get<std::string>() + ")" : "") << "\n";
   return r;
 }
 
@@ -177,7 +179,9 @@ std::string table(const json& results) {
   for (const json& r : results) {
     std::string target = r["target"].get<std::string>();
     if (r["target_ratio"].get<double>() > 0) target += " (ratio ≥ " + fmt(r["target_ratio"].get<double>()) + ")";
-    std::string met = r.contains("error") ? "error: " + r["error"].get<std::string>() : r.contains("met") ? (r["met"].get<bool>() ? "yes" : "no") : "—";
+    std::string met = r.contains("error") ? "error: " + r["error"].get<std::string>()
+                      : r.contains("met") ? (r["met"].get<bool>() ? "yes" : "no")
+                                          : "—";
     s << "| " << r["op"].get<std::string>() << " | " << r["shape"].get<std::string>() << " | " << cell(r["ours"]) << " | " << cell(r["pytorch"])
       << " | " << (r.contains("ratio") ? fmt(r["ratio"].get<double>()) : "—") << " | " << target << " | " << met << " |\n";
   }
@@ -189,8 +193,9 @@ std::string markdown(const json& report) {
   const json& p = report["protocol"];
   std::ostringstream s;
   s << "Measured " << m["date"].get<std::string>() << " on " << m["cpu_model"].get<std::string>() << " (" << m["cores"]
-    << " hardware threads), commit `" << m["git_commit"].get<std::string>().substr(0, 12) << "`" << (m["git_dirty"].get<bool>() ? " with local changes" : "")
-    << ", 1-minute load average " << m["load_average_1min_at_start"].get<std::string>() << " at the start"
+    << " hardware threads), commit `" << m["git_commit"].get<std::string>().substr(0, 12) << "`"
+    << (m["git_dirty"].get<bool>() ? " with local changes" : "") << ", 1-minute load average " << m["load_average_1min_at_start"].get<std::string>()
+    << " at the start"
     << (report.contains("pytorch_version") ? ", PyTorch " + report["pytorch_version"].get<std::string>() + " (CPU capability " +
                                                  report["pytorch_cpu_capability"].get<std::string>() + ")"
                                            : "")
@@ -226,16 +231,27 @@ Options parse(int argc, char** argv) {
     if (a == "--threads") {
       o.threads.clear();
       for (const std::string& t : split_list(value())) o.threads.push_back(std::stoi(t));
-    } else if (a == "--min-seconds") o.min_seconds = std::stod(value());
-    else if (a == "--min-reps") o.min_reps = std::stoi(value());
-    else if (a == "--warmup") o.warmup = std::stoi(value());
-    else if (a == "--only") o.only = split_list(value());
-    else if (a == "--python") o.python = value();
-    else if (a == "--root") o.root = value();
-    else if (a == "--no-torch") o.torch = false;
-    else if (a == "--no-write") o.write = false;
-    else if (a == "--help" || a == "-h") { usage(); std::exit(0); }
-    else throw dp::ValueError("bench_kernels: unknown option " + a + " (see --help)");
+    } else if (a == "--min-seconds")
+      o.min_seconds = std::stod(value());
+    else if (a == "--min-reps")
+      o.min_reps = std::stoi(value());
+    else if (a == "--warmup")
+      o.warmup = std::stoi(value());
+    else if (a == "--only")
+      o.only = split_list(value());
+    else if (a == "--python")
+      o.python = value();
+    else if (a == "--root")
+      o.root = value();
+    else if (a == "--no-torch")
+      o.torch = false;
+    else if (a == "--no-write")
+      o.write = false;
+    else if (a == "--help" || a == "-h") {
+      usage();
+      std::exit(0);
+    } else
+      throw dp::ValueError("bench_kernels: unknown option " + a + " (see --help)");
   }
   if (o.threads.empty() || *std::min_element(o.threads.begin(), o.threads.end()) < 1)
     throw dp::ValueError("bench_kernels: --threads must list counts >= 1");
@@ -245,7 +261,10 @@ Options parse(int argc, char** argv) {
 int run(const Options& o) {
   json report;
   report["machine"] = bench::machine_info(o.root);
-  report["protocol"] = {{"warmup", o.warmup}, {"min_seconds", o.min_seconds}, {"min_reps", o.min_reps}, {"statistic", "median"},
+  report["protocol"] = {{"warmup", o.warmup},
+                        {"min_seconds", o.min_seconds},
+                        {"min_reps", o.min_reps},
+                        {"statistic", "median"},
                         {"order", "per op: dparallel, then PyTorch in a fresh python3 process"}};
   report["runs"] = json::array();
   bool errors = false;

@@ -182,7 +182,8 @@ class TorchServer {
     }
     json r = json::parse(answer, nullptr, false);
     if (r.is_discarded() || !r.is_object() || r.contains("error")) {
-      std::cerr << "bench_training: the PyTorch side failed on " << request.dump() << (answer.empty() ? " (no answer: is torch importable?)" : ": " + answer) << "\n";
+      std::cerr << "bench_training: the PyTorch side failed on " << request.dump()
+                << (answer.empty() ? " (no answer: is torch importable?)" : ": " + answer) << "\n";
       std::fclose(out_);
       out_ = nullptr;
       return nullptr;
@@ -317,16 +318,19 @@ std::string mib(const json& v) { return v.is_null() ? "—" : bench::fmt(v.get<d
 std::string markdown(const json& report) {
   const json& m = report["machine"];
   std::ostringstream s;
-  s << bench::measured_on(m) << ", load average " << m["load_average_1min_at_start"].get<std::string>() << " at the start, "
-    << report["threads"] << " thread(s) on both sides"
-    << (report["busy_loops"].get<int>() > 0 ? ", " + std::to_string(report["busy_loops"].get<int>()) + " busy-loop processes running beside both" : "")
+  s << bench::measured_on(m) << ", load average " << m["load_average_1min_at_start"].get<std::string>() << " at the start, " << report["threads"]
+    << " thread(s) on both sides"
+    << (report["busy_loops"].get<int>() > 0 ? ", " + std::to_string(report["busy_loops"].get<int>()) + " busy-loop processes running beside both"
+                                            : "")
     << ".\n"
     << "Cells: median [min – max] µs per training step (zero_grad, forward, loss, backward, SGD step) over " << report["blocks"]
     << " blocks of timed steps after " << report["warmup"] << " warm-up steps; the blocks alternate ours and PyTorch's (PyTorch in a "
-    << "python3 process driven over a pipe)" << (report["pinned"].get<bool>() ? ", both sides of a block on the same CPU, the CPUs taken in turn" : "")
+    << "python3 process driven over a pipe)"
+    << (report["pinned"].get<bool>() ? ", both sides of a block on the same CPU, the CPUs taken in turn" : "")
     << ". Ratio = PyTorch / ours (medians); the range after it is that of the per-block ratios. Memory: peak RSS growth over the "
     << "RSS before training (MiB).\n\n"
-    << "| model | ours (µs) | PyTorch (µs) | ratio [per-block range] | target | met? | peak RSS growth ours / PyTorch (MiB) |\n|---|---|---|---|---|---|---|\n";
+    << "| model | ours (µs) | PyTorch (µs) | ratio [per-block range] | target | met? | peak RSS growth ours / PyTorch (MiB) "
+       "|\n|---|---|---|---|---|---|---|\n";
   for (const json& r : report["results"]) {
     std::string range;
     if (r.contains("block_ratios") && !r["block_ratios"].empty()) {
@@ -334,9 +338,8 @@ std::string markdown(const json& report) {
       range = " [" + bench::fmt(*std::min_element(q.begin(), q.end())) + " – " + bench::fmt(*std::max_element(q.begin(), q.end())) + "]";
     }
     s << "| " << r["model"].get<std::string>() << " | " << cell(r["ours"]) << " | " << cell(r["pytorch"]) << " | "
-      << (r.contains("ratio") ? bench::fmt(r["ratio"].get<double>()) + range : "—") << " | ≥ "
-      << bench::fmt(r["target_ratio"].get<double>(), 1) << " | "
-      << (r.contains("met") ? (r["met"].get<bool>() ? "yes" : "no") : "—") << " | "
+      << (r.contains("ratio") ? bench::fmt(r["ratio"].get<double>()) + range : "—") << " | ≥ " << bench::fmt(r["target_ratio"].get<double>(), 1)
+      << " | " << (r.contains("met") ? (r["met"].get<bool>() ? "yes" : "no") : "—") << " | "
       << mib(r["ours"].is_null() ? json(nullptr) : r["ours"]["peak_rss_growth_mib"]) << " / "
       << mib(r["pytorch"].is_null() ? json(nullptr) : r["pytorch"]["peak_rss_growth_mib"]) << " |\n";
   }
@@ -347,19 +350,25 @@ Options parse(int argc, char** argv) {
   Options o;
   for (bench::Args args("bench_training", argc, argv); args.next();) {
     if (o.read_option(args)) continue;
-    if (args.is("--threads")) o.threads = std::stoi(args.value());
-    else if (args.is("--busy")) o.busy = std::stoi(args.value());
-    else if (args.is("--blocks")) o.blocks = std::stoi(args.value());
-    else if (args.is("--no-pin")) o.pin = false;
+    if (args.is("--threads"))
+      o.threads = std::stoi(args.value());
+    else if (args.is("--busy"))
+      o.busy = std::stoi(args.value());
+    else if (args.is("--blocks"))
+      o.blocks = std::stoi(args.value());
+    else if (args.is("--no-pin"))
+      o.pin = false;
     else if (args.is_help()) {
-      std::cout << "bench_training [--threads 1] [--busy 0] [--models seed,mlp,cnn] [--blocks 20] [--warmup 10] [--steps N] [--no-pin] [--no-torch] [--no-write]\n"
+      std::cout << "bench_training [--threads 1] [--busy 0] [--models seed,mlp,cnn] [--blocks 20] [--warmup 10] [--steps N] [--no-pin] [--no-torch] "
+                   "[--no-write]\n"
                    "  Times training steps of dparallel and PyTorch (python3 bench/pytorch_training.py --serve) in alternating\n"
                    "  blocks; with --threads 1 both sides of a block run on the same CPU, the CPUs taken in turn (--no-pin: not).\n"
                    "  --busy N: N busy-loop processes run beside both sides for the whole run.\n"
                    "  Writes bench/results/training.json and the table in docs/benchmarks.md unless --no-write\n"
                    "  (with --busy: training_busy.json and its own table).\n";
       std::exit(0);
-    } else args.unknown();
+    } else
+      args.unknown();
   }
   DP_CHECK(o.threads >= 1, ValueError, "bench_training: --threads must be >= 1");
   DP_CHECK(o.blocks >= 1, ValueError, "bench_training: --blocks must be >= 1");
@@ -375,8 +384,13 @@ int main(int argc, char** argv) try {
   auto all = workloads();
   const std::vector<int> cpus = allowed_cpus();
   const bool pin = o.pin && o.threads == 1 && !cpus.empty();
-  json report = {{"machine", bench::machine_info(o.root)}, {"threads", o.threads}, {"busy_loops", o.busy}, {"warmup", o.warmup},
-                 {"blocks", o.blocks},                    {"pinned", pin},           {"results", json::array()}};
+  json report = {{"machine", bench::machine_info(o.root)},
+                 {"threads", o.threads},
+                 {"busy_loops", o.busy},
+                 {"warmup", o.warmup},
+                 {"blocks", o.blocks},
+                 {"pinned", pin},
+                 {"results", json::array()}};
   BusyLoops busy(o.busy);  // for the whole run, beside both sides
   std::unique_ptr<TorchServer> torch;
   if (o.torch) {
@@ -396,8 +410,10 @@ int main(int argc, char** argv) try {
   const std::string md = markdown(report);
   std::cout << md;
   if (o.write) {
-    if (o.busy > 0) bench::write_results(o.root, "training_busy.json", report, "bench_training_busy", md);
-    else bench::write_results(o.root, "training.json", report, "bench_training", md);
+    if (o.busy > 0)
+      bench::write_results(o.root, "training_busy.json", report, "bench_training_busy", md);
+    else
+      bench::write_results(o.root, "training.json", report, "bench_training", md);
   }
   return 0;
 } catch (const std::exception& e) {

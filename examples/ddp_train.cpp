@@ -71,14 +71,22 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw ValueError(o + " needs a value");
       return argv[++i];
     };
-    if (o == "--data") a.data = value();
-    else if (o == "--epochs") a.epochs = std::stoi(value());
-    else if (o == "--batch") a.batch = std::stoll(value());
-    else if (o == "--lr") a.lr = std::stod(value());
-    else if (o == "--seed") a.seed = std::stoull(value());
-    else if (o == "--save") a.save = value();
-    else if (o == "--min-accuracy") a.min_accuracy = std::stod(value());
-    else if (o == "--print-params") a.print_params = true;
+    if (o == "--data")
+      a.data = value();
+    else if (o == "--epochs")
+      a.epochs = std::stoi(value());
+    else if (o == "--batch")
+      a.batch = std::stoll(value());
+    else if (o == "--lr")
+      a.lr = std::stod(value());
+    else if (o == "--seed")
+      a.seed = std::stoull(value());
+    else if (o == "--save")
+      a.save = value();
+    else if (o == "--min-accuracy")
+      a.min_accuracy = std::stod(value());
+    else if (o == "--print-params")
+      a.print_params = true;
     else if (o == "--devices") {
       std::stringstream ss(value());
       for (std::string d; std::getline(ss, d, ',');) a.devices.emplace_back(d);
@@ -86,7 +94,8 @@ Args parse(int argc, char** argv) {
       std::cout << "ddp_train [--data random|fashion-mnist] [--epochs 2] [--batch 128] [--lr 1e-3] [--seed 0]\n"
                    "          [--devices cpu:0,cpu:1] [--save PATH] [--min-accuracy A] [--print-params]\n";
       std::exit(0);
-    } else throw ValueError("unknown option " + o + " (try --help)");
+    } else
+      throw ValueError("unknown option " + o + " (try --help)");
   }
   DP_CHECK(a.data == "random" || a.data == "fashion-mnist", ValueError, "--data must be random or fashion-mnist, got ", a.data);
   DP_CHECK(a.epochs >= 1 && a.batch >= 1, ValueError, "--epochs and --batch must be >= 1");
@@ -141,8 +150,7 @@ int train(Model& ddp, const Args& a, distributed::ProcessGroup& group, const dat
     distributed::save_checkpoint(group, ddp->state_dict(), a.save);
     if (rank == 0) std::printf("saved %s\n", a.save.c_str());
   }
-  if (a.print_params)
-    std::printf("rank %d state hash %016llx\n", rank, static_cast<unsigned long long>(distributed::state_hash(ddp->state_dict())));
+  if (a.print_params) std::printf("rank %d state hash %016llx\n", rank, static_cast<unsigned long long>(distributed::state_hash(ddp->state_dict())));
   if (a.min_accuracy >= 0 && accuracy < a.min_accuracy) {
     if (rank == 0) std::printf("test accuracy %.4f is below the required %.4f\n", accuracy, a.min_accuracy);
     return 1;
@@ -167,7 +175,8 @@ int main(int argc, char** argv) {
     manual_seed(a.seed);  // the same initial model everywhere (DDP copies rank 0's anyway)
     const bool images = a.data == "fashion-mnist";
     data::TensorDataset train_set = images ? data::TensorDataset(data::FashionMNIST(data::FashionMNIST::kDefaultRoot, true)) : synthetic_data().first;
-    data::TensorDataset test_set = images ? data::TensorDataset(data::FashionMNIST(data::FashionMNIST::kDefaultRoot, false)) : synthetic_data().second;
+    data::TensorDataset test_set =
+        images ? data::TensorDataset(data::FashionMNIST(data::FashionMNIST::kDefaultRoot, false)) : synthetic_data().second;
     DP_CHECK(a.batch % world == 0, ValueError, "--batch ", a.batch, " must be a multiple of the world size ", world);
     auto sampler = std::make_shared<data::DistributedSampler>(train_set.size(), world, group->rank(), /*shuffle=*/true, a.seed);
     data::DataLoader loader(std::make_shared<data::TensorDataset>(train_set), data::DataLoaderOptions(a.batch / world), sampler);

@@ -37,8 +37,7 @@ inline std::vector<dp::Device> parse_devices(const std::string& list) {
   for (std::string item; std::getline(in, item, ',');) {
     if (item.empty()) continue;
     dp::Device d(item);
-    DP_CHECK(d.has_index(), ValueError, "--devices: '", item,
-             "' is the host; list indexed devices such as cpu:0 or cuda:0");
+    DP_CHECK(d.has_index(), ValueError, "--devices: '", item, "' is the host; list indexed devices such as cpu:0 or cuda:0");
     out.push_back(d);
   }
   DP_CHECK(!out.empty(), ValueError, "--devices: no device in '", list, "'");

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
                               dp::data::DataLoaderOptions().batch_size(64).shuffle(true));
 
   auto model = std::make_shared<Net>(32, 128, 8);
-  model->to(devices[0]);                                      // DataParallel checks this each forward
+  model->to(devices[0]);  // DataParallel checks this each forward
   dp::nn::DataParallel<Net> net(model, devices);
   dp::optim::SGD optimizer(model->parameters(), dp::optim::SGDOptions(0.05).momentum(0.9));
   dp::optim::StepLR scheduler(optimizer, /*step_size=*/4, /*gamma=*/0.5);

@@ -73,8 +73,7 @@ double relative_difference(const dp::Tensor& a, const dp::Tensor& b) {
 
 int main(int argc, char** argv) try {
   dp_examples::StepOptions options{.steps = 5, .batch = 64, .lr = 0.05};
-  if (!options.parse(argc, argv, "middle_block_parallel [--devices LIST] [--steps 5] [--batch 64] [--lr 0.05] [--seed 0]"))
-    return 0;  // --help
+  if (!options.parse(argc, argv, "middle_block_parallel [--devices LIST] [--steps 5] [--batch 64] [--lr 0.05] [--seed 0]")) return 0;  // --help
   dp::manual_seed(options.seed);
   const dp::Device device = options.device_ids[0];
 

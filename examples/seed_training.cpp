@@ -59,8 +59,8 @@ int main(int argc, char** argv) try {
     for (dp::data::Batch& batch : loader) {
       // The batch stays on the host: DataParallel copies each replica's rows straight to its device.
       optimizer.zero_grad();
-      dp::Tensor loss = loss_on_replicas ? net->forward_loss(criterion, batch.target, batch.data)
-                                         : criterion(net(batch.data), batch.target.to(out_device));
+      dp::Tensor loss =
+          loss_on_replicas ? net->forward_loss(criterion, batch.target, batch.data) : criterion(net(batch.data), batch.target.to(out_device));
       loss.backward();
       optimizer.step();
       sum += loss.item<double>();

@@ -52,8 +52,7 @@ struct Model : dp::nn::Module {
 
 int main(int argc, char** argv) try {
   uint64_t seed = 0;
-  dp_examples::CommandLine cli("seed_tutorial [--devices LIST] [--seed 0]",
-                               "--seed N         seed of the data, the shuffling and the weights\n");
+  dp_examples::CommandLine cli("seed_tutorial [--devices LIST] [--seed 0]", "--seed N         seed of the data, the shuffling and the weights\n");
   cli.option("--seed", seed);
   if (!cli.parse(argc, argv)) return 0;  // --help
   const std::vector<dp::Device> device_ids = cli.devices();
@@ -61,11 +60,9 @@ int main(int argc, char** argv) try {
   // The tutorial's `device = torch.device("cuda:0")`: where the model and the inputs live.
   const dp::Device device = device_ids[0];
 
-  dp::data::DataLoader loader(dp::data::RandomDataset(kInputSize, kDataSize),
-                              dp::data::DataLoaderOptions().batch_size(kBatchSize).shuffle(true));
+  dp::data::DataLoader loader(dp::data::RandomDataset(kInputSize, kDataSize), dp::data::DataLoaderOptions().batch_size(kBatchSize).shuffle(true));
   auto model = std::make_shared<Model>(kInputSize, kOutputSize);
-  if (device_ids.size() > 1)
-    std::printf("Let's use %zu %s!\n", device_ids.size(), device.is_cuda() ? "GPUs" : "devices");
+  if (device_ids.size() > 1) std::printf("Let's use %zu %s!\n", device_ids.size(), device.is_cuda() ? "GPUs" : "devices");
   // DataParallel on one device calls the module itself (no replica, no gather), so one code path
   // serves both cases; the tutorial wraps only for several GPUs, with the same printed result.
   dp::nn::DataParallel<Model> net(model, device_ids);

@@ -74,20 +74,30 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw ValueError(o + " needs a value");
       return argv[++i];
     };
-    if (o == "--model") a.model = value();
-    else if (o == "--epochs") a.epochs = std::stoi(value());
-    else if (o == "--batch") a.batch = std::stoll(value());
-    else if (o == "--lr") a.lr = std::stod(value());
-    else if (o == "--device") a.device = value();
-    else if (o == "--workers") a.workers = std::stoll(value());
-    else if (o == "--seed") a.seed = std::stoull(value());
-    else if (o == "--min-accuracy") a.min_accuracy = std::stod(value());
-    else if (o == "--save") a.save = value();
+    if (o == "--model")
+      a.model = value();
+    else if (o == "--epochs")
+      a.epochs = std::stoi(value());
+    else if (o == "--batch")
+      a.batch = std::stoll(value());
+    else if (o == "--lr")
+      a.lr = std::stod(value());
+    else if (o == "--device")
+      a.device = value();
+    else if (o == "--workers")
+      a.workers = std::stoll(value());
+    else if (o == "--seed")
+      a.seed = std::stoull(value());
+    else if (o == "--min-accuracy")
+      a.min_accuracy = std::stod(value());
+    else if (o == "--save")
+      a.save = value();
     else if (o == "--help" || o == "-h") {
       std::cout << "train_fashion_mnist [--model mlp|cnn] [--epochs 5] [--batch 128] [--lr 1e-3] [--device cpu] [--workers 2] [--seed 0]\n"
                    "                    [--min-accuracy A] [--save PATH]\n";
       std::exit(0);
-    } else throw ValueError("unknown option " + o + " (try --help)");
+    } else
+      throw ValueError("unknown option " + o + " (try --help)");
   }
   DP_CHECK(a.epochs >= 1 && a.batch >= 1, ValueError, "--epochs and --batch must be >= 1");
   return a;

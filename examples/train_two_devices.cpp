@@ -69,12 +69,18 @@ Args parse(int argc, char** argv) {
       DP_CHECK(i + 1 < argc, ValueError, opt, " needs a value");
       return argv[++i];
     };
-    if (opt == "--devices") a.devices = parse_devices(value());
-    else if (opt == "--steps") a.steps = std::stoi(value());
-    else if (opt == "--lr") a.lr = std::stod(value());
-    else if (opt == "--rows") a.rows = std::stoll(value());
-    else if (opt == "--features") a.features = std::stoll(value());
-    else if (opt == "--seed") a.seed = std::stoull(value());
+    if (opt == "--devices")
+      a.devices = parse_devices(value());
+    else if (opt == "--steps")
+      a.steps = std::stoi(value());
+    else if (opt == "--lr")
+      a.lr = std::stod(value());
+    else if (opt == "--rows")
+      a.rows = std::stoll(value());
+    else if (opt == "--features")
+      a.features = std::stoll(value());
+    else if (opt == "--seed")
+      a.seed = std::stoull(value());
     else if (opt == "--help" || opt == "-h") {
       std::cout << "train_two_devices [--devices cpu:0,cpu:1] [--steps 200] [--lr 0.1] [--rows 4096] [--features 16] [--seed 0]\n";
       std::exit(0);
@@ -84,7 +90,8 @@ Args parse(int argc, char** argv) {
   }
   DP_CHECK(a.steps >= 1, ValueError, "--steps must be >= 1, got ", a.steps);
   DP_CHECK(a.lr > 0, ValueError, "--lr must be > 0, got ", a.lr);
-  DP_CHECK(a.rows >= static_cast<int64_t>(a.devices.size()) && a.features >= 1, ValueError, "--rows must be >= the number of devices and --features >= 1");
+  DP_CHECK(a.rows >= static_cast<int64_t>(a.devices.size()) && a.features >= 1, ValueError,
+           "--rows must be >= the number of devices and --features >= 1");
   return a;
 }
 
@@ -122,8 +129,8 @@ int run(const Args& args) {
   dp::Tensor w = dp::zeros({args.features, 1}).requires_grad_();
   dp::Tensor b = dp::zeros({1}).requires_grad_();
 
-  std::cout << "linear regression: " << args.rows << " rows x " << args.features << " features, " << args.steps << " steps, lr "
-            << args.lr << ", shards on";
+  std::cout << "linear regression: " << args.rows << " rows x " << args.features << " features, " << args.steps << " steps, lr " << args.lr
+            << ", shards on";
   for (int64_t i = 0; i < used; ++i) std::cout << " " << args.devices[i].str() << " (" << xs[i].size(0) << " rows)";
   std::cout << "\n";
 
@@ -144,8 +151,10 @@ int run(const Args& args) {
         return dp::sum(err * err) / static_cast<double>(args.rows);
       };
       dp::Worker* worker = dp::worker_for(args.devices[i]);
-      if (worker) parts.push_back(worker->submit(shard));
-      else parts.push_back(std::async(std::launch::deferred, shard));  // the host "cpu": this thread
+      if (worker)
+        parts.push_back(worker->submit(shard));
+      else
+        parts.push_back(std::async(std::launch::deferred, shard));  // the host "cpu": this thread
     }
     dp::Tensor loss;
     for (auto& f : parts) {  // gather the partial losses on the host and sum them

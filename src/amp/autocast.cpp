@@ -26,8 +26,7 @@ void check_dtype(DeviceType device, DType dtype) {
   if (device == DeviceType::CPU)
     DP_CHECK(dtype == kBFloat16, ValueError, "autocast: CPU autocast supports only bfloat16, got ", dtype_name(dtype));
   else
-    DP_CHECK(dtype == kFloat16 || dtype == kBFloat16, ValueError, "autocast: CUDA autocast supports float16 and bfloat16, got ",
-             dtype_name(dtype));
+    DP_CHECK(dtype == kFloat16 || dtype == kBFloat16, ValueError, "autocast: CUDA autocast supports float16 and bfloat16, got ", dtype_name(dtype));
 }
 
 }  // namespace
@@ -37,9 +36,7 @@ void set_enabled(bool enabled) { tls_state.cuda_enabled = enabled; }
 bool is_cpu_enabled() { return tls_state.cpu_enabled; }
 void set_cpu_enabled(bool enabled) { tls_state.cpu_enabled = enabled; }
 bool is_enabled(DeviceType device) { return device == DeviceType::CPU ? tls_state.cpu_enabled : tls_state.cuda_enabled; }
-void set_enabled(DeviceType device, bool enabled) {
-  (device == DeviceType::CPU ? tls_state.cpu_enabled : tls_state.cuda_enabled) = enabled;
-}
+void set_enabled(DeviceType device, bool enabled) { (device == DeviceType::CPU ? tls_state.cpu_enabled : tls_state.cuda_enabled) = enabled; }
 
 DType get_autocast_gpu_dtype() { return tls_state.cuda_dtype; }
 DType get_autocast_cpu_dtype() { return tls_state.cpu_dtype; }
@@ -59,8 +56,7 @@ int increment_nesting() { return ++tls_nesting; }
 int decrement_nesting() { return --tls_nesting; }
 
 Guard::Guard(DeviceType device, std::optional<DType> dtype, bool enabled, std::optional<bool> cache_enabled)
-    : device_(device), prev_enabled_(is_enabled(device)), prev_dtype_(get_autocast_dtype(device)),
-      prev_cache_enabled_(tls_state.cache_enabled) {
+    : device_(device), prev_enabled_(is_enabled(device)), prev_dtype_(get_autocast_dtype(device)), prev_cache_enabled_(tls_state.cache_enabled) {
   // Checked before anything changes, so a refused guard leaves the state as it was.
   const DType want = dtype.value_or(prev_dtype_);
   if (enabled) check_dtype(device, want);
@@ -102,8 +98,7 @@ bool eligible(const Tensor& t, DeviceType device) {
 Tensor cached_cast(DType to, const Tensor& t, DeviceType device) {
   if (!eligible(t, device) || t.dtype() == to) return t;
   // (PyTorch also requires !is_view(); a leaf that requires grad is never a view with history here.)
-  const bool cacheable =
-      to == get_autocast_dtype(device) && t.dtype() == kFloat32 && t.requires_grad() && t.is_leaf() && tls_state.cache_enabled;
+  const bool cacheable = to == get_autocast_dtype(device) && t.dtype() == kFloat32 && t.requires_grad() && t.is_leaf() && tls_state.cache_enabled;
   if (!cacheable) return t.to(to);
   auto it = tls_cache.find(t.unsafe_impl());
   if (it != tls_cache.end()) return it->second.cast;
@@ -118,9 +113,11 @@ DType promote_type(const std::vector<const Tensor*>& args, DeviceType device) {
   DType out = get_autocast_dtype(device);
   for (const Tensor* t : args) {
     if (!eligible(*t, device)) continue;
-    if (t->dtype() == kFloat32) out = kFloat32;
-    else DP_CHECK(t->dtype() == out || out == kFloat32, DTypeError, "autocast: cannot promote ", dtype_name(t->dtype()), " with ",
-                  dtype_name(out), " (autocast dtype ", dtype_name(get_autocast_dtype(device)), ")");
+    if (t->dtype() == kFloat32)
+      out = kFloat32;
+    else
+      DP_CHECK(t->dtype() == out || out == kFloat32, DTypeError, "autocast: cannot promote ", dtype_name(t->dtype()), " with ", dtype_name(out),
+               " (autocast dtype ", dtype_name(get_autocast_dtype(device)), ")");
   }
   return out;
 }
@@ -167,8 +164,8 @@ void Cast::apply(Op op, const std::vector<const Tensor*>& args) {
 }
 
 std::string Cast::note() const {
-  return ::dp::detail::str("under ", device_ == DeviceType::CPU ? "CPU" : "CUDA", " autocast, which cast ", op_name(op_),
-                           "'s floating arguments to ", dtype_name(to_));
+  return ::dp::detail::str("under ", device_ == DeviceType::CPU ? "CPU" : "CUDA", " autocast, which cast ", op_name(op_), "'s floating arguments to ",
+                           dtype_name(to_));
 }
 
 Cast::~Cast() {

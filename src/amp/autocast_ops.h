@@ -34,10 +34,34 @@ enum class Policy : uint8_t {
 
 // dparallel's ops that are on one of PyTorch 1.13's autocast lists (CPU, CUDA or both).
 enum class Op : uint8_t {
-  linear, mm, matmul, addmm, bmm, conv2d, lstm_cell, dot,
-  mse_loss, l1_loss, nll_loss, cross_entropy, binary_cross_entropy, binary_cross_entropy_with_logits,
-  cat, stack,
-  exp, log, pow, reciprocal, rsqrt, softplus, layer_norm, logsumexp, softmax, log_softmax, sum, norm,
+  linear,
+  mm,
+  matmul,
+  addmm,
+  bmm,
+  conv2d,
+  lstm_cell,
+  dot,
+  mse_loss,
+  l1_loss,
+  nll_loss,
+  cross_entropy,
+  binary_cross_entropy,
+  binary_cross_entropy_with_logits,
+  cat,
+  stack,
+  exp,
+  log,
+  pow,
+  reciprocal,
+  rsqrt,
+  softplus,
+  layer_norm,
+  logsumexp,
+  softmax,
+  log_softmax,
+  sum,
+  norm,
 };
 
 // The policy of `op` for tensors of `device` (autocast_policy.cpp has the lists).

@@ -57,34 +57,62 @@ Policy policy(Op op, DeviceType device) {
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::linear: return "linear";
-    case Op::mm: return "mm";
-    case Op::matmul: return "matmul";
-    case Op::addmm: return "addmm";
-    case Op::bmm: return "bmm";
-    case Op::conv2d: return "conv2d";
-    case Op::lstm_cell: return "lstm_cell";
-    case Op::dot: return "dot";
-    case Op::mse_loss: return "mse_loss";
-    case Op::l1_loss: return "l1_loss";
-    case Op::nll_loss: return "nll_loss";
-    case Op::cross_entropy: return "cross_entropy";
-    case Op::binary_cross_entropy: return "binary_cross_entropy";
-    case Op::binary_cross_entropy_with_logits: return "binary_cross_entropy_with_logits";
-    case Op::cat: return "cat";
-    case Op::stack: return "stack";
-    case Op::exp: return "exp";
-    case Op::log: return "log";
-    case Op::pow: return "pow";
-    case Op::reciprocal: return "reciprocal";
-    case Op::rsqrt: return "rsqrt";
-    case Op::softplus: return "softplus";
-    case Op::layer_norm: return "layer_norm";
-    case Op::logsumexp: return "logsumexp";
-    case Op::softmax: return "softmax";
-    case Op::log_softmax: return "log_softmax";
-    case Op::sum: return "sum";
-    case Op::norm: return "norm";
+    case Op::linear:
+      return "linear";
+    case Op::mm:
+      return "mm";
+    case Op::matmul:
+      return "matmul";
+    case Op::addmm:
+      return "addmm";
+    case Op::bmm:
+      return "bmm";
+    case Op::conv2d:
+      return "conv2d";
+    case Op::lstm_cell:
+      return "lstm_cell";
+    case Op::dot:
+      return "dot";
+    case Op::mse_loss:
+      return "mse_loss";
+    case Op::l1_loss:
+      return "l1_loss";
+    case Op::nll_loss:
+      return "nll_loss";
+    case Op::cross_entropy:
+      return "cross_entropy";
+    case Op::binary_cross_entropy:
+      return "binary_cross_entropy";
+    case Op::binary_cross_entropy_with_logits:
+      return "binary_cross_entropy_with_logits";
+    case Op::cat:
+      return "cat";
+    case Op::stack:
+      return "stack";
+    case Op::exp:
+      return "exp";
+    case Op::log:
+      return "log";
+    case Op::pow:
+      return "pow";
+    case Op::reciprocal:
+      return "reciprocal";
+    case Op::rsqrt:
+      return "rsqrt";
+    case Op::softplus:
+      return "softplus";
+    case Op::layer_norm:
+      return "layer_norm";
+    case Op::logsumexp:
+      return "logsumexp";
+    case Op::softmax:
+      return "softmax";
+    case Op::log_softmax:
+      return "log_softmax";
+    case Op::sum:
+      return "sum";
+    case Op::norm:
+      return "norm";
   }
   return "?";
 }

@@ -16,9 +16,7 @@ namespace {
 void check_growth_factor(double v) {
   DP_CHECK(std::isfinite(v) && v > 1.0, ValueError, "GradScaler: growth_factor must be a finite number > 1, got ", v);
 }
-void check_backoff_factor(double v) {
-  DP_CHECK(v > 0.0 && v < 1.0, ValueError, "GradScaler: backoff_factor must be in (0, 1), got ", v);
-}
+void check_backoff_factor(double v) { DP_CHECK(v > 0.0 && v < 1.0, ValueError, "GradScaler: backoff_factor must be in (0, 1), got ", v); }
 void check_growth_interval(int64_t v) {
   DP_CHECK(v > 0 && v <= INT32_MAX, ValueError, "GradScaler: growth_interval must be a positive int32, got ", v);
 }
@@ -37,8 +35,11 @@ bool has_non_finite(const Tensor& t) {
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions o)
-    : init_scale_(o.init_scale_), growth_factor_(o.growth_factor_), backoff_factor_(o.backoff_factor_),
-      growth_interval_(o.growth_interval_), enabled_(o.enabled_) {
+    : init_scale_(o.init_scale_),
+      growth_factor_(o.growth_factor_),
+      backoff_factor_(o.backoff_factor_),
+      growth_interval_(o.growth_interval_),
+      enabled_(o.enabled_) {
   check_scale("init_scale", init_scale_);
   check_growth_factor(growth_factor_);
   check_backoff_factor(backoff_factor_);

@@ -112,15 +112,15 @@ class NodeIndex {
 
 struct TaskNode {
   Node* fn;
-  Worker* worker;          // where it runs; nullptr: in the calling thread
-  uint32_t first_edge;     // its next edges' targets start here in GraphTask::edge_to
-  uint32_t first_input;    // its input buffer (one slot per forward output) starts here in GraphTask::inputs
+  Worker* worker;        // where it runs; nullptr: in the calling thread
+  uint32_t first_edge;   // its next edges' targets start here in GraphTask::edge_to
+  uint32_t first_input;  // its input buffer (one slot per forward output) starts here in GraphTask::inputs
   uint32_t num_inputs;
-  int dependencies = 0;    // edges that still have to deliver
-  bool needed = true;      // apply() runs (grad(): only nodes that lead to a requested input)
-  bool active = true;      // scheduled at all (needed, or where a gradient is captured)
-  bool captures = false;   // grad(): some requested input's gradient is read here
-  bool is_accumulate;      // an AccumulateGrad: the engine calls accumulate() directly
+  int dependencies = 0;   // edges that still have to deliver
+  bool needed = true;     // apply() runs (grad(): only nodes that lead to a requested input)
+  bool active = true;     // scheduled at all (needed, or where a gradient is captured)
+  bool captures = false;  // grad(): some requested input's gradient is read here
+  bool is_accumulate;     // an AccumulateGrad: the engine calls accumulate() directly
 };
 
 struct Capture {
@@ -170,8 +170,10 @@ struct GraphTask {
   void reset() {
     constexpr size_t kKeep = 4096;  // capacity kept for the next task; more is given back
     auto wipe = [](auto& v) {
-      if (v.capacity() > kKeep) std::remove_reference_t<decltype(v)>().swap(v);
-      else v.clear();
+      if (v.capacity() > kKeep)
+        std::remove_reference_t<decltype(v)>().swap(v);
+      else
+        v.clear();
     };
     wipe(nodes);
     wipe(edge_to);
@@ -369,23 +371,26 @@ bool deliver(GraphTask& task, uint32_t to, uint32_t input_nr, Tensor&& g) {
   // also where it is summed with the buffer's earlier gradients (those were synchronised with it
   // too).
   std::optional<StreamGuard> on_stream;
-  if (g.defined() && !g.is_cpu()) [[unlikely]] on_stream.emplace(detail::sync_gradient(g, *n.fn));
+  if (g.defined() && !g.is_cpu()) [[unlikely]]
+    on_stream.emplace(detail::sync_gradient(g, *n.fn));
   std::unique_lock<std::mutex> lock;
   if (task.threaded) lock = std::unique_lock<std::mutex>(task.stripes[to % GraphTask::kStripes]);
   if (g.defined()) {
     Tensor& slot = task.inputs[n.first_input + input_nr];
-    if (!slot.defined()) slot = std::move(g);
-    else slot = dp::add(slot, g);
+    if (!slot.defined())
+      slot = std::move(g);
+    else
+      slot = dp::add(slot, g);
   }
   return --n.dependencies == 0;
 }
 
 // Checks a gradient a node returned against the tensor it is for (PyTorch's validate_outputs).
 void validate_gradient(const Node& fn, size_t index, Tensor& g, const TensorMeta& meta) {
-  DP_CHECK(g.sizes() == meta.sizes, AutogradError, "Function ", fn.name(), " returned an invalid gradient at index ", index, " - got ",
-           g.size_str(), " but expected shape compatible with ", shape_str(meta.sizes));
-  DP_CHECK(g.device() == meta.device, AutogradError, "Function ", fn.name(), " returned an invalid gradient at index ", index,
-           " - expected device ", meta.device.str(), " but got ", g.device().str());
+  DP_CHECK(g.sizes() == meta.sizes, AutogradError, "Function ", fn.name(), " returned an invalid gradient at index ", index, " - got ", g.size_str(),
+           " but expected shape compatible with ", shape_str(meta.sizes));
+  DP_CHECK(g.device() == meta.device, AutogradError, "Function ", fn.name(), " returned an invalid gradient at index ", index, " - expected device ",
+           meta.device.str(), " but got ", g.device().str());
   if (g.dtype() != meta.dtype) g = dp::to(g, meta.device, meta.dtype);
 }
 
@@ -401,7 +406,8 @@ void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here) {
     // A node off the host runs on the stream its forward ran on; its input gradients were
     // synchronised with that stream when they were delivered. Its outputs are produced there too.
     std::optional<StreamGuard> on_stream;
-    if (!fn->stream().is_cpu()) [[unlikely]] on_stream.emplace(fn->stream());
+    if (!fn->stream().is_cpu()) [[unlikely]]
+      on_stream.emplace(fn->stream());
     if (tn.is_accumulate && tn.needed) {  // a leaf (its hooks are the tensor's own): no vectors needed
       AutoGradMode grad_mode(task.create_graph);
       static_cast<AccumulateGrad*>(fn)->accumulate(std::move(task.inputs[tn.first_input]));
@@ -455,8 +461,10 @@ void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here) {
       const uint32_t input_nr = edges[i].input_nr;
       if (g.defined()) validate_gradient(*fn, i, g, edges[i].function->output_meta()[input_nr]);
       if (!deliver(task, to, input_nr, std::move(g))) continue;
-      if (next_here && *next_here == kNone && task.nodes[to].worker == tn.worker) *next_here = to;
-      else schedule(task, to);
+      if (next_here && *next_here == kNone && task.nodes[to].worker == tn.worker)
+        *next_here = to;
+      else
+        schedule(task, to);
     }
   } catch (...) {
     std::exception_ptr error = std::current_exception();
@@ -475,8 +483,8 @@ void build_graph(GraphTask& task, const std::vector<Edge>& roots) {
     uint32_t idx = task.index.find_or_add(n, static_cast<uint32_t>(task.nodes.size()), added);
     if (added) {
       const uint32_t num_inputs = n->num_outputs();
-      task.nodes.push_back(TaskNode{n, nullptr, static_cast<uint32_t>(task.edge_to.size()), static_cast<uint32_t>(task.inputs.size()),
-                                    num_inputs, 0, true, true, false, n->is_accumulate_grad()});
+      task.nodes.push_back(TaskNode{n, nullptr, static_cast<uint32_t>(task.edge_to.size()), static_cast<uint32_t>(task.inputs.size()), num_inputs, 0,
+                                    true, true, false, n->is_accumulate_grad()});
       task.edge_to.resize(task.edge_to.size() + n->next_edges().size(), kNone);
       task.inputs.resize(task.inputs.size() + num_inputs);
     }
@@ -688,7 +696,8 @@ std::vector<Tensor> run_backward(const Tensor* roots, size_t num_roots, const Te
 
 void queue_callback(std::function<void()> fn) {
   GraphTask* task = tls_current_task;
-  DP_CHECK(task != nullptr, AutogradError, "queue_callback: called outside a backward pass (only a node or a hook running in backward can queue a callback)");
+  DP_CHECK(task != nullptr, AutogradError,
+           "queue_callback: called outside a backward pass (only a node or a hook running in backward can queue a callback)");
   std::lock_guard<std::mutex> lock(task->callbacks_mu);
   task->callbacks.push_back(std::move(fn));
 }
@@ -696,14 +705,13 @@ void queue_callback(std::function<void()> fn) {
 bool in_backward_pass() { return tls_current_task != nullptr; }
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph, bool create_graph) {
-  run_backward(roots.data(), roots.size(), grad_roots.data(), grad_roots.size(), retain_graph || create_graph, create_graph, nullptr,
-               false);
+  run_backward(roots.data(), roots.size(), grad_roots.data(), grad_roots.size(), retain_graph || create_graph, create_graph, nullptr, false);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs, const std::vector<Tensor>& grad_outputs,
                          bool retain_graph, bool create_graph, bool allow_unused) {
-  return run_backward(outputs.data(), outputs.size(), grad_outputs.data(), grad_outputs.size(), retain_graph || create_graph, create_graph,
-                      &inputs, allow_unused);
+  return run_backward(outputs.data(), outputs.size(), grad_outputs.data(), grad_outputs.size(), retain_graph || create_graph, create_graph, &inputs,
+                      allow_unused);
 }
 
 namespace detail {

@@ -36,9 +36,7 @@ std::shared_ptr<Node> record_range(Name&& name, const Tensor* inputs, size_t num
 
 }  // namespace
 
-void set_history(const std::vector<Tensor>& outputs, const std::shared_ptr<Node>& node) {
-  set_history_range(outputs.data(), outputs.size(), node);
-}
+void set_history(const std::vector<Tensor>& outputs, const std::shared_ptr<Node>& node) { set_history_range(outputs.data(), outputs.size(), node); }
 
 void set_history(std::initializer_list<Tensor> outputs, const std::shared_ptr<Node>& node) {
   set_history_range(outputs.begin(), outputs.size(), node);
@@ -84,7 +82,8 @@ void check_inplace(const Tensor& self, const char* op) {
   const TensorImpl* impl = self.unsafe_impl();
   DP_CHECK(!(impl->autograd && impl->autograd->is_view), NotImplementedError, op,
            ": in-place operation on a view of a tensor that requires grad is not supported (the base's gradient would miss it); "
-           "use the out-of-place form, e.g. y = y.", op, "(...) -> y = op(y, ...)");
+           "use the out-of-place form, e.g. y = y.",
+           op, "(...) -> y = op(y, ...)");
 }
 
 }  // namespace dp::autograd

@@ -45,10 +45,10 @@ std::string compare(const char* what, size_t out_index, size_t in_index, const J
   const double a = analytical[wi][wj], n = numerical[wi][wj];
   std::ostringstream os;
   os.precision(8);
-  os << what << ": Jacobian mismatch for output " << out_index << " with respect to input " << in_index << " (" << bad << " of "
-     << total << " elements): worst d output" << out_index << "[" << wj << "] / d input" << in_index << "[" << wi << "]: analytical "
-     << a << " numerical " << n << " (|difference| " << std::fabs(a - n) << " > tolerance " << o.atol + o.rtol * std::fabs(n)
-     << " = atol " << o.atol << " + rtol " << o.rtol << " * |numerical|)";
+  os << what << ": Jacobian mismatch for output " << out_index << " with respect to input " << in_index << " (" << bad << " of " << total
+     << " elements): worst d output" << out_index << "[" << wj << "] / d input" << in_index << "[" << wi << "]: analytical " << a << " numerical "
+     << n << " (|difference| " << std::fabs(a - n) << " > tolerance " << o.atol + o.rtol * std::fabs(n) << " = atol " << o.atol << " + rtol "
+     << o.rtol << " * |numerical|)";
   return os.str();
 }
 
@@ -69,7 +69,7 @@ bool check(const char* what, const GradcheckMultiFunction& fn, const std::vector
     DP_CHECK(inputs[k].is_floating_point(), ValueError, what, ": input ", k, " requires grad but is ", dtype_name(inputs[k].dtype()));
     if (inputs[k].dtype() != kFloat64)
       warn(::dp::detail::str(what, ": input ", k, " requires gradient and is not a double precision floating point (it is ",
-                       dtype_name(inputs[k].dtype()), "): the check is likely to fail"));
+                             dtype_name(inputs[k].dtype()), "): the check is likely to fail"));
     which.push_back(k);
   }
   DP_CHECK(!which.empty(), ValueError, what, ": no input requires grad (at least one input tensor must require gradient)");
@@ -101,8 +101,8 @@ bool check(const char* what, const GradcheckMultiFunction& fn, const std::vector
       for (size_t d = 0; d < diff.size(); ++d) {
         if (!g[d].defined()) continue;
         if (g[d].sizes() != diff[d].sizes())
-          return fail(::dp::detail::str(what, ": the gradient of output ", oi, " with respect to input ", which[d], " has shape ",
-                                  g[d].size_str(), " but the input has shape ", diff[d].size_str()),
+          return fail(::dp::detail::str(what, ": the gradient of output ", oi, " with respect to input ", which[d], " has shape ", g[d].size_str(),
+                                        " but the input has shape ", diff[d].size_str()),
                       o);
         std::vector<double> col = host_values(g[d]);
         for (size_t i = 0; i < col.size(); ++i) analytical[oi][d][i][j] = col[i];
@@ -177,7 +177,8 @@ bool second_order(const GradcheckMultiFunction& fn, const std::vector<Tensor>& i
   std::vector<Tensor> v = grad_outputs;
   if (v.empty()) {
     AutoGradMode grad_on(true);
-    for (const Tensor& y : differentiable_outputs(inputs)) v.push_back(randn(y.sizes(), TensorOptions().dtype(y.dtype()).device(y.device())).requires_grad_(true));
+    for (const Tensor& y : differentiable_outputs(inputs))
+      v.push_back(randn(y.sizes(), TensorOptions().dtype(y.dtype()).device(y.device())).requires_grad_(true));
     DP_CHECK(!v.empty(), ValueError, "gradgradcheck: no output of the function requires grad");
   }
   const size_t n = inputs.size();

@@ -60,8 +60,10 @@ Node::~Node() {
   for (Edge& e : next_edges_) {
     if (!e.function) continue;
     // Only a last reference needs deferring; dropping a shared one just decrements.
-    if (e.function.use_count() == 1) q.nodes.push_back(std::move(e.function));
-    else e.function.reset();
+    if (e.function.use_count() == 1)
+      q.nodes.push_back(std::move(e.function));
+    else
+      e.function.reset();
   }
   if (!q.draining && (!q.nodes.empty() || !q.fns.empty())) drain_deferred();
 }
@@ -196,9 +198,8 @@ void AccumulateGrad::accumulate(Tensor g) {
     // and to its memory, it has the leaf's layout and no history. Otherwise copy, so .grad never
     // aliases another tensor (a user's gradient, a hook's tensor, another leaf's .grad).
     // Under create_graph the copy is a differentiable clone, so .grad keeps its history.
-    const bool stealable = !create_graph && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
-                           g.is_contiguous() && g.storage_offset() == 0 && !g.requires_grad() &&
-                           g.sizes() == variable_.sizes() && g.dtype() == variable_.dtype();
+    const bool stealable = !create_graph && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
+                           g.storage_offset() == 0 && !g.requires_grad() && g.sizes() == variable_.sizes() && g.dtype() == variable_.dtype();
     Tensor stored;
     if (stealable) {
       stored = std::move(g);

@@ -26,11 +26,10 @@ Tensor SavedVariable::unpack(const Node* node) const {
     // In-place ops only raise a storage's version: a lower one means the tensor was given other
     // storage (Tensor::set_data, as Module::to moves parameters) after it was saved. The data the
     // graph was built with is gone; PyTorch keeps it only where the op saved a view of the tensor.
-    throw AutogradError(detail::str(
-        "a tensor needed for gradient computation was given new data after it was saved: [", legacy_type_name(data_.dtype()), " ",
-        data_.size_str(), "] on ", data_.device().str(),
-        " (Tensor::set_data; Module::to moves parameters this way). Backward through a graph built before the move "
-        "cannot use it; run the forward pass again after moving the module."));
+    throw AutogradError(detail::str("a tensor needed for gradient computation was given new data after it was saved: [",
+                                    legacy_type_name(data_.dtype()), " ", data_.size_str(), "] on ", data_.device().str(),
+                                    " (Tensor::set_data; Module::to moves parameters this way). Backward through a graph built before the move "
+                                    "cannot use it; run the forward pass again after moving the module."));
   }
   if (now != saved_version_) {
     // PyTorch names the tensor's producer: for an input its current grad_fn (after an in-place op
@@ -41,11 +40,11 @@ Tensor SavedVariable::unpack(const Node* node) const {
     } else if (const auto& fn = data_.grad_fn()) {
       which = detail::str(", which is output ", data_.output_nr(), " of ", fn->name(), ",");
     }
-    throw AutogradError(detail::str(
-        "one of the variables needed for gradient computation has been modified by an inplace operation: [",
-        legacy_type_name(data_.dtype()), " ", data_.size_str(), "]", which, " is at version ", now, "; expected version ",
-        saved_version_, " instead. Hint: the tensor was changed in place after it was used; use an out-of-place op "
-        "(x = x.op(...)) or clone() it before the in-place change."));
+    throw AutogradError(detail::str("one of the variables needed for gradient computation has been modified by an inplace operation: [",
+                                    legacy_type_name(data_.dtype()), " ", data_.size_str(), "]", which, " is at version ", now, "; expected version ",
+                                    saved_version_,
+                                    " instead. Hint: the tensor was changed in place after it was used; use an out-of-place op "
+                                    "(x = x.op(...)) or clone() it before the in-place change."));
   }
   if (is_output_ && node && GradMode::is_enabled()) {
     // Double backward: the saved output is a function of the node's inputs. Give the alias the

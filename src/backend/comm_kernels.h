@@ -16,8 +16,7 @@ namespace dp::backend {
 // replaces the copies.
 using CollectiveUsable = bool(const std::vector<int>& devices);
 // buffers[k] (count elements of dtype on devices[k]) = buffers[root], one collective call.
-using CollectiveBroadcast = void(const std::vector<void*>& buffers, int64_t count, DType dtype, const std::vector<int>& devices,
-                                 size_t root);
+using CollectiveBroadcast = void(const std::vector<void*>& buffers, int64_t count, DType dtype, const std::vector<int>& devices, size_t root);
 // out (on devices[root]) = the element-wise sum of inputs[k] (on devices[k]).
 using CollectiveReduce = void(const std::vector<const void*>& inputs, void* out, int64_t count, DType dtype, const std::vector<int>& devices,
                               size_t root);

@@ -26,9 +26,7 @@ DP_DECLARE_KERNEL(copy_across_stub, CopyAcrossKernel);
 
 // The device type whose backend copies between dst and src: the device's, when either is not in
 // host memory.
-inline DeviceType copy_device_type(const Tensor& dst, const Tensor& src) {
-  return dst.is_cpu() ? src.device().type : dst.device().type;
-}
+inline DeviceType copy_device_type(const Tensor& dst, const Tensor& src) { return dst.is_cpu() ? src.device().type : dst.device().type; }
 
 }  // namespace dp::backend
 

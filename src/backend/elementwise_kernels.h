@@ -17,9 +17,25 @@ namespace dp::backend {
 
 // Unary ops. The floating ones need a floating out (and input of out's dtype).
 enum class UnaryOp {
-  Neg, Abs, Sign, Square, Relu,                                                    // numeric
-  Exp, Log, Log1p, Sqrt, Rsqrt, Sin, Cos, Reciprocal, Sigmoid, Tanh,               // floating
-  Gelu, GeluTanh, Silu, Softplus,
+  Neg,
+  Abs,
+  Sign,
+  Square,
+  Relu,  // numeric
+  Exp,
+  Log,
+  Log1p,
+  Sqrt,
+  Rsqrt,
+  Sin,
+  Cos,
+  Reciprocal,
+  Sigmoid,
+  Tanh,  // floating
+  Gelu,
+  GeluTanh,
+  Silu,
+  Softplus,
 };
 
 // First-order backward kernels of the activations: out = g * f'(x) (x is the input, or y the
@@ -107,9 +123,7 @@ inline void div_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& 
 inline void rdiv_scalar_kernel(const Tensor& out, const Scalar& s, const Tensor& a) { backend::rdiv_scalar_stub(out.device().type, out, s, a); }
 inline void pow_kernel(const Tensor& out, const Tensor& a, const Tensor& e) { backend::pow_stub(out.device().type, out, a, e); }
 inline void pow_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& e) { backend::pow_scalar_stub(out.device().type, out, a, e); }
-inline void rpow_scalar_kernel(const Tensor& out, const Scalar& base, const Tensor& e) {
-  backend::rpow_scalar_stub(out.device().type, out, base, e);
-}
+inline void rpow_scalar_kernel(const Tensor& out, const Scalar& base, const Tensor& e) { backend::rpow_scalar_stub(out.device().type, out, base, e); }
 inline void maximum_kernel(const Tensor& out, const Tensor& a, const Tensor& b) { backend::maximum_stub(out.device().type, out, a, b); }
 inline void minimum_kernel(const Tensor& out, const Tensor& a, const Tensor& b) { backend::minimum_stub(out.device().type, out, a, b); }
 inline void extremum_weight_kernel(const Tensor& out, const Tensor& a, const Tensor& b, bool is_max) {
@@ -140,9 +154,7 @@ inline void clamp_mask_kernel(const Tensor& out, const Tensor& a, const std::opt
 inline void activation_backward_kernel(ActGrad op, const Tensor& out, const Tensor& g, const Tensor& xy) {
   backend::activation_backward_stub(out.device().type, op, out, g, xy);
 }
-inline void compare_kernel(CmpOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  backend::compare_stub(out.device().type, op, out, a, b);
-}
+inline void compare_kernel(CmpOp op, const Tensor& out, const Tensor& a, const Tensor& b) { backend::compare_stub(out.device().type, op, out, a, b); }
 inline void compare_scalar_kernel(CmpOp op, const Tensor& out, const Tensor& a, const Scalar& s) {
   backend::compare_scalar_stub(out.device().type, op, out, a, s);
 }

@@ -16,10 +16,20 @@
 namespace dp::kernels {
 
 // The type arithmetic runs in: float for the 16-bit floats (rounded once on store), else T.
-template <typename T> struct OpMath { using type = T; };
-template <> struct OpMath<Half> { using type = float; };
-template <> struct OpMath<BFloat16> { using type = float; };
-template <typename T> using opmath_t = typename OpMath<T>::type;
+template <typename T>
+struct OpMath {
+  using type = T;
+};
+template <>
+struct OpMath<Half> {
+  using type = float;
+};
+template <>
+struct OpMath<BFloat16> {
+  using type = float;
+};
+template <typename T>
+using opmath_t = typename OpMath<T>::type;
 
 template <typename T>
 DP_HOST_DEVICE DP_INLINE opmath_t<T> om(T v) {
@@ -29,8 +39,10 @@ DP_HOST_DEVICE DP_INLINE opmath_t<T> om(T v) {
 // The result of a computation stored as element type T (16-bit floats rounded to nearest even).
 template <typename T, typename V>
 DP_HOST_DEVICE DP_INLINE T st(V v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T(static_cast<float>(v));
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+    return T(static_cast<float>(v));
+  else
+    return static_cast<T>(v);
 }
 
 #if defined(__F16C__) && !defined(__CUDACC__)
@@ -74,8 +86,10 @@ DP_HOST_DEVICE DP_INLINE T wmul(T a, T b) {
 }
 template <typename T>
 DP_HOST_DEVICE DP_INLINE T wneg(T a) {
-  if constexpr (std::is_integral_v<T>) return wsub(T(0), a);
-  else return -a;
+  if constexpr (std::is_integral_v<T>)
+    return wsub(T(0), a);
+  else
+    return -a;
 }
 
 // A Scalar as element type T (a float Scalar into an integer type truncates, as a C cast).
@@ -88,8 +102,10 @@ inline T scalar_to(const Scalar& s) {
 
 template <typename T>
 DP_HOST_DEVICE DP_INLINE bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return v != v;
-  else return false;
+  if constexpr (std::is_floating_point_v<T>)
+    return v != v;
+  else
+    return false;
 }
 
 // Integer power by squaring; negative exponents follow PyTorch (1 and -1 keep their magnitude,
@@ -117,8 +133,16 @@ DP_HOST_DEVICE inline T int_pow(T base, T exp) {
 // These are branch-free (selects only) versions of the Cephes single-precision routines (about 1-2
 // ulp); the float-computing dtypes (float32, float16, bfloat16) use them, float64 uses libm.
 
-DP_HOST_DEVICE DP_INLINE float f32_from_bits(int32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
-DP_HOST_DEVICE DP_INLINE int32_t f32_to_bits(float f) { int32_t b; std::memcpy(&b, &f, 4); return b; }
+DP_HOST_DEVICE DP_INLINE float f32_from_bits(int32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+DP_HOST_DEVICE DP_INLINE int32_t f32_to_bits(float f) {
+  int32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
 // +inf and a quiet NaN from their bits (std::numeric_limits is host-only for nvcc).
 DP_HOST_DEVICE DP_INLINE float f32_inf() { return f32_from_bits(0x7f800000); }
 DP_HOST_DEVICE DP_INLINE float f32_qnan() { return f32_from_bits(0x7fc00000); }
@@ -250,10 +274,14 @@ DP_HOST_DEVICE DP_INLINE M sigmoid_f(M x) {
   return M(1) / (M(1) + m_exp(-x));
 }
 
-template <typename M> inline constexpr M kSqrt1_2 = M(0.70710678118654752440);   // 1/sqrt(2)
-template <typename M> inline constexpr M kInvSqrt2Pi = M(0.39894228040143267794);  // 1/sqrt(2 pi)
-template <typename M> inline constexpr M kSqrt2OverPi = M(0.79788456080286535588);  // sqrt(2/pi)
-template <typename M> inline constexpr M kGeluC = M(0.044715);
+template <typename M>
+inline constexpr M kSqrt1_2 = M(0.70710678118654752440);  // 1/sqrt(2)
+template <typename M>
+inline constexpr M kInvSqrt2Pi = M(0.39894228040143267794);  // 1/sqrt(2 pi)
+template <typename M>
+inline constexpr M kSqrt2OverPi = M(0.79788456080286535588);  // sqrt(2/pi)
+template <typename M>
+inline constexpr M kGeluC = M(0.044715);
 
 template <typename M>
 DP_HOST_DEVICE DP_INLINE M gelu_f(M x) {

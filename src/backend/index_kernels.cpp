@@ -29,16 +29,22 @@ void read_values(const Tensor& index, std::vector<int64_t>& out) {
 std::vector<int64_t> read_index_values(const char* op, const Tensor& index) {
   std::vector<int64_t> out(index.numel());
   switch (index.dtype()) {
-    case DType::Int32: read_values<int32_t>(index, out); break;
-    case DType::Int64: read_values<int64_t>(index, out); break;
-    default: throw DTypeError(detail::str(op, ": unsupported dtype ", dtype_name(index.dtype()), " (supported: int32, int64 (indices))"));
+    case DType::Int32:
+      read_values<int32_t>(index, out);
+      break;
+    case DType::Int64:
+      read_values<int64_t>(index, out);
+      break;
+    default:
+      throw DTypeError(detail::str(op, ": unsupported dtype ", dtype_name(index.dtype()), " (supported: int32, int64 (indices))"));
   }
   return out;
 }
 
 void index_out_of_range(const char* op, int64_t v, int64_t dim, int64_t size) {
-  throw IndexError(detail::str(op, ": index ", v, " is out of bounds for dimension ", dim, " with size ", size,
-                               size > 0 ? detail::str(" (valid range [0, ", size - 1, "])") : std::string(" (the dimension is empty: no index is valid)")));
+  throw IndexError(
+      detail::str(op, ": index ", v, " is out of bounds for dimension ", dim, " with size ", size,
+                  size > 0 ? detail::str(" (valid range [0, ", size - 1, "])") : std::string(" (the dimension is empty: no index is valid)")));
 }
 
 std::vector<int64_t> read_indices(const char* op, const Tensor& index, int64_t dim, int64_t size) {

@@ -47,8 +47,7 @@ IndexKernelPlan embedding(const Tensor& out, const Tensor& weight, const Tensor&
 }
 
 IndexKernelPlan scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  return {view(self, index.sizes(), zero_at(self.strides(), dim)), view(src, index.sizes(), src.strides()), index, self.stride(dim),
-          self.size(dim)};
+  return {view(self, index.sizes(), zero_at(self.strides(), dim)), view(src, index.sizes(), src.strides()), index, self.stride(dim), self.size(dim)};
 }
 
 IndexKernelPlan index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -59,8 +58,7 @@ IndexKernelPlan index_add(const Tensor& self, int64_t dim, const Tensor& index, 
 IndexKernelPlan embedding_backward(const Tensor& grad_weight, const Tensor& g, const Tensor& indices, int64_t padding_idx) {
   Shape ws(static_cast<size_t>(g.dim()), 0);
   ws.back() = grad_weight.stride(1);
-  return {view(grad_weight, g.sizes(), ws), g, view(indices, g.sizes(), with_row(indices)), grad_weight.stride(0), grad_weight.size(0),
-          padding_idx};
+  return {view(grad_weight, g.sizes(), ws), g, view(indices, g.sizes(), with_row(indices)), grad_weight.stride(0), grad_weight.size(0), padding_idx};
 }
 
 IndexKernelPlan one_hot(const Tensor& out, const Tensor& one, const Tensor& indices) {

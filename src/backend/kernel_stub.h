@@ -68,4 +68,5 @@ class KernelStub<R(Args...)> {
 }  // namespace dp::backend
 
 #define DP_DECLARE_KERNEL(name, signature) extern ::dp::backend::KernelStub<signature> name
-#define DP_DEFINE_KERNEL(name, op) decltype(name) name { op }
+#define DP_DEFINE_KERNEL(name, op) \
+  decltype(name) name { op }

@@ -45,10 +45,14 @@ inline constexpr float kBceEps = 1e-12f;
 // The op's name, for errors.
 inline const char* pointwise_loss_name(PointwiseKind k) {
   switch (k) {
-    case PointwiseKind::Mse: return "mse_loss";
-    case PointwiseKind::L1: return "l1_loss";
-    case PointwiseKind::Bce: return "binary_cross_entropy";
-    case PointwiseKind::BceLogits: return "binary_cross_entropy_with_logits";
+    case PointwiseKind::Mse:
+      return "mse_loss";
+    case PointwiseKind::L1:
+      return "l1_loss";
+    case PointwiseKind::Bce:
+      return "binary_cross_entropy";
+    case PointwiseKind::BceLogits:
+      return "binary_cross_entropy_with_logits";
   }
   return "?";
 }
@@ -57,8 +61,8 @@ inline const char* pointwise_loss_name(PointwiseKind k) {
 // dtype). reduced: out is 0-dim and gets scale * the sum of the losses (Mean: scale = 1 / numel,
 // NaN for an empty input); else out (x-shaped, contiguous) gets each. Returns true when k is Bce
 // and an input lies outside [0, 1] or is NaN (the caller throws).
-using PointwiseLossForward = bool(PointwiseKind k, const Tensor& out, bool reduced, double scale, const Tensor& x, const Tensor& t,
-                                  const Tensor& w, const Tensor& pw);
+using PointwiseLossForward = bool(PointwiseKind k, const Tensor& out, bool reduced, double scale, const Tensor& x, const Tensor& t, const Tensor& w,
+                                  const Tensor& pw);
 // gi / gt (x-shaped, contiguous; either undefined when not needed) = G_i * w * d loss / d x (t).
 using PointwiseLossBackward = void(PointwiseKind k, const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& t,
                                    const Tensor& w, const Tensor& pw);
@@ -72,8 +76,8 @@ DP_DECLARE_KERNEL(pointwise_loss_backward, PointwiseLossBackward);
 // when red is Mean or Sum (total_weight, 0-dim loss_acc_dtype, gets the total weight of the
 // non-ignored samples), else N * S contiguous per-sample losses (0 for ignored samples). Returns
 // true when a target is outside [0, C) and not `ignore` (the caller throws the error naming it).
-using NllLossForward = bool(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& x, const Tensor& target,
-                            const Tensor& w, ClassShape cs, int64_t ignore);
+using NllLossForward = bool(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& x, const Tensor& target, const Tensor& w,
+                            ClassShape cs, int64_t ignore);
 // gi (the input's shape, contiguous) = -w[t] * G_i at each sample's target, 0 elsewhere.
 using NllLossBackward = void(const Tensor& gi, const LossGrad& g, const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore);
 
@@ -90,16 +94,16 @@ DP_DECLARE_KERNEL(nll_loss_backward, NllLossBackward);
 using CrossEntropyIndexForward = bool(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& lse, const Tensor& x,
                                       const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore, double eps);
 // gi (x-shaped, contiguous) = G_i * (S_i * softmax(x) - coef), 0 for ignored samples.
-using CrossEntropyIndexBackward = void(const Tensor& gi, const LossGrad& g, const Tensor& x, const Tensor& target, const Tensor& w,
-                                       const Tensor& lse, ClassShape cs, int64_t ignore, double eps);
+using CrossEntropyIndexBackward = void(const Tensor& gi, const LossGrad& g, const Tensor& x, const Tensor& target, const Tensor& w, const Tensor& lse,
+                                       ClassShape cs, int64_t ignore, double eps);
 // Class probabilities tq (x's shape and dtype, contiguous). reduced: out (0-dim) = scale * the sum,
 // else out (N * S) gets each sample's loss. lse and rs (N * S, loss_acc_dtype) get each sample's
 // log-sum-exp and sum_c w_c q_c.
 using CrossEntropyProbForward = void(const Tensor& out, bool reduced, double scale, const Tensor& lse, const Tensor& rs, const Tensor& x,
                                      const Tensor& tq, const Tensor& w, ClassShape cs, double eps);
 // gi / gt (x-shaped, contiguous; either undefined when not needed).
-using CrossEntropyProbBackward = void(const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& tq,
-                                      const Tensor& w, const Tensor& lse, const Tensor& rs, ClassShape cs, double eps);
+using CrossEntropyProbBackward = void(const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& tq, const Tensor& w,
+                                      const Tensor& lse, const Tensor& rs, ClassShape cs, double eps);
 
 DP_DECLARE_KERNEL(cross_entropy_index_forward, CrossEntropyIndexForward);
 DP_DECLARE_KERNEL(cross_entropy_index_backward, CrossEntropyIndexBackward);

@@ -22,8 +22,8 @@ struct ForwardBuffers {
 };
 struct BackwardArgs {
   Tensor x, h0, c0, w_ih, w_hh, acts, cells, out;  // contiguous
-  Tensor d_out, d_hn, d_cn;                         // contiguous, may be undefined
-  Tensor dx, dh0, dc0, dw_ih, dw_hh, db;            // outputs; dx/dw_ih/dw_hh/db undefined if not needed
+  Tensor d_out, d_hn, d_cn;                        // contiguous, may be undefined
+  Tensor dx, dh0, dc0, dw_ih, dw_hh, db;           // outputs; dx/dw_ih/dw_hh/db undefined if not needed
   bool need_dh0 = false;
 };
 

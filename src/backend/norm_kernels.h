@@ -21,20 +21,20 @@ using LayerNormKernel = void(const Tensor& x, const Tensor& w, const Tensor& b, 
                              const Tensor& mean, const Tensor& rstd);
 // Gradients of layer_norm given dy [M, N]: dx [M, N], dw [N], db [N]; any of them may be
 // undefined (not wanted). w may be undefined (weight 1).
-using LayerNormBackwardKernel = void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M,
-                                     int64_t N, const Tensor& dx, const Tensor& dw, const Tensor& db);
+using LayerNormBackwardKernel = void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M, int64_t N,
+                                     const Tensor& dx, const Tensor& dw, const Tensor& db);
 
 // ---- batch norm: x viewed as [B, C, L], statistics per channel over B * L values ----
 
 // Per-channel mean and biased variance into float64 tensors mean[C], var[C].
 using BatchNormStatsKernel = void(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var);
 // out = (x - mean[c]) * invstd[c] * w[c] + b[c] (w, b may be undefined).
-using BatchNormApplyKernel = void(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B,
-                                  int64_t C, int64_t L, const Tensor& out);
+using BatchNormApplyKernel = void(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B, int64_t C,
+                                  int64_t L, const Tensor& out);
 // Gradients given dy [B, C, L]. training: the statistics came from this batch (dx includes their
 // derivative); else they were constants (running stats). dx, dw, db may be undefined.
-using BatchNormBackwardKernel = void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w,
-                                     bool training, int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db);
+using BatchNormBackwardKernel = void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, bool training,
+                                     int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db);
 
 DP_DECLARE_KERNEL(layer_norm_stub, LayerNormKernel);
 DP_DECLARE_KERNEL(layer_norm_backward_stub, LayerNormBackwardKernel);
@@ -69,12 +69,12 @@ inline void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const 
 inline void batch_norm_stats_kernel(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var) {
   backend::batch_norm_stats_stub(x.device().type, x, B, C, L, mean, var);
 }
-inline void batch_norm_apply_kernel(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B,
-                                    int64_t C, int64_t L, const Tensor& out) {
+inline void batch_norm_apply_kernel(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B, int64_t C,
+                                    int64_t L, const Tensor& out) {
   backend::batch_norm_apply_stub(x.device().type, x, mean, invstd, w, b, B, C, L, out);
 }
-inline void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w,
-                                       bool training, int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+inline void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, bool training,
+                                       int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   backend::batch_norm_backward_stub(x.device().type, dy, x, mean, invstd, w, training, B, C, L, dx, dw, db);
 }
 

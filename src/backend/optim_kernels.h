@@ -63,13 +63,21 @@ struct AdamTensor {
 template <typename F>
 void with_param_type(DType dtype, const char* op, F&& f) {
   switch (dtype) {
-    case kFloat32: f(float{}); break;
-    case kFloat64: f(double{}); break;
-    case kBFloat16: f(BFloat16{}); break;
-    case kFloat16: f(Half{}); break;
+    case kFloat32:
+      f(float{});
+      break;
+    case kFloat64:
+      f(double{});
+      break;
+    case kBFloat16:
+      f(BFloat16{});
+      break;
+    case kFloat16:
+      f(Half{});
+      break;
     default:
-      throw DTypeError(dp::detail::str(op, ": fused update of ", dtype_name(dtype),
-                                       " parameters; float32, float64, float16 and bfloat16 are supported"));
+      throw DTypeError(
+          dp::detail::str(op, ": fused update of ", dtype_name(dtype), " parameters; float32, float64, float16 and bfloat16 are supported"));
   }
 }
 

@@ -11,8 +11,7 @@ namespace dp::backend {
 // Dropout's forward: element i is kept when word i % 4 of Philox block first + i / 4 (of `seed`)
 // is below keep * 2^32; mask (bool) gets the keep flags and out = x * (kept * scale). x, mask, out
 // contiguous on one device; x may be out.
-using DropoutForward = void(const Tensor& x, double keep, double scale, uint64_t seed, uint64_t first, const Tensor& mask,
-                            const Tensor& out);
+using DropoutForward = void(const Tensor& x, double keep, double scale, uint64_t seed, uint64_t first, const Tensor& mask, const Tensor& out);
 // out = x * (mask ? scale : 0) element-wise (the backward, and the in-place variant's noise); x may
 // be out.
 using DropoutApply = void(const Tensor& x, const Tensor& mask, double scale, const Tensor& out);

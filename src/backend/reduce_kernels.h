@@ -21,8 +21,7 @@ using MinMaxKernel = void(const Tensor& out, const Tensor& in, const std::vector
 // first index; NaN counts as the extreme and its first index wins.
 using MinMaxIndexKernel = void(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim, bool keepdim, bool is_max);
 // var (take_sqrt = false) or std with divisor max(0, N - correction).
-using VarKernel = void(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction,
-                       bool take_sqrt);
+using VarKernel = void(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction, bool take_sqrt);
 // p-norm over all elements into a 0-dim out.
 using NormKernel = void(const Tensor& out, const Tensor& in, double p);
 // Softmax (log: log_softmax) over `dim` of a contiguous, non-empty input into a contiguous out of
@@ -60,8 +59,7 @@ inline void minmax_kernel(const Tensor& out, const Tensor& in, const std::vector
 inline void minmax_index_kernel(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim, bool keepdim, bool is_max) {
   backend::minmax_index_stub((values.defined() ? values : indices).device().type, values, indices, in, dim, keepdim, is_max);
 }
-inline void var_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction,
-                       bool take_sqrt) {
+inline void var_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction, bool take_sqrt) {
   backend::var_stub(out.device().type, out, in, reduced, keepdim, correction, take_sqrt);
 }
 inline void logsumexp_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {

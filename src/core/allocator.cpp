@@ -148,8 +148,8 @@ class LargeBlockCache {
     return p;
   }
   std::mutex mu_;
-  std::multimap<size_t, void*> free_;  // size -> block
-  std::unordered_map<void*, size_t> sizes_;               // live large blocks -> their size
+  std::multimap<size_t, void*> free_;        // size -> block
+  std::unordered_map<void*, size_t> sizes_;  // live large blocks -> their size
   size_t cached_ = 0;
 };
 
@@ -164,7 +164,8 @@ class HostAllocator final : public Allocator {
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
     // No block can be this large, and rounding it up to the cache's steps would wrap around.
-    if (nbytes > static_cast<size_t>(PTRDIFF_MAX) / 2) [[unlikely]] throw_oom(nbytes);
+    if (nbytes > static_cast<size_t>(PTRDIFF_MAX) / 2) [[unlikely]]
+      throw_oom(nbytes);
     if (nbytes <= kSmallMax) {
       void* p = small_cache_pop(nbytes);
       if (p == nullptr) p = std::aligned_alloc(64, small_class_bytes(nbytes));
@@ -205,7 +206,8 @@ class HostAllocator final : public Allocator {
   void count_alloc(size_t nbytes) {
     int64_t now = allocated_.fetch_add(static_cast<int64_t>(nbytes), std::memory_order_relaxed) + static_cast<int64_t>(nbytes);
     int64_t peak = peak_.load(std::memory_order_relaxed);
-    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {}
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
     num_allocs_.fetch_add(1, std::memory_order_relaxed);
   }
   Device device_;
@@ -257,8 +259,10 @@ StorageImpl::StorageImpl(std::shared_ptr<StorageImpl> base, Device device)
 
 StorageImpl::~StorageImpl() {
   if (base_) return;  // an alias owns nothing
-  if (deleter_) deleter_(data_);
-  else if (data_) allocator_->deallocate(data_, nbytes_);
+  if (deleter_)
+    deleter_(data_);
+  else if (data_)
+    allocator_->deallocate(data_, nbytes_);
 }
 
 }  // namespace dp

@@ -52,7 +52,8 @@ Registry& registry() {
 // current device, so the kernels it launches go to that GPU's current stream.
 Worker* accelerator_worker(Registry& r, Device d) {
   check_device(d);  // "cuda:i does not exist" without the CUDA backend or that GPU
-  DP_CHECK(d.index < kMaxAcceleratorDevices, DeviceError, "no worker for ", d.str(), ": at most ", kMaxAcceleratorDevices, " CUDA devices are supported");
+  DP_CHECK(d.index < kMaxAcceleratorDevices, DeviceError, "no worker for ", d.str(), ": at most ", kMaxAcceleratorDevices,
+           " CUDA devices are supported");
   if (Worker* w = r.accelerator_workers[d.index].load(std::memory_order_acquire)) return w;
   std::lock_guard<std::mutex> lock(r.mu);
   if (Worker* w = r.accelerator_workers[d.index].load()) return w;
@@ -107,8 +108,8 @@ void check_device(Device d) {
   if (d.is_cpu()) {
     if (d.index < 0) return;
     int n = cpu_device_count();
-    DP_CHECK(d.index < n, DeviceError, d.str(), " does not exist: there are ", n,
-             " CPU devices (cpu:0 … cpu:", n - 1, "; set DP_CPU_DEVICES or call dp::set_cpu_device_count for more)");
+    DP_CHECK(d.index < n, DeviceError, d.str(), " does not exist: there are ", n, " CPU devices (cpu:0 … cpu:", n - 1,
+             "; set DP_CPU_DEVICES or call dp::set_cpu_device_count for more)");
     return;
   }
   int n = cuda_device_count();

@@ -7,28 +7,44 @@ void throw_unknown_dtype(const char* where) { throw DTypeError(std::string(where
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::Bool: return "bool";
-    case DType::UInt8: return "uint8";
-    case DType::Int32: return "int32";
-    case DType::Int64: return "int64";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Float32: return "float32";
-    case DType::Float64: return "float64";
+    case DType::Bool:
+      return "bool";
+    case DType::UInt8:
+      return "uint8";
+    case DType::Int32:
+      return "int32";
+    case DType::Int64:
+      return "int64";
+    case DType::Float16:
+      return "float16";
+    case DType::BFloat16:
+      return "bfloat16";
+    case DType::Float32:
+      return "float32";
+    case DType::Float64:
+      return "float64";
   }
   return "unknown";
 }
 
 const char* legacy_type_name(DType t) {
   switch (t) {
-    case DType::Bool: return "torch.BoolTensor";
-    case DType::UInt8: return "torch.ByteTensor";
-    case DType::Int32: return "torch.IntTensor";
-    case DType::Int64: return "torch.LongTensor";
-    case DType::Float16: return "torch.HalfTensor";
-    case DType::BFloat16: return "torch.BFloat16Tensor";
-    case DType::Float32: return "torch.FloatTensor";
-    case DType::Float64: return "torch.DoubleTensor";
+    case DType::Bool:
+      return "torch.BoolTensor";
+    case DType::UInt8:
+      return "torch.ByteTensor";
+    case DType::Int32:
+      return "torch.IntTensor";
+    case DType::Int64:
+      return "torch.LongTensor";
+    case DType::Float16:
+      return "torch.HalfTensor";
+    case DType::BFloat16:
+      return "torch.BFloat16Tensor";
+    case DType::Float32:
+      return "torch.FloatTensor";
+    case DType::Float64:
+      return "torch.DoubleTensor";
   }
   return "torch.Tensor";
 }

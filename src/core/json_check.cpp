@@ -22,9 +22,15 @@ struct DepthCheck : nlohmann::json_sax<nlohmann::json> {
   bool binary(binary_t&) override { return true; }
   bool start_object(std::size_t) override { return open(); }
   bool key(string_t&) override { return true; }
-  bool end_object() override { --depth; return true; }
+  bool end_object() override {
+    --depth;
+    return true;
+  }
   bool start_array(std::size_t) override { return open(); }
-  bool end_array() override { --depth; return true; }
+  bool end_array() override {
+    --depth;
+    return true;
+  }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
     error = ex.what();
     return false;

@@ -243,8 +243,10 @@ std::string Tensor::to_string() const {
     Formatter fmt(hv, shown);
     body = pr.tensor_str(0, 0, indent, fmt);
   }
-  if (const auto& fn = grad_fn()) suffixes.push_back("grad_fn=<" + fn->name() + ">");
-  else if (requires_grad()) suffixes.push_back("requires_grad=True");
+  if (const auto& fn = grad_fn())
+    suffixes.push_back("grad_fn=<" + fn->name() + ">");
+  else if (requires_grad())
+    suffixes.push_back("requires_grad=True");
 
   std::string out = prefix + body;
   const size_t nl = out.rfind('\n');

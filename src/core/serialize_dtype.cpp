@@ -8,14 +8,22 @@ namespace dp::detail {
 
 const char* safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::Bool: return "BOOL";
-    case DType::UInt8: return "U8";
-    case DType::Int32: return "I32";
-    case DType::Int64: return "I64";
-    case DType::Float16: return "F16";
-    case DType::BFloat16: return "BF16";
-    case DType::Float32: return "F32";
-    case DType::Float64: return "F64";
+    case DType::Bool:
+      return "BOOL";
+    case DType::UInt8:
+      return "U8";
+    case DType::Int32:
+      return "I32";
+    case DType::Int64:
+      return "I64";
+    case DType::Float16:
+      return "F16";
+    case DType::BFloat16:
+      return "BF16";
+    case DType::Float32:
+      return "F32";
+    case DType::Float64:
+      return "F64";
   }
   throw DTypeError(str("safetensors: no format name for dtype ", static_cast<int>(dtype)));
 }
@@ -24,14 +32,22 @@ const char* safetensors_dtype_name(DType dtype) {
 // I32, U32, F32, F64, I64, U64), which its writer sorts by, descending.
 int safetensors_dtype_rank(DType dtype) {
   switch (dtype) {
-    case DType::Bool: return 0;
-    case DType::UInt8: return 1;
-    case DType::Float16: return 7;
-    case DType::BFloat16: return 8;
-    case DType::Int32: return 9;
-    case DType::Float32: return 11;
-    case DType::Float64: return 12;
-    case DType::Int64: return 13;
+    case DType::Bool:
+      return 0;
+    case DType::UInt8:
+      return 1;
+    case DType::Float16:
+      return 7;
+    case DType::BFloat16:
+      return 8;
+    case DType::Int32:
+      return 9;
+    case DType::Float32:
+      return 11;
+    case DType::Float64:
+      return 12;
+    case DType::Int64:
+      return 13;
   }
   throw DTypeError(str("safetensors: no format rank for dtype ", static_cast<int>(dtype)));
 }

@@ -34,14 +34,13 @@ struct Info {
 // One tensor entry of the header as parsed (checked by Reader::parse_entry).
 struct HeaderEntry {
   std::string name;
-  std::string dtype;                // when dtype_ok
+  std::string dtype;  // when dtype_ok
   bool has_dtype = false, dtype_ok = false;
   bool has_shape = false, shape_ok = false;
   bool has_offsets = false, offsets_ok = false;
   std::vector<uint64_t> shape, offsets;
   std::string dtype_text, shape_text, offsets_text;  // clipped JSON, for messages
 };
-
 
 struct Header {
   std::vector<HeaderEntry> entries;
@@ -111,13 +110,24 @@ size_t invalid_utf8_at(const std::string& s) {
   size_t n = s.size(), i = 0;
   while (i < n) {
     unsigned c = p[i];
-    if (c < 0x80) { ++i; continue; }
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
     size_t len;
     unsigned lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) len = 2;
-    else if (c >= 0xe0 && c <= 0xef) { len = 3; if (c == 0xe0) lo = 0xa0; if (c == 0xed) hi = 0x9f; }
-    else if (c >= 0xf0 && c <= 0xf4) { len = 4; if (c == 0xf0) lo = 0x90; if (c == 0xf4) hi = 0x8f; }
-    else return i;
+    if (c >= 0xc2 && c <= 0xdf)
+      len = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      if (c == 0xe0) lo = 0xa0;
+      if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    } else
+      return i;
     if (i + len > n) return i;
     if (p[i + 1] < lo || p[i + 1] > hi) return i;
     for (size_t k = 2; k < len; ++k)
@@ -232,7 +242,10 @@ class HeaderParser {
     }
     if (depth_ == 2 && ctx_ == Ctx::Entry) {
       field_ = k == "dtype" ? Field::Dtype : k == "shape" ? Field::Shape : k == "data_offsets" ? Field::Offsets : Field::Other;
-      bool* has = field_ == Field::Dtype ? &entry_.has_dtype : field_ == Field::Shape ? &entry_.has_shape : field_ == Field::Offsets ? &entry_.has_offsets : nullptr;
+      bool* has = field_ == Field::Dtype     ? &entry_.has_dtype
+                  : field_ == Field::Shape   ? &entry_.has_shape
+                  : field_ == Field::Offsets ? &entry_.has_offsets
+                                             : nullptr;
       if (has && *has) fail(detail::str("tensor '", clip(entry_.name), "': \"", k, "\" is given more than once"));
       if (has) *has = true;
       return true;
@@ -256,13 +269,13 @@ class HeaderParser {
   // (shape, data_offsets) whose numbers are collected on the way.
   struct Capture {
     bool active = false;
-    int depth = 0;                 // depth_ when the value began (outside it)
+    int depth = 0;  // depth_ when the value began (outside it)
     std::string text;
     bool clipped = false;
-    std::vector<char> first;       // per open container inside the value: no element yet
+    std::vector<char> first;  // per open container inside the value: no element yet
     bool after_key = false;
     bool is_list = false, list_ok = true;
-    std::vector<uint64_t> items;   // unsigned numbers directly inside the list
+    std::vector<uint64_t> items;  // unsigned numbers directly inside the list
   };
 
   static std::string quoted(const std::string& s) {
@@ -308,8 +321,10 @@ class HeaderParser {
     if (skipping()) return true;
     if (capture_.active) {
       if (capture_.is_list && depth_ == capture_.depth + 1) {
-        if (num == Num::Unsigned) capture_.items.push_back(u);
-        else capture_.list_ok = false;
+        if (num == Num::Unsigned)
+          capture_.items.push_back(u);
+        else
+          capture_.list_ok = false;
       }
       capture_append_value(text);
       return true;
@@ -339,8 +354,10 @@ class HeaderParser {
   }
   void capture_append_value(const std::string& text) {
     if (!capture_.first.empty()) {
-      if (capture_.after_key) capture_.after_key = false;
-      else if (!capture_.first.back()) append(",");
+      if (capture_.after_key)
+        capture_.after_key = false;
+      else if (!capture_.first.back())
+        append(",");
       capture_.first.back() = 0;
     }
     append(text);
@@ -374,8 +391,10 @@ class HeaderParser {
     capture_ = Capture{};
     if (failed()) return;
     if (c.depth == 1) {
-      if (top_key_ == "__metadata__") fail("\"__metadata__\" is not an object of strings: " + c.text);
-      else fail(detail::str("tensor '", clip(top_key_), "': entry is not an object: ", c.text));
+      if (top_key_ == "__metadata__")
+        fail("\"__metadata__\" is not an object of strings: " + c.text);
+      else
+        fail(detail::str("tensor '", clip(top_key_), "': entry is not an object: ", c.text));
       return;
     }
     if (ctx_ == Ctx::Metadata) {
@@ -383,7 +402,9 @@ class HeaderParser {
       return;
     }
     switch (field_) {
-      case Field::Dtype: entry_.dtype_text = c.text; break;
+      case Field::Dtype:
+        entry_.dtype_text = c.text;
+        break;
       case Field::Shape:
         entry_.shape_text = c.text;
         entry_.shape_ok = c.is_list && c.list_ok;
@@ -394,12 +415,13 @@ class HeaderParser {
         entry_.offsets_ok = c.is_list && c.list_ok;
         entry_.offsets = std::move(c.items);
         break;
-      case Field::Other: break;
+      case Field::Other:
+        break;
     }
   }
 
-  int depth_ = 0;        // containers open
-  int skip_depth_ = 0;   // > 0: inside an ignored value that began at this depth
+  int depth_ = 0;       // containers open
+  int skip_depth_ = 0;  // > 0: inside an ignored value that began at this depth
   bool too_deep_ = false;
   Ctx ctx_ = Ctx::None;
   Field field_ = Field::Other;
@@ -417,7 +439,7 @@ Header Reader::parse_header(const std::string& text) const {
   if (size_t nul = text.find('\0'); nul != std::string::npos) bad(detail::str("header is not valid JSON: NUL byte at byte ", nul, " of the header"));
   HeaderParser sax;
   try {
-    json::sax_parse(text, &sax);  // trailing spaces (the alignment padding) are whitespace
+    json::sax_parse(text, &sax);        // trailing spaces (the alignment padding) are whitespace
   } catch (const json::exception& e) {  // not expected from a handler that never throws; never let one escape
     bad(detail::str("header is not valid JSON: ", clip(e.what())));
   }
@@ -440,7 +462,8 @@ Info Reader::parse_entry(const HeaderEntry& e) const {
 
   if (!e.shape_text.empty() && e.shape_text[0] != '[') bad(what + ": bad shape " + e.shape_text + " (not a list)");
   for (uint64_t s : e.shape)
-    if (s > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) bad(what + ": bad shape " + e.shape_text + " (dimensions must be non-negative integers)");
+    if (s > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      bad(what + ": bad shape " + e.shape_text + " (dimensions must be non-negative integers)");
   if (!e.shape_ok) bad(what + ": bad shape " + e.shape_text + " (dimensions must be non-negative integers)");
   for (uint64_t s : e.shape) info.shape.push_back(static_cast<int64_t>(s));
   // The check every new tensor gets (sizes_fit): independent of the order of the dimensions.
@@ -449,14 +472,13 @@ Info Reader::parse_entry(const HeaderEntry& e) const {
     bad(what + ": bad shape " + e.shape_text + " (the element count or byte size overflows)");
   const uint64_t nbytes = static_cast<uint64_t>(nbytes_signed);
 
-  if (!e.offsets_ok || e.offsets.size() != 2)
-    bad(what + ": bad data_offsets " + e.offsets_text + " (must be [begin, end], non-negative integers)");
+  if (!e.offsets_ok || e.offsets.size() != 2) bad(what + ": bad data_offsets " + e.offsets_text + " (must be [begin, end], non-negative integers)");
   info.begin = e.offsets[0];
   info.end = e.offsets[1];
   if (info.end < info.begin) bad(detail::str(what, ": bad data_offsets [", info.begin, ", ", info.end, "] (end before begin)"));
   if (info.end - info.begin != nbytes)
-    bad(detail::str(what, ": size mismatch: shape ", shape_str(info.shape), " of dtype ", e.dtype, " needs ", nbytes,
-                    " bytes but data_offsets [", info.begin, ", ", info.end, "] span ", info.end - info.begin));
+    bad(detail::str(what, ": size mismatch: shape ", shape_str(info.shape), " of dtype ", e.dtype, " needs ", nbytes, " bytes but data_offsets [",
+                    info.begin, ", ", info.end, "] span ", info.end - info.begin));
   return info;
 }
 
@@ -465,14 +487,14 @@ void Reader::check_layout(std::vector<Info>& infos, uint64_t data_size) const {
   std::stable_sort(infos.begin(), infos.end(), [](const Info& a, const Info& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   for (const Info& i : infos)
     if (i.end > data_size)
-      truncated(detail::str("tensor '", clip(i.name), "' data_offsets [", i.begin, ", ", i.end, "] are out of range: the data buffer has only ", data_size,
-                            " bytes (file size ", size_, ")"));
+      truncated(detail::str("tensor '", clip(i.name), "' data_offsets [", i.begin, ", ", i.end, "] are out of range: the data buffer has only ",
+                            data_size, " bytes (file size ", size_, ")"));
   uint64_t pos = 0;
   const Info* prev = nullptr;
   for (const Info& i : infos) {
     if (i.begin < pos)
-      bad(detail::str("tensor '", clip(i.name), "' data_offsets [", i.begin, ", ", i.end, "] overlap tensor '", clip(prev->name), "' [", prev->begin, ", ",
-                      prev->end, "]"));
+      bad(detail::str("tensor '", clip(i.name), "' data_offsets [", i.begin, ", ", i.end, "] overlap tensor '", clip(prev->name), "' [", prev->begin,
+                      ", ", prev->end, "]"));
     if (i.begin > pos)
       bad(detail::str("hole in the data buffer: bytes [", pos, ", ", i.begin, ") belong to no tensor (",
                       prev ? "between tensor '" + clip(prev->name) + "' and " : "before ", "tensor '", clip(i.name), "')"));
@@ -480,8 +502,8 @@ void Reader::check_layout(std::vector<Info>& infos, uint64_t data_size) const {
     prev = &i;
   }
   if (pos != data_size)
-    bad(detail::str("trailing garbage: the tensors cover ", pos, " bytes of the data buffer but the file holds ", data_size,
-                    " (", data_size - pos, " bytes after the last tensor belong to no tensor)"));
+    bad(detail::str("trailing garbage: the tensors cover ", pos, " bytes of the data buffer but the file holds ", data_size, " (", data_size - pos,
+                    " bytes after the last tensor belong to no tensor)"));
 }
 
 SafetensorsFile Reader::read(Device device) {

@@ -138,8 +138,8 @@ Destination resolve_destination(const std::string& path) {
   }
   if (::stat(d.path.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode))
-      throw IOError(detail::str("save: '", path, "': cannot replace it: it exists and is not a regular file",
-                                S_ISDIR(st.st_mode) ? " (a directory)" : ""));
+      throw IOError(
+          detail::str("save: '", path, "': cannot replace it: it exists and is not a regular file", S_ISDIR(st.st_mode) ? " (a directory)" : ""));
     d.exists = true;
     d.mode = st.st_mode & 07777;
   } else if (errno != ENOENT) {
@@ -255,8 +255,7 @@ class TempFile {
     if (dfd < 0) io_fail(dest_.path, detail::str("open directory '", dest_.dir, "' to fsync it (the file was written)"), errno);
     int rc = ::fsync(dfd), err = errno;
     ::close(dfd);
-    if (rc != 0 && err != EINVAL && err != EROFS)
-      io_fail(dest_.path, detail::str("fsync directory '", dest_.dir, "' (the file was written)"), err);
+    if (rc != 0 && err != EINVAL && err != EROFS) io_fail(dest_.path, detail::str("fsync directory '", dest_.dir, "' (the file was written)"), err);
   }
 
  private:
@@ -312,7 +311,8 @@ void save(const OrderedDict<std::string, Tensor>& tensors, const std::string& pa
   entries.reserve(tensors.size());
   for (const auto& item : tensors) {
     const Tensor& t = item.value();
-    DP_CHECK(item.key() != "__metadata__", ValueError, "save: '__metadata__' is reserved by the safetensors format and cannot name a tensor (saving '", path, "')");
+    DP_CHECK(item.key() != "__metadata__", ValueError,
+             "save: '__metadata__' is reserved by the safetensors format and cannot name a tensor (saving '", path, "')");
     DP_CHECK(t.defined(), ValueError, "save: tensor '", item.key(), "' is undefined (saving '", path, "')");
     entries.push_back(Entry{&item.key(), t, t.dtype(), static_cast<uint64_t>(t.nbytes())});
   }

@@ -76,7 +76,5 @@ Shape broadcast_shapes(IntArrayRef a, IntArrayRef b, const char* op) {
 }  // namespace dp
 
 namespace dp {
-void Shape::check_index(size_t i) const {
-  DP_CHECK(i < size_, IndexError, "Shape::at: index ", i, " out of range (size ", size_, ")");
-}
+void Shape::check_index(size_t i) const { DP_CHECK(i < size_, IndexError, "Shape::at: index ", i, " out of range (size ", size_, ")"); }
 }  // namespace dp

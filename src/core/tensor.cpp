@@ -38,8 +38,11 @@ bool Tensor::requires_grad() const {
 
 Tensor& Tensor::requires_grad_(bool on) {
   TensorImpl& i = impl();
-  DP_CHECK(is_leaf(), AutogradError, "you can only change requires_grad flags of leaf variables. If you want to use a computed variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().");
-  DP_CHECK(!on || dp::is_floating_point(dtype()), AutogradError, "only Tensors of floating point dtype can require gradients (got ", dtype_name(dtype()), ")");
+  DP_CHECK(is_leaf(), AutogradError,
+           "you can only change requires_grad flags of leaf variables. If you want to use a computed variable in a subgraph that doesn't require "
+           "differentiation use var_no_grad = var.detach().");
+  DP_CHECK(!on || dp::is_floating_point(dtype()), AutogradError, "only Tensors of floating point dtype can require gradients (got ",
+           dtype_name(dtype()), ")");
   if (!on && !i.autograd) return *this;
   i.autograd_meta().requires_grad = on;
   return *this;
@@ -77,8 +80,10 @@ void Tensor::set_grad(const Tensor& g) {
   }
   AutogradMeta& m = i.autograd_meta();
   std::lock_guard<std::mutex> lock(m.mu);
-  if (g.defined()) m.grad = std::make_shared<Tensor>(g);
-  else m.grad.reset();
+  if (g.defined())
+    m.grad = std::make_shared<Tensor>(g);
+  else
+    m.grad.reset();
 }
 
 Tensor& Tensor::mutable_grad() {
@@ -149,15 +154,17 @@ void Tensor::retain_grad() {
   // A weak reference: the hook lives in the graph, which must not keep the tensor alive.
   std::weak_ptr<TensorImpl> weak = impl_;
   m.grad_fn->add_output_hook({autograd::Node::kRetainGradHook, m.output_nr, [weak](const Tensor& g) {
-    if (auto impl = weak.lock()) {
-      // A fresh tensor either way: the retained .grad never aliases g.
-      AutogradMeta& meta = impl->autograd_meta();
-      std::lock_guard<std::mutex> l(meta.mu);
-      if (!meta.grad || !meta.grad->defined()) meta.grad = std::make_shared<Tensor>(g.detach().clone());
-      else meta.grad = std::make_shared<Tensor>(meta.grad->add(g.detach()));
-    }
-    return Tensor();
-  }});
+                                if (auto impl = weak.lock()) {
+                                  // A fresh tensor either way: the retained .grad never aliases g.
+                                  AutogradMeta& meta = impl->autograd_meta();
+                                  std::lock_guard<std::mutex> l(meta.mu);
+                                  if (!meta.grad || !meta.grad->defined())
+                                    meta.grad = std::make_shared<Tensor>(g.detach().clone());
+                                  else
+                                    meta.grad = std::make_shared<Tensor>(meta.grad->add(g.detach()));
+                                }
+                                return Tensor();
+                              }});
 }
 
 int Tensor::register_hook(TensorHook hook) {
@@ -189,7 +196,8 @@ void Tensor::remove_hook(int handle) {
 }
 
 int Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) {
-  DP_CHECK(is_leaf() && requires_grad(), AutogradError, "post accumulate grad hooks cannot be registered on non-leaf tensors or tensors that don't require grad");
+  DP_CHECK(is_leaf() && requires_grad(), AutogradError,
+           "post accumulate grad hooks cannot be registered on non-leaf tensors or tensors that don't require grad");
   AutogradMeta& m = impl().autograd_meta();
   std::lock_guard<std::mutex> lock(m.mu);
   int id = m.next_hook_id++;

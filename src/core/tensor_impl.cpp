@@ -16,7 +16,10 @@ void TensorImpl::refresh_metadata() {
   int64_t expected = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     if (sizes[i] == 1) continue;
-    if (strides[i] != expected) { is_contiguous = false; break; }
+    if (strides[i] != expected) {
+      is_contiguous = false;
+      break;
+    }
     expected *= sizes[i];
   }
   if (numel == 0) is_contiguous = true;

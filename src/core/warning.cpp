@@ -18,8 +18,10 @@ WarningHandler& current_handler() {
 
 void warn(const std::string& message) {
   std::lock_guard<std::mutex> lock(handler_mutex());
-  if (current_handler()) current_handler()(message);
-  else std::fprintf(stderr, "dparallel warning: %s\n", message.c_str());
+  if (current_handler())
+    current_handler()(message);
+  else
+    std::fprintf(stderr, "dparallel warning: %s\n", message.c_str());
 }
 
 WarningHandler set_warning_handler(WarningHandler handler) {

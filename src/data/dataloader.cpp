@@ -48,17 +48,16 @@ size_t DataLoader::size() const {
 DataLoader::Iterator DataLoader::begin() {
   const uint64_t epoch = next_epoch_;
   std::vector<int64_t> indices = sampler_->indices(epoch);
-  DP_CHECK(indices.size() == sampler_->size(), ValueError, "DataLoader: the sampler returned ", indices.size(),
-           " indices for epoch ", epoch, " but its size() is ", sampler_->size());
+  DP_CHECK(indices.size() == sampler_->size(), ValueError, "DataLoader: the sampler returned ", indices.size(), " indices for epoch ", epoch,
+           " but its size() is ", sampler_->size());
   const auto n = static_cast<int64_t>(dataset_->size());
   for (size_t k = 0; k < indices.size(); ++k)
-    DP_CHECK(indices[k] >= 0 && indices[k] < n, IndexError, "DataLoader: the sampler's index ", indices[k], " (position ", k,
-             " of epoch ", epoch, ") is out of range for a dataset of size ", n);
+    DP_CHECK(indices[k] >= 0 && indices[k] < n, IndexError, "DataLoader: the sampler's index ", indices[k], " (position ", k, " of epoch ", epoch,
+             ") is out of range for a dataset of size ", n);
   const size_t num_batches = size();
   indices.resize(std::min(indices.size(), num_batches * static_cast<size_t>(options_.batch_size())));  // drop_last
-  auto run = std::make_unique<detail::EpochRun>(dataset_, std::move(indices), static_cast<size_t>(options_.batch_size()),
-                                                num_batches, static_cast<size_t>(options_.num_workers()),
-                                                static_cast<size_t>(options_.prefetch()), epoch);
+  auto run = std::make_unique<detail::EpochRun>(dataset_, std::move(indices), static_cast<size_t>(options_.batch_size()), num_batches,
+                                                static_cast<size_t>(options_.num_workers()), static_cast<size_t>(options_.prefetch()), epoch);
   next_epoch_ = epoch + 1;
   return Iterator(std::move(run), num_batches, epoch);
 }
@@ -102,8 +101,8 @@ DataLoader::Iterator::~Iterator() = default;  // ~EpochRun stops and joins the w
 Batch& DataLoader::Iterator::operator*() {
   if (error_) std::rethrow_exception(error_);
   if (!current_) {
-    DP_CHECK(index_ < num_batches_ && run_ != nullptr, IndexError, "DataLoader: dereferenced an iterator past the last batch (",
-             num_batches_, " batches)");
+    DP_CHECK(index_ < num_batches_ && run_ != nullptr, IndexError, "DataLoader: dereferenced an iterator past the last batch (", num_batches_,
+             " batches)");
     try {
       current_.emplace(run_->take(index_));
     } catch (...) {

@@ -17,18 +17,18 @@ Example collate(const std::vector<Example>& examples) {
     const Example& e = examples[i];
     DP_CHECK(e.data.defined(), ValueError, "collate: example ", i, " has undefined data");
     // Checked here rather than left to stack() so the message says which example disagrees.
-    DP_CHECK(e.data.sizes() == first.data.sizes(), ShapeError, "collate: example ", i, " has data of shape ",
-             e.data.size_str(), " but example 0 has ", first.data.size_str());
-    DP_CHECK(e.data.dtype() == first.data.dtype(), DTypeError, "collate: example ", i, " has data of dtype ",
-             dtype_name(e.data.dtype()), " but example 0 has ", dtype_name(first.data.dtype()));
-    DP_CHECK(e.target.defined() == has_target, ValueError, "collate: example ", i, (has_target ? " has no" : " has a"),
-             " target but example 0 ", (has_target ? "has one" : "has none"));
+    DP_CHECK(e.data.sizes() == first.data.sizes(), ShapeError, "collate: example ", i, " has data of shape ", e.data.size_str(),
+             " but example 0 has ", first.data.size_str());
+    DP_CHECK(e.data.dtype() == first.data.dtype(), DTypeError, "collate: example ", i, " has data of dtype ", dtype_name(e.data.dtype()),
+             " but example 0 has ", dtype_name(first.data.dtype()));
+    DP_CHECK(e.target.defined() == has_target, ValueError, "collate: example ", i, (has_target ? " has no" : " has a"), " target but example 0 ",
+             (has_target ? "has one" : "has none"));
     data.push_back(e.data);
     if (has_target) {
-      DP_CHECK(e.target.sizes() == first.target.sizes(), ShapeError, "collate: example ", i, " has a target of shape ",
-               e.target.size_str(), " but example 0 has ", first.target.size_str());
-      DP_CHECK(e.target.dtype() == first.target.dtype(), DTypeError, "collate: example ", i, " has a target of dtype ",
-               dtype_name(e.target.dtype()), " but example 0 has ", dtype_name(first.target.dtype()));
+      DP_CHECK(e.target.sizes() == first.target.sizes(), ShapeError, "collate: example ", i, " has a target of shape ", e.target.size_str(),
+               " but example 0 has ", first.target.size_str());
+      DP_CHECK(e.target.dtype() == first.target.dtype(), DTypeError, "collate: example ", i, " has a target of dtype ", dtype_name(e.target.dtype()),
+               " but example 0 has ", dtype_name(first.target.dtype()));
       target.push_back(e.target);
     }
   }
@@ -43,8 +43,7 @@ Example Dataset::get_batch(const std::vector<int64_t>& indices) {
   std::vector<Example> examples;
   examples.reserve(indices.size());
   for (int64_t i : indices) {
-    DP_CHECK(i >= 0 && static_cast<size_t>(i) < n, IndexError, "Dataset::get_batch: index ", i,
-             " is out of range for a dataset of size ", n);
+    DP_CHECK(i >= 0 && static_cast<size_t>(i) < n, IndexError, "Dataset::get_batch: index ", i, " is out of range for a dataset of size ", n);
     examples.push_back(get(static_cast<size_t>(i)));
   }
   return collate(examples);

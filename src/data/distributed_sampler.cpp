@@ -19,14 +19,11 @@ DistributedSampler DistributedSampler::evaluation(size_t n, int world, int rank)
   return DistributedSampler(n, world, rank, /*shuffle=*/false, /*seed=*/0, /*drop_last=*/false, /*evaluation=*/true);
 }
 
-DistributedSampler::DistributedSampler(size_t n, int world, int rank, bool shuffle, uint64_t seed, bool drop_last,
-                                       bool evaluation)
+DistributedSampler::DistributedSampler(size_t n, int world, int rank, bool shuffle, uint64_t seed, bool drop_last, bool evaluation)
     : n_(n), world_(world), rank_(rank), shuffle_(shuffle), seed_(seed), drop_last_(drop_last), evaluation_(evaluation) {
   DP_CHECK(world >= 1, ValueError, "DistributedSampler: world must be at least 1, got ", world);
-  DP_CHECK(rank >= 0 && rank < world, ValueError, "DistributedSampler: rank must lie in [0, world) = [0, ", world, "), got ",
-           rank);
-  DP_CHECK(n <= static_cast<size_t>(INT64_MAX), ValueError, "DistributedSampler: dataset size ", n,
-           " does not fit an int64 index");
+  DP_CHECK(rank >= 0 && rank < world, ValueError, "DistributedSampler: rank must lie in [0, world) = [0, ", world, "), got ", rank);
+  DP_CHECK(n <= static_cast<size_t>(INT64_MAX), ValueError, "DistributedSampler: dataset size ", n, " does not fit an int64 index");
   const auto w = static_cast<size_t>(world), r = static_cast<size_t>(rank);
   if (evaluation_) {
     size_ = num_real_ = strided_count(n, w, r);

@@ -15,8 +15,8 @@
 
 namespace dp::data::detail {
 
-EpochRun::EpochRun(std::shared_ptr<Dataset> dataset, std::vector<int64_t> indices, size_t batch_size, size_t num_batches,
-                   size_t workers, size_t prefetch, uint64_t epoch)
+EpochRun::EpochRun(std::shared_ptr<Dataset> dataset, std::vector<int64_t> indices, size_t batch_size, size_t num_batches, size_t workers,
+                   size_t prefetch, uint64_t epoch)
     : dataset_(std::move(dataset)),
       indices_(std::move(indices)),
       batch_size_(batch_size),
@@ -53,19 +53,17 @@ Batch EpochRun::build(size_t i) {
   const size_t begin = i * batch_size_;
   const size_t end = std::min(indices_.size(), begin + batch_size_);
   try {
-    const std::vector<int64_t> idx(indices_.begin() + static_cast<std::ptrdiff_t>(begin),
-                                   indices_.begin() + static_cast<std::ptrdiff_t>(end));
+    const std::vector<int64_t> idx(indices_.begin() + static_cast<std::ptrdiff_t>(begin), indices_.begin() + static_cast<std::ptrdiff_t>(end));
     // Where these samples sit in the epoch, for the per-sample generators of MapDatasets.
     detail::SampleScope scope(epoch_, begin);
     Batch b = dataset_->get_batch(idx);
     // A user dataset's get_batch may be wrong; say so here rather than deep inside the model.
     const auto count = static_cast<int64_t>(idx.size());
-    DP_CHECK(b.data.defined() && b.data.dim() >= 1 && b.data.size(0) == count, ShapeError,
-             "Dataset::get_batch returned data of shape ", b.data.defined() ? b.data.size_str() : std::string("(undefined)"),
-             " for ", count, " indices (expected a leading dimension of ", count, ")");
-    DP_CHECK(!b.target.defined() || (b.target.dim() >= 1 && b.target.size(0) == count), ShapeError,
-             "Dataset::get_batch returned a target of shape ", b.target.size_str(), " for ", count, " indices (expected a leading dimension of ",
-             count, ")");
+    DP_CHECK(b.data.defined() && b.data.dim() >= 1 && b.data.size(0) == count, ShapeError, "Dataset::get_batch returned data of shape ",
+             b.data.defined() ? b.data.size_str() : std::string("(undefined)"), " for ", count, " indices (expected a leading dimension of ", count,
+             ")");
+    DP_CHECK(!b.target.defined() || (b.target.dim() >= 1 && b.target.size(0) == count), ShapeError, "Dataset::get_batch returned a target of shape ",
+             b.target.size_str(), " for ", count, " indices (expected a leading dimension of ", count, ")");
     return b;
   } catch (...) {
     std::rethrow_exception(annotate_batch_error(std::current_exception(), i, epoch_));
@@ -144,14 +142,13 @@ std::exception_ptr annotate_batch_error(std::exception_ptr error, size_t batch, 
     // Exact types only: rebuilding a subclass as its base would silently change what catches it.
     std::exception_ptr out;
     if (rebuild_as<Error>(e, prefix, out) || rebuild_as<ShapeError>(e, prefix, out) || rebuild_as<DTypeError>(e, prefix, out) ||
-        rebuild_as<DeviceError>(e, prefix, out) || rebuild_as<IndexError>(e, prefix, out) ||
-        rebuild_as<ValueError>(e, prefix, out) || rebuild_as<AutogradError>(e, prefix, out) ||
-        rebuild_as<NotImplementedError>(e, prefix, out) || rebuild_as<OutOfMemory>(e, prefix, out) ||
-        rebuild_as<IOError>(e, prefix, out) || rebuild_as<std::runtime_error>(e, prefix, out) ||
-        rebuild_as<std::range_error>(e, prefix, out) || rebuild_as<std::overflow_error>(e, prefix, out) ||
-        rebuild_as<std::underflow_error>(e, prefix, out) || rebuild_as<std::logic_error>(e, prefix, out) ||
-        rebuild_as<std::invalid_argument>(e, prefix, out) || rebuild_as<std::domain_error>(e, prefix, out) ||
-        rebuild_as<std::length_error>(e, prefix, out) || rebuild_as<std::out_of_range>(e, prefix, out))
+        rebuild_as<DeviceError>(e, prefix, out) || rebuild_as<IndexError>(e, prefix, out) || rebuild_as<ValueError>(e, prefix, out) ||
+        rebuild_as<AutogradError>(e, prefix, out) || rebuild_as<NotImplementedError>(e, prefix, out) || rebuild_as<OutOfMemory>(e, prefix, out) ||
+        rebuild_as<IOError>(e, prefix, out) || rebuild_as<std::runtime_error>(e, prefix, out) || rebuild_as<std::range_error>(e, prefix, out) ||
+        rebuild_as<std::overflow_error>(e, prefix, out) || rebuild_as<std::underflow_error>(e, prefix, out) ||
+        rebuild_as<std::logic_error>(e, prefix, out) || rebuild_as<std::invalid_argument>(e, prefix, out) ||
+        rebuild_as<std::domain_error>(e, prefix, out) || rebuild_as<std::length_error>(e, prefix, out) ||
+        rebuild_as<std::out_of_range>(e, prefix, out))
       return out;
     try {
       std::throw_with_nested(Error(prefix + e.what()));  // nests the exception being handled

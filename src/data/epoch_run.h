@@ -17,8 +17,8 @@ class EpochRun {
  public:
   // workers == 0: batches are built by take() on the caller's thread. Otherwise `workers` threads
   // start now and build batches in order, at most `workers * prefetch` ahead of delivery.
-  EpochRun(std::shared_ptr<Dataset> dataset, std::vector<int64_t> indices, size_t batch_size, size_t num_batches,
-           size_t workers, size_t prefetch, uint64_t epoch);
+  EpochRun(std::shared_ptr<Dataset> dataset, std::vector<int64_t> indices, size_t batch_size, size_t num_batches, size_t workers, size_t prefetch,
+           uint64_t epoch);
   // Stops handing out batches, lets the ones being built finish, joins the threads.
   ~EpochRun();
   EpochRun(const EpochRun&) = delete;

@@ -31,7 +31,7 @@ namespace {
 constexpr uint32_t kImagesMagic = 0x00000803;  // unsigned bytes, 3 dimensions
 constexpr uint32_t kLabelsMagic = 0x00000801;  // unsigned bytes, 1 dimension
 constexpr int64_t kNumClasses = 10;
-constexpr size_t kChunk = size_t{1} << 30;       // bytes per gzread call (its length is an unsigned int)
+constexpr size_t kChunk = size_t{1} << 30;  // bytes per gzread call (its length is an unsigned int)
 
 const char* const kInstallHint =
     "Fashion-MNIST is installed by Debian's dataset-fashion-mnist package (apt-get install dataset-fashion-mnist, "
@@ -81,7 +81,10 @@ class IdxFile {
     struct stat st {};
     if (::fstat(fd_, &st) != 0) fail("cannot stat the file", errno);
     DP_CHECK(S_ISREG(st.st_mode), IOError, "FashionMNIST: ", path_, " is not a regular file (",
-             S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket", ")");
+             S_ISDIR(st.st_mode)    ? "a directory"
+             : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                    : "a device or socket",
+             ")");
     file_bytes_ = static_cast<uint64_t>(st.st_size);
     unsigned char magic[2] = {0, 0};
     const size_t got = raw_read(magic, 2);
@@ -144,8 +147,7 @@ class IdxFile {
       }
       if (rc != Z_OK && rc != Z_BUF_ERROR) {
         DP_CHECK(rc != Z_MEM_ERROR, OutOfMemory, "FashionMNIST: ", path_, ": zlib ran out of memory");
-        DP_CHECK(false, IOError, "FashionMNIST: ", path_, " is not a valid gzip file or is corrupt (zlib: ",
-                 zs_.msg ? zs_.msg : "data error", ")");
+        DP_CHECK(false, IOError, "FashionMNIST: ", path_, " is not a valid gzip file or is corrupt (zlib: ", zs_.msg ? zs_.msg : "data error", ")");
       }
     }
     return got;
@@ -160,13 +162,16 @@ class IdxFile {
     if (!ended_) {
       unsigned char extra;
       const size_t more = read(&extra, 1);
-      DP_CHECK(more == 0, IOError, "FashionMNIST: ", path_, " has data after the ", announced, " its header announces (corrupt header or wrong file)");
-      DP_CHECK(ended_, IOError, "FashionMNIST: ", path_, " is truncated: the gzip stream is cut short (its trailer, with the CRC-32 and "
+      DP_CHECK(more == 0, IOError, "FashionMNIST: ", path_, " has data after the ", announced,
+               " its header announces (corrupt header or wrong file)");
+      DP_CHECK(ended_, IOError, "FashionMNIST: ", path_,
+               " is truncated: the gzip stream is cut short (its trailer, with the CRC-32 and "
                "length, is missing or incomplete)");
     }
     unsigned char b;
     const bool trailing = zs_.avail_in > 0 || raw_read(&b, 1) > 0;
-    DP_CHECK(!trailing, IOError, "FashionMNIST: ", path_, " has bytes after the end of its gzip stream (trailing garbage, or a second "
+    DP_CHECK(!trailing, IOError, "FashionMNIST: ", path_,
+             " has bytes after the end of its gzip stream (trailing garbage, or a second "
              "gzip member, which a Fashion-MNIST file does not have)");
   }
 
@@ -203,14 +208,14 @@ using GzReader = IdxFile;
 uint32_t read_be32(GzReader& in, const char* what, size_t header_bytes, size_t offset) {
   unsigned char b[4];
   const size_t got = in.read(b, 4);
-  DP_CHECK(got == 4, IOError, "FashionMNIST: ", in.path(), " is truncated: it ends after ", offset + got, " of the ",
-           header_bytes, " header bytes (while reading the ", what, ")");
+  DP_CHECK(got == 4, IOError, "FashionMNIST: ", in.path(), " is truncated: it ends after ", offset + got, " of the ", header_bytes,
+           " header bytes (while reading the ", what, ")");
   return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | uint32_t{b[3]};
 }
 
 void check_magic(const GzReader& in, uint32_t magic, uint32_t expected, const char* kind) {
-  DP_CHECK(magic == expected, IOError, "FashionMNIST: ", in.path(), " has magic number ", hex32(magic), ", expected ",
-           hex32(expected), " (IDX ", kind, "); not a Fashion-MNIST ", kind, " file, or not an IDX file at all");
+  DP_CHECK(magic == expected, IOError, "FashionMNIST: ", in.path(), " has magic number ", hex32(magic), ", expected ", hex32(expected), " (IDX ",
+           kind, "); not a Fashion-MNIST ", kind, " file, or not an IDX file at all");
 }
 
 // Reads exactly `expected` payload bytes into dst, then checks that nothing follows. Callers first
@@ -268,8 +273,8 @@ Tensor read_labels(const std::string& path) {
   }
   if (worst >= kNumClasses) {
     const auto it = std::find_if(raw.begin(), raw.end(), [](uint8_t v) { return v >= kNumClasses; });
-    DP_CHECK(false, IOError, "FashionMNIST: ", path, " has label ", int(*it), " at index ", it - raw.begin(),
-             "; Fashion-MNIST labels are 0..", kNumClasses - 1);
+    DP_CHECK(false, IOError, "FashionMNIST: ", path, " has label ", int(*it), " at index ", it - raw.begin(), "; Fashion-MNIST labels are 0..",
+             kNumClasses - 1);
   }
   return labels;
 }
@@ -280,10 +285,10 @@ Tensor read_images(const std::string& path, int64_t expected_count, const std::s
   const uint32_t n = read_be32(in, "image count", 16, 4);
   const uint32_t rows = read_be32(in, "row count", 16, 8);
   const uint32_t cols = read_be32(in, "column count", 16, 12);
-  DP_CHECK(rows == FashionMNIST::kRows && cols == FashionMNIST::kCols, IOError, "FashionMNIST: ", path, " holds images of ",
-           rows, "x", cols, " pixels, expected ", FashionMNIST::kRows, "x", FashionMNIST::kCols);
-  DP_CHECK(n == expected_count, IOError, "FashionMNIST: ", path, " holds ", n, " images but ", labels_path, " holds ",
-           expected_count, " labels; the files must describe the same samples");
+  DP_CHECK(rows == FashionMNIST::kRows && cols == FashionMNIST::kCols, IOError, "FashionMNIST: ", path, " holds images of ", rows, "x", cols,
+           " pixels, expected ", FashionMNIST::kRows, "x", FashionMNIST::kCols);
+  DP_CHECK(n == expected_count, IOError, "FashionMNIST: ", path, " holds ", n, " images but ", labels_path, " holds ", expected_count,
+           " labels; the files must describe the same samples");
   const size_t pixels = size_t{n} * rows * cols;
   const std::string announced = std::to_string(n) + " images of " + std::to_string(rows) + "x" + std::to_string(cols);
   check_plausible(in, 16, pixels, announced);

@@ -34,9 +34,7 @@ SampleScope::State& SampleScope::current() {
   return state;
 }
 
-SampleScope::SampleScope(uint64_t epoch, uint64_t first_position) : saved_(current()) {
-  current() = State{true, epoch, first_position};
-}
+SampleScope::SampleScope(uint64_t epoch, uint64_t first_position) : saved_(current()) { current() = State{true, epoch, first_position}; }
 
 SampleScope::~SampleScope() { current() = saved_; }
 

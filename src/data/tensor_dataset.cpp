@@ -12,8 +12,8 @@ void TensorDataset::set_tensors(Tensor data, Tensor target) {
   DP_CHECK(data.dim() >= 1, ShapeError, "TensorDataset: data must have a sample dimension (dim 0), got a 0-d tensor");
   if (target.defined()) {
     DP_CHECK(target.dim() >= 1, ShapeError, "TensorDataset: target must have a sample dimension (dim 0), got a 0-d tensor");
-    DP_CHECK(target.size(0) == data.size(0), ShapeError, "TensorDataset: data has ", data.size(0), " samples (shape ",
-             data.size_str(), ") but target has ", target.size(0), " (shape ", target.size_str(), ")");
+    DP_CHECK(target.size(0) == data.size(0), ShapeError, "TensorDataset: data has ", data.size(0), " samples (shape ", data.size_str(),
+             ") but target has ", target.size(0), " (shape ", target.size_str(), ")");
   }
   data_ = std::move(data);
   target_ = std::move(target);

@@ -39,8 +39,7 @@ Tensor TensorTransform::operator()(const Tensor& data) const {
 
 Normalize::Normalize(std::vector<double> mean, std::vector<double> stddev) : mean_(std::move(mean)), stddev_(std::move(stddev)) {
   DP_CHECK(!mean_.empty() && !stddev_.empty(), ValueError, "Normalize: mean and std need at least one value each");
-  for (size_t c = 0; c < stddev_.size(); ++c)
-    DP_CHECK(stddev_[c] != 0.0, ValueError, "Normalize: std[", c, "] is 0, leading to division by zero");
+  for (size_t c = 0; c < stddev_.size(); ++c) DP_CHECK(stddev_[c] != 0.0, ValueError, "Normalize: std[", c, "] is 0, leading to division by zero");
 }
 
 Tensor Normalize::apply(const Tensor& data, Generator&) const {
@@ -49,8 +48,8 @@ Tensor Normalize::apply(const Tensor& data, Generator&) const {
   const int64_t channels = data.size(-3);
   auto per_channel = [&](const std::vector<double>& v, const char* what) {
     const auto n = static_cast<int64_t>(v.size());
-    DP_CHECK(n == channels || n == 1, ShapeError, "Normalize: ", what, " has ", n, " values but the image ", data.size_str(), " has ",
-             channels, " channels (dimension -3); give one value per channel or a single value");
+    DP_CHECK(n == channels || n == 1, ShapeError, "Normalize: ", what, " has ", n, " values but the image ", data.size_str(), " has ", channels,
+             " channels (dimension -3); give one value per channel or a single value");
     // torchvision: torch.as_tensor(values, dtype=image dtype).view(-1, 1, 1).
     return tensor<double>(v, {n, 1, 1}, options_of(data));
   };

@@ -14,8 +14,8 @@ namespace {
 // ---- state_hash: a word-wise multiply-xor hash. Each step h = (h ^ w) * P (P odd) is a bijection
 // of h for fixed w and of w for fixed h, so a single differing word always changes the result.
 
-constexpr uint64_t kHashPrime = 0x100000001b3ULL;          // FNV-1a's 64-bit prime
-constexpr uint64_t kHashStart = 0xcbf29ce484222325ULL;     // FNV-1a's offset basis
+constexpr uint64_t kHashPrime = 0x100000001b3ULL;       // FNV-1a's 64-bit prime
+constexpr uint64_t kHashStart = 0xcbf29ce484222325ULL;  // FNV-1a's offset basis
 
 struct Hasher {
   uint64_t h = kHashStart;
@@ -57,9 +57,7 @@ Tensor byte_tensor(const std::string& bytes) {
   return t;
 }
 
-std::string bytes_of(const Tensor& t) {
-  return std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()));
-}
+std::string bytes_of(const Tensor& t) { return std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel())); }
 
 // Blocks until the collective is done; rethrows the group's error (PeerLostError, ...).
 void wait(const WorkPtr& work) { work->wait(); }
@@ -120,8 +118,8 @@ class BlobReader {
 
  private:
   void need(uint64_t n) const {
-    DP_CHECK(n <= in_.size() - pos_, distributed::DistributedError, "load_checkpoint: the metadata received from the root is truncated (",
-             in_.size(), " bytes, needed ", n, " more at byte ", pos_, ")");
+    DP_CHECK(n <= in_.size() - pos_, distributed::DistributedError, "load_checkpoint: the metadata received from the root is truncated (", in_.size(),
+             " bytes, needed ", n, " more at byte ", pos_, ")");
   }
   const std::string& in_;
   size_t pos_ = 0;
@@ -223,8 +221,8 @@ void verify_identical(ProcessGroup& pg, const OrderedDict<std::string, Tensor>& 
     if (p[0] != kOk) failed.push_back(r);
   }
   if (!failed.empty()) {
-    std::string msg = detail::str("save_checkpoint: rank(s) ", join_ranks(failed), " could not hash their state; nothing was written to '",
-                                  path, "'");
+    std::string msg =
+        detail::str("save_checkpoint: rank(s) ", join_ranks(failed), " could not hash their state; nothing was written to '", path, "'");
     if (status != kOk) msg += detail::str(" (rank ", pg.rank(), ": ", message, ")");
     throw DistributedError(msg);
   }
@@ -232,8 +230,7 @@ void verify_identical(ProcessGroup& pg, const OrderedDict<std::string, Tensor>& 
     if (hashes[r] != hashes[root]) differ.push_back(r);
   if (!differ.empty()) {
     std::ostringstream os;
-    os << "save_checkpoint: the state of rank(s) " << join_ranks(differ) << " differs from root's (rank " << root
-       << "): state hashes";
+    os << "save_checkpoint: the state of rank(s) " << join_ranks(differ) << " differs from root's (rank " << root << "): state hashes";
     for (int r : differ) os << " " << hex(hashes[r]) << " (rank " << r << ")";
     os << " vs " << hex(hashes[root]) << "; data-parallel ranks must hold identical weights, so they have diverged. Nothing was "
        << "written to '" << path << "'";
@@ -271,8 +268,7 @@ void save_checkpoint(ProcessGroup& pg, const OrderedDict<std::string, Tensor>& s
   save_checkpoint(pg, state, path, options);
 }
 
-void save_checkpoint(ProcessGroup& pg, const OrderedDict<std::string, Tensor>& state, const std::string& path,
-                     const CheckpointOptions& options) {
+void save_checkpoint(ProcessGroup& pg, const OrderedDict<std::string, Tensor>& state, const std::string& path, const CheckpointOptions& options) {
   const int root = options.root;
   check_root(pg, root, "save_checkpoint");
   if (options.verify_identical) verify_identical(pg, state, path, root);

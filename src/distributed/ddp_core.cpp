@@ -81,8 +81,7 @@ DDPCore::DDPCore(const nn::ModulePtr& module, ProcessGroupPtr group, const Distr
     // Rank 0's values everywhere (raw writes: no autograd version bump).
     if (!state.empty()) group_->broadcast(state, 0)->wait();
   }
-  reducer_ = std::make_unique<Reducer>(std::move(params), std::move(names), group_,
-                                       ReducerOptions{options_.first_bucket_mb, options_.bucket_cap_mb});
+  reducer_ = std::make_unique<Reducer>(std::move(params), std::move(names), group_, ReducerOptions{options_.first_bucket_mb, options_.bucket_cap_mb});
 }
 
 void DDPCore::check_same_model(const std::vector<std::string>& descriptions) {
@@ -142,7 +141,8 @@ void DDPCore::mark_outputs(const std::vector<Tensor>& outputs) {
 }
 
 Tensor DDPCore::global_loss(const parallel::LossPart& local) {
-  DP_CHECK(local.sum.defined() && local.sum.numel() == 1, ShapeError, "DistributedDataParallel::forward_loss: the criterion must give a one-element loss, got ",
+  DP_CHECK(local.sum.defined() && local.sum.numel() == 1, ShapeError,
+           "DistributedDataParallel::forward_loss: the criterion must give a one-element loss, got ",
            local.sum.defined() ? local.sum.size_str() : std::string("an undefined tensor"));
   const Tensor sum = local.sum.reshape({});
   // [this rank's summed loss, its row count (or mean denominator), 1 if a mean] over all ranks.
@@ -156,8 +156,8 @@ Tensor DDPCore::global_loss(const parallel::LossPart& local) {
   }
   const bool mean = local.count.defined();
   if (group_->size() > 1) group_->allreduce(pack, ReduceOp::Sum)->wait();
-  DP_CHECK(p[2] == (mean ? group_->size() : 0), ValueError, "DistributedDataParallel::forward_loss: ", static_cast<int>(p[2]), " of ",
-           group_->size(), " ranks computed a mean (the others a sum): every rank must use the same criterion");
+  DP_CHECK(p[2] == (mean ? group_->size() : 0), ValueError, "DistributedDataParallel::forward_loss: ", static_cast<int>(p[2]), " of ", group_->size(),
+           " ranks computed a mean (the others a sum): every rank must use the same criterion");
   reducer_->set_next_reduction(GradReduction::Sum);
   // Value: the global loss exactly (x - x is 0); gradient: this rank's summed loss over the global
   // count, which the reducer then sums over ranks.

@@ -33,8 +33,10 @@ bool run_bounded(std::function<void()> fn, std::chrono::milliseconds budget) {
   std::unique_lock<std::mutex> lock(shared->mu);
   const bool done = shared->cv.wait_for(lock, budget, [&] { return shared->done; });
   lock.unlock();
-  if (done) helper.join();
-  else helper.detach();
+  if (done)
+    helper.join();
+  else
+    helper.detach();
   return done;
 }
 

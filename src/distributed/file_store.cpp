@@ -36,8 +36,7 @@ constexpr milliseconds kFirstPoll{1};
 constexpr milliseconds kMaxPoll{10};
 
 uint32_t read_u32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
-         static_cast<uint32_t>(p[3]) << 24;
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
 }
 
 void put_u32(Bytes& out, uint32_t v) {
@@ -54,9 +53,7 @@ struct FileStore::State {
   std::unordered_map<std::string, Bytes> cache;
   uint64_t offset = 0;  // the file's bytes [0, offset) are replayed into cache
 
-  [[noreturn]] void fail(const std::string& what, int err) {
-    throw StoreError(detail::str(name, ": ", what, ": ", net::errno_text(err)));
-  }
+  [[noreturn]] void fail(const std::string& what, int err) { throw StoreError(detail::str(name, ": ", what, ": ", net::errno_text(err))); }
 
   // flock() bounded by a deadline (a process that stopped while holding it must not hang us).
   class Lock {
@@ -70,8 +67,8 @@ struct FileStore::State {
         if (err != EWOULDBLOCK) s.fail("cannot lock the file", err);
         const auto now = Clock::now();
         if (now >= deadline)
-          throw StoreError(detail::str(s.name, ": could not lock the file within ", timeout.count(),
-                                       " ms: another process holds the lock (stopped or hung?)"));
+          throw StoreError(
+              detail::str(s.name, ": could not lock the file within ", timeout.count(), " ms: another process holds the lock (stopped or hung?)"));
         std::this_thread::sleep_for(std::min<Clock::duration>(sleep, deadline - now));
         sleep = std::min(sleep * 2, std::chrono::microseconds(2000));
       }
@@ -114,7 +111,8 @@ struct FileStore::State {
     if (offset == 0) {
       if (buf.size() < sizeof kMagic) return size;  // an empty file, or a header being written
       if (std::memcmp(buf.data(), kMagic, sizeof kMagic) != 0)
-        throw StoreError(detail::str(name, ": the file is not a FileStore file (it does not start with the FileStore "
+        throw StoreError(detail::str(name,
+                                     ": the file is not a FileStore file (it does not start with the FileStore "
                                      "header); use a new path or remove it"));
       pos = sizeof kMagic;
     }
@@ -148,8 +146,8 @@ struct FileStore::State {
   // Appends a record (the caller holds the exclusive lock and mu and has just replayed, so
   // `offset` is where valid records end) and applies it to the cache.
   void append(uint8_t kind, const std::string& key, const Bytes& value, uint64_t size) {
-    DP_CHECK(key.size() <= UINT32_MAX && value.size() <= UINT32_MAX, ValueError, name, ": key '", key.substr(0, 64),
-             "' or its value (", value.size(), " bytes) is 4 GiB or more");
+    DP_CHECK(key.size() <= UINT32_MAX && value.size() <= UINT32_MAX, ValueError, name, ": key '", key.substr(0, 64), "' or its value (", value.size(),
+             " bytes) is 4 GiB or more");
     if (size > offset && ::ftruncate(fd.get(), static_cast<off_t>(offset)) != 0) fail("cannot cut a torn record off the file", errno);
     Bytes rec;
     rec.reserve(sizeof kMagic + kRecordHeader + key.size() + value.size());
@@ -205,8 +203,7 @@ struct FileStore::State {
   }
 };
 
-FileStore::FileStore(std::string path, milliseconds timeout)
-    : Store(timeout), path_(std::move(path)), state_(std::make_unique<State>()) {
+FileStore::FileStore(std::string path, milliseconds timeout) : Store(timeout), path_(std::move(path)), state_(std::make_unique<State>()) {
   state_->path = path_;
   state_->name = "FileStore '" + path_ + "'";
   state_->fd.reset(::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666));
@@ -240,8 +237,7 @@ int64_t FileStore::add(const std::string& key, int64_t delta) {
   auto it = state_->cache.find(key);
   const int64_t now = it == state_->cache.end() ? 0 : parse_counter(key, it->second);
   int64_t sum;
-  DP_CHECK(!__builtin_add_overflow(now, delta, &sum), ValueError, "Store::add: key '", key, "' holds ", now, "; adding ",
-           delta, " overflows int64");
+  DP_CHECK(!__builtin_add_overflow(now, delta, &sum), ValueError, "Store::add: key '", key, "' holds ", now, "; adding ", delta, " overflows int64");
   state_->append(kSetRecord, key, counter_bytes(sum), size);
   return sum;
 }

@@ -40,10 +40,14 @@ void gloo_allreduce(const GlooCall& call, void* data, size_t count, DType wire, 
   if (count == 0) return;
   const ReduceFn fn = reduce_function(wire, op);
   switch (element_size(wire)) {
-    case 1: return allreduce_as<uint8_t>(call, data, count, fn);
-    case 2: return allreduce_as<uint16_t>(call, data, count, fn);
-    case 4: return allreduce_as<uint32_t>(call, data, count, fn);
-    case 8: return allreduce_as<uint64_t>(call, data, count, fn);
+    case 1:
+      return allreduce_as<uint8_t>(call, data, count, fn);
+    case 2:
+      return allreduce_as<uint16_t>(call, data, count, fn);
+    case 4:
+      return allreduce_as<uint32_t>(call, data, count, fn);
+    case 8:
+      return allreduce_as<uint64_t>(call, data, count, fn);
   }
   throw DTypeError(dp::detail::str("allreduce: dtype ", dtype_name(wire), " cannot be reduced by gloo directly"));
 }

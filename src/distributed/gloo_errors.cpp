@@ -33,7 +33,8 @@ std::exception_ptr timeout_error(const std::string& gloo_text, const OpLabel& la
       if (!p.known || p.operation == "-" || p.sequence < label.sequence) {  // "-": noted a step, no collective yet
         behind.push_back(p.rank);
       } else if (p.sequence == label.sequence && p.operation != label.operation) {
-        diverged.push_back(dp::detail::str("rank ", p.rank, " issued ", p.operation, " as collective #", p.sequence, ", this rank ", label.operation));
+        diverged.push_back(
+            dp::detail::str("rank ", p.rank, " issued ", p.operation, " as collective #", p.sequence, ", this rank ", label.operation));
       }
     }
     // Where every other rank is (step and phase, last collective): the ranks behind first, then
@@ -46,7 +47,8 @@ std::exception_ptr timeout_error(const std::string& gloo_text, const OpLabel& la
       if (p.rank != label.rank && std::find(behind.begin(), behind.end(), p.rank) == behind.end()) order.push_back(&p);
     constexpr size_t kListed = 8;
     for (size_t i = 0; i < order.size() && i < kListed; ++i) where.push_back(describe_progress(*order[i]));
-    if (order.size() > kListed) where.push_back(dp::detail::str("and ", order.size() - kListed, " more rank", order.size() - kListed == 1 ? "" : "s"));
+    if (order.size() > kListed)
+      where.push_back(dp::detail::str("and ", order.size() - kListed, " more rank", order.size() - kListed == 1 ? "" : "s"));
   }
   std::string msg = label.str() + " timed out: ";
   if (!report.complete) {
@@ -89,9 +91,7 @@ std::exception_ptr io_error(const std::string& text, const OpLabel& label, const
 
 }  // namespace
 
-std::string OpLabel::str() const {
-  return dp::detail::str(operation, " #", sequence, " (rank ", rank, " of ", size, ", group '", group, "')");
-}
+std::string OpLabel::str() const { return dp::detail::str(operation, " #", sequence, " (rank ", rank, " of ", size, ", group '", group, "')"); }
 
 int PeerAddressBook::find_in(const std::string& text, std::string* address) const {
   for (const auto& [addr, rank] : entries_) {

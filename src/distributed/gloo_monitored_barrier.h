@@ -2,7 +2,8 @@
 // monitored_barrier through the store (not through gloo, so it names ranks even when the transport
 // is what is stuck): rank r sets "mb/<n>/<r>"; rank 0 waits for everyone's key and then sets
 // "mb/<n>/release" to "ok" or to the list of ranks that did not come; the other ranks wait for the
-// release (once rank 0 has arrived, for up to timeout + 1 s: rank 0's own wait). n counts this group's monitored barriers (every rank calls them in the same order).
+// release (once rank 0 has arrived, for up to timeout + 1 s: rank 0's own wait). n counts this group's monitored barriers (every rank calls them in
+// the same order).
 #include <chrono>
 #include <cstdint>
 #include <string>

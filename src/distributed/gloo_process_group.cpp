@@ -28,8 +28,7 @@ constexpr std::chrono::milliseconds kProgressReadBudget{1000};
 constexpr std::chrono::milliseconds kNoticeBudget{300};
 
 void check_defined(const char* op, const std::vector<Tensor>& tensors, const char* what) {
-  for (size_t i = 0; i < tensors.size(); ++i)
-    DP_CHECK(tensors[i].defined(), ValueError, op, ": ", what, " ", i, " is an undefined tensor");
+  for (size_t i = 0; i < tensors.size(); ++i) DP_CHECK(tensors[i].defined(), ValueError, op, ": ", what, " ", i, " is an undefined tensor");
 }
 
 void check_avg_dtype(const char* op, ReduceOp reduce, const Tensor& t, size_t index) {
@@ -81,17 +80,14 @@ GlooProcessGroup::~GlooProcessGroup() {
   thread_.join();
 }
 
-std::string GlooProcessGroup::who() const {
-  return dp::detail::str("process group '", options_.name, "' (rank ", rank(), " of ", size(), ")");
-}
+std::string GlooProcessGroup::who() const { return dp::detail::str("process group '", options_.name, "' (rank ", rank(), " of ", size(), ")"); }
 
 uint64_t GlooProcessGroup::sequence() const {
   std::lock_guard<std::mutex> lock(mu_);
   return next_sequence_;
 }
 
-WorkPtr GlooProcessGroup::enqueue(const char* name, std::vector<Tensor> outputs, std::string description,
-                                  std::function<void(const GlooCall&)> run) {
+WorkPtr GlooProcessGroup::enqueue(const char* name, std::vector<Tensor> outputs, std::string description, std::function<void(const GlooCall&)> run) {
   std::unique_lock<std::mutex> lock(mu_);
   const uint64_t sequence = next_sequence_++;
   auto work = std::make_shared<Work>(name, sequence);
@@ -200,9 +196,10 @@ std::exception_ptr GlooProcessGroup::spread_failure(std::exception_ptr error) {
     const std::optional<FailureNotice> first = read_failure_notice(connection_.group_store, kNoticeBudget);
     if (first && first->writer == e.peer_rank() && first->culprit >= 0 && first->culprit != rank()) {
       culprit = first->culprit;
-      error = std::make_exception_ptr(PeerLostError(
-          dp::detail::str(e.what(), "; rank ", first->writer, " closed its connections after it had lost rank ", first->culprit, " (", first->text, ")"),
-          first->culprit, e.operation(), e.sequence()));
+      error =
+          std::make_exception_ptr(PeerLostError(dp::detail::str(e.what(), "; rank ", first->writer, " closed its connections after it had lost rank ",
+                                                                first->culprit, " (", first->text, ")"),
+                                                first->culprit, e.operation(), e.sequence()));
     }
   } catch (const CollectiveTimeout& e) {
     if (!e.ranks_behind().empty()) culprit = e.ranks_behind().front();
@@ -321,11 +318,11 @@ void GlooProcessGroup::broadcast_tensors(const GlooCall& call, const std::vector
 WorkPtr GlooProcessGroup::allgather(std::vector<Tensor> outputs, const Tensor& input) {
   DP_CHECK(input.defined(), ValueError, "allgather: the input is an undefined tensor");
   check_defined("allgather", outputs, "output");
-  DP_CHECK(static_cast<int>(outputs.size()) == size(), ValueError, "allgather: ", outputs.size(), " output tensors given, ", who(), " needs ",
-           size(), " (one per rank)");
+  DP_CHECK(static_cast<int>(outputs.size()) == size(), ValueError, "allgather: ", outputs.size(), " output tensors given, ", who(), " needs ", size(),
+           " (one per rank)");
   for (size_t r = 0; r < outputs.size(); ++r) {
-    DP_CHECK(outputs[r].sizes() == input.sizes(), ShapeError, "allgather: output ", r, " has shape ", outputs[r].size_str(),
-             ", the input has shape ", input.size_str(), " (every output must be shaped like the input)");
+    DP_CHECK(outputs[r].sizes() == input.sizes(), ShapeError, "allgather: output ", r, " has shape ", outputs[r].size_str(), ", the input has shape ",
+             input.size_str(), " (every output must be shaped like the input)");
     DP_CHECK(outputs[r].dtype() == input.dtype(), DTypeError, "allgather: output ", r, " is ", dtype_name(outputs[r].dtype()), ", the input is ",
              dtype_name(input.dtype()));
   }
@@ -362,8 +359,8 @@ WorkPtr GlooProcessGroup::reduce_scatter(const Tensor& output, std::vector<Tenso
   for (size_t r = 0; r < inputs.size(); ++r) {
     DP_CHECK(inputs[r].sizes() == output.sizes(), ShapeError, "reduce_scatter: input ", r, " has shape ", inputs[r].size_str(),
              ", the output has shape ", output.size_str(), " (every input must be shaped like the output)");
-    DP_CHECK(inputs[r].dtype() == output.dtype(), DTypeError, "reduce_scatter: input ", r, " is ", dtype_name(inputs[r].dtype()),
-             ", the output is ", dtype_name(output.dtype()));
+    DP_CHECK(inputs[r].dtype() == output.dtype(), DTypeError, "reduce_scatter: input ", r, " is ", dtype_name(inputs[r].dtype()), ", the output is ",
+             dtype_name(output.dtype()));
   }
   check_avg_dtype("reduce_scatter", op, output, 0);
   HostStaging in = HostStaging::stage(inputs, /*read=*/true, /*write=*/false);
@@ -407,8 +404,8 @@ ProcessGroupPtr make_gloo_process_group(std::shared_ptr<Store> store, int rank, 
   DP_CHECK(size >= 1, ValueError, "make_gloo_process_group: size ", size, " is not a group size (at least 1)");
   DP_CHECK(rank >= 0 && rank < size, ValueError, "make_gloo_process_group: rank ", rank, " is not in [0, ", size, ") for size ", size);
   DP_CHECK(options.timeout.count() > 0, ValueError, "make_gloo_process_group: timeout ", options.timeout.count(), " ms is not positive");
-  DP_CHECK(!options.name.empty() && options.name.find('/') == std::string::npos, ValueError, "make_gloo_process_group: group name '",
-           options.name, "' must be non-empty and without '/' (it is a store key prefix)");
+  DP_CHECK(!options.name.empty() && options.name.find('/') == std::string::npos, ValueError, "make_gloo_process_group: group name '", options.name,
+           "' must be non-empty and without '/' (it is a store key prefix)");
   const bool debug = detail::distributed_debug_enabled();  // read now: a malformed value fails before connecting
   // Gloo's I/O thread (made while connecting) and the group's threads inherit a blocked SIGPIPE.
   detail::SigpipeBlock no_sigpipe;

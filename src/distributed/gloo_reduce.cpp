@@ -8,16 +8,28 @@ namespace dp::distributed::detail {
 namespace {
 
 struct SumOp {
-  template <typename T> static T f(T a, T b) { return a + b; }
+  template <typename T>
+  static T f(T a, T b) {
+    return a + b;
+  }
 };
 struct ProductOp {
-  template <typename T> static T f(T a, T b) { return a * b; }
+  template <typename T>
+  static T f(T a, T b) {
+    return a * b;
+  }
 };
 struct MinOp {
-  template <typename T> static T f(T a, T b) { return b < a ? b : a; }
+  template <typename T>
+  static T f(T a, T b) {
+    return b < a ? b : a;
+  }
 };
 struct MaxOp {
-  template <typename T> static T f(T a, T b) { return a < b ? b : a; }
+  template <typename T>
+  static T f(T a, T b) {
+    return a < b ? b : a;
+  }
 };
 // Bool elements are bytes holding 0 or 1.
 struct OrOp {
@@ -65,10 +77,14 @@ template <typename H>
 ReduceFn half_numeric(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return &reduce_half<H, SumOp>;
-    case ReduceOp::Product: return &reduce_half<H, ProductOp>;
-    case ReduceOp::Min: return &reduce_half<H, MinOp>;
-    case ReduceOp::Max: return &reduce_half<H, MaxOp>;
+    case ReduceOp::Avg:
+      return &reduce_half<H, SumOp>;
+    case ReduceOp::Product:
+      return &reduce_half<H, ProductOp>;
+    case ReduceOp::Min:
+      return &reduce_half<H, MinOp>;
+    case ReduceOp::Max:
+      return &reduce_half<H, MaxOp>;
   }
   throw ValueError(dp::detail::str("reduce_function: unknown ReduceOp ", static_cast<int>(op)));
 }
@@ -81,10 +97,14 @@ template <typename T>
 ReduceFn numeric(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return &reduce<T, SumOp>;
-    case ReduceOp::Product: return &reduce<T, ProductOp>;
-    case ReduceOp::Min: return &reduce<T, MinOp>;
-    case ReduceOp::Max: return &reduce<T, MaxOp>;
+    case ReduceOp::Avg:
+      return &reduce<T, SumOp>;
+    case ReduceOp::Product:
+      return &reduce<T, ProductOp>;
+    case ReduceOp::Min:
+      return &reduce<T, MinOp>;
+    case ReduceOp::Max:
+      return &reduce<T, MaxOp>;
   }
   throw ValueError(dp::detail::str("reduce_function: unknown ReduceOp ", static_cast<int>(op)));
 }
@@ -101,14 +121,22 @@ ReduceFn reduce_function(DType wire, ReduceOp op) {
     case kBool:
       if (op == ReduceOp::Avg) break;
       return op == ReduceOp::Sum || op == ReduceOp::Max ? &reduce<uint8_t, OrOp> : &reduce<uint8_t, AndOp>;
-    case kUInt8: return numeric<uint8_t>(op);
-    case kInt32: return numeric<int32_t>(op);
-    case kInt64: return numeric<int64_t>(op);
-    case kFloat32: return numeric<float>(op);
-    case kFloat64: return numeric<double>(op);
-    case kFloat16: return half_numeric<Half>(op);
-    case kBFloat16: return half_numeric<BFloat16>(op);
-    default: break;
+    case kUInt8:
+      return numeric<uint8_t>(op);
+    case kInt32:
+      return numeric<int32_t>(op);
+    case kInt64:
+      return numeric<int64_t>(op);
+    case kFloat32:
+      return numeric<float>(op);
+    case kFloat64:
+      return numeric<double>(op);
+    case kFloat16:
+      return half_numeric<Half>(op);
+    case kBFloat16:
+      return half_numeric<BFloat16>(op);
+    default:
+      break;
   }
   throw DTypeError(dp::detail::str("reduce_function: no ", reduce_op_name(op), " reduction for dtype ", dtype_name(wire)));
 }

@@ -14,9 +14,7 @@ using ReduceFn = void (*)(void* out, const void* a, const void* b, size_t n);
 // The dtype a tensor travels and is reduced in: float32 for Float16/BFloat16 (accumulating in float,
 // one rounding at the end), the tensor's own dtype otherwise. `compressed` (allreduce_compressed):
 // Float16/BFloat16 travel as they are.
-inline DType wire_dtype(DType dtype, bool compressed = false) {
-  return !compressed && (dtype == kFloat16 || dtype == kBFloat16) ? kFloat32 : dtype;
-}
+inline DType wire_dtype(DType dtype, bool compressed = false) { return !compressed && (dtype == kFloat16 || dtype == kBFloat16) ? kFloat32 : dtype; }
 
 // The function for `op` on elements of `wire`. Avg reduces as Sum (the caller scales afterwards).
 // Bool: Sum and Max are "or", Min and Product are "and". Float16/BFloat16 (only on the compressed

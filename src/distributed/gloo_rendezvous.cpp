@@ -66,8 +66,8 @@ void wait_for_everyone(Store& group, const std::string& what, int rank, int size
   } catch (const StoreTimeout& e) {
     std::vector<int> missing = ranks_of_keys(e.keys());
     if (missing.empty()) throw RendezvousError(who + ": rendezvous timed out: " + e.what(), {});
-    throw RendezvousError(dp::detail::str(who, ": ", ranks_text(missing), " did not arrive within ", timeout.count(),
-                                          " ms (rendezvous step '", what, "', missing store key(s) under the group's prefix)"),
+    throw RendezvousError(dp::detail::str(who, ": ", ranks_text(missing), " did not arrive within ", timeout.count(), " ms (rendezvous step '", what,
+                                          "', missing store key(s) under the group's prefix)"),
                           missing);
   } catch (const RendezvousError&) {
     throw;

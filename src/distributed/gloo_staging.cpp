@@ -53,20 +53,28 @@ void scatter_as(const void* src, const Tensor& t) {
 // Bytes of one element, moved as an integer of that width (dtype-blind).
 void gather_bytes(const Tensor& t, void* dst) {
   switch (t.element_size()) {
-    case 1: return gather_as<uint8_t>(t, dst);
-    case 2: return gather_as<uint16_t>(t, dst);
-    case 4: return gather_as<uint32_t>(t, dst);
-    case 8: return gather_as<uint64_t>(t, dst);
+    case 1:
+      return gather_as<uint8_t>(t, dst);
+    case 2:
+      return gather_as<uint16_t>(t, dst);
+    case 4:
+      return gather_as<uint32_t>(t, dst);
+    case 8:
+      return gather_as<uint64_t>(t, dst);
   }
   throw DTypeError(dp::detail::str("pack: unsupported element size ", t.element_size(), " of dtype ", dtype_name(t.dtype())));
 }
 
 void scatter_bytes(const void* src, const Tensor& t) {
   switch (t.element_size()) {
-    case 1: return scatter_as<uint8_t>(src, t);
-    case 2: return scatter_as<uint16_t>(src, t);
-    case 4: return scatter_as<uint32_t>(src, t);
-    case 8: return scatter_as<uint64_t>(src, t);
+    case 1:
+      return scatter_as<uint8_t>(src, t);
+    case 2:
+      return scatter_as<uint16_t>(src, t);
+    case 4:
+      return scatter_as<uint32_t>(src, t);
+    case 8:
+      return scatter_as<uint64_t>(src, t);
   }
   throw DTypeError(dp::detail::str("unpack: unsupported element size ", t.element_size(), " of dtype ", dtype_name(t.dtype())));
 }

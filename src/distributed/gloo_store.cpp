@@ -7,9 +7,7 @@ namespace dp::distributed::detail {
 GlooStore::GlooStore(std::shared_ptr<dp::distributed::Store> store, std::string key_prefix, std::chrono::milliseconds timeout)
     : store_(std::move(store)), prefix_(std::move(key_prefix)), timeout_(timeout) {}
 
-void GlooStore::set(const std::string& key, const std::vector<char>& data) {
-  store_->set(full_key(key), Bytes(data.begin(), data.end()));
-}
+void GlooStore::set(const std::string& key, const std::vector<char>& data) { store_->set(full_key(key), Bytes(data.begin(), data.end())); }
 
 // gloo's get() has no timeout of its own: wait with ours first, so a missing key is a StoreTimeout
 // after `timeout` whatever the underlying store's own timeout is.

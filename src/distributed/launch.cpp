@@ -102,8 +102,7 @@ void record_error(const std::string& type, const std::string& message) noexcept 
   try {
     const char* path = first_set("DP_ERROR_FILE", "TORCHELASTIC_ERROR_FILE");
     if (path == nullptr) return;
-    const int64_t unix_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const int64_t unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     nlohmann::json j;
     j["type"] = type;
     // Invalid UTF-8 in a message (bytes of a file name) is replaced, not a reason to lose the error.
@@ -148,8 +147,7 @@ std::optional<RecordedError> read_error_file(const std::string& path) {
   } else if (message.is_object() && message.contains("message") && message["message"].is_string()) {
     // torch.distributed.elastic's ErrorHandler: the message holds "<Type>: <text>" and a traceback.
     e.message = message["message"].get<std::string>();
-    if (const size_t colon = e.message.find(": "); colon != std::string::npos && colon < 80 &&
-                                                   e.message.find_first_of(" \n") > colon) {
+    if (const size_t colon = e.message.find(": "); colon != std::string::npos && colon < 80 && e.message.find_first_of(" \n") > colon) {
       e.type = e.message.substr(0, colon);
       e.message = e.message.substr(colon + 2);
     }

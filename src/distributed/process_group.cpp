@@ -9,11 +9,16 @@ namespace dp::distributed {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Product: return "product";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Product:
+      return "product";
   }
   return "unknown";
 }
@@ -28,8 +33,8 @@ std::chrono::milliseconds ProcessGroupOptions::default_timeout() {
   char* end = nullptr;
   const double seconds = std::strtod(text.c_str(), &end);
   // A timeout of a millisecond or less cannot connect anything: it is a typo, not a setting.
-  DP_CHECK(end == text.c_str() + text.size() && std::isfinite(seconds) && seconds >= 0.001 && seconds <= 1e7, ValueError,
-           "DP_DIST_TIMEOUT='", text, "' is not a timeout in seconds (expected a number such as 60 or 2.5, at least 0.001)");
+  DP_CHECK(end == text.c_str() + text.size() && std::isfinite(seconds) && seconds >= 0.001 && seconds <= 1e7, ValueError, "DP_DIST_TIMEOUT='", text,
+           "' is not a timeout in seconds (expected a number such as 60 or 2.5, at least 0.001)");
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000.0)));
 }
 

@@ -15,9 +15,7 @@ namespace {
 // A rank that times out waits longer than this (kProgressSettle) before reading everyone's.
 constexpr std::chrono::milliseconds kMinInterval{50};
 
-int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+int64_t unix_ms_now() { return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // "<sequence> <operation> <started|finished> <unix_ms> <step> <phase>" ("-" for no operation or phase)
 std::string encode(uint64_t sequence, const char* operation, bool finished, int64_t unix_ms, int64_t step, const char* phase) {
@@ -199,9 +197,8 @@ ProgressReport read_progress(const std::shared_ptr<Store>& store, int size, std:
 }
 
 std::string describe_progress(const RankProgress& p) {
-  const std::string where = p.step >= 0 || !p.phase.empty()
-                                ? dp::detail::str(" is at step ", p.step, p.phase.empty() ? "" : " (" + p.phase + ")", ",")
-                                : std::string();
+  const std::string where =
+      p.step >= 0 || !p.phase.empty() ? dp::detail::str(" is at step ", p.step, p.phase.empty() ? "" : " (" + p.phase + ")", ",") : std::string();
   if (!p.known) return dp::detail::str("rank ", p.rank, where.empty() ? " has" : where + " and has", " not started any collective");
   if (p.operation == "-") return dp::detail::str("rank ", p.rank, where, " before its first collective");
   const double ago = static_cast<double>(unix_ms_now() - p.unix_ms) / 1000.0;

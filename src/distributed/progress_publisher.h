@@ -59,8 +59,8 @@ struct RankProgress {
 };
 
 struct ProgressReport {
-  bool complete = false;  // every rank's key was read (absent keys count as read)
-  std::string error;      // why not, when !complete
+  bool complete = false;            // every rank's key was read (absent keys count as read)
+  std::string error;                // why not, when !complete
   std::vector<RankProgress> ranks;  // one per rank, in rank order, when complete
 };
 

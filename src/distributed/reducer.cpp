@@ -49,12 +49,12 @@ struct Reducer::State {
   ProcessGroupPtr group;
   std::vector<Tensor> params;
   std::vector<std::string> names;
-  std::vector<BucketPlan> plans;   // per bucket: parameter indices and offsets
-  std::vector<size_t> bucket_of;   // per parameter
-  std::vector<Tensor> buffers;     // per bucket: flat buffer (the last one carries the used marks)
-  std::vector<Tensor> grads;       // per bucket: the gradient part of the buffer
-  std::vector<Tensor> views;       // per parameter: its .grad-shaped view of its bucket's buffer
-  Tensor used_tail;                // the last bucket's tail, one element per parameter
+  std::vector<BucketPlan> plans;  // per bucket: parameter indices and offsets
+  std::vector<size_t> bucket_of;  // per parameter
+  std::vector<Tensor> buffers;    // per bucket: flat buffer (the last one carries the used marks)
+  std::vector<Tensor> grads;      // per bucket: the gradient part of the buffer
+  std::vector<Tensor> views;      // per parameter: its .grad-shaped view of its bucket's buffer
+  Tensor used_tail;               // the last bucket's tail, one element per parameter
 
   std::mutex mu;
   CommHook hook;
@@ -66,8 +66,8 @@ struct Reducer::State {
   GradReduction next_reduction = GradReduction::Mean;
 
   // ---- the pass in progress ----
-  bool armed = false;       // a backward pass has started; its end-of-pass callback is queued
-  bool sync = false;        // this pass reduces
+  bool armed = false;  // a backward pass has started; its end-of-pass callback is queued
+  bool sync = false;   // this pass reduces
   GradReduction reduction = GradReduction::Mean;
   std::vector<uint8_t> ready;   // reached (or marked) in this pass
   std::vector<uint8_t> used;    // got a gradient in any pass since the last synchronised one
@@ -77,9 +77,9 @@ struct Reducer::State {
   std::vector<int> pending;     // per bucket: parameters not ready yet
   size_t next_launch = 0;
   std::vector<WorkPtr> works;
-  WorkPtr used_work;            // with a comm hook: the used marks' own allreduce
+  WorkPtr used_work;  // with a comm hook: the used marks' own allreduce
   Tensor used_u8;
-  std::string error;            // a misuse found during the pass, reported at its end
+  std::string error;  // a misuse found during the pass, reported at its end
   Clock::time_point first_ready, first_launch;
   // Timeline (timeline.h): whether it records, read once at construction so that with it off the
   // hot path pays one branch on this flag, and when the pass reached this model.
@@ -132,7 +132,8 @@ struct Reducer::State {
   void mark_ready_locked(size_t i) {
     if (ready[i]) {
       if (error.empty())
-        error = detail::str("parameter '", names[i], "' got its gradient twice in one backward pass (DistributedDataParallel reduces each "
+        error = detail::str("parameter '", names[i],
+                            "' got its gradient twice in one backward pass (DistributedDataParallel reduces each "
                             "parameter once per pass: a reentrant backward or a parameter used outside forward causes this)");
       return;
     }
@@ -344,8 +345,10 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, Pro
       const bool scaled = st->adopt_grad(i, factor);
       std::lock_guard<std::mutex> lock(st->mu);
       st->scaled[i] = scaled;
-      if (st->sync) st->mark_ready_locked(i);
-      else st->used[i] = 1;
+      if (st->sync)
+        st->mark_ready_locked(i);
+      else
+        st->used[i] = 1;
     }));
   }
 }

@@ -11,8 +11,8 @@ std::vector<BucketPlan> plan_buckets(const std::vector<Tensor>& params, double f
   const auto limit_bytes = [](double mb) { return static_cast<int64_t>(mb * 1024 * 1024); };
   struct Open {
     BucketPlan plan;
-    size_t order;      // reverse-order position of its first parameter
-    int closed = 0;    // buckets of this kind closed so far (the first uses first_mb)
+    size_t order;    // reverse-order position of its first parameter
+    int closed = 0;  // buckets of this kind closed so far (the first uses first_mb)
   };
   std::map<std::pair<int, std::string>, Open> open;  // by (dtype, device)
   std::vector<std::pair<size_t, BucketPlan>> closed;

@@ -18,7 +18,7 @@ class SigpipeBlock {
 
  private:
   sigset_t old_;
-  bool blocked_here_ = false;   // it was not blocked before
+  bool blocked_here_ = false;    // it was not blocked before
   bool pending_before_ = false;  // a SIGPIPE was already pending: not ours to discard
 };
 

@@ -9,8 +9,8 @@ int64_t parse_counter(const std::string& key, const Bytes& value) {
   const char* b = reinterpret_cast<const char*>(value.data());
   const char* e = b + value.size();
   auto [p, ec] = std::from_chars(b, e, v);
-  DP_CHECK(ec == std::errc() && p == e && !value.empty(), ValueError, "Store::add: the value of key '", key,
-           "' is not a decimal integer (", value.size(), " bytes); add() only works on keys it wrote");
+  DP_CHECK(ec == std::errc() && p == e && !value.empty(), ValueError, "Store::add: the value of key '", key, "' is not a decimal integer (",
+           value.size(), " bytes); add() only works on keys it wrote");
   return v;
 }
 

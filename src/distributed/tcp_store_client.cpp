@@ -86,8 +86,7 @@ Handshake handshake(int fd, Clock::time_point deadline, std::string* why) {
   }
   const uint32_t n = header_length(header);
   uint8_t body[5];
-  if (header_type(header) != kOk || n != sizeof body ||
-      net::recv_all(fd, body, sizeof body, deadline, &err) != net::IoResult::kDone) {
+  if (header_type(header) != kOk || n != sizeof body || net::recv_all(fd, body, sizeof body, deadline, &err) != net::IoResult::kDone) {
     *why = "it answered the handshake with something else (it is not a TCPStore server)";
     return Handshake::kNotAStore;
   }
@@ -95,8 +94,8 @@ Handshake handshake(int fd, Clock::time_point deadline, std::string* why) {
   const uint32_t magic = r.u32();
   const uint8_t version = r.u8();
   if (magic != kMagic || version != kVersion) {
-    *why = detail::str("it is not a TCPStore server of this version (magic ", magic, ", version ", int(version),
-                       "; expected ", kMagic, ", ", int(kVersion), ")");
+    *why = detail::str("it is not a TCPStore server of this version (magic ", magic, ", version ", int(version), "; expected ", kMagic, ", ",
+                       int(kVersion), ")");
     return Handshake::kNotAStore;
   }
   return Handshake::kOk;
@@ -145,8 +144,7 @@ struct TCPStore::State {
       const auto now = Clock::now();
       if (now >= deadline)
         throw StoreError(detail::str("TCPStore: could not connect to the server at ", where, " within ", timeout.count(),
-                                     " ms (last error: ", last_error,
-                                     "); is the store server (rank 0 or the launcher) running and reachable?"));
+                                     " ms (last error: ", last_error, "); is the store server (rank 0 or the launcher) running and reachable?"));
       std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
       backoff = std::min(backoff * 2, kMaxRetry);
     }
@@ -160,11 +158,10 @@ struct TCPStore::State {
 
   // Sends one request frame and returns the answer's status and body. The caller holds mu.
   // `op` and `keys` name the request in errors; `deadline` bounds the whole exchange.
-  uint8_t exchange(const Bytes& frame, const char* op, const std::vector<std::string>& keys, Clock::time_point deadline,
-                   milliseconds timeout, Bytes* body) {
+  uint8_t exchange(const Bytes& frame, const char* op, const std::vector<std::string>& keys, Clock::time_point deadline, milliseconds timeout,
+                   Bytes* body) {
     if (!lost.empty())
-      throw StoreError(detail::str("TCPStore: cannot run ", op, ": the connection to the server at ", where,
-                                   " was lost earlier (", lost, ")"));
+      throw StoreError(detail::str("TCPStore: cannot run ", op, ": the connection to the server at ", where, " was lost earlier (", lost, ")"));
     if (!fd.valid()) connect(deadline, timeout);
     const std::string what = keys.empty() ? std::string(op) : std::string(op) + " of key(s) " + quoted_keys(keys);
     int err = 0;
@@ -181,8 +178,8 @@ struct TCPStore::State {
     if (io == net::IoResult::kTimedOut) {
       // The answer may still come and would be taken for the next one's: start a new connection.
       fd.reset();
-      throw StoreTimeout(detail::str("TCPStore ", where, ": no answer from the server to ", what, " within ",
-                                     timeout.count(), " ms (the server is overloaded or stopped)"),
+      throw StoreTimeout(detail::str("TCPStore ", where, ": no answer from the server to ", what, " within ", timeout.count(),
+                                     " ms (the server is overloaded or stopped)"),
                          keys);
     }
     if (io == net::IoResult::kClosed)
@@ -192,16 +189,14 @@ struct TCPStore::State {
     return header_type(header);
   }
 
-  [[noreturn]] void malformed(const char* op) {
-    lose(detail::str("TCPStore: the server at ", where, " sent a malformed answer to ", op));
-  }
+  [[noreturn]] void malformed(const char* op) { lose(detail::str("TCPStore: the server at ", where, " sent a malformed answer to ", op)); }
 };
 
 namespace {
 
 void check_key(const std::string& key, const char* op) {
-  DP_CHECK(key.size() <= kMaxKeyBytes, ValueError, "TCPStore::", op, ": a key of ", key.size(), " bytes is longer than the ",
-           kMaxKeyBytes >> 10, " KiB limit");
+  DP_CHECK(key.size() <= kMaxKeyBytes, ValueError, "TCPStore::", op, ": a key of ", key.size(), " bytes is longer than the ", kMaxKeyBytes >> 10,
+           " KiB limit");
 }
 void check_value(const Bytes& value, const std::string& key, const char* op) {
   DP_CHECK(value.size() <= kMaxValueBytes, ValueError, "TCPStore::", op, ": the value of key '", key, "' (", value.size(),
@@ -278,11 +273,7 @@ Bytes TCPStore::compare_set(const std::string& key, const Bytes& expected, const
   check_key(key, "compare_set");
   check_value(expected, key, "compare_set");
   check_value(desired, key, "compare_set");
-  Bytes frame = FrameWriter(kCompareSet, key.size() + expected.size() + desired.size() + 12)
-                     .bytes(key)
-                     .bytes(expected)
-                     .bytes(desired)
-                     .finish();
+  Bytes frame = FrameWriter(kCompareSet, key.size() + expected.size() + desired.size() + 12).bytes(key).bytes(expected).bytes(desired).finish();
   Bytes body;
   std::lock_guard<std::mutex> lock(state_->mu);
   const uint8_t status = state_->exchange(frame, "compare_set", {key}, net::deadline_after(timeout()), timeout(), &body);

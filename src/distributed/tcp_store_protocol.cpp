@@ -5,16 +5,26 @@ namespace dp::distributed::tcp_store {
 
 const char* command_name(uint8_t command) {
   switch (command) {
-    case kHello: return "hello";
-    case kSet: return "set";
-    case kGet: return "get";
-    case kAdd: return "add";
-    case kCompareSet: return "compare_set";
-    case kCheck: return "check";
-    case kWait: return "wait";
-    case kDelete: return "delete_key";
-    case kNumKeys: return "num_keys";
-    default: return "unknown command";
+    case kHello:
+      return "hello";
+    case kSet:
+      return "set";
+    case kGet:
+      return "get";
+    case kAdd:
+      return "add";
+    case kCompareSet:
+      return "compare_set";
+    case kCheck:
+      return "check";
+    case kWait:
+      return "wait";
+    case kDelete:
+      return "delete_key";
+    case kNumKeys:
+      return "num_keys";
+    default:
+      return "unknown command";
   }
 }
 

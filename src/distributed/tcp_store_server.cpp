@@ -164,8 +164,7 @@ std::vector<net::Fd> listen_on(const std::string& host, uint16_t port, uint16_t*
     int err = 0;
     addresses = net::resolve(host, port, true, &err);
     if (err != 0)
-      throw StoreError(detail::str("TCPStoreServer: cannot listen on ", where, ": the host name does not resolve (",
-                                   ::gai_strerror(err), ")"));
+      throw StoreError(detail::str("TCPStoreServer: cannot listen on ", where, ": the host name does not resolve (", ::gai_strerror(err), ")"));
   }
   // With port 0 a later address may find the first one's port taken: choose again (a few times).
   for (int attempt = 0;; ++attempt) {
@@ -182,9 +181,8 @@ std::vector<net::Fd> listen_on(const std::string& host, uint16_t port, uint16_t*
         fds.push_back(std::move(fd));
         continue;
       }
-      const std::string what =
-          detail::str("TCPStoreServer: cannot listen on ", net::endpoint(host.empty() ? "*" : host, chosen), " (",
-                      net::numeric_host(a), "): ", bind_error_text(a, err));
+      const std::string what = detail::str("TCPStoreServer: cannot listen on ", net::endpoint(host.empty() ? "*" : host, chosen), " (",
+                                           net::numeric_host(a), "): ", bind_error_text(a, err));
       // A taken port fails the server, unless we chose it ourselves and can choose again. Another
       // failure (an address of the name this machine cannot use: IPv6 switched off) skips the address.
       if (err == EADDRINUSE && port == 0 && !fds.empty() && attempt < 8) {
@@ -520,9 +518,8 @@ class ServerLoop {
     }
     int64_t sum;
     if (__builtin_add_overflow(now, delta, &sum)) {
-      answer(c, FrameWriter(kBadValue)
-                    .bytes(detail::str("Store::add: key '", key, "' holds ", now, "; adding ", delta, " overflows int64"))
-                    .finish());
+      answer(c,
+             FrameWriter(kBadValue).bytes(detail::str("Store::add: key '", key, "' holds ", now, "; adding ", delta, " overflows int64")).finish());
       return;
     }
     data_[key] = counter_bytes(sum);

@@ -75,9 +75,7 @@ std::string event(const std::string& name, const char* category, const char* pha
 
 bool enabled() { return sink().on; }
 
-int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+int64_t now_us() { return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 void span(const std::string& name, const char* category, int64_t start_us, int64_t end_us, int tid, const std::string& args) {
   if (!enabled()) return;

@@ -24,9 +24,12 @@ std::string type_name_of(const Module& m) {
   size_t depth = 0, cut = 0;
   for (size_t i = 0; i < full.size(); ++i) {
     char c = full[i];
-    if (c == '<' || c == '(') ++depth;
-    else if ((c == '>' || c == ')') && depth > 0) --depth;
-    else if (depth == 0 && c == ':' && i + 1 < full.size() && full[i + 1] == ':') cut = i + 2;
+    if (c == '<' || c == '(')
+      ++depth;
+    else if ((c == '>' || c == ')') && depth > 0)
+      --depth;
+    else if (depth == 0 && c == ':' && i + 1 < full.size() && full[i + 1] == ':')
+      cut = i + 2;
   }
   std::string name = full.substr(cut);
   if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
@@ -67,9 +70,9 @@ Module::Module(const Module& other)
       children_.insert(item.key(), found->second);
       continue;
     }
-    DP_CHECK(child->copier_ != nullptr, NotImplementedError, "cannot copy module '", item.key(), "' of type ", child->name(),
-             " (child of ", name(), "): it was never seen with its own type; register it as std::shared_ptr<",
-             child->name(), "> or ModuleHolder<", child->name(), ">, not through a base-class pointer");
+    DP_CHECK(child->copier_ != nullptr, NotImplementedError, "cannot copy module '", item.key(), "' of type ", child->name(), " (child of ", name(),
+             "): it was never seen with its own type; register it as std::shared_ptr<", child->name(), "> or ModuleHolder<", child->name(),
+             ">, not through a base-class pointer");
     ModulePtr copy = child->copier_(*child);
     map->modules.emplace(child.get(), copy);
     children_.insert(item.key(), std::move(copy));
@@ -124,8 +127,8 @@ bool Module::is_persistent_buffer(const std::string& name) const {
 
 // ---------------------------------------------------------------- queries
 
-void Module::collect_named_modules(const std::string& prefix, OrderedDict<std::string, ModulePtr>& out,
-                                   std::vector<const Module*>& seen, bool include_self) const {
+void Module::collect_named_modules(const std::string& prefix, OrderedDict<std::string, ModulePtr>& out, std::vector<const Module*>& seen,
+                                   bool include_self) const {
   if (std::find(seen.begin(), seen.end(), this) != seen.end()) return;
   seen.push_back(this);
   if (include_self) {
@@ -326,8 +329,7 @@ LoadResult Module::load_state_dict(const TensorDict& state, bool strict) {
   // a transparent wrapper ("block2.module.0.weight") to ours ("block2.0.weight").
   TensorDict targets;
   std::unordered_map<std::string, std::string> spelled;
-  std::function<void(const std::string&, const std::string&, Module&)> walk = [&](const std::string& prefix, const std::string& full,
-                                                                                    Module& m) {
+  std::function<void(const std::string&, const std::string&, Module&)> walk = [&](const std::string& prefix, const std::string& full, Module& m) {
     auto add = [&](const std::string& key, const Tensor& t) {
       targets.insert_or_assign(join(prefix, key), t);
       if (full != prefix) spelled.emplace(join(full, key), join(prefix, key));
@@ -360,8 +362,8 @@ LoadResult Module::load_state_dict(const TensorDict& state, bool strict) {
       result.missing_keys.push_back(t.key());
     } else if (!src->defined() || src->sizes() != t.value().sizes()) {
       mismatches.push_back("size mismatch for " + t.key() + ": copying a param with shape " +
-                           (src->defined() ? src->size_str() : std::string("(undefined)")) +
-                           " from checkpoint, the shape in current model is " + t.value().size_str() + ".");
+                           (src->defined() ? src->size_str() : std::string("(undefined)")) + " from checkpoint, the shape in current model is " +
+                           t.value().size_str() + ".");
     }
   }
   for (const auto& s : state_in)

@@ -14,9 +14,8 @@ bool Module::is_clonable() const {
 }
 
 ModulePtr Module::clone_with(const TensorCloneFn& make_tensor) const {
-  DP_CHECK(copier_ != nullptr, NotImplementedError, "cannot copy module ", name(),
-           ": its exact type is unknown; create it through std::make_shared<", name(), "> and pass it as std::shared_ptr<",
-           name(), "> (nn::clone, DataParallel) or hold it in a ModuleHolder");
+  DP_CHECK(copier_ != nullptr, NotImplementedError, "cannot copy module ", name(), ": its exact type is unknown; create it through std::make_shared<",
+           name(), "> and pass it as std::shared_ptr<", name(), "> (nn::clone, DataParallel) or hold it in a ModuleHolder");
   dp::detail::CloneMap map;
   {
     // Phase 1, no remapping: the copy's tensors, one per distinct original (tied weights stay tied).

@@ -13,10 +13,14 @@ namespace detail {
 
 const char* hook_kind_name(HookKind kind) {
   switch (kind) {
-    case HookKind::ForwardPre: return "forward pre-hook";
-    case HookKind::Forward: return "forward hook";
-    case HookKind::FullBackward: return "full backward hook";
-    case HookKind::FullBackwardPre: return "full backward pre-hook";
+    case HookKind::ForwardPre:
+      return "forward pre-hook";
+    case HookKind::Forward:
+      return "forward hook";
+    case HookKind::FullBackward:
+      return "full backward hook";
+    case HookKind::FullBackwardPre:
+      return "full backward pre-hook";
   }
   return "hook";
 }
@@ -84,8 +88,8 @@ void check_replacement(HookKind kind, const HookEntry& e, const Module& m, const
   DP_CHECK(got.size() == expected, ValueError, hook_kind_name(kind), " ", e.label, " of ", m.name(), " returned ", got.size(), " ", what,
            " but the call has ", expected, " (a hook replaces the tensors it was given one for one; return std::nullopt to keep them)");
   for (size_t i = 0; i < got.size(); ++i)
-    DP_CHECK(got[i].defined(), ValueError, hook_kind_name(kind), " ", e.label, " of ", m.name(), " returned an undefined tensor at position ",
-             i, " of its ", what, " (return std::nullopt to keep them)");
+    DP_CHECK(got[i].defined(), ValueError, hook_kind_name(kind), " ", e.label, " of ", m.name(), " returned an undefined tensor at position ", i,
+             " of its ", what, " (return std::nullopt to keep them)");
 }
 
 // An alias of t (same storage, sizes, strides): the identity output of a hook node.
@@ -122,7 +126,8 @@ TensorList run_forward_hooks(Module& m, const HookList& hooks, const TensorList&
 }
 
 [[noreturn]] void throw_unhookable_call(const Module& m) {
-  throw NotImplementedError(::dp::detail::str("calling ", m.name(), " with hooks registered: its forward can't be called with copies of these "
+  throw NotImplementedError(::dp::detail::str("calling ", m.name(),
+                                              " with hooks registered: its forward can't be called with copies of these "
                                               "arguments (non-copyable, or taken as rvalue references), which hooks need to replace their tensors; "
                                               "take the arguments by value or const reference"));
 }
@@ -166,8 +171,9 @@ class BackwardHookState : public std::enable_shared_from_this<BackwardHookState>
     }
     if (sources.empty()) return;  // no gradient will reach this module: its backward hooks never fire
     auto self = shared_from_this();
-    std::shared_ptr<autograd::Node> node = autograd::record("BackwardHookFunctionBackward", sources, aliases,
-                                                            [self](autograd::variable_list&& grads) { return self->output_backward(std::move(grads)); });
+    std::shared_ptr<autograd::Node> node =
+        autograd::record("BackwardHookFunctionBackward", sources, aliases,
+                         [self](autograd::variable_list&& grads) { return self->output_backward(std::move(grads)); });
     node->materialize_grads = false;  // an output that got no gradient shows as undefined in grad_output
     for (size_t k = 0; k < output_pos_.size(); ++k) outputs[output_pos_[k]] = aliases[k];
   }

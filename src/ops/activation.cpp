@@ -23,9 +23,7 @@ namespace {
 
 // The fused first-order backward applies when nothing needs differentiating again and the
 // gradient has the dtype the kernel expects.
-bool use_fused(const Tensor& g, const Tensor& xy) {
-  return !GradMode::is_enabled() && g.dtype() == xy.dtype() && is_floating_point(g.dtype());
-}
+bool use_fused(const Tensor& g, const Tensor& xy) { return !GradMode::is_enabled() && g.dtype() == xy.dtype() && is_floating_point(g.dtype()); }
 
 Tensor fused_backward(ActGrad op, const Tensor& g, const Tensor& xy) {
   Tensor out = ops::new_output(xy.sizes(), xy.dtype(), xy.device());
@@ -54,12 +52,12 @@ Tensor normal_cdf(const Tensor& x) {
   Tensor out = ops::new_output(x.sizes(), x.dtype(), x.device());
   kernels::dispatch_floating(x.dtype(), "gelu_backward", [&]<typename T>() {
     using M = kernels::opmath_t<T>;
-    kernels::launch<T, T>(out, [](T v) { return kernels::st<T>(M(0.5) * (M(1) + kernels::m_erf(kernels::om(v) * kernels::kSqrt1_2<M>))); }, x);
+    kernels::launch<T, T>(
+        out, [](T v) { return kernels::st<T>(M(0.5) * (M(1) + kernels::m_erf(kernels::om(v) * kernels::kSqrt1_2<M>))); }, x);
   });
   if (autograd::needs_grad(x)) {
-    record("NormalCdfBackward0", {&x}, out, [sx = SavedVariable(x, false)](Node& n, const Tensor& g) {
-      return variable_list{dp::mul(g, phi(sx.unpack(&n)))};
-    });
+    record("NormalCdfBackward0", {&x}, out,
+           [sx = SavedVariable(x, false)](Node& n, const Tensor& g) { return variable_list{dp::mul(g, phi(sx.unpack(&n)))}; });
   }
   return out;
 }
@@ -106,8 +104,8 @@ Tensor tanh(const Tensor& a) {
 }
 
 Tensor gelu(const Tensor& a, const std::string& approximate) {
-  DP_CHECK(approximate == "none" || approximate == "tanh", ValueError, "gelu: approximate argument must be either none or tanh, got '",
-           approximate, "'");
+  DP_CHECK(approximate == "none" || approximate == "tanh", ValueError, "gelu: approximate argument must be either none or tanh, got '", approximate,
+           "'");
   const bool tanh_form = approximate == "tanh";
   Tensor out = activation("gelu", tanh_form ? UnaryOp::GeluTanh : UnaryOp::Gelu, a, true);
   if (autograd::needs_grad(a)) {

@@ -10,7 +10,10 @@ inline void check_same_device(const char* op, std::initializer_list<const Tensor
   const Tensor* first = nullptr;
   for (const Tensor* t : ts) {
     if (!t->defined()) continue;
-    if (!first) { first = t; continue; }
+    if (!first) {
+      first = t;
+      continue;
+    }
     DP_CHECK(t->device() == first->device(), DeviceError, op, ": expected all tensors to be on the same device, but found at least two devices, ",
              first->device().str(), " and ", t->device().str(), "!");
   }

@@ -39,14 +39,22 @@ struct ConvParams {
 // PyTorch's C++ type name, as its messages print dtypes ("Input type (float) and bias type (double)").
 const char* cpp_name(DType t) {
   switch (t) {
-    case kFloat32: return "float";
-    case kFloat64: return "double";
-    case kFloat16: return "c10::Half";
-    case kBFloat16: return "c10::BFloat16";
-    case kInt64: return "long int";
-    case kInt32: return "int";
-    case kUInt8: return "unsigned char";
-    case kBool: return "bool";
+    case kFloat32:
+      return "float";
+    case kFloat64:
+      return "double";
+    case kFloat16:
+      return "c10::Half";
+    case kBFloat16:
+      return "c10::BFloat16";
+    case kInt64:
+      return "long int";
+    case kInt32:
+      return "int";
+    case kUInt8:
+      return "unsigned char";
+    case kBool:
+      return "bool";
   }
   return "?";
 }
@@ -70,8 +78,8 @@ ConvParams parse_params(const char* op, IntArrayRef stride, IntArrayRef padding,
 
 // Checks a 4-D input size against a weight size and computes the output geometry.
 Conv2dGeometry make_geometry(const char* op, IntArrayRef in, IntArrayRef w, const ConvParams& p) {
-  DP_CHECK(w.size() == 4, ShapeError, op, ": expected weight to be 4-dimensional [out_channels, in_channels / groups, kH, kW], but got weight of size ",
-           shape_str(w));
+  DP_CHECK(w.size() == 4, ShapeError, op,
+           ": expected weight to be 4-dimensional [out_channels, in_channels / groups, kH, kW], but got weight of size ", shape_str(w));
   DP_CHECK(in.size() == 4, ShapeError, op, ": expected a 4-D input [N, C, H, W], but got input of size ", shape_str(in));
   DP_CHECK(w[0] % p.groups == 0, ShapeError, op, ": Given groups=", p.groups, ", expected weight to be divisible by ", p.groups,
            " at dimension 0, but got weight of size ", shape_str(w), " instead");
@@ -80,8 +88,8 @@ Conv2dGeometry make_geometry(const char* op, IntArrayRef in, IntArrayRef w, cons
   const int64_t ekh = (w[2] - 1) * p.dh + 1, ekw = (w[3] - 1) * p.dw + 1;  // dilated kernel extent
   const int64_t ph_in = in[2] + 2 * p.ph, pw_in = in[3] + 2 * p.pw;
   DP_CHECK(w[2] > 0 && w[3] > 0, ShapeError, op, ": kernel size must be positive, but got weight of size ", shape_str(w));
-  DP_CHECK(ekh <= ph_in && ekw <= pw_in, ShapeError, op, ": Calculated padded input size per channel: (", ph_in, " x ", pw_in, "). Kernel size: (", ekh,
-           " x ", ekw, "). Kernel size can't be greater than actual input size (input ", shape_str(in), ", weight ", shape_str(w), ")");
+  DP_CHECK(ekh <= ph_in && ekw <= pw_in, ShapeError, op, ": Calculated padded input size per channel: (", ph_in, " x ", pw_in, "). Kernel size: (",
+           ekh, " x ", ekw, "). Kernel size can't be greater than actual input size (input ", shape_str(in), ", weight ", shape_str(w), ")");
   Conv2dGeometry g{};
   g.N = in[0];
   g.C = in[1];
@@ -107,7 +115,8 @@ Conv2dGeometry make_geometry(const char* op, IntArrayRef in, IntArrayRef w, cons
 // (src/backend/cuda/conv.cpp); the CPU kernels compute bfloat16 in float32 and round once, as PyTorch's
 // CPU convolution does, and have no float16 path (PyTorch's CPU convolution has none either).
 void check_tensor(const char* op, const Tensor& t, const char* what) {
-  DP_CHECK(backend::capabilities(t.device()).kernels, NotImplementedError, op, ": not implemented for ", t.device().str(), " tensors (", what, " ", t.describe(), ")");
+  DP_CHECK(backend::capabilities(t.device()).kernels, NotImplementedError, op, ": not implemented for ", t.device().str(), " tensors (", what, " ",
+           t.describe(), ")");
   DP_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || t.dtype() == kBFloat16 || backend::half_nn_dtype(t.device(), t.dtype()), DTypeError, op,
            ": expected a float32, float64 or bfloat16 ", what, ", but got ", dtype_name(t.dtype()), " ", t.size_str(), " on ", t.device().str(),
            " (float16 is supported on CUDA devices only)");
@@ -150,8 +159,7 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Con
       }
       Tensor go = as_dtype(g_out, dt);
       return variable_list{need_x ? conv_backward_input(x_size, go, sw.unpack(), p) : Tensor(),
-                           need_w ? conv_backward_weight(w_size, sx.unpack(), go, p) : Tensor(),
-                           need_b ? dp::sum(go, {0, 2, 3}) : Tensor()};
+                           need_w ? conv_backward_weight(w_size, sx.unpack(), go, p) : Tensor(), need_b ? dp::sum(go, {0, 2, 3}) : Tensor()};
     });
   }
   return out;
@@ -221,11 +229,11 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
     check_tensor(op, bias, "bias");
     check_same_dtype(op, input, "Input", bias, "bias");
   }
-  DP_CHECK(input.dim() == 3 || input.dim() == 4, ShapeError, op, ": Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: ",
-           input.size_str());
+  DP_CHECK(input.dim() == 3 || input.dim() == 4, ShapeError, op,
+           ": Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: ", input.size_str());
   const ConvParams p = parse_params(op, stride, padding, dilation, groups);
-  DP_CHECK(weight.dim() == 4, ShapeError, op, ": expected weight to be 4-dimensional [out_channels, in_channels / groups, kH, kW], but got weight of size ",
-           weight.size_str());
+  DP_CHECK(weight.dim() == 4, ShapeError, op,
+           ": expected weight to be 4-dimensional [out_channels, in_channels / groups, kH, kW], but got weight of size ", weight.size_str());
   DP_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), ShapeError, op, ": Given weight of size ", weight.size_str(),
            ", expected bias to be 1-dimensional with ", weight.size(0), " elements, but got bias of size ", bias.size_str(), " instead");
   if (input.dim() == 3) return dp::squeeze(conv_forward(dp::unsqueeze(input, 0), weight, bias, p), 0);

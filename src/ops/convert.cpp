@@ -62,8 +62,10 @@ Tensor to(const Tensor& t, Device device, DType dtype, bool non_blocking, bool c
   } else {
     out = make_empty(t.sizes(), dtype, device);
   }
-  if (across) backend::copy_across_stub(across_type, out, t, non_blocking);
-  else kernels::copy_kernel(out, t);
+  if (across)
+    backend::copy_across_stub(across_type, out, t, non_blocking);
+  else
+    kernels::copy_kernel(out, t);
   if (autograd::needs_grad(t) && is_floating_point(dtype)) {
     const Device src_device = t.device();
     const DType src_dtype = t.dtype();
@@ -83,10 +85,14 @@ Scalar Tensor::item() const {
   const void* p = data_ptr();
   return kernels::dispatch_all(dtype(), "item", [&]<typename T>() -> Scalar {
     const T v = *static_cast<const T*>(p);
-    if constexpr (std::is_same_v<T, bool>) return Scalar(v);
-    else if constexpr (std::is_integral_v<T>) return Scalar(static_cast<int64_t>(v));
-    else if constexpr (std::is_same_v<T, double>) return Scalar(v);
-    else return Scalar(static_cast<double>(static_cast<float>(v)));
+    if constexpr (std::is_same_v<T, bool>)
+      return Scalar(v);
+    else if constexpr (std::is_integral_v<T>)
+      return Scalar(static_cast<int64_t>(v));
+    else if constexpr (std::is_same_v<T, double>)
+      return Scalar(v);
+    else
+      return Scalar(static_cast<double>(static_cast<float>(v)));
   });
 }
 

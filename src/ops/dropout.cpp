@@ -111,8 +111,7 @@ Tensor feature_noise(const Tensor& input, double p, Generator* gen) {
 
 Tensor feature_dropout(const Tensor& input, double p, bool training, Generator* gen) {
   check_dropout("feature_dropout", input, p);
-  DP_CHECK(input.dim() >= 2, ShapeError, "feature_dropout: Feature dropout requires at least 2 dimensions in the input, got ",
-           input.describe());
+  DP_CHECK(input.dim() >= 2, ShapeError, "feature_dropout: Feature dropout requires at least 2 dimensions in the input, got ", input.describe());
   if (is_identity(input, p, training)) return input;
   check_runnable("feature_dropout", input);
   return dp::mul(input, feature_noise(input, p, gen));
@@ -120,8 +119,7 @@ Tensor feature_dropout(const Tensor& input, double p, bool training, Generator* 
 
 Tensor& feature_dropout_(Tensor& input, double p, bool training, Generator* gen) {
   check_dropout("feature_dropout_", input, p);
-  DP_CHECK(input.dim() >= 2, ShapeError, "feature_dropout_: Feature dropout requires at least 2 dimensions in the input, got ",
-           input.describe());
+  DP_CHECK(input.dim() >= 2, ShapeError, "feature_dropout_: Feature dropout requires at least 2 dimensions in the input, got ", input.describe());
   if (is_identity(input, p, training)) return input;
   check_runnable("feature_dropout_", input);
   autograd::check_inplace(input, "feature_dropout_");

@@ -79,8 +79,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
     SavedVariable sa = ib.needed ? SavedVariable(a, false) : SavedVariable();
     SavedVariable sb = ia.needed ? SavedVariable(b, false) : SavedVariable();
     record("MulBackward0", {&a, &b}, out, [ia = std::move(ia), ib = std::move(ib), sa = std::move(sa), sb = std::move(sb)](Node& n, const Tensor& g) {
-      return variable_list{ia.needed ? ia.reduce(dp::mul(g, sb.unpack(&n))) : Tensor(),
-                           ib.needed ? ib.reduce(dp::mul(g, sa.unpack(&n))) : Tensor()};
+      return variable_list{ia.needed ? ia.reduce(dp::mul(g, sb.unpack(&n))) : Tensor(), ib.needed ? ib.reduce(dp::mul(g, sa.unpack(&n))) : Tensor()};
     });
   }
   return out;
@@ -222,19 +221,22 @@ Tensor extremum(const char* op, const char* node, const Tensor& a, const Tensor&
   const DType ct = result_type(a, b);
   Tensor out = ops::new_output_like(a, b, op, ct, a.device());
   Tensor ac = ops::to_dtype(a, ct), bc = ops::to_dtype(b, ct);
-  if (is_max) kernels::maximum_kernel(out, ac, bc);
-  else kernels::minimum_kernel(out, ac, bc);
+  if (is_max)
+    kernels::maximum_kernel(out, ac, bc);
+  else
+    kernels::minimum_kernel(out, ac, bc);
   if (autograd::needs_grad(a, b)) {
-    record(node, {&a, &b}, out, [ia = GradInfo(a), ib = GradInfo(b), sa = SavedVariable(a, false), sb = SavedVariable(b, false), is_max,
-                                 shape = out.sizes(), ct](Node& n, const Tensor& g) {
-      Tensor x = ops::to_dtype(sa.unpack(&n), ct), y = ops::to_dtype(sb.unpack(&n), ct);
-      Tensor w = ops::new_output(shape, ct, g.device());
-      kernels::extremum_weight_kernel(w, x, y, is_max);  // 1 where a wins, 0.5 on ties
-      Tensor ga, gb;
-      if (ia.needed) ga = ia.reduce(dp::mul(g, w));
-      if (ib.needed) gb = ib.reduce(dp::mul(g, dp::rsub(w, 1)));
-      return variable_list{ga, gb};
-    });
+    record(node, {&a, &b}, out,
+           [ia = GradInfo(a), ib = GradInfo(b), sa = SavedVariable(a, false), sb = SavedVariable(b, false), is_max, shape = out.sizes(), ct](
+               Node& n, const Tensor& g) {
+             Tensor x = ops::to_dtype(sa.unpack(&n), ct), y = ops::to_dtype(sb.unpack(&n), ct);
+             Tensor w = ops::new_output(shape, ct, g.device());
+             kernels::extremum_weight_kernel(w, x, y, is_max);  // 1 where a wins, 0.5 on ties
+             Tensor ga, gb;
+             if (ia.needed) ga = ia.reduce(dp::mul(g, w));
+             if (ib.needed) gb = ib.reduce(dp::mul(g, dp::rsub(w, 1)));
+             return variable_list{ga, gb};
+           });
   }
   return out;
 }

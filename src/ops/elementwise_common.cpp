@@ -36,11 +36,20 @@ bool convert_fast(const Tensor& dst, const Tensor& src) {
   using kernels::om;
   using kernels::st;
   const DType d = dst.dtype(), s = src.dtype();
-  if (d == kFloat32 && s == kFloat16) launch<float, Half>(dst, [](Half v) { return om(v); }, src);
-  else if (d == kFloat16 && s == kFloat32) launch<Half, float>(dst, [](float v) { return st<Half>(v); }, src);
-  else if (d == kFloat32 && s == kBFloat16) launch<float, BFloat16>(dst, [](BFloat16 v) { return om(v); }, src);
-  else if (d == kBFloat16 && s == kFloat32) launch<BFloat16, float>(dst, [](float v) { return st<BFloat16>(v); }, src);
-  else return false;
+  if (d == kFloat32 && s == kFloat16)
+    launch<float, Half>(
+        dst, [](Half v) { return om(v); }, src);
+  else if (d == kFloat16 && s == kFloat32)
+    launch<Half, float>(
+        dst, [](float v) { return st<Half>(v); }, src);
+  else if (d == kFloat32 && s == kBFloat16)
+    launch<float, BFloat16>(
+        dst, [](BFloat16 v) { return om(v); }, src);
+  else if (d == kBFloat16 && s == kFloat32)
+    launch<BFloat16, float>(
+        dst, [](float v) { return st<BFloat16>(v); }, src);
+  else
+    return false;
   return true;
 }
 }  // namespace
@@ -59,15 +68,16 @@ Tensor to_dtype(const Tensor& t, DType dtype) {
 void check_inplace_shape(const char* op, const Tensor& self, const Tensor& other) {
   if (other.sizes() == self.sizes()) return;
   Shape b = broadcast_shapes(self.sizes(), other.sizes(), op);
-  DP_CHECK(IntArrayRef(b).equals(self.sizes()), ShapeError, op, ": output with shape ", self.size_str(),
-           " doesn't match the broadcast shape ", shape_str(b));
+  DP_CHECK(IntArrayRef(b).equals(self.sizes()), ShapeError, op, ": output with shape ", self.size_str(), " doesn't match the broadcast shape ",
+           shape_str(b));
 }
 
 void check_no_internal_overlap(const char* op, const Tensor& self) {
   for (int64_t d = 0; d < self.dim(); ++d)
     DP_CHECK(!(self.strides()[d] == 0 && self.sizes()[d] > 1), ValueError, op,
              ": unsupported operation: more than one element of the written-to tensor refers to a single memory location "
-             "(shape ", self.size_str(), ", an expanded tensor). Please clone() the tensor before performing the operation.");
+             "(shape ",
+             self.size_str(), ", an expanded tensor). Please clone() the tensor before performing the operation.");
 }
 
 namespace {
@@ -77,8 +87,10 @@ std::pair<uintptr_t, uintptr_t> byte_range(const Tensor& t) {
   const int64_t es = static_cast<int64_t>(t.element_size());
   for (int64_t d = 0; d < t.dim(); ++d) {
     int64_t span = (t.sizes()[d] - 1) * t.strides()[d] * es;
-    if (span >= 0) hi += span;
-    else lo += span;
+    if (span >= 0)
+      hi += span;
+    else
+      lo += span;
   }
   return {lo, hi + es};
 }

@@ -66,20 +66,22 @@ bool equal(const Tensor& a, const Tensor& b) {
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   ops::check_binary("allclose", a, b);
-  DP_CHECK(a.dtype() == b.dtype(), DTypeError, "allclose: ", ops::torch_type_name(a.dtype()), " did not match ",
-           ops::torch_type_name(b.dtype()));
+  DP_CHECK(a.dtype() == b.dtype(), DTypeError, "allclose: ", ops::torch_type_name(a.dtype()), " did not match ", ops::torch_type_name(b.dtype()));
   DP_CHECK(rtol >= 0, ValueError, "allclose: rtol must be greater than or equal to zero, but got ", rtol);
   DP_CHECK(atol >= 0, ValueError, "allclose: atol must be greater than or equal to zero, but got ", atol);
   // Device operands are compared on the host (the check below is a host loop; no device reduction yet).
   if (!a.is_cpu() || !b.is_cpu()) return allclose(a.to(Device::cpu()), b.to(Device::cpu()), rtol, atol);
   Tensor out = ops::new_output_like(a, b, "allclose", kBool, a.device());
   kernels::dispatch_all(a.dtype(), "allclose", [&]<typename T>() {
-    kernels::launch<bool, T, T>(out, [rtol, atol](T x, T y) {
-      const double u = kernels::convert<double>(x), v = kernels::convert<double>(y);
-      if (u == v) return true;  // also equal infinities
-      const double err = std::fabs(u - v);
-      return std::isfinite(err) && err <= atol + std::fabs(rtol * v);
-    }, a, b);
+    kernels::launch<bool, T, T>(
+        out,
+        [rtol, atol](T x, T y) {
+          const double u = kernels::convert<double>(x), v = kernels::convert<double>(y);
+          if (u == v) return true;  // also equal infinities
+          const double err = std::fabs(u - v);
+          return std::isfinite(err) && err <= atol + std::fabs(rtol * v);
+        },
+        a, b);
   });
   return all_true(out);
 }

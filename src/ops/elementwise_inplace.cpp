@@ -107,7 +107,8 @@ Tensor& mul_(Tensor& self, const Scalar& b) {
   ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::mul_scalar_kernel(out, s, b); });
   self.bump_version();
   if (autograd::needs_grad(self)) {
-    record_inplace("MulBackward1", {&self}, self, [is = GradInfo(self), b](Node&, const Tensor& g) { return variable_list{is.reduce(dp::mul(g, b))}; });
+    record_inplace("MulBackward1", {&self}, self,
+                   [is = GradInfo(self), b](Node&, const Tensor& g) { return variable_list{is.reduce(dp::mul(g, b))}; });
   }
   return self;
 }
@@ -142,7 +143,8 @@ Tensor& div_(Tensor& self, const Scalar& b) {
   ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::div_scalar_kernel(out, s, b); });
   self.bump_version();
   if (autograd::needs_grad(self)) {
-    record_inplace("DivBackward1", {&self}, self, [is = GradInfo(self), b](Node&, const Tensor& g) { return variable_list{is.reduce(dp::div(g, b))}; });
+    record_inplace("DivBackward1", {&self}, self,
+                   [is = GradInfo(self), b](Node&, const Tensor& g) { return variable_list{is.reduce(dp::div(g, b))}; });
   }
   return self;
 }
@@ -180,9 +182,8 @@ Tensor& relu_(Tensor& self) {
   kernels::unary_kernel(kernels::UnaryOp::Relu, self, self);
   self.bump_version();
   if (autograd::needs_grad(self)) {
-    record_inplace("ReluBackward0", {&self}, self, [so = SavedVariable(self, true)](Node& n, const Tensor& g) {
-      return variable_list{dp::where(dp::gt(so.unpack(&n), 0), g, 0)};
-    });
+    record_inplace("ReluBackward0", {&self}, self,
+                   [so = SavedVariable(self, true)](Node& n, const Tensor& g) { return variable_list{dp::where(dp::gt(so.unpack(&n), 0), g, 0)}; });
   }
   return self;
 }
@@ -234,13 +235,14 @@ Tensor& addcmul_(Tensor& self, const Tensor& a, const Tensor& b, const Scalar& v
   ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::addcmul_kernel(out, s, ac, bc, value); });
   self.bump_version();
   if (grad) {
-    record_inplace("AddcmulBackward0", {&self, &a, &b}, self,
-                   [is = GradInfo(self), ia = GradInfo(a), ib = GradInfo(b), sa = std::move(sa), sb = std::move(sb), value](Node& n, const Tensor& g) {
-                     Tensor ga, gb;
-                     if (ia.needed) ga = ia.reduce(dp::mul(dp::mul(g, sb.unpack(&n)), value));
-                     if (ib.needed) gb = ib.reduce(dp::mul(dp::mul(g, sa.unpack(&n)), value));
-                     return variable_list{is.needed ? is.reduce(g) : Tensor(), ga, gb};
-                   });
+    record_inplace(
+        "AddcmulBackward0", {&self, &a, &b}, self,
+        [is = GradInfo(self), ia = GradInfo(a), ib = GradInfo(b), sa = std::move(sa), sb = std::move(sb), value](Node& n, const Tensor& g) {
+          Tensor ga, gb;
+          if (ia.needed) ga = ia.reduce(dp::mul(dp::mul(g, sb.unpack(&n)), value));
+          if (ib.needed) gb = ib.reduce(dp::mul(dp::mul(g, sa.unpack(&n)), value));
+          return variable_list{is.needed ? is.reduce(g) : Tensor(), ga, gb};
+        });
   }
   return self;
 }
@@ -269,15 +271,16 @@ Tensor& addcdiv_(Tensor& self, const Tensor& a, const Tensor& b, const Scalar& v
   ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::addcdiv_kernel(out, s, ac, bc, value); });
   self.bump_version();
   if (grad) {
-    record_inplace("AddcdivBackward0", {&self, &a, &b}, self,
-                   [is = GradInfo(self), ia = GradInfo(a), ib = GradInfo(b), sa = std::move(sa), sb = std::move(sb), value](Node& n, const Tensor& g) {
-                     Tensor ga, gb;
-                     Tensor bv = sb.unpack(&n);
-                     if (ia.needed) ga = ia.reduce(dp::div(dp::mul(g, value), bv));
-                     // -g * value * a / b^2
-                     if (ib.needed) gb = ib.reduce(dp::mul(dp::mul(g, ops::negate(value)), dp::div(dp::div(sa.unpack(&n), bv), bv)));
-                     return variable_list{is.needed ? is.reduce(g) : Tensor(), ga, gb};
-                   });
+    record_inplace(
+        "AddcdivBackward0", {&self, &a, &b}, self,
+        [is = GradInfo(self), ia = GradInfo(a), ib = GradInfo(b), sa = std::move(sa), sb = std::move(sb), value](Node& n, const Tensor& g) {
+          Tensor ga, gb;
+          Tensor bv = sb.unpack(&n);
+          if (ia.needed) ga = ia.reduce(dp::div(dp::mul(g, value), bv));
+          // -g * value * a / b^2
+          if (ib.needed) gb = ib.reduce(dp::mul(dp::mul(g, ops::negate(value)), dp::div(dp::div(sa.unpack(&n), bv), bv)));
+          return variable_list{is.needed ? is.reduce(g) : Tensor(), ga, gb};
+        });
   }
   return self;
 }
@@ -306,9 +309,8 @@ Tensor& fill_impl(const char* op, const char* node, Tensor& self, const Scalar& 
   kernels::fill_kernel(self, value);
   self.bump_version();
   if (autograd::needs_grad(self)) {
-    record_inplace(node, {&self}, self, [sizes = self.sizes(), dt = self.dtype()](Node&, const Tensor& g) {
-      return variable_list{ops::zeros_of(sizes, dt, g.device())};
-    });
+    record_inplace(node, {&self}, self,
+                   [sizes = self.sizes(), dt = self.dtype()](Node&, const Tensor& g) { return variable_list{ops::zeros_of(sizes, dt, g.device())}; });
   }
   return self;
 }

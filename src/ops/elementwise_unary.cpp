@@ -46,9 +46,8 @@ Tensor abs(const Tensor& a) {
   DP_CHECK(a.dtype() != kBool, DTypeError, "abs: not implemented for bool tensors");
   Tensor out = unary("abs", kernels::UnaryOp::Abs, a, a.dtype());
   if (autograd::needs_grad(a)) {
-    record("AbsBackward0", {&a}, out, [sa = SavedVariable(a, false)](Node& n, const Tensor& g) {
-      return variable_list{dp::mul(g, dp::sign(sa.unpack(&n)))};
-    });
+    record("AbsBackward0", {&a}, out,
+           [sa = SavedVariable(a, false)](Node& n, const Tensor& g) { return variable_list{dp::mul(g, dp::sign(sa.unpack(&n)))}; });
   }
   return out;
 }
@@ -58,9 +57,8 @@ Tensor sign(const Tensor& a) {
   Tensor out = unary("sign", kernels::UnaryOp::Sign, a, a.dtype());
   if (autograd::needs_grad(a)) {
     // Zero almost everywhere (PyTorch's SignBackward0 gives zeros).
-    record("SignBackward0", {&a}, out, [sizes = a.sizes(), dt = a.dtype()](Node&, const Tensor& g) {
-      return variable_list{ops::zeros_of(sizes, dt, g.device())};
-    });
+    record("SignBackward0", {&a}, out,
+           [sizes = a.sizes(), dt = a.dtype()](Node&, const Tensor& g) { return variable_list{ops::zeros_of(sizes, dt, g.device())}; });
   }
   return out;
 }
@@ -71,9 +69,8 @@ Tensor square(const Tensor& a) {
   const DType ct = a.dtype() == kBool ? kInt64 : a.dtype();
   Tensor out = unary("square", kernels::UnaryOp::Square, a, ct);
   if (autograd::needs_grad(a)) {
-    record("PowBackward0", {&a}, out, [sa = SavedVariable(a, false)](Node& n, const Tensor& g) {
-      return variable_list{dp::mul(g, dp::mul(sa.unpack(&n), 2))};
-    });
+    record("PowBackward0", {&a}, out,
+           [sa = SavedVariable(a, false)](Node& n, const Tensor& g) { return variable_list{dp::mul(g, dp::mul(sa.unpack(&n), 2))}; });
   }
   return out;
 }
@@ -82,9 +79,8 @@ Tensor exp(const Tensor& a) {
   if (autocast::detail::Cast ac{autocast::detail::Op::exp, {&a}}) return ac([&] { return dp::exp(ac[0]); });
   Tensor out = floating("exp", kernels::UnaryOp::Exp, a);
   if (autograd::needs_grad(a)) {
-    record("ExpBackward0", {&a}, out, [so = SavedVariable(out, true)](Node& n, const Tensor& g) {
-      return variable_list{dp::mul(g, unpack_output(so, n))};
-    });
+    record("ExpBackward0", {&a}, out,
+           [so = SavedVariable(out, true)](Node& n, const Tensor& g) { return variable_list{dp::mul(g, unpack_output(so, n))}; });
   }
   return out;
 }
@@ -93,9 +89,7 @@ Tensor log(const Tensor& a) {
   if (autocast::detail::Cast ac{autocast::detail::Op::log, {&a}}) return ac([&] { return dp::log(ac[0]); });
   Tensor out = floating("log", kernels::UnaryOp::Log, a);
   if (autograd::needs_grad(a)) {
-    record("LogBackward0", {&a}, out, [sa = SavedVariable(a, false)](Node& n, const Tensor& g) {
-      return variable_list{dp::div(g, sa.unpack(&n))};
-    });
+    record("LogBackward0", {&a}, out, [sa = SavedVariable(a, false)](Node& n, const Tensor& g) { return variable_list{dp::div(g, sa.unpack(&n))}; });
   }
   return out;
 }
@@ -103,9 +97,8 @@ Tensor log(const Tensor& a) {
 Tensor log1p(const Tensor& a) {
   Tensor out = floating("log1p", kernels::UnaryOp::Log1p, a);
   if (autograd::needs_grad(a)) {
-    record("Log1PBackward0", {&a}, out, [sa = SavedVariable(a, false)](Node& n, const Tensor& g) {
-      return variable_list{dp::div(g, dp::add(sa.unpack(&n), 1))};
-    });
+    record("Log1PBackward0", {&a}, out,
+           [sa = SavedVariable(a, false)](Node& n, const Tensor& g) { return variable_list{dp::div(g, dp::add(sa.unpack(&n), 1))}; });
   }
   return out;
 }
@@ -113,9 +106,8 @@ Tensor log1p(const Tensor& a) {
 Tensor sqrt(const Tensor& a) {
   Tensor out = floating("sqrt", kernels::UnaryOp::Sqrt, a);
   if (autograd::needs_grad(a)) {
-    record("SqrtBackward0", {&a}, out, [so = SavedVariable(out, true)](Node& n, const Tensor& g) {
-      return variable_list{dp::div(g, dp::mul(unpack_output(so, n), 2))};
-    });
+    record("SqrtBackward0", {&a}, out,
+           [so = SavedVariable(out, true)](Node& n, const Tensor& g) { return variable_list{dp::div(g, dp::mul(unpack_output(so, n), 2))}; });
   }
   return out;
 }
@@ -135,9 +127,8 @@ Tensor rsqrt(const Tensor& a) {
 Tensor sin(const Tensor& a) {
   Tensor out = floating("sin", kernels::UnaryOp::Sin, a);
   if (autograd::needs_grad(a)) {
-    record("SinBackward0", {&a}, out, [sa = SavedVariable(a, false)](Node& n, const Tensor& g) {
-      return variable_list{dp::mul(g, dp::cos(sa.unpack(&n)))};
-    });
+    record("SinBackward0", {&a}, out,
+           [sa = SavedVariable(a, false)](Node& n, const Tensor& g) { return variable_list{dp::mul(g, dp::cos(sa.unpack(&n)))}; });
   }
   return out;
 }
@@ -145,9 +136,8 @@ Tensor sin(const Tensor& a) {
 Tensor cos(const Tensor& a) {
   Tensor out = floating("cos", kernels::UnaryOp::Cos, a);
   if (autograd::needs_grad(a)) {
-    record("CosBackward0", {&a}, out, [sa = SavedVariable(a, false)](Node& n, const Tensor& g) {
-      return variable_list{dp::mul(g, dp::neg(dp::sin(sa.unpack(&n))))};
-    });
+    record("CosBackward0", {&a}, out,
+           [sa = SavedVariable(a, false)](Node& n, const Tensor& g) { return variable_list{dp::mul(g, dp::neg(dp::sin(sa.unpack(&n))))}; });
   }
   return out;
 }

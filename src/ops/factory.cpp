@@ -12,8 +12,7 @@ namespace dp {
 namespace {
 
 void check_sizes(const char* op, IntArrayRef sizes) {
-  for (int64_t s : sizes)
-    DP_CHECK(s >= 0, ShapeError, op, ": Trying to create tensor with negative dimension ", s, ": ", shape_str(sizes));
+  for (int64_t s : sizes) DP_CHECK(s >= 0, ShapeError, op, ": Trying to create tensor with negative dimension ", s, ": ", shape_str(sizes));
 }
 
 Tensor make(const char* op, IntArrayRef sizes, const TensorOptions& opts) {
@@ -35,8 +34,10 @@ Tensor empty(IntArrayRef sizes, TensorOptions opts) { return finish(make("empty"
 
 Tensor zeros(IntArrayRef sizes, TensorOptions opts) {
   Tensor t = make("zeros", sizes, opts);
-  if (!t.is_cpu()) kernels::fill_kernel(t, 0);  // device memory: no host memset
-  else if (t.numel() > 0) std::memset(t.data_ptr(), 0, t.nbytes());  // all-zero bits is 0 in every dtype
+  if (!t.is_cpu())
+    kernels::fill_kernel(t, 0);  // device memory: no host memset
+  else if (t.numel() > 0)
+    std::memset(t.data_ptr(), 0, t.nbytes());  // all-zero bits is 0 in every dtype
   return finish(t, opts);
 }
 
@@ -87,8 +88,8 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
   } else {
     size_d = std::ceil((end.to_double() - start.to_double()) / step.to_double());
   }
-  DP_CHECK(size_d >= 0 && size_d <= 9.0e18, ValueError, "arange: invalid size, possible overflow? (start=", start, ", end=", end,
-           ", step=", step, ")");
+  DP_CHECK(size_d >= 0 && size_d <= 9.0e18, ValueError, "arange: invalid size, possible overflow? (start=", start, ", end=", end, ", step=", step,
+           ")");
   const int64_t size = static_cast<int64_t>(size_d);
   // A device's arange is written on the host and copied over (one transfer).
   Tensor out = make_empty({size}, dt, o.device_.is_cpu() ? o.device_ : Device::cpu());
@@ -155,8 +156,8 @@ Tensor tensor(const std::vector<T>& data, IntArrayRef sizes, std::optional<Tenso
   TensorOptions o = opts ? *opts : TensorOptions().dtype(dtype_of<T>);
   check_sizes("tensor", sizes);
   const int64_t n = numel_of(sizes);
-  DP_CHECK(static_cast<int64_t>(data.size()) == n, ValueError, "tensor: the data has ", data.size(), " elements but the shape ",
-           shape_str(sizes), " needs ", n);
+  DP_CHECK(static_cast<int64_t>(data.size()) == n, ValueError, "tensor: the data has ", data.size(), " elements but the shape ", shape_str(sizes),
+           " needs ", n);
   Tensor src;
   if constexpr (std::is_same_v<T, bool>) {
     std::vector<uint8_t> bytes(data.begin(), data.end());  // std::vector<bool> is bit-packed

@@ -289,8 +289,8 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
            index.size_str(), " and input ", a.size_str(), ")");
   dim = wrap_dim(dim, std::max<int64_t>(a.dim(), 1), "gather");
   for (int64_t d = 0; d < a.dim(); ++d)
-    DP_CHECK(d == dim || index.size(d) <= a.size(d), ShapeError, "gather: Size does not match at dimension ", d, " expected index ",
-             index.size_str(), " to be smaller than self ", a.size_str(), " apart from dimension ", dim);
+    DP_CHECK(d == dim || index.size(d) <= a.size(d), ShapeError, "gather: Size does not match at dimension ", d, " expected index ", index.size_str(),
+             " to be smaller than self ", a.size_str(), " apart from dimension ", dim);
   Tensor out = gather_kernel("gather", a, dim, index, index.sizes(), true);
   record_gather(out, a, dim, index);
   return out;
@@ -337,17 +337,16 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
   backend::embedding_forward(weight.device().type, out, weight, indices);
   if (autograd::needs_grad(weight)) {
     SavedVariable si(indices, false);
-    autograd::record("EmbeddingBackward0", {weight}, {out}, [si, V, padding_idx](variable_list&& g) {
-      return variable_list{embedding_dense_backward(g[0], si.unpack(), V, padding_idx)};
-    });
+    autograd::record("EmbeddingBackward0", {weight}, {out},
+                     [si, V, padding_idx](variable_list&& g) { return variable_list{embedding_dense_backward(g[0], si.unpack(), V, padding_idx)}; });
   }
   return out;
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   check_inputs("one_hot", {&indices});
-  DP_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, DTypeError, "one_hot: one_hot is only applicable to index tensors (int64 or int32), got ",
-           dtype_name(indices.dtype()));
+  DP_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, DTypeError,
+           "one_hot: one_hot is only applicable to index tensors (int64 or int32), got ", dtype_name(indices.dtype()));
   DP_CHECK(num_classes >= -1, ValueError, "one_hot: num_classes must be -1 (infer) or non-negative, got ", num_classes);
   // The values are needed on the host for the checks and to infer num_classes (on a device: a copy
   // and a wait; one_hot prepares labels, it is not in a training step's inner loop).
@@ -360,8 +359,9 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
     num_classes = *std::max_element(v.begin(), v.end()) + 1;
   }
   for (int64_t x : v)
-    DP_CHECK(x < num_classes, IndexError, "one_hot: class value ", x, " is out of range for num_classes ", num_classes,
-             num_classes > 0 ? detail::str(" (valid range [0, ", num_classes - 1, "])") : std::string(" (no class is valid)"));
+    DP_CHECK(x<num_classes, IndexError, "one_hot: class value ", x, " is out of range for num_classes ", num_classes, num_classes> 0
+                 ? detail::str(" (valid range [0, ", num_classes - 1, "])")
+                 : std::string(" (no class is valid)"));
   Shape out_shape = indices.sizes();
   out_shape.push_back(num_classes);
   Tensor out = raw_zeros(out_shape, kInt64, indices.device());
@@ -378,9 +378,8 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, const Scalar& value) {
   if (autograd::needs_grad(a)) {
     SavedVariable sm(mask, false);
     Shape a_shape = a.sizes();
-    autograd::record("MaskedFillBackward0", {a}, {out}, [sm, a_shape](variable_list&& g) {
-      return variable_list{dp::sum_to(dp::masked_fill(g[0], sm.unpack(), 0), a_shape)};
-    });
+    autograd::record("MaskedFillBackward0", {a}, {out},
+                     [sm, a_shape](variable_list&& g) { return variable_list{dp::sum_to(dp::masked_fill(g[0], sm.unpack(), 0), a_shape)}; });
   }
   return out;
 }

@@ -55,14 +55,22 @@ Tensor raw_copy(const Tensor& t, DType dt) {
 // PyTorch's C++ spelling of a dtype, as in "expected m1 and m2 to have the same dtype, but got: float != double".
 const char* cpp_type_name(DType t) {
   switch (t) {
-    case kBool: return "bool";
-    case kUInt8: return "unsigned char";
-    case kInt32: return "int";
-    case kInt64: return "long int";
-    case kFloat16: return "c10::Half";
-    case kBFloat16: return "c10::BFloat16";
-    case kFloat32: return "float";
-    case kFloat64: return "double";
+    case kBool:
+      return "bool";
+    case kUInt8:
+      return "unsigned char";
+    case kInt32:
+      return "int";
+    case kInt64:
+      return "long int";
+    case kFloat16:
+      return "c10::Half";
+    case kBFloat16:
+      return "c10::BFloat16";
+    case kFloat32:
+      return "float";
+    case kFloat64:
+      return "double";
   }
   return "?";
 }
@@ -70,14 +78,22 @@ const char* cpp_type_name(DType t) {
 // PyTorch's ScalarType name: "Float", "Double", ...
 const char* scalar_type_name(DType t) {
   switch (t) {
-    case kBool: return "Bool";
-    case kUInt8: return "Byte";
-    case kInt32: return "Int";
-    case kInt64: return "Long";
-    case kFloat16: return "Half";
-    case kBFloat16: return "BFloat16";
-    case kFloat32: return "Float";
-    case kFloat64: return "Double";
+    case kBool:
+      return "Bool";
+    case kUInt8:
+      return "Byte";
+    case kInt32:
+      return "Int";
+    case kInt64:
+      return "Long";
+    case kFloat16:
+      return "Half";
+    case kBFloat16:
+      return "BFloat16";
+    case kFloat32:
+      return "Float";
+    case kFloat64:
+      return "Double";
   }
   return "?";
 }
@@ -92,12 +108,13 @@ void check_inputs(const char* op, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts) ops::check_defined(op, *t);
   ops::check_same_device(op, ts);
   for (const Tensor* t : ts)
-    if (t->defined()) DP_CHECK(backend::capabilities(t->device()).kernels, NotImplementedError, op, ": not implemented for ", t->device().str(), " tensors");
+    if (t->defined())
+      DP_CHECK(backend::capabilities(t->device()).kernels, NotImplementedError, op, ": not implemented for ", t->device().str(), " tensors");
 }
 
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b, const char* an = "m1", const char* bn = "m2") {
-  DP_CHECK(a.dtype() == b.dtype(), DTypeError, op, ": expected ", an, " and ", bn, " to have the same dtype, but got: ",
-           cpp_type_name(a.dtype()), " != ", cpp_type_name(b.dtype()));
+  DP_CHECK(a.dtype() == b.dtype(), DTypeError, op, ": expected ", an, " and ", bn, " to have the same dtype, but got: ", cpp_type_name(a.dtype()),
+           " != ", cpp_type_name(b.dtype()));
 }
 
 void check_product_dtype(const char* op, DType t) {
@@ -113,8 +130,7 @@ using backend::cpu::Layout;
 
 // C [*batch, m, n] (contiguous) = alpha * A @ B + beta * C (beta == 0: C's contents are ignored).
 // tf32_ok: a float32 product on CUDA may use TF32 when dp::cuda::allow_tf32() (not for dot).
-void matmul_kernel(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar& alpha, const Scalar& beta, const char* op,
-                   bool tf32_ok = true) {
+void matmul_kernel(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar& alpha, const Scalar& beta, const char* op, bool tf32_ok = true) {
   check_product_dtype(op, C.dtype());
   backend::matmul_kernel(C.device().type, C, A, B, alpha, beta, op, tf32_ok);
 }
@@ -201,8 +217,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
-  if (autocast::detail::Cast ac{autocast::detail::Op::addmm, {&self, &a, &b}}) 
-    return ac([&] { return dp::addmm(ac[0], ac[1], ac[2], beta, alpha); });
+  if (autocast::detail::Cast ac{autocast::detail::Op::addmm, {&self, &a, &b}}) return ac([&] { return dp::addmm(ac[0], ac[1], ac[2], beta, alpha); });
   check_inputs("addmm", {&self, &a, &b});
   DP_CHECK(a.dim() == 2, ShapeError, "addmm: mat1 must be a matrix, got a ", a.dim(), "-D tensor of shape ", a.size_str());
   DP_CHECK(b.dim() == 2, ShapeError, "addmm: mat2 must be a matrix, got a ", b.dim(), "-D tensor of shape ", b.size_str());
@@ -212,8 +227,8 @@ Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar&
   check_product_dtype("addmm", a.dtype());
   check_integral_scalars("addmm", a.dtype(), beta, alpha);
   const Shape out_shape{a.size(0), b.size(1)};
-  DP_CHECK(broadcasts_to(self.sizes(), out_shape), ShapeError, "addmm: self of shape ",
-           self.size_str(), " cannot be broadcast to the result shape ", shape_str(out_shape));
+  DP_CHECK(broadcasts_to(self.sizes(), out_shape), ShapeError, "addmm: self of shape ", self.size_str(), " cannot be broadcast to the result shape ",
+           shape_str(out_shape));
   Tensor out = make_empty(out_shape, a.dtype(), a.device());
   if (is_one(alpha) && is_one(beta)) {  // Linear's form (on CUDA the bias row is added by the GEMM's epilogue)
     backend::matmul_bias_kernel(out.device().type, out, a, b, self, "addmm");
@@ -248,8 +263,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   // 1-D operands become a [1, k] row or a [k, 1] column (views, no copy).
   const Tensor A = da == 1 ? raw_view(a, {1, a.size(0)}, {a.size(0) * a.stride(0), a.stride(0)}, a.storage_offset()) : a;
   const Tensor B = db == 1 ? raw_view(b, {b.size(0), 1}, {b.stride(0), 1}, b.storage_offset()) : b;
-  DP_CHECK(A.size(-1) == B.size(-2), ShapeError, "matmul: shapes ", a.size_str(), " and ", b.size_str(),
-           " cannot be multiplied (", A.size(-1), " != ", B.size(-2), ")");
+  DP_CHECK(A.size(-1) == B.size(-2), ShapeError, "matmul: shapes ", a.size_str(), " and ", b.size_str(), " cannot be multiplied (", A.size(-1),
+           " != ", B.size(-2), ")");
   Tensor C = matmul_out(A, B, "matmul");
   Shape out_shape(C.sizes().begin(), C.sizes().end() - 2);
   if (da > 1) out_shape.push_back(C.size(-2));
@@ -318,8 +333,8 @@ variable_list linear_backward_direct(const Tensor& grad, const Tensor& x, const 
   const Matrix G = as_matrix(grad, rows, out_f);
   const DType dt = grad.dtype();
   Tensor dx, dw;
-  auto gemm = [&]<typename T>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& A, int64_t lda, const Tensor& B,
-                              int64_t ldb, const Tensor& C) {
+  auto gemm = [&]<typename T>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& A, int64_t lda, const Tensor& B, int64_t ldb,
+                              const Tensor& C) {
     kernels::blas::gemm(ta, tb, m, n, k, T(1), static_cast<const T*>(A.data_ptr()), lda, static_cast<const T*>(B.data_ptr()), ldb, T(0),
                         static_cast<T*>(C.data_ptr()), n);
   };
@@ -328,14 +343,18 @@ variable_list linear_backward_direct(const Tensor& grad, const Tensor& x, const 
     Shape x_shape(grad.sizes().begin(), grad.sizes().end() - 1);
     x_shape.push_back(in);
     dx = make_empty(x_shape, dt, grad.device());
-    if (dt == kFloat32) gemm.operator()<float>(G.layout.trans, W.layout.trans, rows, in, out_f, G.data, G.layout.ld, W.data, W.layout.ld, dx);
-    else gemm.operator()<double>(G.layout.trans, W.layout.trans, rows, in, out_f, G.data, G.layout.ld, W.data, W.layout.ld, dx);
+    if (dt == kFloat32)
+      gemm.operator()<float>(G.layout.trans, W.layout.trans, rows, in, out_f, G.data, G.layout.ld, W.data, W.layout.ld, dx);
+    else
+      gemm.operator()<double>(G.layout.trans, W.layout.trans, rows, in, out_f, G.data, G.layout.ld, W.data, W.layout.ld, dx);
   }
   if (x.defined()) {  // dw [out_f, in] = G^T [out_f, rows] @ X [rows, in]
     const Matrix X = as_matrix(x, rows, in);
     dw = make_empty({out_f, in}, dt, grad.device());
-    if (dt == kFloat32) gemm.operator()<float>(!G.layout.trans, X.layout.trans, out_f, in, rows, G.data, G.layout.ld, X.data, X.layout.ld, dw);
-    else gemm.operator()<double>(!G.layout.trans, X.layout.trans, out_f, in, rows, G.data, G.layout.ld, X.data, X.layout.ld, dw);
+    if (dt == kFloat32)
+      gemm.operator()<float>(!G.layout.trans, X.layout.trans, out_f, in, rows, G.data, G.layout.ld, X.data, X.layout.ld, dw);
+    else
+      gemm.operator()<double>(!G.layout.trans, X.layout.trans, out_f, in, rows, G.data, G.layout.ld, X.data, X.layout.ld, dw);
   }
   Tensor db = b_shape ? dp::sum_to(grad, *b_shape) : Tensor();
   return variable_list{std::move(dx), std::move(dw), std::move(db)};
@@ -355,8 +374,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_product_dtype("linear", x.dtype());
   const Shape out2{rows, out_f};
   if (b.defined())
-    DP_CHECK(b.dim() <= 1 && broadcasts_to(b.sizes(), out2), ShapeError, "linear: bias of shape ", b.size_str(),
-             " does not match out_features ", out_f);
+    DP_CHECK(b.dim() <= 1 && broadcasts_to(b.sizes(), out2), ShapeError, "linear: bias of shape ", b.size_str(), " does not match out_features ",
+             out_f);
   // x as a [rows, in] matrix (a view when the leading dims fold, else a copy), w.t() as a view.
   Tensor X2;
   if (x.numel() == 0) {
@@ -405,8 +424,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     Tensor WT = raw_view(w, {in, out_f}, {w.stride(1), w.stride(0)}, w.storage_offset());
     // With a bias: the bias rows and the GEMM (on CUDA one cuBLASLt call with the bias epilogue
     // where it can).
-    if (b.defined()) backend::matmul_bias_kernel(C.device().type, C, X2, WT, b, "linear");
-    else matmul_kernel(C, X2, WT, 1, 0, "linear");
+    if (b.defined())
+      backend::matmul_bias_kernel(C.device().type, C, X2, WT, b, "linear");
+    else
+      matmul_kernel(C, X2, WT, 1, 0, "linear");
   }
   Tensor out = C;
   if (x.dim() != 2) {
@@ -419,25 +440,23 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     SavedVariable sx = gw ? SavedVariable(x, false) : SavedVariable();
     SavedVariable sw = gx ? SavedVariable(w, false) : SavedVariable();
     Shape b_shape = b.defined() ? b.sizes() : Shape{};
-    autograd::record(b.defined() ? "AddmmBackward0" : "MmBackward0", {x, w, b}, {out},
-                     [sx, sw, gx, gw, gbias, rows, in, out_f, b_shape](variable_list&& g) {
-                       // A plain backward (no create_graph) in float32/float64 goes straight to the
-                       // GEMMs: no views, shape checks or graph for the formulas below.
-                       // (CPU only: it calls OpenBLAS on host pointers.)
-                       if (!GradMode::is_enabled() && g[0].is_cpu() && (g[0].dtype() == kFloat32 || g[0].dtype() == kFloat64) &&
-                           rows > 0 && in > 0 && out_f > 0) {
-                         Tensor xs = gw ? sx.unpack() : Tensor(), ws = gx ? sw.unpack() : Tensor();
-                         // The GEMMs read the saved tensors as g's dtype on the host: a saved input
-                         // given other data since (set_data, Module::to) takes the checked path.
-                         auto fits = [&](const Tensor& t) { return !t.defined() || (t.dtype() == g[0].dtype() && t.is_cpu()); };
-                         if (fits(xs) && fits(ws))
-                           return linear_backward_direct(g[0], xs, ws, rows, in, out_f, gbias ? &b_shape : nullptr);
-                       }
-                       Tensor dx = gx ? dp::matmul(g[0], sw.unpack()) : Tensor();
-                       Tensor dw = gw ? dp::mm(dp::reshape(g[0], {rows, out_f}).t(), dp::reshape(sx.unpack(), {rows, in})) : Tensor();
-                       Tensor db = gbias ? dp::sum_to(g[0], b_shape) : Tensor();
-                       return variable_list{dx, dw, db};
-                     });
+    autograd::record(
+        b.defined() ? "AddmmBackward0" : "MmBackward0", {x, w, b}, {out}, [sx, sw, gx, gw, gbias, rows, in, out_f, b_shape](variable_list&& g) {
+          // A plain backward (no create_graph) in float32/float64 goes straight to the
+          // GEMMs: no views, shape checks or graph for the formulas below.
+          // (CPU only: it calls OpenBLAS on host pointers.)
+          if (!GradMode::is_enabled() && g[0].is_cpu() && (g[0].dtype() == kFloat32 || g[0].dtype() == kFloat64) && rows > 0 && in > 0 && out_f > 0) {
+            Tensor xs = gw ? sx.unpack() : Tensor(), ws = gx ? sw.unpack() : Tensor();
+            // The GEMMs read the saved tensors as g's dtype on the host: a saved input
+            // given other data since (set_data, Module::to) takes the checked path.
+            auto fits = [&](const Tensor& t) { return !t.defined() || (t.dtype() == g[0].dtype() && t.is_cpu()); };
+            if (fits(xs) && fits(ws)) return linear_backward_direct(g[0], xs, ws, rows, in, out_f, gbias ? &b_shape : nullptr);
+          }
+          Tensor dx = gx ? dp::matmul(g[0], sw.unpack()) : Tensor();
+          Tensor dw = gw ? dp::mm(dp::reshape(g[0], {rows, out_f}).t(), dp::reshape(sx.unpack(), {rows, in})) : Tensor();
+          Tensor db = gbias ? dp::sum_to(g[0], b_shape) : Tensor();
+          return variable_list{dx, dw, db};
+        });
   }
   return out;
 }
@@ -448,8 +467,8 @@ Tensor dot(const Tensor& a, const Tensor& b) {
   DP_CHECK(a.dim() == 1 && b.dim() == 1, ShapeError, "dot: 1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
   DP_CHECK(a.size(0) == b.size(0), ShapeError, "dot: inconsistent tensor size, expected tensor [", a.size(0), "] and src [", b.size(0),
            "] to have the same number of elements, but got ", a.size(0), " and ", b.size(0), " elements respectively");
-  DP_CHECK(a.dtype() == b.dtype(), DTypeError, "dot: expected both vectors to have same dtype, but found ", scalar_type_name(a.dtype()),
-           " and ", scalar_type_name(b.dtype()));
+  DP_CHECK(a.dtype() == b.dtype(), DTypeError, "dot: expected both vectors to have same dtype, but found ", scalar_type_name(a.dtype()), " and ",
+           scalar_type_name(b.dtype()));
   check_product_dtype("dot", a.dtype());
   Tensor out = make_empty({}, a.dtype(), a.device());
   backend::dot_kernel(out.device().type, out, a, b);

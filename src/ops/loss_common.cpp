@@ -7,9 +7,12 @@ namespace dp {
 
 const char* reduction_name(Reduction r) {
   switch (r) {
-    case Reduction::None: return "none";
-    case Reduction::Mean: return "mean";
-    case Reduction::Sum: return "sum";
+    case Reduction::None:
+      return "none";
+    case Reduction::Mean:
+      return "mean";
+    case Reduction::Sum:
+      return "sum";
   }
   return "?";
 }
@@ -24,19 +27,19 @@ void check_input(const char* op, const Tensor& input) {
   const bool half = input.dtype() == kFloat16 || input.dtype() == kBFloat16;
   DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 || (half && half_device), DTypeError, op, ": \"", op, "\" not implemented for '",
            kernels::torch_type_name(input.dtype()), "' (input must be float32 or float64",
-           half_device ? ", or float16 / bfloat16 on a CUDA device" : " on the CPU; float16 / bfloat16 on a CUDA device", ", got ",
-           input.describe(), ")");
+           half_device ? ", or float16 / bfloat16 on a CUDA device" : " on the CPU; float16 / bfloat16 on a CUDA device", ", got ", input.describe(),
+           ")");
 }
 
 void check_companion(const char* op, const Tensor& input, const Tensor& t, const char* what) {
   ops::check_same_device(op, {&input, &t});
-  DP_CHECK(t.dtype() == input.dtype(), DTypeError, op, ": expected ", what, " of dtype ", dtype_name(input.dtype()),
-           " (the input's), but found ", dtype_name(t.dtype()), " (", what, " ", t.describe(), ")");
+  DP_CHECK(t.dtype() == input.dtype(), DTypeError, op, ": expected ", what, " of dtype ", dtype_name(input.dtype()), " (the input's), but found ",
+           dtype_name(t.dtype()), " (", what, " ", t.describe(), ")");
 }
 
 void check_constant(const char* op, const Tensor& t, const char* what) {
-  DP_CHECK(!(t.defined() && autograd::needs_grad(t)), AutogradError, "The function '", op,
-           "' is not differentiable with respect to argument '", what, "'. This input cannot have requires_grad True.");
+  DP_CHECK(!(t.defined() && autograd::needs_grad(t)), AutogradError, "The function '", op, "' is not differentiable with respect to argument '", what,
+           "'. This input cannot have requires_grad True.");
 }
 
 ClassGeometry class_geometry(const char* op, const Tensor& input, const Tensor& target) {
@@ -51,16 +54,15 @@ ClassGeometry class_geometry(const char* op, const Tensor& input, const Tensor& 
   }
   g.n = input.size(0);
   g.c = input.size(1);
-  DP_CHECK(target.dim() >= 1 && target.size(0) == g.n, ShapeError, op, ": Expected input batch_size (", g.n,
-           ") to match target batch_size (", target.dim() >= 1 ? target.size(0) : 0, ") (input ", input.size_str(), ", target ",
-           target.size_str(), ")");
+  DP_CHECK(target.dim() >= 1 && target.size(0) == g.n, ShapeError, op, ": Expected input batch_size (", g.n, ") to match target batch_size (",
+           target.dim() >= 1 ? target.size(0) : 0, ") (input ", input.size_str(), ", target ", target.size_str(), ")");
   g.out_shape.push_back(g.n);
   for (int64_t d = 2; d < input.dim(); ++d) {
     g.out_shape.push_back(input.size(d));
     g.s *= input.size(d);
   }
-  DP_CHECK(target.sizes() == g.out_shape, ShapeError, op, ": Expected target size ", shape_str(g.out_shape), ", got ",
-           target.size_str(), " (input ", input.size_str(), ")");
+  DP_CHECK(target.sizes() == g.out_shape, ShapeError, op, ": Expected target size ", shape_str(g.out_shape), ", got ", target.size_str(), " (input ",
+           input.size_str(), ")");
   return g;
 }
 
@@ -73,13 +75,13 @@ void check_class_weight(const char* op, const Tensor& input, const Tensor& weigh
   if (!weight.defined()) return;
   check_companion(op, input, weight, "weight");
   check_constant(op, weight, "weight");
-  DP_CHECK(weight.dim() == 1 && weight.numel() == n_classes, ShapeError, op, ": weight tensor should be defined either for all ",
-           n_classes, " classes or no classes but got weight tensor of shape: ", weight.size_str());
+  DP_CHECK(weight.dim() == 1 && weight.numel() == n_classes, ShapeError, op, ": weight tensor should be defined either for all ", n_classes,
+           " classes or no classes but got weight tensor of shape: ", weight.size_str());
 }
 
 void throw_target_out_of_bounds(const char* op, int64_t target, int64_t n_classes, int64_t ignore_index) {
-  throw IndexError(detail::str(op, ": Target ", target, " is out of bounds (expected a class index in [0, ", n_classes,
-                               ") or ignore_index ", ignore_index, ")"));
+  throw IndexError(
+      detail::str(op, ": Target ", target, " is out of bounds (expected a class index in [0, ", n_classes, ") or ignore_index ", ignore_index, ")"));
 }
 
 void throw_first_bad_target(const char* op, const Tensor& target, int64_t n_classes, int64_t ignore_index) {
@@ -87,8 +89,8 @@ void throw_first_bad_target(const char* op, const Tensor& target, int64_t n_clas
   const int64_t* p = static_cast<const int64_t*>(h.data_ptr());
   for (int64_t i = 0; i < h.numel(); ++i)
     if (p[i] != ignore_index && (p[i] < 0 || p[i] >= n_classes)) throw_target_out_of_bounds(op, p[i], n_classes, ignore_index);
-  throw IndexError(detail::str(op, ": a target is out of bounds (expected class indices in [0, ", n_classes, ") or ignore_index ",
-                               ignore_index, ")"));
+  throw IndexError(
+      detail::str(op, ": a target is out of bounds (expected class indices in [0, ", n_classes, ") or ignore_index ", ignore_index, ")"));
 }
 
 Tensor device_scalar(double v, DType dtype, Device device) {

@@ -74,14 +74,14 @@ void build_coefs(const Tensor& A, const Tensor& B, const Tensor& targets, const 
 }
 
 // The class-index backward with dp ops (create_graph): differentiable again.
-Tensor index_backward_composite(const Tensor& g, const Tensor& xi, const Tensor& tt, const Tensor& w, const Tensor& total_weight,
-                                const Params& p, Reduction red) {
+Tensor index_backward_composite(const Tensor& g, const Tensor& xi, const Tensor& tt, const Tensor& w, const Tensor& total_weight, const Params& p,
+                                Reduction red) {
   Tensor A = make_empty(xi.sizes(), kFloat64, Device::cpu());
   Tensor B = make_empty(p.geo.out_shape, kFloat64, Device::cpu());
   build_coefs(A, B, tt, w, p);
   A = A.to(xi.device(), xi.dtype());
   B = B.to(xi.device(), xi.dtype());
-  Tensor gb = red == Reduction::None ? loss::per_sample_to_input(g, p.geo)
+  Tensor gb = red == Reduction::None   ? loss::per_sample_to_input(g, p.geo)
               : red == Reduction::Mean ? dp::div(g, kernels::convert_nograd(total_weight, g.dtype()))
                                        : g;
   Tensor sm = dp::softmax(xi, p.geo.class_dim);
@@ -117,8 +117,7 @@ variable_list prob_backward_composite(const Tensor& g, const Tensor& xi, const T
 
 // Per-sample log-sum-exps (and, for probabilities, sum_c w_c q_c) are saved in float32 (float64
 // for float64 inputs); Mean's total weight stays on the input's device.
-Tensor cross_entropy_index(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index, Reduction red,
-                           double eps) {
+Tensor cross_entropy_index(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index, Reduction red, double eps) {
   loss::check_class_target_dtype(kOp, target);
   Params p;
   p.geo = loss::class_geometry(kOp, input, target);
@@ -155,8 +154,7 @@ Tensor cross_entropy_index(const Tensor& input, const Tensor& target, const Tens
 
 // ---------------------------------------------------------------- the op, class probabilities
 
-Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index, Reduction red,
-                          double eps) {
+Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index, Reduction red, double eps) {
   DP_CHECK(is_floating_point(target.dtype()), DTypeError, kOp, ": Expected floating point type for target with class probabilities, got ",
            kernels::torch_type_name(target.dtype()), " (target ", target.describe(), " has the input's shape)");
   loss::check_companion(kOp, input, target, "target");
@@ -219,8 +217,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
   loss::check_input(kOp, input);
   ops::check_defined(kOp, target, "target");
   ops::check_same_device(kOp, {&input, &target});
-  DP_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError, kOp, ": label_smoothing must be between 0.0 and 1.0. Got: ",
-           label_smoothing);
+  DP_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError, kOp,
+           ": label_smoothing must be between 0.0 and 1.0. Got: ", label_smoothing);
   if (target.sizes() == input.sizes()) return cross_entropy_prob(input, target, weight, ignore_index, reduction, label_smoothing);
   return cross_entropy_index(input, target, weight, ignore_index, reduction, label_smoothing);
 }

@@ -43,8 +43,7 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
   if (autograd::needs_grad(input)) {
     SavedVariable st(t, false);
     autograd::record("NllLossBackward0", {input}, {out},
-                     [st, w, geo, ignore_index, reduction, tw, in_shape = x.sizes(), dtype = x.dtype(), device = x.device()](
-                         variable_list&& grads) {
+                     [st, w, geo, ignore_index, reduction, tw, in_shape = x.sizes(), dtype = x.dtype(), device = x.device()](variable_list&& grads) {
                        const Tensor& g = grads[0];
                        const Tensor tt = st.unpack();
                        Tensor gi = make_empty(in_shape, dtype, device);
@@ -59,8 +58,8 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
                          }
                          return variable_list{dp::mul(gi, reduction == Reduction::None ? loss::per_sample_to_input(g, geo) : g)};
                        }
-                       backend::nll_loss_backward(device.type, gi, loss::loss_grad(g, reduction, dtype, 1.0, tw), tt, w,
-                                                  loss::class_shape(geo), ignore_index);
+                       backend::nll_loss_backward(device.type, gi, loss::loss_grad(g, reduction, dtype, 1.0, tw), tt, w, loss::class_shape(geo),
+                                                  ignore_index);
                        return variable_list{gi};
                      });
   }

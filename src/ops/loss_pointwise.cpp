@@ -25,18 +25,22 @@ using Kind = backend::PointwiseKind;
 
 const char* node_name(Kind k) {
   switch (k) {
-    case Kind::Mse: return "MseLossBackward0";
-    case Kind::L1: return "L1LossBackward0";
-    case Kind::Bce: return "BinaryCrossEntropyBackward0";
-    case Kind::BceLogits: return "BinaryCrossEntropyWithLogitsBackward0";
+    case Kind::Mse:
+      return "MseLossBackward0";
+    case Kind::L1:
+      return "L1LossBackward0";
+    case Kind::Bce:
+      return "BinaryCrossEntropyBackward0";
+    case Kind::BceLogits:
+      return "BinaryCrossEntropyWithLogitsBackward0";
   }
   return "?";
 }
 
 // ---- the differentiable (create_graph) backward, with dp ops ----
 
-variable_list composite_backward(Kind k, const Tensor& g, const Tensor& x, const Tensor& t, const Tensor& w, const Tensor& pw,
-                                 Reduction red, int64_t numel, bool need_x, bool need_t) {
+variable_list composite_backward(Kind k, const Tensor& g, const Tensor& x, const Tensor& t, const Tensor& w, const Tensor& pw, Reduction red,
+                                 int64_t numel, bool need_x, bool need_t) {
   const Tensor gs = red == Reduction::Mean ? dp::div(g, static_cast<double>(numel)) : g;
   Tensor gx, gt;
   switch (k) {
@@ -87,8 +91,8 @@ void check_side(const char* op, const Tensor& input, const Tensor& side, const c
   try {
     b = broadcast_shapes(side.sizes(), input.sizes(), op);
   } catch (const ShapeError& e) {
-    throw ShapeError(detail::str(op, ": ", what, " of shape ", side.size_str(), " does not broadcast to the input's shape ",
-                                 input.size_str(), " (", e.what(), ")"));
+    throw ShapeError(detail::str(op, ": ", what, " of shape ", side.size_str(), " does not broadcast to the input's shape ", input.size_str(), " (",
+                                 e.what(), ")"));
   }
   DP_CHECK(b == input.sizes(), ShapeError, op, ": ", what, " of shape ", side.size_str(), " does not broadcast to the input's shape ",
            input.size_str(), " (the broadcast shape would be ", shape_str(b), ")");
@@ -101,8 +105,8 @@ Tensor pointwise_loss(Kind k, const Tensor& input, const Tensor& target, const T
   loss::check_companion(op, input, target, "target");
   if (input.sizes() != target.sizes()) {
     if (k == Kind::Bce)
-      throw ShapeError(detail::str(op, ": Using a target size (", target.size_str(), ") that is different to the input size (",
-                                   input.size_str(), ") is deprecated. Please ensure they have the same size."));
+      throw ShapeError(detail::str(op, ": Using a target size (", target.size_str(), ") that is different to the input size (", input.size_str(),
+                                   ") is deprecated. Please ensure they have the same size."));
     if (k == Kind::BceLogits)
       throw ShapeError(detail::str(op, ": Target size (", target.size_str(), ") must be the same as input size (", input.size_str(), ")"));
     throw ShapeError(detail::str(op, ": target size (", target.size_str(), ") differs from input size (", input.size_str(),
@@ -128,19 +132,17 @@ Tensor pointwise_loss(Kind k, const Tensor& input, const Tensor& target, const T
   const bool need_t = autograd::needs_grad(target);
   if (need_x || need_t) {
     SavedVariable sx(input, false), st(target, false);
-    autograd::record(node_name(k), {input, target}, {out},
-                     [k, sx, st, w, pw, red, numel, need_x, need_t](variable_list&& grads) -> variable_list {
-                       const Tensor& g = grads[0];
-                       Tensor xi = sx.unpack(), ti = st.unpack();
-                       if (GradMode::is_enabled()) return composite_backward(k, g, xi, ti, w, pw, red, numel, need_x, need_t);
-                       const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
-                       Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
-                       Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
-                       const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(numel) : 1.0;
-                       backend::pointwise_loss_backward(xc.device().type, k, gi, gt, loss::loss_grad(g, red, xc.dtype(), scale), xc, tc, w,
-                                                        pw);
-                       return {gi, gt};
-                     });
+    autograd::record(node_name(k), {input, target}, {out}, [k, sx, st, w, pw, red, numel, need_x, need_t](variable_list&& grads) -> variable_list {
+      const Tensor& g = grads[0];
+      Tensor xi = sx.unpack(), ti = st.unpack();
+      if (GradMode::is_enabled()) return composite_backward(k, g, xi, ti, w, pw, red, numel, need_x, need_t);
+      const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
+      Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
+      Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
+      const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(numel) : 1.0;
+      backend::pointwise_loss_backward(xc.device().type, k, gi, gt, loss::loss_grad(g, red, xc.dtype(), scale), xc, tc, w, pw);
+      return {gi, gt};
+    });
   }
   return out;
 }
@@ -161,14 +163,12 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  if (autocast::detail::Cast ac{autocast::detail::Op::mse_loss, {&input, &target}}) 
-    return ac([&] { return dp::mse_loss(ac[0], ac[1], reduction); });
+  if (autocast::detail::Cast ac{autocast::detail::Op::mse_loss, {&input, &target}}) return ac([&] { return dp::mse_loss(ac[0], ac[1], reduction); });
   return pointwise_loss(Kind::Mse, input, target, Tensor(), Tensor(), reduction);
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  if (autocast::detail::Cast ac{autocast::detail::Op::l1_loss, {&input, &target}}) 
-    return ac([&] { return dp::l1_loss(ac[0], ac[1], reduction); });
+  if (autocast::detail::Cast ac{autocast::detail::Op::l1_loss, {&input, &target}}) return ac([&] { return dp::l1_loss(ac[0], ac[1], reduction); });
   return pointwise_loss(Kind::L1, input, target, Tensor(), Tensor(), reduction);
 }
 

@@ -31,12 +31,15 @@ void check_layer_norm_inputs(const Tensor& input, IntArrayRef shape, const Tenso
   ops::check_defined(op, input);
   if (!backend::capabilities(input.device()).kernels) kernels::check_cpu_tensor(op, input);
   ops::check_same_device(op, {&input, &weight, &bias});
-  DP_CHECK(!shape.empty(), ShapeError,
-           "layer_norm: Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, but got normalized_shape = []");
-  DP_CHECK(!weight.defined() || IntArrayRef(weight.sizes()).equals(shape), ShapeError, "layer_norm: Expected weight to be of same shape as normalized_shape, but got weight of shape ",
-           weight.size_str(), " and normalized_shape = ", shape_str(shape));
-  DP_CHECK(!bias.defined() || IntArrayRef(bias.sizes()).equals(shape), ShapeError, "layer_norm: Expected bias to be of same shape as normalized_shape, but got bias of shape ",
-           bias.size_str(), " and normalized_shape = ", shape_str(shape));
+  DP_CHECK(
+      !shape.empty(), ShapeError,
+      "layer_norm: Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, but got normalized_shape = []");
+  DP_CHECK(!weight.defined() || IntArrayRef(weight.sizes()).equals(shape), ShapeError,
+           "layer_norm: Expected weight to be of same shape as normalized_shape, but got weight of shape ", weight.size_str(),
+           " and normalized_shape = ", shape_str(shape));
+  DP_CHECK(!bias.defined() || IntArrayRef(bias.sizes()).equals(shape), ShapeError,
+           "layer_norm: Expected bias to be of same shape as normalized_shape, but got bias of shape ", bias.size_str(),
+           " and normalized_shape = ", shape_str(shape));
   const int64_t nd = static_cast<int64_t>(shape.size());
   bool ok = input.dim() >= nd;
   for (int64_t i = 0; ok && i < nd; ++i) ok = input.size(input.dim() - nd + i) == shape[i];
@@ -55,8 +58,7 @@ void check_layer_norm_inputs(const Tensor& input, IntArrayRef shape, const Tenso
 }
 
 // The backward in dp ops (differentiable): x, w as saved, g the incoming gradient.
-variable_list layer_norm_backward_ops(const Tensor& g, const Tensor& x, const Tensor& w, const Shape& shape, double eps, bool gx, bool gw,
-                                      bool gb) {
+variable_list layer_norm_backward_ops(const Tensor& g, const Tensor& x, const Tensor& w, const Shape& shape, double eps, bool gx, bool gw, bool gb) {
   const int64_t nd = static_cast<int64_t>(shape.size());
   std::vector<int64_t> dims;
   for (int64_t d = x.dim() - nd; d < x.dim(); ++d) dims.push_back(d);

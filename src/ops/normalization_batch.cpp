@@ -52,13 +52,15 @@ void check_batch_norm_inputs(const Tensor& input, const Tensor& rm, const Tensor
   DP_CHECK(input.dim() >= 2, ShapeError, "batch_norm: expected an input of at least 2 dimensions [N, C, *], got ", input.describe());
   // bfloat16 on the CPU (float64 statistics, src/backend/cpu/norm_kernels.cpp) and on CUDA
   // devices (src/backend/cuda/norm_pool.cu: float32 statistics); float16 on CUDA devices only.
-  DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 || input.dtype() == kBFloat16 || backend::half_nn_dtype(input.device(), input.dtype()),
-           DTypeError, "batch_norm: expected an input of dtype float32, float64 or bfloat16 (float16 on CUDA devices only), got ", input.describe());
+  DP_CHECK(
+      input.dtype() == kFloat32 || input.dtype() == kFloat64 || input.dtype() == kBFloat16 || backend::half_nn_dtype(input.device(), input.dtype()),
+      DTypeError, "batch_norm: expected an input of dtype float32, float64 or bfloat16 (float16 on CUDA devices only), got ", input.describe());
   const int64_t C = input.size(1);
   const std::pair<const Tensor*, const char*> per_channel[] = {{&rm, "running_mean"}, {&rv, "running_var"}, {&w, "weight"}, {&b, "bias"}};
   for (const auto& [t, name] : per_channel) {
     if (!t->defined()) continue;
-    DP_CHECK(t->numel() == C, ShapeError, "batch_norm: ", name, " should contain ", C, " elements not ", t->numel(), " (input ", input.size_str(), ")");
+    DP_CHECK(t->numel() == C, ShapeError, "batch_norm: ", name, " should contain ", C, " elements not ", t->numel(), " (input ", input.size_str(),
+             ")");
   }
   if (input.dtype() == kBFloat16 && input.is_cpu()) {
     check_bfloat16_cpu_parameters(input, per_channel);
@@ -105,8 +107,8 @@ Tensor channel_f64(const Tensor& t) {
 // The backward in dp ops (differentiable), for create_graph. A 16-bit input's backward runs in
 // float32 (the fused kernel sums in float64; 16-bit intermediate ops would round every step) and
 // each gradient is converted back to its tensor's dtype, on the graph.
-variable_list batch_norm_backward_ops(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& invstd,
-                                      bool training, double eps, bool gx, bool gw, bool gb, const Shape& b_shape, DType b_dtype) {
+variable_list batch_norm_backward_ops(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& invstd, bool training,
+                                      double eps, bool gx, bool gw, bool gb, const Shape& b_shape, DType b_dtype) {
   if (x.dtype() == kFloat16 || x.dtype() == kBFloat16) {
     auto f32 = [](const Tensor& t) { return t.defined() && t.dtype() != kFloat32 ? t.to(kFloat32) : t; };
     auto back = [](const Tensor& t, DType dt) { return t.defined() && t.dtype() != dt ? t.to(dt) : t; };
@@ -145,8 +147,8 @@ variable_list batch_norm_backward_ops(const Tensor& g, const Tensor& x, const Te
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight, const Tensor& bias,
-                  bool training, double momentum, double eps) {
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
+                  double momentum, double eps) {
   check_batch_norm_inputs(input, running_mean, running_var, weight, bias, training);
   const int64_t B = input.size(0), C = input.size(1);
   int64_t L = 1;

@@ -36,8 +36,8 @@ bool supported_dtype(const Tensor& t) {
 void check_input(const char* op, const Tensor& x) {
   ops::check_defined(op, x);
   DP_CHECK(backend::capabilities(x.device()).kernels, NotImplementedError, op, ": not implemented for ", x.device().str(), " tensors");
-  DP_CHECK(supported_dtype(x), DTypeError, op, ": expected a float32, float64 or bfloat16 input, but got ", dtype_name(x.dtype()), " ",
-           x.size_str(), " on ", x.device().str(), " (float16 is supported on CUDA devices only)");
+  DP_CHECK(supported_dtype(x), DTypeError, op, ": expected a float32, float64 or bfloat16 input, but got ", dtype_name(x.dtype()), " ", x.size_str(),
+           " on ", x.device().str(), " (float16 is supported on CUDA devices only)");
   bool ok = x.dim() == 3 || x.dim() == 4;
   for (int64_t d = x.dim() == 4 ? 1 : 0; ok && d < x.dim(); ++d) ok = x.size(d) > 0;
   DP_CHECK(ok, ShapeError, op, ": Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got: ", x.size_str());
@@ -54,8 +54,8 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t 
 }
 
 // The geometry of a (max or avg) pooling, after PyTorch's checks.
-Pool2dGeometry pool_geometry(const char* op, const Tensor& x, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
-                             IntArrayRef dilation, bool ceil_mode) {
+Pool2dGeometry pool_geometry(const char* op, const Tensor& x, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                             bool ceil_mode) {
   DP_CHECK(kernel_size.size() == 1 || kernel_size.size() == 2, ValueError, op,
            ": kernel_size must either be a single int, or a tuple of two ints, but got ", shape_str(kernel_size));
   DP_CHECK(stride.size() <= 2, ValueError, op, ": stride must either be omitted, a single int, or a tuple of two ints, but got ", shape_str(stride));
@@ -116,9 +116,8 @@ Tensor max_pool_backward(const Tensor& go, const Tensor& indices, const Shape& i
   Tensor gx = make_empty(in_size, go.dtype(), go.device());
   kernels::max_pool2d_backward_kernel(gx, goc, indices, g);
   if (autograd::needs_grad(go)) {
-    autograd::record("MaxPool2DWithIndicesBackwardBackward0", {go}, {gx}, [indices, g](variable_list&& grads) {
-      return variable_list{gather_at(grads[0], indices, g)};
-    });
+    autograd::record("MaxPool2DWithIndicesBackwardBackward0", {go}, {gx},
+                     [indices, g](variable_list&& grads) { return variable_list{gather_at(grads[0], indices, g)}; });
   }
   return gx;
 }
@@ -155,9 +154,8 @@ Tensor avg_pool_backward(const Tensor& go, const Shape& in_size, const Pool2dGeo
   Tensor gx = make_empty(in_size, go.dtype(), go.device());
   kernels::avg_pool2d_backward_kernel(gx, kernels::contiguous_nograd(go), g, o.count_include_pad, o.divisor_override);
   if (autograd::needs_grad(go)) {
-    autograd::record("AvgPool2DBackwardBackward0", {go}, {gx}, [g, o](variable_list&& grads) {
-      return variable_list{avg_pool_forward(grads[0], g, o)};
-    });
+    autograd::record("AvgPool2DBackwardBackward0", {go}, {gx},
+                     [g, o](variable_list&& grads) { return variable_list{avg_pool_forward(grads[0], g, o)}; });
   }
   return gx;
 }
@@ -184,9 +182,8 @@ Tensor adaptive_backward(const Tensor& go, const Shape& in_size, const Pool2dGeo
   Tensor gx = make_empty(in_size, go.dtype(), go.device());
   kernels::adaptive_avg_pool2d_backward_kernel(gx, kernels::contiguous_nograd(go), g);
   if (autograd::needs_grad(go)) {
-    autograd::record("AdaptiveAvgPool2DBackwardBackward0", {go}, {gx}, [g](variable_list&& grads) {
-      return variable_list{adaptive_forward(grads[0], g)};
-    });
+    autograd::record("AdaptiveAvgPool2DBackwardBackward0", {go}, {gx},
+                     [g](variable_list&& grads) { return variable_list{adaptive_forward(grads[0], g)}; });
   }
   return gx;
 }

@@ -68,8 +68,7 @@ void inplace_epilogue(Tensor& t, const char* node_name) {
 // (float64) uniforms, so the unit draw is exactly representable and never rounds up to 1.
 void uniform_fill(Tensor& t, double from, double to, Generator& g) {
   const DType dt = t.dtype();
-  DP_CHECK(is_floating_point(dt), DTypeError, "uniform_: expected a floating point tensor, got ", dtype_name(dt),
-           " (use randint for integers)");
+  DP_CHECK(is_floating_point(dt), DTypeError, "uniform_: expected a floating point tensor, got ", dtype_name(dt), " (use randint for integers)");
   const int64_t n = t.numel();
   const bool wide = dt == kFloat64;
   const int per_block = wide ? 2 : 4;
@@ -89,8 +88,7 @@ void normal_fill(Tensor& t, double mean, double std, Generator& g) {
 }
 
 void check_factory(const char* op, IntArrayRef sizes, const TensorOptions& opts) {
-  for (int64_t s : sizes)
-    DP_CHECK(s >= 0, ShapeError, op, ": Trying to create tensor with negative dimension ", s, ": ", shape_str(sizes));
+  for (int64_t s : sizes) DP_CHECK(s >= 0, ShapeError, op, ": Trying to create tensor with negative dimension ", s, ": ", shape_str(sizes));
   check_device(opts.device_);
 }
 
@@ -167,11 +165,14 @@ Tensor randperm(int64_t n, TensorOptions opts, Generator* gen) {
   const int64_t draws = n > 1 ? n - 1 : 0;
   const uint64_t first = g.reserve(blocks_for(draws, 2));
   const uint64_t seed = g.seed();
-  for_blocks(seed, first, draws, 2, [&](int64_t s, const uint32_t* w, int k) {
-    const int64_t i = n - 1 - s;
-    const int64_t j = static_cast<int64_t>(word64(w, k) % static_cast<uint64_t>(i + 1));
-    std::swap(perm[i], perm[j]);
-  }, /*parallel=*/false);
+  for_blocks(
+      seed, first, draws, 2,
+      [&](int64_t s, const uint32_t* w, int k) {
+        const int64_t i = n - 1 - s;
+        const int64_t j = static_cast<int64_t>(word64(w, k) % static_cast<uint64_t>(i + 1));
+        std::swap(perm[i], perm[j]);
+      },
+      /*parallel=*/false);
   Tensor idx = from_blob_copy(perm.data(), {n}, kInt64, opts.device_);
   Tensor out = idx;
   if (opts.dtype_ != kInt64) {

@@ -107,8 +107,10 @@ Tensor sum_leading_dims(const Tensor& a, IntArrayRef shape, int64_t lead) {
   for (int64_t d = first_kept; d < nd; ++d) inner *= a.size(d);
   Tensor out = make_empty(shape, a.dtype(), a.device());
   if (inner == 0) return out;
-  if (a.dtype() == kFloat32) column_sums(rows ? a.data_ptr<float>() : nullptr, rows, inner, out.data_ptr<float>());
-  else column_sums(rows ? a.data_ptr<double>() : nullptr, rows, inner, out.data_ptr<double>());
+  if (a.dtype() == kFloat32)
+    column_sums(rows ? a.data_ptr<float>() : nullptr, rows, inner, out.data_ptr<float>());
+  else
+    column_sums(rows ? a.data_ptr<double>() : nullptr, rows, inner, out.data_ptr<double>());
   return out;
 }
 
@@ -144,8 +146,8 @@ Tensor sum_to(const Tensor& a, IntArrayRef shape) {
   for (size_t i = 0; i < shape.size(); ++i) {
     const int64_t have = a.sizes()[lead + i], want = shape[i];
     if (want == have) continue;
-    DP_CHECK(want == 1, ShapeError, "sum_to: a tensor of size ", a.size_str(), " cannot be summed to size ", shape_str(shape),
-             " (size ", have, " at dim ", lead + i, " is neither ", want, " nor reduced to 1)");
+    DP_CHECK(want == 1, ShapeError, "sum_to: a tensor of size ", a.size_str(), " cannot be summed to size ", shape_str(shape), " (size ", have,
+             " at dim ", lead + i, " is neither ", want, " nor reduced to 1)");
     mask[lead + i] = true;
   }
   return sum_impl(a, mask, /*keepdim=*/true, shape.vec(), "SumBackward1");

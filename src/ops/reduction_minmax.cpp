@@ -43,9 +43,8 @@ Tensor max_all(const Tensor& a, bool is_max) {
   kernels::minmax_kernel(out, a, mask, /*keepdim=*/false, is_max);
   if (autograd::needs_grad(a)) {
     SavedVariable sx(a, false), sy(out, true);
-    autograd::record(is_max ? "MaxBackward1" : "MinBackward1", {a}, {out}, [sx, sy](variable_list&& g) {
-      return variable_list{evenly_distribute_backward(g[0], sx.unpack(), sy.unpack())};
-    });
+    autograd::record(is_max ? "MaxBackward1" : "MinBackward1", {a}, {out},
+                     [sx, sy](variable_list&& g) { return variable_list{evenly_distribute_backward(g[0], sx.unpack(), sy.unpack())}; });
   }
   return out;
 }

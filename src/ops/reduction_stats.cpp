@@ -98,8 +98,10 @@ Tensor norm(const Tensor& a, double p) {
            kernels::torch_type_name(a.dtype()), " instead.");
   DP_CHECK(!std::isnan(p), ValueError, "norm(): the order p must not be nan");
   Tensor out = make_empty({}, a.dtype(), a.device());
-  if (a.numel() == 0) kernels::fill_kernel(out, Scalar(0.0));  // every norm of nothing is 0, as torch.norm
-  else kernels::norm_kernel(out, a, p);
+  if (a.numel() == 0)
+    kernels::fill_kernel(out, Scalar(0.0));  // every norm of nothing is 0, as torch.norm
+  else
+    kernels::norm_kernel(out, a, p);
   if (autograd::needs_grad(a)) {
     SavedVariable sx(a, false), sy(out, true);
     autograd::record("NormBackward1", {a}, {out}, [sx, sy, p](variable_list&& g) {

@@ -21,9 +21,9 @@ struct StepState {
   Tensor i, f, g, o, c_prev, c, h_prev;
 };
 
-std::tuple<Tensor, Tensor, Tensor> composite_forward(const LstmDims& d, const Tensor& input, const Tensor& h0, const Tensor& c0,
-                                                     const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh,
-                                                     bool reverse, std::vector<StepState>* steps) {
+std::tuple<Tensor, Tensor, Tensor> composite_forward(const LstmDims& d, const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
+                                                     const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, bool reverse,
+                                                     std::vector<StepState>* steps) {
   const Tensor gx = dp::linear(input, w_ih, b_ih);  // [T, B, 4H]
   Tensor h = h0, c = c0;
   std::vector<Tensor> outs(static_cast<size_t>(d.T));
@@ -53,9 +53,8 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer_composite(const Tensor& input, con
 namespace rnn_detail {
 
 autograd::variable_list lstm_layer_backward_composite(const Tensor& d_out, const Tensor& d_hn, const Tensor& d_cn, const Tensor& input,
-                                                      const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
-                                                      const Tensor& b_ih, const Tensor& b_hh, bool reverse,
-                                                      const std::array<bool, 7>& needed) {
+                                                      const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
+                                                      const Tensor& b_hh, bool reverse, const std::array<bool, 7>& needed) {
   const LstmDims d = check_lstm_layer_args("lstm_layer backward", input, h0, c0, w_ih, w_hh, b_ih, b_hh);
   std::vector<StepState> st(static_cast<size_t>(d.T));
   composite_forward(d, input, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse, &st);

@@ -32,8 +32,8 @@
 namespace dp {
 namespace rnn_detail {
 
-LstmDims check_lstm_layer_args(const char* op, const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
-                               const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh) {
+LstmDims check_lstm_layer_args(const char* op, const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
+                               const Tensor& b_ih, const Tensor& b_hh) {
   ops::check_defined(op, input, "input");
   ops::check_defined(op, h0, "h0");
   ops::check_defined(op, c0, "c0");
@@ -45,7 +45,8 @@ LstmDims check_lstm_layer_args(const char* op, const Tensor& input, const Tensor
   if (!backend::capabilities(input.device()).kernels) kernels::check_cpu_tensor(op, input);
   const DType dt = input.dtype();
   DP_CHECK(dt == kFloat32 || dt == kFloat64, DTypeError, op, ": expected a float32 or float64 input, got ", input.describe());
-  const std::pair<const char*, const Tensor*> others[] = {{"h0", &h0}, {"c0", &c0}, {"w_ih", &w_ih}, {"w_hh", &w_hh}, {"b_ih", &b_ih}, {"b_hh", &b_hh}};
+  const std::pair<const char*, const Tensor*> others[] = {{"h0", &h0},     {"c0", &c0},     {"w_ih", &w_ih},
+                                                          {"w_hh", &w_hh}, {"b_ih", &b_ih}, {"b_hh", &b_hh}};
   for (const auto& [name, t] : others) {
     if (!t->defined()) continue;
     DP_CHECK(t->dtype() == dt, DTypeError, op, ": expected ", name, " to have the input's dtype ", dtype_name(dt), ", got ", t->describe());
@@ -84,8 +85,8 @@ Tensor prepared(const Tensor& t, DType dt) {
 
 }  // namespace
 
-std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
-                                              const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
+std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
+                                              const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
   const LstmDims d = rnn_detail::check_lstm_layer_args("lstm_layer", input, h0, c0, w_ih, w_hh, b_ih, b_hh);
   const DType dt = input.dtype();
   const Device dev = input.device();
@@ -110,8 +111,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor&
     Tensor acts = buf.gates, cells = buf.cells;  // private workspace: nothing else can modify it
     auto saved_out = std::make_shared<SavedVariable>();
     std::shared_ptr<autograd::Node> node = autograd::record(
-        "LstmLayerBackward0", {input, h0, c0, w_ih, w_hh, b_ih, b_hh}, {buf.out, buf.hn, buf.cn},
-        [=](variable_list&& g) -> variable_list {
+        "LstmLayerBackward0", {input, h0, c0, w_ih, w_hh, b_ih, b_hh}, {buf.out, buf.hn, buf.cn}, [=](variable_list&& g) -> variable_list {
           if (GradMode::is_enabled()) {
             // create_graph: the same gradients from dp ops, so that they can be differentiated again.
             return rnn_detail::lstm_layer_backward_composite(g[0], g[1], g[2], s_x.unpack(), s_h0.unpack(), s_c0.unpack(), s_wih.unpack(),

@@ -31,7 +31,7 @@ Tensor raw_narrow(const Tensor& out, int64_t dim, int64_t start, int64_t length)
   Shape sizes = out.sizes();
   sizes[dim] = length;
   return Tensor(::dp::detail::make_pooled<TensorImpl>(out.storage(), std::move(sizes), out.strides(),
-                                             out.storage_offset() + start * out.strides()[dim], out.dtype()));
+                                                      out.storage_offset() + start * out.strides()[dim], out.dtype()));
 }
 
 }  // namespace
@@ -67,8 +67,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     for (size_t i = 0; i < tensors.size(); ++i) {
       const Tensor& t = tensors[i];
       if (skipped(t)) continue;
-      DP_CHECK(t.dim() == nd, ShapeError, "cat(): Tensors must have same number of dimensions: got ", nd, " and ", t.dim(),
-               " (tensor ", i, " has size ", t.size_str(), ", the first has ", ref->size_str(), ")");
+      DP_CHECK(t.dim() == nd, ShapeError, "cat(): Tensors must have same number of dimensions: got ", nd, " and ", t.dim(), " (tensor ", i,
+               " has size ", t.size_str(), ", the first has ", ref->size_str(), ")");
       for (int64_t d = 0; d < nd; ++d) {
         if (d == dim) continue;
         DP_CHECK(t.sizes()[d] == out_sizes[d], ShapeError, "cat(): Sizes of tensors must match except in dimension ", dim, ". Expected size ",
@@ -118,8 +118,8 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   DP_CHECK(!tensors.empty(), ValueError, "stack expects a non-empty TensorList");
   for (size_t i = 0; i < tensors.size(); ++i) {
     DP_CHECK(tensors[i].defined(), ValueError, "stack(): tensor ", i, " in the list is undefined");
-    DP_CHECK(tensors[i].sizes() == tensors[0].sizes(), ShapeError, "stack expects each tensor to be equal size, but got ",
-             tensors[0].size_str(), " at entry 0 and ", tensors[i].size_str(), " at entry ", i);
+    DP_CHECK(tensors[i].sizes() == tensors[0].sizes(), ShapeError, "stack expects each tensor to be equal size, but got ", tensors[0].size_str(),
+             " at entry 0 and ", tensors[i].size_str(), " at entry ", i);
   }
   check_list_device("stack", tensors);
   const Shape& in_sizes = tensors[0].sizes();

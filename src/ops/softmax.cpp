@@ -52,8 +52,8 @@ variable_list softmax_double_backward(const Tensor& gg, const Tensor& g, const T
 Tensor softmax_impl(const Tensor& a, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   ops::check_defined(name, a);
-  DP_CHECK(is_floating_point(a.dtype()), DTypeError, name, "(): \"softmax_kernel_impl\" not implemented for '",
-           kernels::torch_type_name(a.dtype()), "' (softmax needs a floating point input, got ", a.describe(), ")");
+  DP_CHECK(is_floating_point(a.dtype()), DTypeError, name, "(): \"softmax_kernel_impl\" not implemented for '", kernels::torch_type_name(a.dtype()),
+           "' (softmax needs a floating point input, got ", a.describe(), ")");
   const int64_t d = a.dim() == 0 ? (wrap_dim(dim, 0, name), 0) : wrap_dim(dim, a.dim(), name);
   Tensor x = kernels::contiguous_nograd(a);
   Tensor out = make_empty(a.sizes(), a.dtype(), a.device());
@@ -62,8 +62,8 @@ Tensor softmax_impl(const Tensor& a, int64_t dim, bool log) {
     SavedVariable sy(out, true);
     // The node itself, for its edge to the input (filled in right after record()).
     auto self = std::make_shared<std::weak_ptr<Node>>();
-    std::shared_ptr<Node> node = autograd::record(
-        log ? "LogSoftmaxBackward0" : "SoftmaxBackward0", {a}, {out}, [sy, d, log, self](variable_list&& grads) {
+    std::shared_ptr<Node> node =
+        autograd::record(log ? "LogSoftmaxBackward0" : "SoftmaxBackward0", {a}, {out}, [sy, d, log, self](variable_list&& grads) {
           const Tensor& g = grads[0];
           Tensor y = sy.unpack();
           if (!GradMode::is_enabled()) return variable_list{softmax_backward_data(g, y, d, log)};
@@ -78,8 +78,8 @@ Tensor softmax_impl(const Tensor& a, int64_t dim, bool log) {
           Tensor gd = g.detach();
           auto bb = ::dp::detail::make_pooled<autograd::FunctionNode>(
               log ? "LogSoftmaxBackwardDataBackward0" : "SoftmaxBackwardDataBackward0", [sy, gd, d, log](variable_list&& gg) {
-                DP_CHECK(!GradMode::is_enabled(), NotImplementedError,
-                         log ? "log_softmax" : "softmax", ": derivatives of order three and higher are not supported");
+                DP_CHECK(!GradMode::is_enabled(), NotImplementedError, log ? "log_softmax" : "softmax",
+                         ": derivatives of order three and higher are not supported");
                 return softmax_double_backward(gg[0], gd, sy.unpack(), d, log);
               });
           bb->add_next_edge(autograd::gradient_edge(g));

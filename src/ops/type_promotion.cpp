@@ -28,8 +28,10 @@ int combine_categories(int higher, int lower) {
 
 void TypeState::add(const Tensor& t) {
   const int d = static_cast<int>(t.dtype());
-  if (t.dim() > 0) dim_ = promote_skip_undefined(dim_, d);
-  else zero_ = promote_skip_undefined(zero_, d);
+  if (t.dim() > 0)
+    dim_ = promote_skip_undefined(dim_, d);
+  else
+    zero_ = promote_skip_undefined(zero_, d);
 }
 
 void TypeState::add(const Scalar& s) {
@@ -51,14 +53,22 @@ bool can_cast(DType from, DType to) {
 
 const char* torch_type_name(DType t) {
   switch (t) {
-    case DType::Bool: return "Bool";
-    case DType::UInt8: return "Byte";
-    case DType::Int32: return "Int";
-    case DType::Int64: return "Long";
-    case DType::Float16: return "Half";
-    case DType::BFloat16: return "BFloat16";
-    case DType::Float32: return "Float";
-    case DType::Float64: return "Double";
+    case DType::Bool:
+      return "Bool";
+    case DType::UInt8:
+      return "Byte";
+    case DType::Int32:
+      return "Int";
+    case DType::Int64:
+      return "Long";
+    case DType::Float16:
+      return "Half";
+    case DType::BFloat16:
+      return "BFloat16";
+    case DType::Float32:
+      return "Float";
+    case DType::Float64:
+      return "Double";
   }
   return "Undefined";
 }

@@ -71,8 +71,10 @@ std::pair<int64_t, int64_t> extent_of(const Geometry& g) {
   for (size_t d = 0; d < g.sizes.size(); ++d) {
     if (g.sizes[d] == 0) return {g.offset, g.offset};
     const int64_t span = (g.sizes[d] - 1) * g.strides[d];
-    if (span < 0) lo += span;
-    else hi += span;
+    if (span < 0)
+      lo += span;
+    else
+      hi += span;
   }
   return {lo, hi};
 }
@@ -183,8 +185,10 @@ std::optional<Shape> compute_stride(IntArrayRef oldshape, IntArrayRef oldstride,
   Shape newstride(newshape.size());
   if (numel == 0) {
     for (int64_t d = static_cast<int64_t>(newshape.size()) - 1; d >= 0; --d) {
-      if (d == static_cast<int64_t>(newshape.size()) - 1) newstride[d] = 1;
-      else newstride[d] = std::max<int64_t>(newshape[d + 1], 1) * newstride[d + 1];
+      if (d == static_cast<int64_t>(newshape.size()) - 1)
+        newstride[d] = 1;
+      else
+        newstride[d] = std::max<int64_t>(newshape[d + 1], 1) * newstride[d + 1];
     }
     return newstride;
   }
@@ -244,8 +248,8 @@ Tensor view(const Tensor& t, IntArrayRef sizes) {
   auto strides = compute_stride(t.sizes(), t.strides(), shape);
   DP_CHECK(strides.has_value(), ShapeError,
            "view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous "
-           "subspaces). Use .reshape(...) instead. (view as ", shape_str(shape), " of a tensor of size ", t.size_str(), " and stride ",
-           shape_str(t.strides()), ")");
+           "subspaces). Use .reshape(...) instead. (view as ",
+           shape_str(shape), " of a tensor of size ", t.size_str(), " and stride ", shape_str(t.strides()), ")");
   Tensor out = alias_with(t, std::move(shape), std::move(*strides), t.storage_offset());
   if (!autograd::needs_grad(t)) return out;
   Shape in_sizes = t.sizes();
@@ -272,8 +276,8 @@ Tensor reshape(const Tensor& t, IntArrayRef sizes) {
 
 Tensor as_strided(const Tensor& t, IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> offset) {
   ops::check_defined("as_strided", t);
-  DP_CHECK(sizes.size() == strides.size(), ShapeError, "as_strided: mismatch in length of strides and shape (sizes ", shape_str(sizes),
-           ", strides ", shape_str(strides), ")");
+  DP_CHECK(sizes.size() == strides.size(), ShapeError, "as_strided: mismatch in length of strides and shape (sizes ", shape_str(sizes), ", strides ",
+           shape_str(strides), ")");
   const int64_t off = offset.value_or(t.storage_offset());
   DP_CHECK(off >= 0, ValueError, "as_strided: Tensor: invalid storage offset ", off);
   for (size_t d = 0; d < sizes.size(); ++d) {
@@ -308,16 +312,20 @@ Tensor slice(const Tensor& t, int64_t dim, std::optional<int64_t> start, std::op
   int64_t s = start.value_or(0), e = end.value_or(INT64_MAX);
   if (s < 0) s += size;
   if (e < 0) e += size;
-  if (s < 0) s = 0;
-  else if (s >= size) s = size;
-  if (e < s) e = s;
-  else if (e >= size) e = size;
+  if (s < 0)
+    s = 0;
+  else if (s >= size)
+    s = size;
+  if (e < s)
+    e = s;
+  else if (e >= size)
+    e = size;
   Tensor out = slice_alias(t, dim, s, e, step);
   if (!autograd::needs_grad(t)) return out;
   Shape in_sizes = t.sizes();
   return view_history(t, out, "SliceBackward0", [in_sizes, dim, s, e, step](variable_list&& g) {
-    return variable_list{view_scatter(g[0], in_sizes, [dim, s, e, step](const Tensor& z) { return slice(z, dim, s, e, step); },
-                                      "SliceBackwardBackward0")};
+    return variable_list{view_scatter(
+        g[0], in_sizes, [dim, s, e, step](const Tensor& z) { return slice(z, dim, s, e, step); }, "SliceBackwardBackward0")};
   });
 }
 
@@ -327,8 +335,8 @@ Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   dim = wrap_dim(dim, t.dim(), "narrow");
   DP_CHECK(length >= 0, ValueError, "narrow(): length must be non-negative, got ", length);
   const int64_t cur = t.sizes()[dim];
-  DP_CHECK(start >= -cur && start <= cur, IndexError, "narrow(): start out of range (expected to be in range of [", -cur, ", ", cur,
-           "], but got ", start, ")");
+  DP_CHECK(start >= -cur && start <= cur, IndexError, "narrow(): start out of range (expected to be in range of [", -cur, ", ", cur, "], but got ",
+           start, ")");
   if (start < 0) start += cur;
   DP_CHECK(start <= cur - length, IndexError, "narrow(): start (", start, ") + length (", length, ") exceeds dimension size (", cur,
            ") of tensor of size ", t.size_str(), " at dimension ", dim);
@@ -340,8 +348,8 @@ Tensor select(const Tensor& t, int64_t dim, int64_t index) {
   DP_CHECK(t.dim() > 0, IndexError, "select() cannot be applied to a 0-dim tensor.");
   dim = wrap_dim(dim, t.dim(), "select");
   const int64_t size = t.sizes()[dim];
-  DP_CHECK(index >= -size && index < size, IndexError, "select(): index ", index, " out of range for tensor of size ", t.size_str(),
-           " at dimension ", dim);
+  DP_CHECK(index >= -size && index < size, IndexError, "select(): index ", index, " out of range for tensor of size ", t.size_str(), " at dimension ",
+           dim);
   if (index < 0) index += size;
   Shape sizes = t.sizes(), strides = t.strides();
   const int64_t offset = t.storage_offset() + index * strides[dim];
@@ -351,8 +359,8 @@ Tensor select(const Tensor& t, int64_t dim, int64_t index) {
   if (!autograd::needs_grad(t)) return out;
   Shape in_sizes = t.sizes();
   return view_history(t, out, "SelectBackward0", [in_sizes, dim, index](variable_list&& g) {
-    return variable_list{view_scatter(g[0], in_sizes, [dim, index](const Tensor& z) { return select(z, dim, index); },
-                                      "SelectBackwardBackward0")};
+    return variable_list{view_scatter(
+        g[0], in_sizes, [dim, index](const Tensor& z) { return select(z, dim, index); }, "SelectBackwardBackward0")};
   });
 }
 
@@ -375,7 +383,8 @@ Tensor permute(const Tensor& t, IntArrayRef dims) {
   const int64_t n = t.dim();
   DP_CHECK(static_cast<int64_t>(dims.size()) == n, ShapeError,
            "permute: number of dimensions in the tensor input does not match the length of the desired ordering of dimensions i.e. "
-           "input.dim() = ", n, " is not equal to len(dims) = ", dims.size());
+           "input.dim() = ",
+           n, " is not equal to len(dims) = ", dims.size());
   Shape perm(n), inv(n, -1), sizes(n), strides(n);
   for (int64_t i = 0; i < n; ++i) {
     perm[i] = wrap_dim(dims[i], n, "permute");
@@ -501,12 +510,12 @@ Tensor unflatten(const Tensor& t, int64_t dim, IntArrayRef sizes) {
     }
   }
   if (infer) {
-    DP_CHECK(known > 0 && size % known == 0, ShapeError, "unflatten: Provided sizes ", shape_str(sizes),
-             " don't multiply up to the size of dim ", dim, " (", size, ") in the input tensor of size ", t.size_str());
+    DP_CHECK(known > 0 && size % known == 0, ShapeError, "unflatten: Provided sizes ", shape_str(sizes), " don't multiply up to the size of dim ",
+             dim, " (", size, ") in the input tensor of size ", t.size_str());
     resolved[*infer] = size / known;
   } else {
-    DP_CHECK(known == size, ShapeError, "unflatten: Provided sizes ", shape_str(sizes), " don't multiply up to the size of dim ", dim,
-             " (", size, ") in the input tensor of size ", t.size_str());
+    DP_CHECK(known == size, ShapeError, "unflatten: Provided sizes ", shape_str(sizes), " don't multiply up to the size of dim ", dim, " (", size,
+             ") in the input tensor of size ", t.size_str());
   }
   Shape shape(t.sizes().begin(), t.sizes().begin() + dim);
   shape.insert(shape.end(), resolved.begin(), resolved.end());
@@ -538,8 +547,8 @@ std::vector<Tensor> split_with_sizes(const Tensor& t, IntArrayRef sizes, int64_t
     DP_CHECK(s >= 0, ValueError, "split_with_sizes expects split_sizes have only non-negative entries, but got split_sizes=", shape_str(sizes));
     total += s;
   }
-  DP_CHECK(total == dim_size, ShapeError, "split_with_sizes expects split_sizes to sum exactly to ", dim_size,
-           " (input tensor's size at dimension ", dim, "), but got split_sizes=", shape_str(sizes));
+  DP_CHECK(total == dim_size, ShapeError, "split_with_sizes expects split_sizes to sum exactly to ", dim_size, " (input tensor's size at dimension ",
+           dim, "), but got split_sizes=", shape_str(sizes));
   return split_pieces(t, dim, sizes.vec(), "SplitWithSizesBackward0");
 }
 

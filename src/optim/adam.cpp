@@ -40,8 +40,7 @@ Tensor zeros_for(const Tensor& p) { return zeros(p.sizes(), TensorOptions(p.dtyp
 
 // One step over every group; Options is AdamOptions or AdamWOptions.
 template <typename Options>
-void adam_step(std::vector<OptimizerParamGroup>& groups,
-               std::unordered_map<const TensorImpl*, std::unique_ptr<OptimizerParamState>>& state,
+void adam_step(std::vector<OptimizerParamGroup>& groups, std::unordered_map<const TensorImpl*, std::unique_ptr<OptimizerParamState>>& state,
                bool decoupled, const char* name) {
   NoGradGuard no_grad;
   for (auto& group : groups) {
@@ -72,8 +71,9 @@ void adam_step(std::vector<OptimizerParamGroup>& groups,
       if (s.amsgrad) detail::check_state_buffer(p, st.max_exp_avg_sq, name, "max_exp_avg_sq");
       s.step = ++st.step;
       Tensor w = batch.target(name, p, g);
-      batch.add(p, w, {w.data_ptr(), g.data_ptr(), st.exp_avg.data_ptr(), st.exp_avg_sq.data_ptr(),
-                       s.amsgrad ? st.max_exp_avg_sq.data_ptr() : nullptr, w.numel(), st.step});
+      batch.add(p, w,
+                {w.data_ptr(), g.data_ptr(), st.exp_avg.data_ptr(), st.exp_avg_sq.data_ptr(), s.amsgrad ? st.max_exp_avg_sq.data_ptr() : nullptr,
+                 w.numel(), st.step});
     }
     // One update call per (device, dtype) of the group, each tensor with its own step.
     batch.finish([&](Device device, DType dtype, const std::vector<backend::AdamTensor>& list) {
@@ -82,8 +82,8 @@ void adam_step(std::vector<OptimizerParamGroup>& groups,
   }
 }
 
-std::unique_ptr<OptimizerParamState> load_adam_state(const Tensor& param, size_t index,
-                                                     const std::map<std::string, Tensor>& saved, const char* name) {
+std::unique_ptr<OptimizerParamState> load_adam_state(const Tensor& param, size_t index, const std::map<std::string, Tensor>& saved,
+                                                     const char* name) {
   auto st = std::make_unique<AdamParamState>();
   bool has_step = false;
   for (const auto& [field, t] : saved) {
@@ -98,8 +98,8 @@ std::unique_ptr<OptimizerParamState> load_adam_state(const Tensor& param, size_t
     } else if (field == "max_exp_avg_sq") {
       st->max_exp_avg_sq = detail::adopt_buffer(param, t, key);
     } else {
-      throw ValueError(dp::detail::str(name, ".load_state_dict: unexpected key '", key,
-                                       "' (", name, " keeps step, exp_avg, exp_avg_sq and max_exp_avg_sq)"));
+      throw ValueError(
+          dp::detail::str(name, ".load_state_dict: unexpected key '", key, "' (", name, " keeps step, exp_avg, exp_avg_sq and max_exp_avg_sq)"));
     }
   }
   const char* missing = !has_step ? "step" : !st->exp_avg.defined() ? "exp_avg" : !st->exp_avg_sq.defined() ? "exp_avg_sq" : nullptr;
@@ -148,17 +148,14 @@ void AdamParamState::save(const std::string& prefix, OrderedDict<std::string, Te
 
 // ---------------------------------------------------------------- Adam
 
-Adam::Adam(std::vector<OptimizerParamGroup> param_groups, const AdamOptions& defaults)
-    : Optimizer(std::make_unique<AdamOptions>(defaults)) {
+Adam::Adam(std::vector<OptimizerParamGroup> param_groups, const AdamOptions& defaults) : Optimizer(std::make_unique<AdamOptions>(defaults)) {
   init_groups(std::move(param_groups));
 }
 
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& defaults)
     : Adam(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(params))}, defaults) {}
 
-void Adam::check_options(const OptimizerOptions& options) const {
-  check_adam_options(detail::options_as<AdamOptions>(options, name()), name());
-}
+void Adam::check_options(const OptimizerOptions& options) const { check_adam_options(detail::options_as<AdamOptions>(options, name()), name()); }
 
 Tensor Adam::step(LossClosure closure) {
   Tensor loss = run_closure(closure);
@@ -166,24 +163,20 @@ Tensor Adam::step(LossClosure closure) {
   return loss;
 }
 
-std::unique_ptr<OptimizerParamState> Adam::load_param_state(const Tensor& param, size_t index,
-                                                            const std::map<std::string, Tensor>& saved) const {
+std::unique_ptr<OptimizerParamState> Adam::load_param_state(const Tensor& param, size_t index, const std::map<std::string, Tensor>& saved) const {
   return load_adam_state(param, index, saved, name());
 }
 
 // ---------------------------------------------------------------- AdamW
 
-AdamW::AdamW(std::vector<OptimizerParamGroup> param_groups, const AdamWOptions& defaults)
-    : Optimizer(std::make_unique<AdamWOptions>(defaults)) {
+AdamW::AdamW(std::vector<OptimizerParamGroup> param_groups, const AdamWOptions& defaults) : Optimizer(std::make_unique<AdamWOptions>(defaults)) {
   init_groups(std::move(param_groups));
 }
 
 AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& defaults)
     : AdamW(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(params))}, defaults) {}
 
-void AdamW::check_options(const OptimizerOptions& options) const {
-  check_adam_options(detail::options_as<AdamWOptions>(options, name()), name());
-}
+void AdamW::check_options(const OptimizerOptions& options) const { check_adam_options(detail::options_as<AdamWOptions>(options, name()), name()); }
 
 Tensor AdamW::step(LossClosure closure) {
   Tensor loss = run_closure(closure);
@@ -191,8 +184,7 @@ Tensor AdamW::step(LossClosure closure) {
   return loss;
 }
 
-std::unique_ptr<OptimizerParamState> AdamW::load_param_state(const Tensor& param, size_t index,
-                                                             const std::map<std::string, Tensor>& saved) const {
+std::unique_ptr<OptimizerParamState> AdamW::load_param_state(const Tensor& param, size_t index, const std::map<std::string, Tensor>& saved) const {
   return load_adam_state(param, index, saved, name());
 }
 

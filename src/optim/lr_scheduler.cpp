@@ -24,8 +24,8 @@ std::vector<double> LRScheduler::current_lrs() const {
 }
 
 void LRScheduler::step() {
-  DP_CHECK(optimizer_.param_groups().size() == base_lrs_.size(), ValueError, "LRScheduler.step: the optimizer has ",
-           optimizer_.param_groups().size(), " param groups but the scheduler was made for ", base_lrs_.size());
+  DP_CHECK(optimizer_.param_groups().size() == base_lrs_.size(), ValueError, "LRScheduler.step: the optimizer has ", optimizer_.param_groups().size(),
+           " param groups but the scheduler was made for ", base_lrs_.size());
   ++step_count_;
   ++last_epoch_;
   std::vector<double> lrs = get_lr();
@@ -33,19 +33,17 @@ void LRScheduler::step() {
   last_lrs_ = current_lrs();
 }
 
-LRSchedulerState LRScheduler::state_dict() const {
-  return {last_epoch_, step_count_, base_lrs_, last_lrs_, name(), settings()};
-}
+LRSchedulerState LRScheduler::state_dict() const { return {last_epoch_, step_count_, base_lrs_, last_lrs_, name(), settings()}; }
 
 void LRScheduler::check_state_dict(const LRSchedulerState& state) const {
   const std::string ctx = ::dp::detail::str(name(), ".load_state_dict");
-  DP_CHECK(state.scheduler.empty() || state.scheduler == name(), ValueError, ctx, ": the state was saved by a ",
-           state.scheduler.substr(0, 100), ", not a ", name());
+  DP_CHECK(state.scheduler.empty() || state.scheduler == name(), ValueError, ctx, ": the state was saved by a ", state.scheduler.substr(0, 100),
+           ", not a ", name());
   const size_t n = optimizer_.param_groups().size();
-  DP_CHECK(state.base_lrs.size() == n && state.last_lrs.size() == n, ValueError, ctx, ": the state is for ", state.base_lrs.size(),
-           " param groups (", state.last_lrs.size(), " last rates) but the optimizer has ", n);
-  DP_CHECK(state.last_epoch >= -1 && state.step_count >= 0, ValueError, ctx, ": bad last_epoch ", state.last_epoch,
-           " / step_count ", state.step_count);
+  DP_CHECK(state.base_lrs.size() == n && state.last_lrs.size() == n, ValueError, ctx, ": the state is for ", state.base_lrs.size(), " param groups (",
+           state.last_lrs.size(), " last rates) but the optimizer has ", n);
+  DP_CHECK(state.last_epoch >= -1 && state.step_count >= 0, ValueError, ctx, ": bad last_epoch ", state.last_epoch, " / step_count ",
+           state.step_count);
   for (size_t i = 0; i < n; ++i)
     DP_CHECK(std::isfinite(state.base_lrs[i]) && std::isfinite(state.last_lrs[i]), ValueError, ctx, ": param group ", i,
              " has a non-finite rate (base ", state.base_lrs[i], ", last ", state.last_lrs[i], ")");
@@ -67,21 +65,21 @@ double LRScheduler::number_setting(const Settings& settings, const char* key) co
   auto it = settings.find(key);
   DP_CHECK(it != settings.end(), ValueError, name(), ".load_state_dict: the state has no '", key, "' setting");
   DP_CHECK(it->second.size() == 1 && std::isfinite(it->second[0]), ValueError, name(), ".load_state_dict: setting '", key,
-           "' must be one finite number, got ", it->second.size(), " value(s)", it->second.empty() ? "" : ::dp::detail::str(" starting ", it->second[0]));
+           "' must be one finite number, got ", it->second.size(), " value(s)",
+           it->second.empty() ? "" : ::dp::detail::str(" starting ", it->second[0]));
   return it->second[0];
 }
 
 int64_t LRScheduler::integer_setting(const Settings& settings, const char* key, int64_t min_value) const {
   const double v = number_setting(settings, key);
-  DP_CHECK(v == std::floor(v) && v >= static_cast<double>(min_value) && v < 9.0e15, ValueError, name(), ".load_state_dict: setting '",
-           key, "' must be an integer >= ", min_value, ", got ", v);
+  DP_CHECK(v == std::floor(v) && v >= static_cast<double>(min_value) && v < 9.0e15, ValueError, name(), ".load_state_dict: setting '", key,
+           "' must be an integer >= ", min_value, ", got ", v);
   return static_cast<int64_t>(v);
 }
 
 // ---------------------------------------------------------------- StepLR
 
-StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
-    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma) : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
   DP_CHECK(step_size >= 1, ValueError, "StepLR: step_size must be >= 1, got ", step_size);
   initial_step();
 }
@@ -160,8 +158,7 @@ namespace {
 void check_linear_factors(const char* ctx, double start_factor, double end_factor, int64_t total_iters) {
   DP_CHECK(start_factor > 0 && start_factor <= 1.0, ValueError, ctx,
            ": Starting multiplicative factor expected to be greater than 0 and less or equal to 1, got ", start_factor);
-  DP_CHECK(end_factor >= 0 && end_factor <= 1.0, ValueError, ctx, ": Ending multiplicative factor expected to be between 0 and 1, got ",
-           end_factor);
+  DP_CHECK(end_factor >= 0 && end_factor <= 1.0, ValueError, ctx, ": Ending multiplicative factor expected to be between 0 and 1, got ", end_factor);
   DP_CHECK(total_iters >= 0, ValueError, ctx, ": total_iters must be >= 0, got ", total_iters);
 }
 }  // namespace
@@ -180,8 +177,7 @@ std::vector<double> LinearLR::get_lr() {
   }
   if (last_epoch_ > total_iters_) return lrs;
   const double d = end_factor_ - start_factor_;
-  const double factor =
-      1. + d / (static_cast<double>(total_iters_) * start_factor_ + static_cast<double>(last_epoch_ - 1) * d);
+  const double factor = 1. + d / (static_cast<double>(total_iters_) * start_factor_ + static_cast<double>(last_epoch_ - 1) * d);
   for (double& lr : lrs) lr = lr * factor;
   return lrs;
 }
@@ -199,8 +195,7 @@ void LinearLR::load_settings(const Settings& s, bool apply) {
 
 // ---------------------------------------------------------------- CosineAnnealingLR
 
-CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
-    : LRScheduler(optimizer), T_max_(T_max), eta_min_(eta_min) {
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min) : LRScheduler(optimizer), T_max_(T_max), eta_min_(eta_min) {
   DP_CHECK(T_max >= 1, ValueError, "CosineAnnealingLR: T_max must be >= 1, got ", T_max);
   initial_step();
 }
@@ -212,8 +207,7 @@ std::vector<double> CosineAnnealingLR::get_lr() {
   std::vector<double> lrs = current_lrs();
   if (last_epoch_ == 0) return lrs;
   if (step_count_ == 1 && last_epoch_ > 0) {
-    for (size_t i = 0; i < lrs.size(); ++i)
-      lrs[i] = eta_min_ + (base_lrs_[i] - eta_min_) * (1 + std::cos(e * pi / T)) / 2;
+    for (size_t i = 0; i < lrs.size(); ++i) lrs[i] = eta_min_ + (base_lrs_[i] - eta_min_) * (1 + std::cos(e * pi / T)) / 2;
     return lrs;
   }
   // Python's % is a floor modulo; last_epoch - 1 - T_max can be negative.
@@ -227,9 +221,7 @@ std::vector<double> CosineAnnealingLR::get_lr() {
   return lrs;
 }
 
-LRScheduler::Settings CosineAnnealingLR::settings() const {
-  return {{"T_max", {static_cast<double>(T_max_)}}, {"eta_min", {eta_min_}}};
-}
+LRScheduler::Settings CosineAnnealingLR::settings() const { return {{"T_max", {static_cast<double>(T_max_)}}, {"eta_min", {eta_min_}}}; }
 
 void CosineAnnealingLR::load_settings(const Settings& s, bool apply) {
   const int64_t T_max = integer_setting(s, "T_max", 1);

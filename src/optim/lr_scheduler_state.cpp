@@ -57,8 +57,8 @@ LRSchedulerState lr_scheduler_state_from_json(const std::string& text) {
   s.last_lrs = numbers(field(j, "last_lrs"), "last_lrs");
   if (j.contains("scheduler")) {
     const json& name = j.at("scheduler");
-    DP_CHECK(name.is_string() && !name.get_ref<const std::string&>().empty(), ValueError, kWhere,
-             ".scheduler must be a scheduler's name, got ", detail::brief(name));
+    DP_CHECK(name.is_string() && !name.get_ref<const std::string&>().empty(), ValueError, kWhere, ".scheduler must be a scheduler's name, got ",
+             detail::brief(name));
     s.scheduler = name.get<std::string>();
     const json& settings = field(j, "settings");
     DP_CHECK(settings.is_object(), ValueError, kWhere, ".settings must be an object, got ", detail::brief(settings));

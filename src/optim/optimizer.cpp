@@ -10,9 +10,7 @@
 
 namespace dp::optim {
 namespace {
-std::string describe_param(const Tensor& p) {
-  return dp::detail::str(p.size_str(), " ", dtype_name(p.dtype()), " on ", p.device().str());
-}
+std::string describe_param(const Tensor& p) { return dp::detail::str(p.size_str(), " ", dtype_name(p.dtype()), " on ", p.device().str()); }
 
 // The fused updates run on the device types whose backend has them (backend/optim_kernels.h: the
 // CPU's always, CUDA's in a build with that backend), on devices that exist.
@@ -36,8 +34,7 @@ OptimizerParamGroup::OptimizerParamGroup(std::vector<Tensor> params) : params_(s
 OptimizerParamGroup::OptimizerParamGroup(std::vector<Tensor> params, std::unique_ptr<OptimizerOptions> options)
     : params_(std::move(params)), options_(std::move(options)) {}
 
-OptimizerParamGroup::OptimizerParamGroup(const OptimizerParamGroup& o)
-    : params_(o.params_), options_(o.options_ ? o.options_->clone() : nullptr) {}
+OptimizerParamGroup::OptimizerParamGroup(const OptimizerParamGroup& o) : params_(o.params_), options_(o.options_ ? o.options_->clone() : nullptr) {}
 
 OptimizerParamGroup& OptimizerParamGroup::operator=(const OptimizerParamGroup& o) {
   if (this != &o) {
@@ -48,12 +45,14 @@ OptimizerParamGroup& OptimizerParamGroup::operator=(const OptimizerParamGroup& o
 }
 
 OptimizerOptions& OptimizerParamGroup::options() {
-  DP_CHECK(options_ != nullptr, ValueError, "OptimizerParamGroup: this group has no options (an optimizer gives it its defaults when the group is added)");
+  DP_CHECK(options_ != nullptr, ValueError,
+           "OptimizerParamGroup: this group has no options (an optimizer gives it its defaults when the group is added)");
   return *options_;
 }
 
 const OptimizerOptions& OptimizerParamGroup::options() const {
-  DP_CHECK(options_ != nullptr, ValueError, "OptimizerParamGroup: this group has no options (an optimizer gives it its defaults when the group is added)");
+  DP_CHECK(options_ != nullptr, ValueError,
+           "OptimizerParamGroup: this group has no options (an optimizer gives it its defaults when the group is added)");
   return *options_;
 }
 
@@ -77,14 +76,13 @@ void Optimizer::add_param_group(const OptimizerParamGroup& group) {
   for (size_t i = 0; i < group.params().size(); ++i) {
     const Tensor& p = group.params()[i];
     DP_CHECK(p.defined(), ValueError, name(), ": parameter ", i, " of param group ", gi, " is an undefined tensor");
-    DP_CHECK(p.is_leaf(), ValueError, name(), ": can't optimize a non-leaf Tensor (parameter ", i, " of param group ", gi, ", ",
-             describe_param(p), "); optimize the leaf it was computed from, or detach() it");
-    DP_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64 || p.dtype() == kFloat16 || p.dtype() == kBFloat16, DTypeError, name(),
-             ": parameter ", i, " of param group ", gi, " is ", describe_param(p),
-             "; the fused updates support float32, float64, float16 and bfloat16 parameters");
+    DP_CHECK(p.is_leaf(), ValueError, name(), ": can't optimize a non-leaf Tensor (parameter ", i, " of param group ", gi, ", ", describe_param(p),
+             "); optimize the leaf it was computed from, or detach() it");
+    DP_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64 || p.dtype() == kFloat16 || p.dtype() == kBFloat16, DTypeError, name(), ": parameter ", i,
+             " of param group ", gi, " is ", describe_param(p), "; the fused updates support float32, float64, float16 and bfloat16 parameters");
     check_param_device(p, name(), i, gi);
-    DP_CHECK(seen.insert(p.unsafe_impl()).second, ValueError, name(), ": parameter ", i, " of param group ", gi, " (",
-             describe_param(p), ") appears more than once (some parameters appear in more than one parameter group, or twice in one)");
+    DP_CHECK(seen.insert(p.unsafe_impl()).second, ValueError, name(), ": parameter ", i, " of param group ", gi, " (", describe_param(p),
+             ") appears more than once (some parameters appear in more than one parameter group, or twice in one)");
   }
   std::unique_ptr<OptimizerOptions> options = group.has_options() ? group.options().clone() : defaults_->clone();
   if (group.has_options()) detail::inherit_unset(*options, *defaults_, name());
@@ -147,10 +145,9 @@ Tensor detail::contiguous_grad(const Tensor& param) {
 
 Tensor detail::adopt_buffer(const Tensor& param, const Tensor& saved, const std::string& key) {
   DP_CHECK(saved.defined(), ValueError, "load_state_dict: ", key, " is an undefined tensor");
-  DP_CHECK(saved.sizes() == param.sizes(), ShapeError, "load_state_dict: ", key, " has shape ", saved.size_str(),
-           " but its parameter has shape ", param.size_str());
-  DP_CHECK(saved.is_floating_point(), DTypeError, "load_state_dict: ", key, " has dtype ", dtype_name(saved.dtype()),
-           "; expected a floating tensor");
+  DP_CHECK(saved.sizes() == param.sizes(), ShapeError, "load_state_dict: ", key, " has shape ", saved.size_str(), " but its parameter has shape ",
+           param.size_str());
+  DP_CHECK(saved.is_floating_point(), DTypeError, "load_state_dict: ", key, " has dtype ", dtype_name(saved.dtype()), "; expected a floating tensor");
   NoGradGuard no_grad;
   Tensor out = empty(param.sizes(), TensorOptions(param.dtype()).device(param.device()));
   out.copy_(saved);
@@ -161,15 +158,13 @@ int64_t detail::adopt_step(const Tensor& saved, const std::string& key) {
   DP_CHECK(saved.defined() && saved.numel() == 1, ShapeError, "load_state_dict: ", key, " must hold one number, got shape ",
            saved.defined() ? saved.size_str() : std::string("(undefined)"));
   const double v = saved.to_vector<double>()[0];
-  DP_CHECK(v >= 0 && v == static_cast<double>(static_cast<int64_t>(v)), ValueError, "load_state_dict: ", key,
-           " must be a whole number >= 0, got ", v);
+  DP_CHECK(v >= 0 && v == static_cast<double>(static_cast<int64_t>(v)), ValueError, "load_state_dict: ", key, " must be a whole number >= 0, got ",
+           v);
   return static_cast<int64_t>(v);
 }
 
 Tensor Optimizer::contiguous_grad(const Tensor& param) { return detail::contiguous_grad(param); }
-Tensor Optimizer::adopt_buffer(const Tensor& param, const Tensor& saved, const std::string& key) {
-  return detail::adopt_buffer(param, saved, key);
-}
+Tensor Optimizer::adopt_buffer(const Tensor& param, const Tensor& saved, const std::string& key) { return detail::adopt_buffer(param, saved, key); }
 int64_t Optimizer::adopt_step(const Tensor& saved, const std::string& key) { return detail::adopt_step(saved, key); }
 
 }  // namespace dp::optim
@@ -177,8 +172,8 @@ int64_t Optimizer::adopt_step(const Tensor& saved, const std::string& key) { ret
 namespace dp::optim::detail {
 
 void check_state_buffer(const Tensor& param, const Tensor& buffer, const char* optimizer, const char* name) {
-  DP_CHECK(buffer.defined() && buffer.sizes() == param.sizes() && buffer.dtype() == param.dtype() &&
-               buffer.device() == param.device() && buffer.is_contiguous(),
+  DP_CHECK(buffer.defined() && buffer.sizes() == param.sizes() && buffer.dtype() == param.dtype() && buffer.device() == param.device() &&
+               buffer.is_contiguous(),
            ValueError, optimizer, ": state '", name, "' of a parameter ", describe_param(param), " is ",
            buffer.defined() ? describe_param(buffer) : std::string("undefined"),
            (buffer.defined() && !buffer.is_contiguous()) ? " (not contiguous)" : "",

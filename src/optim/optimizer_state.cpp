@@ -48,8 +48,8 @@ bool parse_state_key(const std::string& key, int64_t& index, std::string& field)
 void Optimizer::load_state_dict(const OptimizerState& state) {
   const std::string ctx = dp::detail::str(name(), ".load_state_dict");
   auto opt_it = state.metadata.find("optimizer");
-  DP_CHECK(opt_it == state.metadata.end() || opt_it->second == name(), ValueError, ctx, ": the state was saved by ",
-           opt_it->second.substr(0, 100), ", not ", name());
+  DP_CHECK(opt_it == state.metadata.end() || opt_it->second == name(), ValueError, ctx, ": the state was saved by ", opt_it->second.substr(0, 100),
+           ", not ", name());
   auto pg_it = state.metadata.find("param_groups");
   DP_CHECK(pg_it != state.metadata.end(), ValueError, ctx, ": metadata has no 'param_groups' entry");
   const json groups = detail::parse_json(pg_it->second, ctx + ": metadata 'param_groups'");
@@ -64,12 +64,12 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const json& jg = groups[gi];
     const std::string gctx = dp::detail::str(ctx, ": param group ", gi);
-    DP_CHECK(jg.is_object() && jg.contains("params") && jg["params"].is_array(), ValueError, gctx,
-             " must be an object with a 'params' list, got ", detail::brief(jg));
+    DP_CHECK(jg.is_object() && jg.contains("params") && jg["params"].is_array(), ValueError, gctx, " must be an object with a 'params' list, got ",
+             detail::brief(jg));
     const json& ids = jg["params"];
     const auto& params = param_groups_[gi].params();
-    DP_CHECK(ids.size() == params.size(), ValueError, gctx, " has ", ids.size(), " parameters in the loaded state but ",
-             params.size(), " in this optimizer");
+    DP_CHECK(ids.size() == params.size(), ValueError, gctx, " has ", ids.size(), " parameters in the loaded state but ", params.size(),
+             " in this optimizer");
     for (size_t k = 0; k < ids.size(); ++k) {
       DP_CHECK(ids[k].is_number_integer(), ValueError, gctx, ": parameter index ", detail::brief(ids[k]), " is not an integer");
       const int64_t id = ids[k].get<int64_t>();

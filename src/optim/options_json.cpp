@@ -40,8 +40,7 @@ class ToJson : public OptionsVisitor {
 // only_unset: inheritance (skip fields the options set themselves, leave their flag unset).
 class FromJson : public OptionsVisitor {
  public:
-  FromJson(const nlohmann::json& j, std::string context, bool only_unset)
-      : j_(j), context_(std::move(context)), only_unset_(only_unset) {}
+  FromJson(const nlohmann::json& j, std::string context, bool only_unset) : j_(j), context_(std::move(context)), only_unset_(only_unset) {}
   void field(const char* name, double& value, bool& is_set) override {
     const nlohmann::json* v = find(name, is_set);
     if (v == nullptr) return;
@@ -57,8 +56,8 @@ class FromJson : public OptionsVisitor {
   void field(const char* name, std::tuple<double, double>& value, bool& is_set) override {
     const nlohmann::json* v = find(name, is_set);
     if (v == nullptr) return;
-    DP_CHECK(v->is_array() && v->size() == 2 && (*v)[0].is_number() && (*v)[1].is_number(), ValueError, context_,
-             ": option '", name, "' must be a list of two numbers, got ", brief(*v));
+    DP_CHECK(v->is_array() && v->size() == 2 && (*v)[0].is_number() && (*v)[1].is_number(), ValueError, context_, ": option '", name,
+             "' must be a list of two numbers, got ", brief(*v));
     value = {(*v)[0].get<double>(), (*v)[1].get<double>()};
   }
 

@@ -49,8 +49,8 @@ void save(const optim::Optimizer& optimizer, const optim::LRScheduler& scheduler
 void load(optim::Optimizer& optimizer, optim::LRScheduler& scheduler, const std::string& path) {
   SafetensorsFile file = load_file(path);
   auto it = file.metadata.find(kSchedulerKey);
-  DP_CHECK(it != file.metadata.end(), ValueError, "load: '", path, "' holds no learning-rate scheduler state (its metadata has no '",
-           kSchedulerKey, "'; was it saved with dp::save(optimizer, path) alone?)");
+  DP_CHECK(it != file.metadata.end(), ValueError, "load: '", path, "' holds no learning-rate scheduler state (its metadata has no '", kSchedulerKey,
+           "'; was it saved with dp::save(optimizer, path) alone?)");
   optim::LRSchedulerState s;
   naming_the_file(path, [&] {
     s = optim::lr_scheduler_state_from_json(it->second);

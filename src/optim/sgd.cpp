@@ -26,8 +26,7 @@ void SGDParamState::save(const std::string& prefix, OrderedDict<std::string, Ten
   if (momentum_buffer.defined()) out.insert(prefix + "momentum_buffer", momentum_buffer);
 }
 
-SGD::SGD(std::vector<OptimizerParamGroup> param_groups, const SGDOptions& defaults)
-    : Optimizer(std::make_unique<SGDOptions>(defaults)) {
+SGD::SGD(std::vector<OptimizerParamGroup> param_groups, const SGDOptions& defaults) : Optimizer(std::make_unique<SGDOptions>(defaults)) {
   DP_CHECK(defaults.lr_is_set(), ValueError, "SGD: the defaults must give a learning rate (SGDOptions(lr))");
   init_groups(std::move(param_groups));
 }
@@ -41,8 +40,7 @@ void SGD::check_options(const OptimizerOptions& options) const {
   DP_CHECK(o.momentum() >= 0, ValueError, "SGD: invalid momentum value: ", o.momentum());
   DP_CHECK(o.weight_decay() >= 0, ValueError, "SGD: invalid weight_decay value: ", o.weight_decay());
   DP_CHECK(!o.nesterov() || (o.momentum() > 0 && o.dampening() == 0), ValueError,
-           "SGD: Nesterov momentum requires a momentum and zero dampening (momentum ", o.momentum(), ", dampening ",
-           o.dampening(), ")");
+           "SGD: Nesterov momentum requires a momentum and zero dampening (momentum ", o.momentum(), ", dampening ", o.dampening(), ")");
 }
 
 Tensor SGD::step(LossClosure closure) {
@@ -85,13 +83,11 @@ Tensor SGD::step(LossClosure closure) {
   return loss;
 }
 
-std::unique_ptr<OptimizerParamState> SGD::load_param_state(const Tensor& param, size_t index,
-                                                           const std::map<std::string, Tensor>& saved) const {
+std::unique_ptr<OptimizerParamState> SGD::load_param_state(const Tensor& param, size_t index, const std::map<std::string, Tensor>& saved) const {
   auto st = std::make_unique<SGDParamState>();
   for (const auto& [field, t] : saved) {
     const std::string key = dp::detail::str("state.", index, ".", field);
-    DP_CHECK(field == "momentum_buffer", ValueError, "SGD.load_state_dict: unexpected key '", key,
-             "' (SGD keeps only momentum_buffer)");
+    DP_CHECK(field == "momentum_buffer", ValueError, "SGD.load_state_dict: unexpected key '", key, "' (SGD keeps only momentum_buffer)");
     st->momentum_buffer = adopt_buffer(param, t, key);
   }
   return st;

@@ -16,10 +16,9 @@ class UpdateBatch {
   // that finish() writes back. `grad` must match the parameter's device and dtype (the kernels read
   // raw memory). Both are kept alive until the launch is queued.
   Tensor target(const char* optimizer, const Tensor& param, const Tensor& grad) {
-    DP_CHECK(grad.device() == param.device() && grad.dtype() == param.dtype() && grad.sizes() == param.sizes(), ValueError,
-             optimizer, ": the gradient of a parameter ", param.size_str(), " ", dtype_name(param.dtype()), " on ", param.device().str(),
-             " is ", grad.size_str(), " ", dtype_name(grad.dtype()), " on ", grad.device().str(),
-             "; it must have the parameter's shape, dtype and device");
+    DP_CHECK(grad.device() == param.device() && grad.dtype() == param.dtype() && grad.sizes() == param.sizes(), ValueError, optimizer,
+             ": the gradient of a parameter ", param.size_str(), " ", dtype_name(param.dtype()), " on ", param.device().str(), " is ",
+             grad.size_str(), " ", dtype_name(grad.dtype()), " on ", grad.device().str(), "; it must have the parameter's shape, dtype and device");
     keep_.push_back(grad);
     return param.is_contiguous() ? param : param.contiguous();
   }

@@ -29,7 +29,8 @@ std::optional<std::string> imbalance_warning(const std::vector<Device>& devices,
     if (max_val <= 0 || static_cast<double>(field(properties[min_pos])) / max_val >= 0.75) return std::nullopt;
     return "\n    There is an imbalance between your GPUs. You may want to exclude GPU " + std::to_string(devices[min_pos].index) +
            " which\n    has less than 75% of the memory or cores of GPU " + std::to_string(devices[max_pos].index) +
-           ". You can do so by setting\n    the device_ids argument to DataParallel, or by setting the CUDA_VISIBLE_DEVICES\n    environment variable.";
+           ". You can do so by setting\n    the device_ids argument to DataParallel, or by setting the CUDA_VISIBLE_DEVICES\n    environment "
+           "variable.";
   };
   if (auto w = check([](const DeviceProperties& p) { return p.total_memory; })) return w;
   return check([](const DeviceProperties& p) { return p.multi_processor_count; });

@@ -72,8 +72,8 @@ void copy_coalesced(const std::vector<Tensor>& originals, const std::vector<Tens
   std::vector<TensorSpec> specs;
   std::vector<size_t> all;
   for (size_t k = 0; k < originals.size(); ++k) {
-    DP_CHECK(originals[k].sizes() == copies[k].sizes() && originals[k].dtype() == copies[k].dtype(), ShapeError, "copy_coalesced: tensor ", k,
-             " is ", originals[k].size_str(), " ", dtype_name(originals[k].dtype()), " but its copy is ", copies[k].size_str(), " ",
+    DP_CHECK(originals[k].sizes() == copies[k].sizes() && originals[k].dtype() == copies[k].dtype(), ShapeError, "copy_coalesced: tensor ", k, " is ",
+             originals[k].size_str(), " ", dtype_name(originals[k].dtype()), " but its copy is ", copies[k].size_str(), " ",
              dtype_name(copies[k].dtype()));
     specs.push_back({originals[k].sizes(), originals[k].dtype()});
     all.push_back(k);

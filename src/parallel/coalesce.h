@@ -34,7 +34,6 @@ std::vector<Tensor> unpack(const Bucket& bucket, const Tensor& flat, const std::
 // copies[k] <- originals[k] (alike in sizes and dtype; copies on `device`, originals anywhere) with
 // one flat buffer per bucket moved to `device`: one transfer per bucket instead of one per tensor,
 // then a copy on `device` into each tensor. For refreshing replicas on CUDA devices.
-void copy_coalesced(const std::vector<Tensor>& originals, const std::vector<Tensor>& copies, Device device,
-                    size_t buffer_size = kDefaultBufferSize);
+void copy_coalesced(const std::vector<Tensor>& originals, const std::vector<Tensor>& copies, Device device, size_t buffer_size = kDefaultBufferSize);
 
 }  // namespace dp::parallel::detail

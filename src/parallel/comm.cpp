@@ -51,15 +51,17 @@ std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& dev
                             int64_t dim) {
   DP_CHECK(tensor.defined(), ValueError, "scatter: undefined tensor");
   DP_CHECK(!devices.empty(), ValueError, "scatter: expected at least one device to scatter to");
-  DP_CHECK(tensor.dim() > 0, ShapeError, "scatter: chunk expects at least a 1-dimensional tensor (got a 0-dim tensor; a scalar can't be split over devices)");
+  DP_CHECK(tensor.dim() > 0, ShapeError,
+           "scatter: chunk expects at least a 1-dimensional tensor (got a 0-dim tensor; a scalar can't be split over devices)");
   for (Device d : devices) check_device(d);
   const int64_t d = wrap_dim("scatter", dim, tensor.dim(), tensor);
   const int64_t batch = tensor.size(d);
   std::vector<int64_t> sizes;
   if (sizes_in) {
     sizes = *sizes_in;
-    DP_CHECK(sizes.size() == devices.size(), ValueError, "scatter: expected devices and chunk_sizes to be of same length, but got len(devices) = ",
-             devices.size(), " and len(chunk_sizes) = ", sizes.size());
+    DP_CHECK(sizes.size() == devices.size(), ValueError,
+             "scatter: expected devices and chunk_sizes to be of same length, but got len(devices) = ", devices.size(),
+             " and len(chunk_sizes) = ", sizes.size());
     int64_t total = 0;
     for (int64_t s : sizes) {
       DP_CHECK(s >= 0, ValueError, "scatter: chunk sizes must be non-negative, got ", sizes_str(sizes));
@@ -84,9 +86,8 @@ std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& dev
   if (autograd::needs_grad(tensor)) {
     for (Tensor& c : chunks)
       if (detail::host_memory(c.device()) && detail::host_memory(tensor.device())) autograd::mark_view(c);
-    autograd::record("ScatterBackward", {tensor}, chunks, [source = tensor.device(), d](autograd::variable_list&& grads) {
-      return autograd::variable_list{gather(grads, source, d)};
-    });
+    autograd::record("ScatterBackward", {tensor}, chunks,
+                     [source = tensor.device(), d](autograd::variable_list&& grads) { return autograd::variable_list{gather(grads, source, d)}; });
   }
   return chunks;
 }

@@ -10,7 +10,7 @@
 namespace dp::parallel::detail {
 
 std::vector<std::vector<Tensor>> device_broadcast_coalesced(const std::vector<Tensor>& tensors, const std::vector<Device>& devices,
-                                                          size_t buffer_size) {
+                                                            size_t buffer_size) {
   NoGradGuard no_grad;
   const size_t n_dev = devices.size();
   std::vector<std::vector<Tensor>> out(n_dev);
@@ -78,8 +78,8 @@ Tensor sum_flats(const std::vector<Tensor>& flats, const std::vector<Device>& de
   const DeviceRuntime& rt = *device_runtime(type);
   const int dest = destination.index;
   const Stream ds = rt.current_stream(dest);
-  std::vector<Tensor> keep;     // moved copies, alive until the launch
-  std::vector<int> read_from;   // devices whose buffers the kernel reads in place
+  std::vector<Tensor> keep;    // moved copies, alive until the launch
+  std::vector<int> read_from;  // devices whose buffers the kernel reads in place
   std::vector<const void*> ptrs;
   for (size_t k = 0; k < flats.size(); ++k) {
     const int src = devices[k].index;
@@ -105,7 +105,7 @@ Tensor sum_flats(const std::vector<Tensor>& flats, const std::vector<Device>& de
 }  // namespace
 
 std::vector<Tensor> device_reduce_sum(const std::vector<std::vector<Tensor>>& inputs, const std::vector<TensorSpec>& specs, Device destination,
-                                    size_t buffer_size) {
+                                      size_t buffer_size) {
   NoGradGuard no_grad;
   if (destination.is_cpu()) {
     // A host destination: each input comes over (the host waits for each copy), then the host sum.

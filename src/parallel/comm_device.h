@@ -19,10 +19,10 @@ namespace dp::parallel::detail {
 // caller): result[0] are the tensors themselves, result[j] views into one fresh buffer per bucket on
 // devices[j].
 std::vector<std::vector<Tensor>> device_broadcast_coalesced(const std::vector<Tensor>& tensors, const std::vector<Device>& devices,
-                                                          size_t buffer_size);
+                                                            size_t buffer_size);
 
 // reduce_sum (reduce.h) where an input or the destination is off the host.
 std::vector<Tensor> device_reduce_sum(const std::vector<std::vector<Tensor>>& inputs, const std::vector<TensorSpec>& specs, Device destination,
-                                    size_t buffer_size);
+                                      size_t buffer_size);
 
 }  // namespace dp::parallel::detail

@@ -17,8 +17,8 @@ Device current_of(DeviceType type) {
 
 Device normalize(Device d, const char* what) {
   if (!d.is_cpu() && !d.has_index()) d = current_of(d.type);
-  DP_CHECK(d.has_index(), ValueError, "DataParallel: ", what, " must be indexed devices such as cpu:0 or cuda:1, not the host device '",
-           d.str(), "' (CPU devices are cpu:0 ... cpu:", cpu_device_count() - 1, ")");
+  DP_CHECK(d.has_index(), ValueError, "DataParallel: ", what, " must be indexed devices such as cpu:0 or cuda:1, not the host device '", d.str(),
+           "' (CPU devices are cpu:0 ... cpu:", cpu_device_count() - 1, ")");
   check_device(d);
   return d;
 }

@@ -14,12 +14,11 @@ namespace {
 
 Tensor on(const Tensor& t, const Tensor& like) { return t.defined() ? detail::place_on(t, like.device()) : t; }
 
-Tensor count_of(double n, const Tensor& like) {
-  return full({}, n, TensorOptions().dtype(like.dtype()).device(like.device()));
-}
+Tensor count_of(double n, const Tensor& like) { return full({}, n, TensorOptions().dtype(like.dtype()).device(like.device())); }
 
 void check_reduced(Reduction r, const char* loss) {
-  DP_CHECK(r != Reduction::None, ValueError, "forward_loss: ", loss, " has reduction='none'; a loss computed on the replicas must be reduced ('mean' or 'sum')");
+  DP_CHECK(r != Reduction::None, ValueError, "forward_loss: ", loss,
+           " has reduction='none'; a loss computed on the replicas must be reduced ('mean' or 'sum')");
 }
 
 // Elementwise losses: a mean divides by the number of elements.
@@ -77,7 +76,8 @@ LossPart sum_loss_parts(const std::vector<LossPart>& parts, Device destination) 
   size_t with_count = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     DP_CHECK(parts[i].sum.defined() && parts[i].sum.numel() == 1, ShapeError, "forward_loss: replica ", i,
-             "'s criterion must give a one-element loss, got ", parts[i].sum.defined() ? parts[i].sum.size_str() : std::string("an undefined tensor"));
+             "'s criterion must give a one-element loss, got ",
+             parts[i].sum.defined() ? parts[i].sum.size_str() : std::string("an undefined tensor"));
     sums.push_back(parts[i].sum.reshape({1}));
     if (parts[i].count.defined()) {
       ++with_count;

@@ -164,10 +164,10 @@ std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>&
     for (size_t i = 0; i < first.size(); ++i) {
       const Tensor& t = inputs[j][i];
       DP_CHECK(t.defined(), ValueError, "reduce_add_coalesced: tensor ", i, " of device list ", j, " is undefined");
-      DP_CHECK(t.sizes() == first[i].sizes(), ShapeError, "reduce_add_coalesced: input ", j, " has invalid size: got ", t.size_str(),
-               " for tensor ", i, ", but expected ", first[i].size_str());
-      DP_CHECK(t.dtype() == first[i].dtype(), DTypeError, "reduce_add_coalesced: input ", j, " has dtype ", dtype_name(t.dtype()), " for tensor ",
-               i, ", but expected ", dtype_name(first[i].dtype()));
+      DP_CHECK(t.sizes() == first[i].sizes(), ShapeError, "reduce_add_coalesced: input ", j, " has invalid size: got ", t.size_str(), " for tensor ",
+               i, ", but expected ", first[i].size_str());
+      DP_CHECK(t.dtype() == first[i].dtype(), DTypeError, "reduce_add_coalesced: input ", j, " has dtype ", dtype_name(t.dtype()), " for tensor ", i,
+               ", but expected ", dtype_name(first[i].dtype()));
     }
   }
   std::vector<Tensor> out = detail::reduce_sum(inputs, specs, destination, buffer_size);

@@ -24,9 +24,12 @@ const StorageImpl* root_of(const Storage& s) { return s->base() ? s->base().get(
 Tensor linked_view(const Tensor& original, Device device) {
   const TensorImpl& o = *original.unsafe_impl();
   Storage storage;
-  if (original.device() == device) storage = o.storage;
-  else if (host_memory(original.device()) && host_memory(device)) storage = ::dp::detail::make_pooled<StorageImpl>(o.storage, device);
-  else return Tensor();
+  if (original.device() == device)
+    storage = o.storage;
+  else if (host_memory(original.device()) && host_memory(device))
+    storage = ::dp::detail::make_pooled<StorageImpl>(o.storage, device);
+  else
+    return Tensor();
   return Tensor(::dp::detail::make_pooled<TensorImpl>(std::move(storage), o.sizes, o.strides, o.offset, o.dtype));
 }
 
@@ -170,8 +173,8 @@ struct PendingCopies {
 // across non-host devices is queued on `pending` (when given) instead of copied now.
 void refresh_copy(const Tensor& original, Tensor& copy, CopyStamp& stamp, Device device, PendingCopies* pending = nullptr) {
   const TensorImpl& o = *original.unsafe_impl();
-  const bool current = stamp.source == root_of(o.storage) && stamp.source_version == original.version() &&
-                       stamp.own_version == copy.version() && copy.sizes() == original.sizes() && copy.dtype() == original.dtype();
+  const bool current = stamp.source == root_of(o.storage) && stamp.source_version == original.version() && stamp.own_version == copy.version() &&
+                       copy.sizes() == original.sizes() && copy.dtype() == original.dtype();
   if (current) return;
   if (copy.sizes() == original.sizes() && copy.dtype() == original.dtype()) {
     if (pending && (!host_memory(device) || !host_memory(original.device()))) {
@@ -245,9 +248,10 @@ void ReplicaSet::build(size_t j, Device device) {
     const nn::Module* m = original_.get();
     for (const auto& item : original_->named_modules())
       if (item.key() == *lazy) m = item.value().get();
-    throw ValueError(::dp::detail::str("Modules with uninitialized parameters can't be used with `DataParallel`. Run a dummy forward pass to "
-                                       "correctly initialize the modules (uninitialized: ",
-                                       lazy->empty() ? std::string("the module itself") : "'" + *lazy + "'", ", a ", m->name(), ")"));
+    throw ValueError(
+        ::dp::detail::str("Modules with uninitialized parameters can't be used with `DataParallel`. Run a dummy forward pass to "
+                          "correctly initialize the modules (uninitialized: ",
+                          lazy->empty() ? std::string("the module itself") : "'" + *lazy + "'", ", a ", m->name(), ")"));
   }
   auto rep = std::make_unique<Replica>();
   rep->device = device;
@@ -292,8 +296,7 @@ namespace {
 // Brings a replica's parameter (or buffer that requires grad) up to date: while it shares the
 // original's memory, re-links it if the original was moved or re-assigned (to(), set_data); once it
 // is a copy (memory not shareable), refreshes the copy when its stamp is stale.
-void refresh_linked(const Tensor& o, Tensor& r, std::vector<bool>::reference copied, CopyStamp& stamp, Device device,
-                    PendingCopies& pending) {
+void refresh_linked(const Tensor& o, Tensor& r, std::vector<bool>::reference copied, CopyStamp& stamp, Device device, PendingCopies& pending) {
   if (!copied) {
     if (same_view(o, r)) return;
     Tensor v = linked_view(o, device);
@@ -317,8 +320,10 @@ void ReplicaSet::refresh(size_t j) {
   for (size_t p = 0; p < params_.size(); ++p)
     refresh_linked(params_[p], rep.params[p], rep.param_copied[p], rep.param_stamps[p], rep.device, pending);
   for (size_t b = 0; b < buffers_.size(); ++b) {
-    if (buffer_grad_[b]) refresh_linked(buffers_[b], rep.buffers[b], rep.buffer_copied[b], rep.buffer_stamps[b], rep.device, pending);
-    else if (j != 0) refresh_copy(buffers_[b], rep.buffers[b], rep.buffer_stamps[b], rep.device, &pending);  // replica 0's are the originals
+    if (buffer_grad_[b])
+      refresh_linked(buffers_[b], rep.buffers[b], rep.buffer_copied[b], rep.buffer_stamps[b], rep.device, pending);
+    else if (j != 0)
+      refresh_copy(buffers_[b], rep.buffers[b], rep.buffer_stamps[b], rep.device, &pending);  // replica 0's are the originals
   }
   pending.flush(rep.device);
 }

@@ -28,8 +28,8 @@ std::vector<std::vector<Tensor>> split_all(const std::vector<Tensor>& tensors, c
     DP_CHECK(t.dim() > 0, ShapeError, "scatter: argument of size ", t.size_str(),
              " is a 0-dim tensor, which can't be split over devices (chunk expects at least a 1-dimensional tensor); pass it inside a "
              "type DataParallel does not scatter, or give it a batch dimension");
-    DP_CHECK(options.dim >= -t.dim() && options.dim < t.dim(), IndexError, "scatter: dim ", options.dim,
-             " is out of range for an argument of size ", t.size_str());
+    DP_CHECK(options.dim >= -t.dim() && options.dim < t.dim(), IndexError, "scatter: dim ", options.dim, " is out of range for an argument of size ",
+             t.size_str());
     const int64_t d = options.dim < 0 ? options.dim + t.dim() : options.dim;
     std::vector<int64_t> sizes = split_sizes(options, t.size(d));
     // The device list shrinks to the chunks this tensor yields (torch.chunk may yield fewer).
@@ -54,9 +54,12 @@ std::vector<std::string> describe_slices(int64_t batch, const std::vector<int64_
   const std::string of = " of a batch of " + std::to_string(batch) + " split along dim " + std::to_string(dim);
   for (size_t j = 0; j < rows.size(); ++j) {
     std::string s = "replica " + std::to_string(j) + " of " + std::to_string(rows.size()) + " got ";
-    if (rows[j] == 0) s += "no rows";
-    else if (rows[j] == 1) s += "row " + std::to_string(offset);
-    else s += "rows " + std::to_string(offset) + ".." + std::to_string(offset + rows[j] - 1);
+    if (rows[j] == 0)
+      s += "no rows";
+    else if (rows[j] == 1)
+      s += "row " + std::to_string(offset);
+    else
+      s += "rows " + std::to_string(offset) + ".." + std::to_string(offset + rows[j] - 1);
     out.push_back(s + of);
     offset += rows[j];
   }
@@ -67,8 +70,8 @@ Tensor TensorGatherer::gather(const std::vector<Tensor>& parts) {
   size_t defined = 0;
   for (const Tensor& t : parts) defined += t.defined() ? 1 : 0;
   if (defined == 0) return Tensor();
-  if (defined != parts.size()) fail("an undefined tensor in " + std::to_string(parts.size() - defined) + " of " + std::to_string(parts.size()) +
-                                    " replicas' outputs");
+  if (defined != parts.size())
+    fail("an undefined tensor in " + std::to_string(parts.size() - defined) + " of " + std::to_string(parts.size()) + " replicas' outputs");
   if (move_only) return parts[0].to(destination);
   try {
     return parallel::gather(parts, destination, dim);
@@ -81,9 +84,7 @@ Tensor TensorGatherer::gather(const std::vector<Tensor>& parts) {
   }
 }
 
-void TensorGatherer::fail(const std::string& what) {
-  throw ValueError("DataParallel gather of " + path.str() + ": " + what);
-}
+void TensorGatherer::fail(const std::string& what) { throw ValueError("DataParallel gather of " + path.str() + ": " + what); }
 
 }  // namespace detail
 }  // namespace dp::parallel

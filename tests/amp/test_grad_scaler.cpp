@@ -73,7 +73,9 @@ void replay(const std::string& name) {
     EXPECT_EQ(sd.at(key), value.get<double>()) << key;
   }
   EXPECT_EQ(sd.size(), g["state_dict"].size());
-  if (g["forced"].size() > 0) { EXPECT_GT(skipped, 0); }
+  if (g["forced"].size() > 0) {
+    EXPECT_GT(skipped, 0);
+  }
 }
 
 TEST(GradScaler, DefaultOptionsMatchTorch) { replay("default"); }

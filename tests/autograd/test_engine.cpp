@@ -158,9 +158,9 @@ TEST(EngineRetainGraph, SecondBackwardNeedsRetainGraph) {
     FAIL() << "expected AutogradError";
   } catch (const AutogradError& e) {
     EXPECT_HAS(e.what(), ("Trying to backward through the graph a second time (or directly access saved tensors after they "
-                                    "have already been freed). Saved intermediate values of the graph are freed when you call "
-                                    ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
-                                    "graph a second time or if you need to access saved tensors after calling backward."));
+                          "have already been freed). Saved intermediate values of the graph are freed when you call "
+                          ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
+                          "graph a second time or if you need to access saved tensors after calling backward."));
   }
   EXPECT_EQ(values(x.grad()), (std::vector<float>{4, 8}));
 }
@@ -216,7 +216,7 @@ TEST(EngineGrad, AllowUnused) {
     FAIL() << "expected AutogradError";
   } catch (const AutogradError& e) {
     EXPECT_HAS(e.what(), ("One of the differentiated Tensors (input 1) appears to not have been used in the graph. Set "
-                                    "allow_unused=True if this is the desired behavior."));
+                          "allow_unused=True if this is the desired behavior."));
   }
   std::vector<Tensor> g = autograd::grad({y}, {x, unused}, {}, false, false, /*allow_unused=*/true);
   EXPECT_FLOAT_EQ(value(g[0]), 4);
@@ -333,8 +333,8 @@ TEST(EngineSavedVariable, ModifiedInputMessage) {
     FAIL() << "expected AutogradError";
   } catch (const AutogradError& e) {
     EXPECT_HAS(e.what(), ("one of the variables needed for gradient computation has been modified by an inplace operation: "
-                                    "[torch.FloatTensor [3]], which is output 0 of MulBackward1, is at version 1; expected "
-                                    "version 0 instead."));
+                          "[torch.FloatTensor [3]], which is output 0 of MulBackward1, is at version 1; expected "
+                          "version 0 instead."));
   }
 }
 
@@ -431,8 +431,14 @@ TEST(EngineHooks, HandlesOfTwoOutputsOfOneNode) {
   Tensor o0 = vec({1}), o1 = vec({1});
   autograd::record("SplitBackward", {x}, {o0, o1}, [](variable_list&& g) { return variable_list{tadd(g[0], g[1])}; });
   int calls0 = 0, calls1 = 0;
-  int h0 = o0.register_hook([&](const Tensor&) { ++calls0; return Tensor(); });
-  int h1 = o1.register_hook([&](const Tensor&) { ++calls1; return Tensor(); });
+  int h0 = o0.register_hook([&](const Tensor&) {
+    ++calls0;
+    return Tensor();
+  });
+  int h1 = o1.register_hook([&](const Tensor&) {
+    ++calls1;
+    return Tensor();
+  });
   EXPECT_EQ(h0, h1);  // both tensors' first handle
   o0.remove_hook(h0);
   Tensor y = tsum(tadd(o0, o1));
@@ -571,7 +577,6 @@ TEST(EngineAccumulateGrad, UndefinedGradientLeavesGradUndefined) {
   EXPECT_FALSE(w.grad().defined());
 }
 
-
 // check_inplace: an in-place op on a leaf that requires grad is refused (PyTorch's message) while
 // grad mode is on; allowed under no_grad and on tensors that do not require grad.
 TEST(EngineInplace, LeafRequiringGradIsRefused) {
@@ -607,7 +612,7 @@ TEST(EngineInplace, RebaseHistoryMovesRetainGrad) {
   EXPECT_EQ(h.grad_fn()->name(), "MulBackward1");
   EXPECT_EQ(values(h), (std::vector<float>{6, 12}));
   tsum(tscale(h, 5)).backward();
-  EXPECT_EQ(values(h.grad()), (std::vector<float>{5, 5}));    // d/d(new h), not 15 (d/d(old h))
+  EXPECT_EQ(values(h.grad()), (std::vector<float>{5, 5}));  // d/d(new h), not 15 (d/d(old h))
   EXPECT_EQ(values(x.grad()), (std::vector<float>{30, 30}));
 }
 
@@ -641,13 +646,13 @@ TEST(EngineErrors, GradientDtypeConvertedDeviceChecked) {
 TEST(EngineBasics, CurrentNodeDuringApply) {
   Tensor x = leaf({1});
   const autograd::Node* seen = nullptr;
-  Tensor y = tprobe(x, [&] { seen = autograd::current_node(); }, "SeeMeBackward");
+  Tensor y = tprobe(
+      x, [&] { seen = autograd::current_node(); }, "SeeMeBackward");
   const autograd::Node* expected = y.grad_fn().get();
   tsum(y).backward();
   EXPECT_EQ(seen, expected);
   EXPECT_EQ(autograd::current_node(), nullptr);
 }
-
 
 // The same second derivatives through the library's own ops (dp::pow, dp::exp, dp::sigmoid): their
 // backward formulas are recorded under create_graph, and exp/sigmoid use their saved outputs.

@@ -24,10 +24,11 @@ TEST_F(EngineCallbacks, RunsOnceAfterEveryLeafAccumulated) {
   bool both_ready = false;
   auto hook = [&](Tensor&) {
     EXPECT_TRUE(autograd::in_backward_pass());
-    if (queued++ == 0) autograd::queue_callback([&] {
-      ++ran;
-      both_ready = a.grad().defined() && b.grad().defined();
-    });
+    if (queued++ == 0)
+      autograd::queue_callback([&] {
+        ++ran;
+        both_ready = a.grad().defined() && b.grad().defined();
+      });
   };
   a.register_post_accumulate_grad_hook(hook);
   b.register_post_accumulate_grad_hook(hook);
@@ -70,10 +71,11 @@ TEST_F(EngineCallbacks, QueuedFromWorkersRunInCallerThread) {
   std::thread::id ran_on;
   std::atomic<int> grads_at_callback{0};
   auto hook = [&](Tensor&) {
-    if (hooks++ == 0) autograd::queue_callback([&] {
-      ran_on = std::this_thread::get_id();
-      grads_at_callback = (w0.grad().defined() ? 1 : 0) + (w1.grad().defined() ? 1 : 0);
-    });
+    if (hooks++ == 0)
+      autograd::queue_callback([&] {
+        ran_on = std::this_thread::get_id();
+        grads_at_callback = (w0.grad().defined() ? 1 : 0) + (w1.grad().defined() ? 1 : 0);
+      });
   };
   w0.register_post_accumulate_grad_hook(hook);
   w1.register_post_accumulate_grad_hook(hook);

@@ -146,8 +146,8 @@ TEST_F(EngineThreads, ReentrantGradInsideWorkerNode) {
   Tensor x = leaf({1}, Device::cpu(0));
   Tensor outer = tprobe(tscale(x, 3), [&] {
     EXPECT_EQ(Worker::current(), worker_for(Device::cpu(0)));
-    AutoGradMode enable(true);  // nodes run with grad mode off; the inner forward must record
-    Tensor a = tscale(inner_x, 5);                      // node on cpu:0
+    AutoGradMode enable(true);                                          // nodes run with grad mode off; the inner forward must record
+    Tensor a = tscale(inner_x, 5);                                      // node on cpu:0
     Tensor b = tto(tscale(tto(a, Device::cpu(1)), 7), Device::cpu(0));  // nodes on cpu:1, cpu:0
     inner_grad = values(autograd::grad({tsum(b)}, {inner_x})[0]);
   });
@@ -171,10 +171,12 @@ TEST_F(EngineThreads, BackwardFromSubmittedTask) {
   // graph with a cpu:0 node (which needs the first worker, busy waiting).
   Tensor p = leaf({1}, Device::cpu(0));
   Tensor q = leaf({1}, Device::cpu(0));
-  Tensor z = tsum(tto(tprobe(tto(tscale(q, 2), Device::cpu(1)), [&] {
-    AutoGradMode enable(true);
-    tsum(tscale(p, 4)).backward();
-  }), Device::cpu(0)));
+  Tensor z = tsum(tto(tprobe(tto(tscale(q, 2), Device::cpu(1)),
+                             [&] {
+                               AutoGradMode enable(true);
+                               tsum(tscale(p, 4)).backward();
+                             }),
+                      Device::cpu(0)));
   auto g = worker_for(Device::cpu(0))->submit([&] { z.backward(); });
   get_or_die(g, "nested backward between two workers");
   EXPECT_FLOAT_EQ(value(p.grad()), 4);

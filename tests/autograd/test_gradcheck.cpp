@@ -60,10 +60,13 @@ TEST(Gradcheck, WrongBackwardNamesTheInputAndTheWorstElement) {
   auto f = [](const std::vector<Tensor>& x) { return mul_cube(x[0], x[1], /*wrong_b=*/true); };
   // d out[j] / d b[j] is 3 a b^2 but the backward says 2 a b^2: the four diagonal elements are
   // wrong, most of all j = 1 (b = -2: analytical 8, numerical 12). Input 0's gradient is right.
-  EXPECT_THAT([&] { autograd::gradcheck(f, {a, b}); },
-              ::testing::ThrowsMessage<GradcheckError>(
-                  AllOf(HasSubstr("gradcheck: Jacobian mismatch for output 0 with respect to input 1 (4 of 16 elements)"),
-                        HasSubstr("worst d output0[1] / d input1[1]: analytical 8 numerical 12"))));
+  EXPECT_THAT(
+      [&] {
+        autograd::gradcheck(f, {a, b});
+      },
+      ::testing::ThrowsMessage<GradcheckError>(
+          AllOf(HasSubstr("gradcheck: Jacobian mismatch for output 0 with respect to input 1 (4 of 16 elements)"),
+                HasSubstr("worst d output0[1] / d input1[1]: analytical 8 numerical 12"))));
   // A GradcheckError is an AutogradError (and so a dp::Error).
   EXPECT_THROW(autograd::gradcheck(f, {a, b}), AutogradError);
 
@@ -84,8 +87,11 @@ TEST(Gradcheck, GradgradcheckCatchesANonDifferentiableBackward) {
   Tensor a = leaf({0.3, -1.2, 0.8}), b = leaf({0.5, -2.0, 1.5});
   auto f = [](const std::vector<Tensor>& x) { return mul_cube(x[0], x[1], false, /*detached=*/true); };
   EXPECT_TRUE(autograd::gradcheck(f, {a, b}));  // first derivatives are right
-  EXPECT_THAT([&] { autograd::gradgradcheck(f, {a, b}); },
-              ::testing::ThrowsMessage<GradcheckError>(HasSubstr("gradgradcheck: Jacobian mismatch for output 0 with respect to input 1")));
+  EXPECT_THAT(
+      [&] {
+        autograd::gradgradcheck(f, {a, b});
+      },
+      ::testing::ThrowsMessage<GradcheckError>(HasSubstr("gradgradcheck: Jacobian mismatch for output 0 with respect to input 1")));
   // With given incoming gradients (the "input" after the function's inputs is v).
   Tensor v = leaf({0.7, -0.4, 1.3});
   auto good = [](const std::vector<Tensor>& x) { return mul_cube(x[0], x[1]); };
@@ -103,17 +109,19 @@ TEST(Gradcheck, SeveralOutputs) {
   EXPECT_TRUE(autograd::gradgradcheck(f, {x, y}));
   // An output cut off from the graph although it depends on an input (as PyTorch: its numerical
   // Jacobian must be zero, and is not).
-  autograd::GradcheckMultiFunction cut = [](const std::vector<Tensor>& in) {
-    return std::vector<Tensor>{in[0] * 2, in[1].detach() * 2};
-  };
-  EXPECT_THAT([&] { autograd::gradcheck(cut, {x, y}); },
-              ::testing::ThrowsMessage<GradcheckError>(HasSubstr("output 1 with respect to input 1 (3 of 9 elements)")));
+  autograd::GradcheckMultiFunction cut = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * 2, in[1].detach() * 2}; };
+  EXPECT_THAT(
+      [&] {
+        autograd::gradcheck(cut, {x, y});
+      },
+      ::testing::ThrowsMessage<GradcheckError>(HasSubstr("output 1 with respect to input 1 (3 of 9 elements)")));
   // A wrong second output is reported as output 1.
-  autograd::GradcheckMultiFunction bad = [](const std::vector<Tensor>& in) {
-    return std::vector<Tensor>{in[0] * 2, mul_cube(in[0], in[1], true)};
-  };
-  EXPECT_THAT([&] { autograd::gradcheck(bad, {x, y}); },
-              ::testing::ThrowsMessage<GradcheckError>(HasSubstr("mismatch for output 1 with respect to input 1")));
+  autograd::GradcheckMultiFunction bad = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * 2, mul_cube(in[0], in[1], true)}; };
+  EXPECT_THAT(
+      [&] {
+        autograd::gradcheck(bad, {x, y});
+      },
+      ::testing::ThrowsMessage<GradcheckError>(HasSubstr("mismatch for output 1 with respect to input 1")));
 }
 
 TEST(Gradcheck, InputsOnACpuDevice) {
@@ -130,12 +138,14 @@ TEST(Gradcheck, InputsOnACpuDevice) {
 
 TEST(Gradcheck, ArgumentErrors) {
   auto f = [](const std::vector<Tensor>& x) { return x[0] * 2; };
-  EXPECT_THAT([&] { autograd::gradcheck(f, {tensor({1.0, 2.0}, kFloat64)}); },
-              ::testing::ThrowsMessage<ValueError>(HasSubstr("gradcheck: no input requires grad")));
+  EXPECT_THAT(
+      [&] {
+        autograd::gradcheck(f, {tensor({1.0, 2.0}, kFloat64)});
+      },
+      ::testing::ThrowsMessage<ValueError>(HasSubstr("gradcheck: no input requires grad")));
   // raise_exception does not turn argument errors into false.
   EXPECT_THROW(autograd::gradcheck(f, {tensor({1.0}, kFloat64)}, {.raise_exception = false}), ValueError);
-  EXPECT_THAT([&] { autograd::gradcheck(f, {leaf({1.0})}, {.eps = 0}); },
-              ::testing::ThrowsMessage<ValueError>(HasSubstr("eps must be positive")));
+  EXPECT_THAT([&] { autograd::gradcheck(f, {leaf({1.0})}, {.eps = 0}); }, ::testing::ThrowsMessage<ValueError>(HasSubstr("eps must be positive")));
   EXPECT_THAT([&] { autograd::gradcheck(autograd::GradcheckFunction(), {leaf({1.0})}); },
               ::testing::ThrowsMessage<ValueError>(HasSubstr("the function is empty")));
   // float32 inputs are checked, with PyTorch's warning.

@@ -40,7 +40,9 @@ TEST(DeviceRuntime, AStreamIsAValueThatKeepsItsOwnerAlive) {
 TEST(DeviceRuntime, TheDefaultAcceleratorIsTheOneWithDevices) {
   const std::optional<DeviceType> type = default_accelerator();
   EXPECT_EQ(type.has_value(), cuda_device_count() > 0);
-  if (type) { EXPECT_EQ(*type, DeviceType::CUDA); }
+  if (type) {
+    EXPECT_EQ(*type, DeviceType::CUDA);
+  }
 }
 
 // Host memory behind a fake device type's allocator.
@@ -78,9 +80,7 @@ class FakeRuntime final : public DeviceRuntime {
   }
   Stream default_stream(int index) const override { return Stream(Device::cuda(index), 1); }
   void set_current_stream(const Stream& s) const override { current_ids[s.device().index] = s.id(); }
-  void wait_stream(const Stream& waiter, const Stream& producer) const override {
-    log.push_back("wait " + name(waiter) + " for " + name(producer));
-  }
+  void wait_stream(const Stream& waiter, const Stream& producer) const override { log.push_back("wait " + name(waiter) + " for " + name(producer)); }
   void record_stream(void* ptr, const Stream& s) const override { log.push_back(std::string("record ") + (ptr ? "ptr" : "null") + " on " + name(s)); }
   Allocator& allocator(int index) const override { return index == 0 ? memory0_ : memory1_; }
   DeviceProperties properties(int) const override { return DeviceProperties{1 << 30, 4}; }

@@ -68,8 +68,7 @@ TEST(KernelStub, ABuildWithoutCudaNamesTheOpAndWhy) {
 #else
   const Tensor none;
   try {
-    backend::cross_entropy_index_forward(DeviceType::CUDA, none, Reduction::Mean, none, none, none, none, none, backend::ClassShape{}, -100,
-                                         0.0);
+    backend::cross_entropy_index_forward(DeviceType::CUDA, none, Reduction::Mean, none, none, none, none, none, backend::ClassShape{}, -100, 0.0);
     FAIL() << "expected a DeviceError";
   } catch (const DeviceError& e) {
     EXPECT_STREQ(e.what(), "no CUDA kernel for cross_entropy (built without CUDA)");

@@ -11,7 +11,7 @@
 
 int main() {
   dp::manual_seed(0);
-  const dp::Tensor x = dp::randn({64, 8}).to("cpu:0");  // where the model's parameters live
+  const dp::Tensor x = dp::randn({64, 8}).to("cpu:0");           // where the model's parameters live
   const dp::Tensor y = x.matmul(dp::randn({8, 3}).to("cpu:0"));  // a linear teacher
 
   dp::nn::Linear model(8, 3);
@@ -31,9 +31,8 @@ int main() {
   loss.backward();
   const bool same_out = dp::allclose(out, single, 1e-5, 1e-6);
   const bool same_grad = dp::allclose(model->weight.grad(), single_grad, 1e-5, 1e-6);
-  std::printf("output %s on 2 devices, loss %.6f (one device %.6f), same output %s, same gradient %s\n",
-              out.size_str().c_str(), loss.item<double>(), single_loss.item<double>(), same_out ? "yes" : "no",
-              same_grad ? "yes" : "no");
+  std::printf("output %s on 2 devices, loss %.6f (one device %.6f), same output %s, same gradient %s\n", out.size_str().c_str(), loss.item<double>(),
+              single_loss.item<double>(), same_out ? "yes" : "no", same_grad ? "yes" : "no");
 
   dp::optim::SGD optimizer(model->parameters(), dp::optim::SGDOptions(0.1));
   const double first = loss.item<double>();

@@ -59,7 +59,7 @@ TEST(DeviceRegistry, CheckDeviceMessages) {
 
 TEST(DeviceRegistry, WorkerForOutOfRange) {
   EXPECT_THROW(worker_for(Device::cpu(cpu_device_count())), DeviceError);
-  EXPECT_THROW(worker_for(Device::cpu(5000)), DeviceError);    // beyond the registry's table
+  EXPECT_THROW(worker_for(Device::cpu(5000)), DeviceError);  // beyond the registry's table
   EXPECT_THROW(worker_for(Device::cpu(32767)), DeviceError);
   EXPECT_THROW(worker_for(Device::cuda(0)), DeviceError);
   EXPECT_THROW(set_cpu_device_count(0), ValueError);

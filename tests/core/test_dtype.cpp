@@ -88,8 +88,10 @@ TEST(Half, ToFloatBitsMatchTorch) {
   for (size_t i = 0; i < in.size(); ++i) {
     const float f = Half::from_bits(static_cast<uint16_t>(in[i].get<int64_t>()));
     const uint32_t expected = static_cast<uint32_t>(out[i].get<int64_t>());
-    if (std::isnan(f)) EXPECT_TRUE(std::isnan(f32(expected)));
-    else EXPECT_EQ(bits32(f), expected) << std::hex << "half bits 0x" << in[i].get<int64_t>();
+    if (std::isnan(f))
+      EXPECT_TRUE(std::isnan(f32(expected)));
+    else
+      EXPECT_EQ(bits32(f), expected) << std::hex << "half bits 0x" << in[i].get<int64_t>();
   }
 }
 
@@ -111,8 +113,10 @@ TEST(Half, AllBitPatternsRoundTrip) {
     const uint32_t exp = (b >> 10) & 0x1f, mant = b & 0x3ff;
     const double sign = (b & 0x8000) ? -1.0 : 1.0;
     if (exp == 31) {
-      if (mant) EXPECT_TRUE(std::isnan(f)) << b;
-      else EXPECT_EQ(f, sign * INFINITY) << b;
+      if (mant)
+        EXPECT_TRUE(std::isnan(f)) << b;
+      else
+        EXPECT_EQ(f, sign * INFINITY) << b;
       continue;
     }
     const double exact = exp == 0 ? sign * std::ldexp(mant, -24) : sign * std::ldexp(1024 + mant, static_cast<int>(exp) - 25);
@@ -125,21 +129,23 @@ TEST(BFloat16, AllBitPatternsRoundTrip) {
   for (uint32_t b = 0; b < 65536; ++b) {
     const float f = BFloat16::from_bits(static_cast<uint16_t>(b));
     ASSERT_EQ(bits32(f), b << 16);
-    if (std::isnan(f)) EXPECT_TRUE(std::isnan(static_cast<float>(BFloat16(f))));
-    else ASSERT_EQ(BFloat16(f).x, b) << "bfloat16 bits " << b;
+    if (std::isnan(f))
+      EXPECT_TRUE(std::isnan(static_cast<float>(BFloat16(f))));
+    else
+      ASSERT_EQ(BFloat16(f).x, b) << "bfloat16 bits " << b;
   }
 }
 
 TEST(Half, RoundToNearestEvenAndOverflow) {
-  EXPECT_EQ(Half(1.0f + std::ldexp(1.0f, -11)).x, 0x3C00);  // tie: stays even (1.0)
+  EXPECT_EQ(Half(1.0f + std::ldexp(1.0f, -11)).x, 0x3C00);      // tie: stays even (1.0)
   EXPECT_EQ(Half(1.0f + 3 * std::ldexp(1.0f, -11)).x, 0x3C02);  // tie: rounds up to even
   EXPECT_EQ(Half(65504.0f).x, 0x7BFF);
   EXPECT_EQ(Half(65519.0f).x, 0x7BFF);
   EXPECT_EQ(Half(65520.0f).x, 0x7C00);
   EXPECT_EQ(Half(-1e9f).x, 0xFC00);
-  EXPECT_EQ(Half(std::ldexp(1.0f, -24)).x, 0x0001);   // smallest subnormal
-  EXPECT_EQ(Half(std::ldexp(1.0f, -25)).x, 0x0000);   // tie with 0: even
-  EXPECT_EQ(Half(std::ldexp(3.0f, -26)).x, 0x0001);   // above the tie
+  EXPECT_EQ(Half(std::ldexp(1.0f, -24)).x, 0x0001);  // smallest subnormal
+  EXPECT_EQ(Half(std::ldexp(1.0f, -25)).x, 0x0000);  // tie with 0: even
+  EXPECT_EQ(Half(std::ldexp(3.0f, -26)).x, 0x0001);  // above the tie
   EXPECT_EQ(Half(-0.0f).x, 0x8000);
   EXPECT_TRUE(std::isnan(static_cast<float>(Half(NAN))));
   EXPECT_EQ(BFloat16(1.0f + std::ldexp(1.0f, -8)).x, 0x3F80);

@@ -71,11 +71,11 @@ TEST(JsonProblem, SyntaxErrorsAreNamed) {
       {"   ", "unexpected end of input"},
       {"[1, 2", "unexpected end of input"},
       {"{\"a\" 1}", "syntax error"},
-      {"[1] x", "syntax error"},        // trailing garbage
+      {"[1] x", "syntax error"},  // trailing garbage
       {"[1,]", "syntax error"},
       {"nul", "syntax error"},
-      {"\"\xff\"", "invalid string"},   // not UTF-8
-      {"\"\\ud800\"", "surrogate"},     // a lone surrogate
+      {"\"\xff\"", "invalid string"},  // not UTF-8
+      {"\"\\ud800\"", "surrogate"},    // a lone surrogate
   };
   for (const auto& [text, part] : cases) {
     const std::string p = json_problem(text, 64);

@@ -19,10 +19,14 @@ TEST(Print, MatchesPyTorchRepr) {
     SCOPED_TRACE(name);
     const bool leaf_grad = name == "print_requires_grad" || name.rfind("print_grad_fn_", 0) == 0;
     Tensor t = tensor_from_json(c.at("inputs")[0], leaf_grad);
-    if (name == "print_grad_fn_transpose") t = t.transpose(0, 1);
-    else if (name == "print_grad_fn_view") t = t.view({3, 2});
-    else if (name == "print_grad_fn_select") t = t.select(0, 1);
-    else if (name == "print_grad_fn_to_f64") t = t.to(kFloat64);
+    if (name == "print_grad_fn_transpose")
+      t = t.transpose(0, 1);
+    else if (name == "print_grad_fn_view")
+      t = t.view({3, 2});
+    else if (name == "print_grad_fn_select")
+      t = t.select(0, 1);
+    else if (name == "print_grad_fn_to_f64")
+      t = t.to(kFloat64);
     const std::string expected = c.at("output").get<std::string>();
     EXPECT_EQ(t.to_string(), expected);
     std::ostringstream os;

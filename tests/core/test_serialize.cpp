@@ -200,23 +200,24 @@ TEST(Serialize, MatchesTheReferenceImplementationsExamples) {
   EXPECT_EQ(read_bytes(dir.file("empty.safetensors")), u8s({8, 0, 0, 0, 0, 0, 0, 0, 123, 125, 32, 32, 32, 32, 32, 32}));
   save({}, dir.file("empty_meta.safetensors"), {{"framework", "pt"}});
   EXPECT_EQ(read_bytes(dir.file("empty_meta.safetensors")),
-            u8s({40, 0, 0, 0, 0, 0, 0, 0, 123, 34, 95, 95, 109, 101, 116, 97, 100, 97, 116, 97, 95, 95, 34, 58, 123, 34, 102, 114, 97, 109, 101, 119, 111, 114,
-                 107, 34, 58, 34, 112, 116, 34, 125, 125, 32, 32, 32, 32, 32}));
+            u8s({40,  0,  0,   0,   0,  0,   0,   0,   123, 34,  95,  95, 109, 101, 116, 97,  100, 97,  116, 97, 95, 95, 34, 58,
+                 123, 34, 102, 114, 97, 109, 101, 119, 111, 114, 107, 34, 58,  34,  112, 116, 34,  125, 125, 32, 32, 32, 32, 32}));
   EXPECT_TRUE(load(dir.file("empty.safetensors")).empty());
   EXPECT_EQ(load_file(dir.file("empty_meta.safetensors")).metadata, (std::map<std::string, std::string>{{"framework", "pt"}}));
 
   Tensor values = tensor<float>({0, 1, 2, 3, 4, 5}, {1, 2, 3});
   save({{"attn.0", values}}, dir.file("attn.safetensors"));
   EXPECT_EQ(read_bytes(dir.file("attn.safetensors")),
-            u8s({64, 0, 0, 0, 0, 0, 0, 0, 123, 34, 97, 116, 116, 110, 46, 48, 34, 58, 123, 34, 100, 116, 121, 112, 101, 34, 58, 34, 70, 51, 50, 34, 44, 34,
-                 115, 104, 97, 112, 101, 34, 58, 91, 49, 44, 50, 44, 51, 93, 44, 34, 100, 97, 116, 97, 95, 111, 102, 102, 115, 101, 116, 115, 34, 58, 91, 48,
-                 44, 50, 52, 93, 125, 125, 0, 0, 0, 0, 0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 64, 64, 0, 0, 128, 64, 0, 0, 160, 64}));
+            u8s({64,  0,  0,   0,  0,   0,  0,   0,   123, 34,  97,  116, 116, 110, 46,  48, 34, 58, 123, 34, 100, 116, 121, 112,
+                 101, 34, 58,  34, 70,  51, 50,  34,  44,  34,  115, 104, 97,  112, 101, 34, 58, 91, 49,  44, 50,  44,  51,  93,
+                 44,  34, 100, 97, 116, 97, 95,  111, 102, 102, 115, 101, 116, 115, 34,  58, 91, 48, 44,  50, 52,  93,  125, 125,
+                 0,   0,  0,   0,  0,   0,  128, 63,  0,   0,   0,   64,  0,   0,   64,  64, 0,  0,  128, 64, 0,   0,   160, 64}));
   save({{"attn0", values.reshape({1, 1, 2, 3})}}, dir.file("attn0.safetensors"));
   EXPECT_EQ(read_bytes(dir.file("attn0.safetensors")),
-            u8s({72, 0, 0, 0, 0, 0, 0, 0, 123, 34, 97, 116, 116, 110, 48, 34, 58, 123, 34, 100, 116, 121, 112, 101, 34, 58, 34, 70, 51, 50, 34, 44, 34, 115,
-                 104, 97, 112, 101, 34, 58, 91, 49, 44, 49, 44, 50, 44, 51, 93, 44, 34, 100, 97, 116, 97, 95, 111, 102, 102, 115, 101, 116, 115, 34, 58, 91,
-                 48, 44, 50, 52, 93, 125, 125, 32, 32, 32, 32, 32, 32, 32, 0, 0, 0, 0, 0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 64, 64, 0, 0, 128, 64, 0, 0, 160,
-                 64}));
+            u8s({72, 0,   0,  0,  0,   0,   0,   0,   123, 34,  97,  116, 116, 110, 48, 34, 58, 123, 34, 100, 116, 121, 112, 101, 34,  58,
+                 34, 70,  51, 50, 34,  44,  34,  115, 104, 97,  112, 101, 34,  58,  91, 49, 44, 49,  44, 50,  44,  51,  93,  44,  34,  100,
+                 97, 116, 97, 95, 111, 102, 102, 115, 101, 116, 115, 34,  58,  91,  48, 44, 50, 52,  93, 125, 125, 32,  32,  32,  32,  32,
+                 32, 32,  0,  0,  0,   0,   0,   0,   128, 63,  0,   0,   0,   64,  0,  0,  64, 64,  0,  0,   128, 64,  0,   0,   160, 64}));
 }
 
 void expect_matches_golden(const SafetensorsFile& f, const std::string& file) {
@@ -239,8 +240,7 @@ TEST(Serialize, LoadsAFileWrittenByPyTorch) {
   expect_matches_golden(f, "safetensors_torch.safetensors");
   EXPECT_EQ(f.tensors["f32.scalar"].dim(), 0);
   EXPECT_EQ(f.tensors["f32.scalar"].item<float>(), 3.5f);
-  EXPECT_EQ(f.tensors["i64.extremes"].to_vector<int64_t>(),
-            (std::vector<int64_t>{INT64_MIN, INT64_MAX, (int64_t(1) << 53) + 1, -1, 0}));
+  EXPECT_EQ(f.tensors["i64.extremes"].to_vector<int64_t>(), (std::vector<int64_t>{INT64_MIN, INT64_MAX, (int64_t(1) << 53) + 1, -1, 0}));
   EXPECT_TRUE(std::signbit(f.tensors["f64.special"][3].item<double>()));
 }
 
@@ -338,8 +338,8 @@ TEST(Serialize, LargeCheckpointRoundTripAndThroughput) {
   auto t2 = std::chrono::steady_clock::now();
   double mb = static_cast<double>(fs::file_size(path)) / 1e6;
   double save_s = std::chrono::duration<double>(t1 - t0).count(), load_s = std::chrono::duration<double>(t2 - t1).count();
-  std::printf("[ perf ] %.1f MB, %zu tensors: save %.3f s (%.0f MB/s, incl. fsync), load %.3f s (%.0f MB/s)\n", mb, in.size(), save_s, mb / save_s, load_s,
-              mb / load_s);
+  std::printf("[ perf ] %.1f MB, %zu tensors: save %.3f s (%.0f MB/s, incl. fsync), load %.3f s (%.0f MB/s)\n", mb, in.size(), save_s, mb / save_s,
+              load_s, mb / load_s);
   ASSERT_EQ(out.size(), in.size());
   EXPECT_EQ(bytes_of(out["big"]), bytes_of(a));
   EXPECT_EQ(out["small.999"].to_vector<float>(), std::vector<float>(5000, 999.0f));

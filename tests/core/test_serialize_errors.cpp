@@ -208,7 +208,8 @@ TEST(SaveFailure, InjectedFullDiskAtEveryStageKeepsThePreviousFile) {
     SCOPED_TRACE("failing after " + std::to_string(k) + " bytes");
     {
       FaultScope fault({k, ENOSPC, false});
-      expect_save_error<IOError>(state(2), path, {"write failed", "No space left on device", "after " + std::to_string(k) + " bytes were written", "temporary file"});
+      expect_save_error<IOError>(state(2), path,
+                                 {"write failed", "No space left on device", "after " + std::to_string(k) + " bytes were written", "temporary file"});
     }
     EXPECT_EQ(read_bytes(path), before) << "the previous file must be untouched";
     EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"}) << "no temporary file may remain";
@@ -318,7 +319,8 @@ TEST(SaveFailure, UnwritableDirectory) {
     if (pid == 0) {
       if (!test::become_nobody()) ::_exit(test::kCannotDropPrivileges);
       std::string msg = attempt();
-      bool ok = msg.find("temporary file") != std::string::npos && msg.find("Permission denied") != std::string::npos && msg.find(path) != std::string::npos;
+      bool ok = msg.find("temporary file") != std::string::npos && msg.find("Permission denied") != std::string::npos &&
+                msg.find(path) != std::string::npos;
       ::_exit(ok ? 0 : 1);
     }
     int status = 0;

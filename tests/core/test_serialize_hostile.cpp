@@ -96,11 +96,11 @@ TEST(SafetensorsHostile, MessagesNeverCarryAnUnboundedPieceOfTheInput) {
   const std::string path = dir.file("long.safetensors");
   const std::string big(1000000, 'x');
   const std::vector<std::string> headers = {
-      "{\"" + big + "\":3}",                                                          // entry not an object
-      "{\"a\":{\"dtype\":\"" + big + "\",\"shape\":[1],\"data_offsets\":[0,1]}}",    // unknown dtype
-      "{\"a\":{\"dtype\":\"U8\",\"shape\":[\"" + big + "\"],\"data_offsets\":[0,1]}}",  // bad shape
-      "{\"__metadata__\":{\"" + big + "\":[1]}}",                                     // metadata value not a string
-      "{\"a\":\"" + big + "}",                                                        // syntax error: unterminated string
+      "{\"" + big + "\":3}",                                                                           // entry not an object
+      "{\"a\":{\"dtype\":\"" + big + "\",\"shape\":[1],\"data_offsets\":[0,1]}}",                      // unknown dtype
+      "{\"a\":{\"dtype\":\"U8\",\"shape\":[\"" + big + "\"],\"data_offsets\":[0,1]}}",                 // bad shape
+      "{\"__metadata__\":{\"" + big + "\":[1]}}",                                                      // metadata value not a string
+      "{\"a\":\"" + big + "}",                                                                         // syntax error: unterminated string
       "{\"" + big + "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},\"" + big + "\":{}}",  // duplicate
   };
   for (const std::string& h : headers) {
@@ -201,8 +201,7 @@ TEST(SafetensorsTempFiles, StaleTemporariesOfADeadWriterAreRemovedByTheNextSave)
   for (const std::string& name : {stale, stale_host, live, other_host, other_file, lookalike}) write_bytes(dir.file(name), "partial");
   save({{"w", ones({2})}}, path);
   const std::vector<std::string> left = dir.entries();
-  for (const std::string& gone : {stale, stale_host})
-    EXPECT_EQ(std::count(left.begin(), left.end(), gone), 0) << gone << " should have been removed";
+  for (const std::string& gone : {stale, stale_host}) EXPECT_EQ(std::count(left.begin(), left.end(), gone), 0) << gone << " should have been removed";
   for (const std::string& kept : {live, other_host, other_file, lookalike, std::string("model.safetensors")})
     EXPECT_EQ(std::count(left.begin(), left.end(), kept), 1) << kept << " should have been kept";
   EXPECT_EQ(load_file(path).tensors["w"].numel(), 2);

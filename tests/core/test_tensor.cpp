@@ -34,7 +34,7 @@ TEST(Tensor, ContiguityOfViews) {
   EXPECT_FALSE(t.narrow(2, 1, 2).is_contiguous());
   EXPECT_TRUE(t.select(0, 1).is_contiguous());
   EXPECT_FALSE(t.select(2, 1).is_contiguous());
-  EXPECT_TRUE(t.unsqueeze(1).is_contiguous());   // size-1 dims may have any stride
+  EXPECT_TRUE(t.unsqueeze(1).is_contiguous());  // size-1 dims may have any stride
   EXPECT_FALSE(t.expand({5, 2, 3, 4}).is_contiguous());
   EXPECT_TRUE(t.narrow(1, 0, 0).is_contiguous());  // empty tensors are contiguous
   EXPECT_TRUE(t.slice(2, 0, std::nullopt, 2).contiguous().is_contiguous());

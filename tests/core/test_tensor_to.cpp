@@ -48,7 +48,9 @@ TEST_F(TensorTo, AcrossCpuDevices) {
       EXPECT_EQ(dst.device(), to_dev);
       EXPECT_EQ(dst.storage()->device(), to_dev);
       EXPECT_EQ(dst.to_vector<float>(), host.to_vector<float>());
-      if (from != to_dev) { EXPECT_NE(dst.storage().get(), src.storage().get()); }
+      if (from != to_dev) {
+        EXPECT_NE(dst.storage().get(), src.storage().get());
+      }
       // Non-contiguous source, with a dtype change on the way.
       Tensor tv = src.t().to(to_dev, kFloat64);
       EXPECT_EQ(tv.device(), to_dev);
@@ -93,9 +95,9 @@ TEST_F(TensorTo, AllDtypesRoundTripExactly) {
 }
 
 TEST_F(TensorTo, GoldenConversions) {
-  const char* names[] = {"to_f64_float32", "to_f64_float16", "to_f64_bfloat16", "to_f64_int32", "to_f64_int64", "to_f64_bool",
-                         "to_f64_uint8",   "to_i64_float64", "to_i64_float32",  "to_i64_float16", "to_i64_bfloat16",
-                         "to_i64_int32",   "to_f32_float16", "to_f32_bfloat16"};
+  const char* names[] = {"to_f64_float32",  "to_f64_float16", "to_f64_bfloat16", "to_f64_int32",   "to_f64_int64",
+                         "to_f64_bool",     "to_f64_uint8",   "to_i64_float64",  "to_i64_float32", "to_i64_float16",
+                         "to_i64_bfloat16", "to_i64_int32",   "to_f32_float16",  "to_f32_bfloat16"};
   for (const char* name : names) {
     SCOPED_TRACE(name);
     const json& c = golden_case("shape.json", name);

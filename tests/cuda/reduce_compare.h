@@ -18,11 +18,16 @@ namespace dp::test {
 // round the other way at one ulp.
 inline double rel_tol_for(DType dt) {
   switch (dt) {
-    case DType::Float64: return 1e-10;
-    case DType::Float32: return 2e-5;
-    case DType::Float16: return 2e-3;
-    case DType::BFloat16: return 1e-2;
-    default: return 0.0;
+    case DType::Float64:
+      return 1e-10;
+    case DType::Float32:
+      return 2e-5;
+    case DType::Float16:
+      return 2e-3;
+    case DType::BFloat16:
+      return 1e-2;
+    default:
+      return 0.0;
   }
 }
 
@@ -86,8 +91,10 @@ A emulate_group_reduce(const std::vector<A>& v, const C& combine) {
 // Every float element a NaN, so a result element the kernel fails to write shows up.
 inline Tensor poisoned(IntArrayRef sizes, DType dt, Device device) {
   Tensor t = empty(sizes, TensorOptions().dtype(dt).device(device));
-  if (is_floating_point(dt)) t.copy_(full(sizes, std::nan(""), TensorOptions().dtype(dt)));
-  else t.copy_(full(sizes, -77, TensorOptions().dtype(dt)));
+  if (is_floating_point(dt))
+    t.copy_(full(sizes, std::nan(""), TensorOptions().dtype(dt)));
+  else
+    t.copy_(full(sizes, -77, TensorOptions().dtype(dt)));
   return t;
 }
 

@@ -122,11 +122,11 @@ TEST(CachingAllocatorCore, SizeRoundingAndSegmentSizesFollowPyTorch) {
   EXPECT_EQ(Core::round_size(512), 512u);
   EXPECT_EQ(Core::round_size(513), 1024u);
   EXPECT_EQ(Core::round_size(1000000), 1000448u);
-  EXPECT_EQ(Core::segment_size(512), 2 * MiB);         // small pool
+  EXPECT_EQ(Core::segment_size(512), 2 * MiB);  // small pool
   EXPECT_EQ(Core::segment_size(1 * MiB), 2 * MiB);
   EXPECT_EQ(Core::segment_size(1 * MiB + 512), 20 * MiB);  // large pool, < 10 MiB
   EXPECT_EQ(Core::segment_size(10 * MiB - 512), 20 * MiB);
-  EXPECT_EQ(Core::segment_size(10 * MiB), 10 * MiB);   // from 10 MiB: rounded to 2 MiB
+  EXPECT_EQ(Core::segment_size(10 * MiB), 10 * MiB);  // from 10 MiB: rounded to 2 MiB
   EXPECT_EQ(Core::segment_size(11 * MiB), 12 * MiB);
 }
 
@@ -298,8 +298,8 @@ TEST(CachingAllocatorCore, BlockWaitingForEventsIsNotMergedIntoItsNeighbours) {
   void* p1 = a.allocate(4 * KiB, kS0);
   void* p2 = a.allocate(4 * KiB, kS0);
   a.record_stream(p2, kS1);
-  a.free(p2);  // pending
-  a.free(p1);  // must not swallow p2
+  a.free(p2);                          // pending
+  a.free(p1);                          // must not swallow p2
   void* q = a.allocate(8 * KiB, kS0);  // 8 KiB needs p1+p2 merged: must not start at p1
   EXPECT_NE(q, p1);
   a.free(q);
@@ -312,9 +312,9 @@ TEST(CachingAllocatorCore, BlockWaitingForEventsIsNotMergedIntoItsNeighbours) {
 TEST(CachingAllocatorCore, EmptyCacheReturnsOnlyWhollyUnusedSegments) {
   FakeBackend backend(256 * MiB);
   Core a("cuda:0", backend);
-  void* keep = a.allocate(4 * KiB, kS0);     // small segment 1, kept in use
-  void* drop = a.allocate(1 * MiB, kS1);     // small segment 2 (another stream), freed
-  void* large = a.allocate(30 * MiB, kS0);   // large segment, freed
+  void* keep = a.allocate(4 * KiB, kS0);    // small segment 1, kept in use
+  void* drop = a.allocate(1 * MiB, kS1);    // small segment 2 (another stream), freed
+  void* large = a.allocate(30 * MiB, kS0);  // large segment, freed
   a.free(drop);
   a.free(large);
   EXPECT_EQ(a.stats().segments, 3);
@@ -349,7 +349,7 @@ TEST(CachingAllocatorCore, OutOfMemoryReleasesTheCacheAndRetriesOnce) {
   FakeBackend backend(50 * MiB);
   Core a("cuda:0", backend);
   void* x = a.allocate(30 * MiB, kS0);
-  a.free(x);  // 30 MiB cached, 20 MiB left on the "device"
+  a.free(x);                           // 30 MiB cached, 20 MiB left on the "device"
   void* s = a.allocate(4 * KiB, kS1);  // 2 MiB small segment on another stream, freed too
   a.free(s);
   void* y = a.allocate(40 * MiB, kS0);  // fails first (18 MiB left), succeeds after empty cache
@@ -369,7 +369,7 @@ TEST(CachingAllocatorCore, OutOfMemoryRetryWaitsForPendingEventsAndReusesTheBloc
   void* p = a.allocate(1 * MiB, kS0);
   void* keep = a.allocate(1 * MiB, kS0);  // the segment's other half
   a.record_stream(p, kS1);
-  a.free(p);  // pending: kS1's work is not done
+  a.free(p);                           // pending: kS1's work is not done
   void* q = a.allocate(1 * MiB, kS0);  // the backend is full; the retry waits for kS1's event
   EXPECT_EQ(q, p);
   EXPECT_EQ(backend.failed_allocations, 1);
@@ -383,8 +383,8 @@ TEST(CachingAllocatorCore, OutOfMemoryRetryWaitsForPendingEventsAndReusesTheBloc
 TEST(CachingAllocatorCore, OutOfMemoryErrorSaysDeviceRequestAndHoldings) {
   FakeBackend backend(24 * MiB);
   Core a("cuda:1", backend);
-  void* small = a.allocate(1000, kS0);       // 2 MiB segment, 1024 bytes allocated
-  void* big = a.allocate(12 * MiB, kS0);     // 12 MiB segment
+  void* small = a.allocate(1000, kS0);    // 2 MiB segment, 1024 bytes allocated
+  void* big = a.allocate(12 * MiB, kS0);  // 12 MiB segment
   const auto before = a.stats();
   try {
     a.allocate(100 * MiB, kS0);
@@ -621,9 +621,9 @@ TEST(CachingAllocatorPrivatePool, DefaultPoolBlocksFreedDuringCaptureOnTheCaptur
   void* pin3 = a.allocate(16 * KiB, kS1);
   const PoolId pool = a.create_pool();
   a.begin_capture(kCap, pool);
-  a.free(warm);       // the graph may have read it: kept for the graph
-  a.free(shared);     // used on the capturing stream: kept too (its event is deferred)
-  a.free(unrelated);  // nothing to do with the capture: back to the default pool
+  a.free(warm);                           // the graph may have read it: kept for the graph
+  a.free(shared);                         // used on the capturing stream: kept too (its event is deferred)
+  a.free(unrelated);                      // nothing to do with the capture: back to the default pool
   EXPECT_EQ(backend.events_recorded, 0);  // no event recorded during the capture
   EXPECT_EQ(a.stats().pending_event_blocks, 1);
   EXPECT_EQ(a.allocate(16 * KiB, kCap), warm);  // reused within the capture
@@ -694,7 +694,7 @@ TEST(CachingAllocatorPrivatePool, CaptureMisuseAndEmptyCacheDuringCaptureAreErro
   a.begin_capture(kCap, pool);
   EXPECT_EQ(a.stats().captures_underway, 1);
   EXPECT_THROW(a.begin_capture(kCap, pool), ValueError);  // already capturing
-  EXPECT_THROW(a.release_pool(pool), ValueError);          // its last use, while capturing into it
+  EXPECT_THROW(a.release_pool(pool), ValueError);         // its last use, while capturing into it
   try {
     a.empty_cache();
     FAIL() << "expected DeviceError";

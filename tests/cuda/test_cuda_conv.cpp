@@ -101,16 +101,16 @@ struct ConvCase {
 
 const std::vector<ConvCase>& conv_cases() {
   static const std::vector<ConvCase> cases = {
-      {{2, 3, 7, 9}, {4, 3, 3, 3}, {1}, {1}, {1}, 1, true},                   // odd sizes, same padding
-      {{2, 4, 10, 11}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {1, 2}, 2, false},       // asymmetric everything, groups
-      {{3, 6, 8, 8}, {6, 1, 3, 3}, {1}, {1}, {1}, 6, true},                   // depthwise
-      {{1, 5, 13, 7}, {3, 5, 1, 1}, {1}, {0}, {1}, 1, true},                  // pointwise
-      {{2, 8, 9, 9}, {16, 8, 5, 5}, {2}, {2}, {1}, 1, true},                  // strided 5x5
-      {{4, 3, 32, 32}, {8, 3, 3, 3}, {1}, {1}, {1}, 1, true},                 // a CNN's first layer
-      {{2, 4, 6, 6}, {4, 4, 3, 3}, {3}, {0}, {2}, 1, true},                   // dilation 2, stride 3
-      {{2, 16, 12, 12}, {32, 4, 3, 3}, {1}, {2}, {2}, 4, true},               // dilated grouped
-      {{3, 7, 7}, {2, 3, 3, 3}, {1}, {1}, {1}, 1, true},                      // unbatched
-      {{0, 3, 5, 5}, {2, 3, 3, 3}, {1}, {0}, {1}, 1, true},                   // empty batch
+      {{2, 3, 7, 9}, {4, 3, 3, 3}, {1}, {1}, {1}, 1, true},              // odd sizes, same padding
+      {{2, 4, 10, 11}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {1, 2}, 2, false},  // asymmetric everything, groups
+      {{3, 6, 8, 8}, {6, 1, 3, 3}, {1}, {1}, {1}, 6, true},              // depthwise
+      {{1, 5, 13, 7}, {3, 5, 1, 1}, {1}, {0}, {1}, 1, true},             // pointwise
+      {{2, 8, 9, 9}, {16, 8, 5, 5}, {2}, {2}, {1}, 1, true},             // strided 5x5
+      {{4, 3, 32, 32}, {8, 3, 3, 3}, {1}, {1}, {1}, 1, true},            // a CNN's first layer
+      {{2, 4, 6, 6}, {4, 4, 3, 3}, {3}, {0}, {2}, 1, true},              // dilation 2, stride 3
+      {{2, 16, 12, 12}, {32, 4, 3, 3}, {1}, {2}, {2}, 4, true},          // dilated grouped
+      {{3, 7, 7}, {2, 3, 3, 3}, {1}, {1}, {1}, 1, true},                 // unbatched
+      {{0, 3, 5, 5}, {2, 3, 3, 3}, {1}, {0}, {1}, 1, true},              // empty batch
   };
   return cases;
 }
@@ -155,8 +155,10 @@ TEST(CudaConv, OnlyTheGradientsAskedFor) {
     Tensor go = sample({2, 4, 9, 9}, kFloat32, 7);
     conv2d(xc, wc, Tensor(), {1}, {1}).backward(go);
     conv2d(xg, wg, Tensor(), {1}, {1}).backward(go.to(kGpu));
-    if (want_x) expect_written_close(xg.grad(), xc.grad(), "grad input only", tol_for(kFloat32), false);
-    else expect_written_close(wg.grad(), wc.grad(), "grad weight only", tol_for(kFloat32), false);
+    if (want_x)
+      expect_written_close(xg.grad(), xc.grad(), "grad input only", tol_for(kFloat32), false);
+    else
+      expect_written_close(wg.grad(), wc.grad(), "grad weight only", tol_for(kFloat32), false);
     EXPECT_FALSE((want_x ? wg : xg).grad().defined());
   }
 }
@@ -173,11 +175,11 @@ TEST(CudaConv, BackwardHalvesAgainstCpu) {
       Tensor gx = conv2d_backward_input(c.x, go, w, c.stride, c.padding, c.dilation, c.groups);
       Tensor gw = conv2d_backward_weight(c.w, x, go, c.stride, c.padding, c.dilation, c.groups);
       poison_device_cache_all_sizes();
-      expect_written_close(conv2d_backward_input(c.x, go.to(kGpu), w.to(kGpu), c.stride, c.padding, c.dilation, c.groups), gx, what + " backward_input",
-                   tol_for(dt), false);
+      expect_written_close(conv2d_backward_input(c.x, go.to(kGpu), w.to(kGpu), c.stride, c.padding, c.dilation, c.groups), gx,
+                           what + " backward_input", tol_for(dt), false);
       poison_device_cache_all_sizes();
-      expect_written_close(conv2d_backward_weight(c.w, x.to(kGpu), go.to(kGpu), c.stride, c.padding, c.dilation, c.groups), gw, what + " backward_weight",
-                   tol_for(dt), false);
+      expect_written_close(conv2d_backward_weight(c.w, x.to(kGpu), go.to(kGpu), c.stride, c.padding, c.dilation, c.groups), gw,
+                           what + " backward_weight", tol_for(dt), false);
     }
   }
 }
@@ -252,9 +254,9 @@ TEST(CudaConv, Tf32WhenAllowed) {
 TEST(CudaConv, ArgumentErrorsOnCudaTensors) {
   DP_REQUIRE_GPU();
   Tensor x = sample({1, 3, 5, 5}, kFloat32, 15).to(kGpu), w = sample({2, 3, 3, 3}, kFloat32, 16);
-  EXPECT_THROW(conv2d(x, w), DeviceError);                                  // weight on the CPU
-  EXPECT_THROW(conv2d(x, w.to(kGpu, kFloat64)), DTypeError);                // mixed dtypes
-  EXPECT_THROW(conv2d(x.to(kInt64), w.to(kGpu, kInt64)), DTypeError);       // integers
+  EXPECT_THROW(conv2d(x, w), DeviceError);                                      // weight on the CPU
+  EXPECT_THROW(conv2d(x, w.to(kGpu, kFloat64)), DTypeError);                    // mixed dtypes
+  EXPECT_THROW(conv2d(x.to(kInt64), w.to(kGpu, kInt64)), DTypeError);           // integers
   EXPECT_THROW(conv2d(x, w.to(kGpu), Tensor(), {1}, {0}, {1}, 2), ShapeError);  // groups do not divide
 }
 
@@ -271,19 +273,17 @@ TEST(CudaConvHalf, CpuRefusesFloat16NamingCuda) {
 TEST(CudaConvHalf, ForwardAndGradientsAgainstFloat32Cpu) {
   DP_REQUIRE_GPU();
   auto conv = [](IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups, bool bias) {
-    return [=](const std::vector<Tensor>& in) {
-      return conv2d(in[0], in[1], bias ? in[2] : Tensor(), stride, padding, dilation, groups);
-    };
+    return [=](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], bias ? in[2] : Tensor(), stride, padding, dilation, groups); };
   };
-  test::check_half_against_float("conv2d 3x3 pad 1 bias", {test::sample({4, 3, 12, 10}, kFloat32, 1), test::sample({8, 3, 3, 3}, kFloat32, 2),
-                                                           test::sample({8}, kFloat32, 3)},
+  test::check_half_against_float("conv2d 3x3 pad 1 bias",
+                                 {test::sample({4, 3, 12, 10}, kFloat32, 1), test::sample({8, 3, 3, 3}, kFloat32, 2), test::sample({8}, kFloat32, 3)},
                                  conv({1, 1}, {1, 1}, {1, 1}, 1, true));
   test::check_half_against_float("conv2d stride 2 dilation 2 groups 2",
                                  {test::sample({2, 4, 15, 13}, kFloat32, 4), test::sample({6, 2, 3, 2}, kFloat32, 5)},
                                  conv({2, 2}, {0, 1}, {2, 2}, 2, false));
-  test::check_half_against_float("conv2d 1x1 bias", {test::sample({3, 16, 7, 7}, kFloat32, 6), test::sample({32, 16, 1, 1}, kFloat32, 7),
-                                                     test::sample({32}, kFloat32, 8)},
-                                 conv({1, 1}, {0, 0}, {1, 1}, 1, true));
+  test::check_half_against_float(
+      "conv2d 1x1 bias", {test::sample({3, 16, 7, 7}, kFloat32, 6), test::sample({32, 16, 1, 1}, kFloat32, 7), test::sample({32}, kFloat32, 8)},
+      conv({1, 1}, {0, 0}, {1, 1}, 1, true));
 }
 
 }  // namespace

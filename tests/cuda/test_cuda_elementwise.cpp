@@ -27,11 +27,16 @@ std::vector<double> values(const Tensor& t) {
 
 double tol_for(DType dt) {
   switch (dt) {
-    case DType::Float64: return 1e-12;
-    case DType::Float32: return 1e-5;
-    case DType::Float16: return 2e-3;
-    case DType::BFloat16: return 1.6e-2;
-    default: return 0.0;
+    case DType::Float64:
+      return 1e-12;
+    case DType::Float32:
+      return 1e-5;
+    case DType::Float16:
+      return 2e-3;
+    case DType::BFloat16:
+      return 1.6e-2;
+    default:
+      return 0.0;
   }
 }
 
@@ -281,7 +286,9 @@ TEST(CudaElementwise, UnaryOpsMatchTheCpu) {
   Tensor di = hi.to(kGpu);
   for (const char* name : {"neg", "abs", "sign", "square", "relu"}) {
     for (const auto& [n, f] : ops)
-      if (n == name) { EXPECT_TRUE(dp::equal(f(di).cpu(), f(hi))) << name; }
+      if (n == name) {
+        EXPECT_TRUE(dp::equal(f(di).cpu(), f(hi))) << name;
+      }
   }
 }
 
@@ -336,7 +343,9 @@ TEST(CudaElementwise, BinaryOpsWithBroadcastingMatchTheCpu) {
   Tensor ia = sample({40}, kFloat32, 24, -1000, 1000).to(kInt64), ib = sample({40}, kFloat32, 25, 1, 9).to(kInt64);
   for (const char* name : {"add", "sub", "mul", "maximum", "minimum", "eq", "lt", "ge", "add_scalar", "lt_scalar"}) {
     for (const auto& [n, f] : ops)
-      if (n == name) { EXPECT_TRUE(dp::equal(f(ia.to(kGpu), ib.to(kGpu)).cpu(), f(ia, ib))) << name; }
+      if (n == name) {
+        EXPECT_TRUE(dp::equal(f(ia.to(kGpu), ib.to(kGpu)).cpu(), f(ia, ib))) << name;
+      }
   }
   // mixed dtypes promote as on the CPU
   Tensor hf = sample({3, 4}, kFloat32, 26);
@@ -378,10 +387,10 @@ TEST(CudaElementwise, InPlaceAndTernaryOps) {
 TEST(CudaElementwise, ActivationBackwardKernelsMatchTheCpu) {
   DP_REQUIRE_GPU();
   using kernels::ActGrad;
-  const std::vector<std::pair<std::string, ActGrad>> grads = {
-      {"relu", ActGrad::ReluFromOut}, {"sigmoid", ActGrad::SigmoidFromOut}, {"tanh", ActGrad::TanhFromOut},
-      {"gelu", ActGrad::Gelu},        {"gelu_tanh", ActGrad::GeluTanh},     {"silu", ActGrad::Silu},
-      {"softplus", ActGrad::Softplus}};
+  const std::vector<std::pair<std::string, ActGrad>> grads = {{"relu", ActGrad::ReluFromOut},   {"sigmoid", ActGrad::SigmoidFromOut},
+                                                              {"tanh", ActGrad::TanhFromOut},   {"gelu", ActGrad::Gelu},
+                                                              {"gelu_tanh", ActGrad::GeluTanh}, {"silu", ActGrad::Silu},
+                                                              {"softplus", ActGrad::Softplus}};
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     Tensor g = sample({6, 7}, dt, 40), x = sample({6, 7}, dt, 41, -4, 4);
     Tensor gd = g.to(kGpu), xd = x.to(kGpu);

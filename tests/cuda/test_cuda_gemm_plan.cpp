@@ -31,10 +31,10 @@ using V = std::vector<int64_t>;
 GemmPlan plan(const V& as, const V& ast, const V& bs, const V& bst, const V& cs) { return plan_gemm(as, ast, bs, bst, cs); }
 
 TEST(CudaGemmPlan, MatrixLayoutRowAndColumnMajor) {
-  EXPECT_EQ(matrix_layout(3, 4, 4, 1), (MatrixLayout{false, 4}));   // contiguous
+  EXPECT_EQ(matrix_layout(3, 4, 4, 1), (MatrixLayout{false, 4}));    // contiguous
   EXPECT_EQ(matrix_layout(3, 4, 10, 1), (MatrixLayout{false, 10}));  // rows of a wider matrix (narrow on the last dim)
-  EXPECT_EQ(matrix_layout(3, 4, 1, 3), (MatrixLayout{true, 3}));    // x.t() of a contiguous [4, 3]
-  EXPECT_EQ(matrix_layout(3, 4, 1, 7), (MatrixLayout{true, 7}));    // columns of a taller matrix, transposed
+  EXPECT_EQ(matrix_layout(3, 4, 1, 3), (MatrixLayout{true, 3}));     // x.t() of a contiguous [4, 3]
+  EXPECT_EQ(matrix_layout(3, 4, 1, 7), (MatrixLayout{true, 7}));     // columns of a taller matrix, transposed
 }
 
 TEST(CudaGemmPlan, MatrixLayoutSizeOneDimsTakeAnyStride) {
@@ -46,10 +46,10 @@ TEST(CudaGemmPlan, MatrixLayoutSizeOneDimsTakeAnyStride) {
 }
 
 TEST(CudaGemmPlan, MatrixLayoutRejectsWhatCuBlasCannotRead) {
-  EXPECT_FALSE(matrix_layout(3, 4, 8, 2));              // every other column: neither stride is 1
-  EXPECT_FALSE(matrix_layout(3, 4, 2, 1));              // overlapping rows (ld < cols)
-  EXPECT_FALSE(matrix_layout(3, 4, 0, 1));              // a broadcast row (expand)
-  EXPECT_FALSE(matrix_layout(3, 4, 1, 2));              // overlapping columns (ld < rows)
+  EXPECT_FALSE(matrix_layout(3, 4, 8, 2));                 // every other column: neither stride is 1
+  EXPECT_FALSE(matrix_layout(3, 4, 2, 1));                 // overlapping rows (ld < cols)
+  EXPECT_FALSE(matrix_layout(3, 4, 0, 1));                 // a broadcast row (expand)
+  EXPECT_FALSE(matrix_layout(3, 4, 1, 2));                 // overlapping columns (ld < rows)
   EXPECT_FALSE(matrix_layout(3, 4, int64_t{1} << 32, 1));  // ld beyond cuBLAS's int
   EXPECT_EQ(matrix_layout(3, 4, INT_MAX, 1), (MatrixLayout{false, INT_MAX}));
 }
@@ -242,16 +242,16 @@ TEST(CudaGemmPlan, LtBiasEpilogueOnlyForOnePackedBiasRow) {
   EXPECT_TRUE(lt_bias_eligible(kFloat32, single, V{5}, V{1}, 1, 1));
   EXPECT_TRUE(lt_bias_eligible(kFloat16, single, V{1, 5}, V{5, 1}, 1, 1));
   EXPECT_TRUE(lt_bias_eligible(kBFloat16, single, V{5}, V{1}, 1, 1));
-  EXPECT_FALSE(lt_bias_eligible(kFloat64, single, V{5}, V{1}, 1, 1));    // fp64: cuBLAS with the bias copied in
-  EXPECT_FALSE(lt_bias_eligible(kFloat32, single, V{5}, V{2}, 1, 1));    // not packed
+  EXPECT_FALSE(lt_bias_eligible(kFloat64, single, V{5}, V{1}, 1, 1));        // fp64: cuBLAS with the bias copied in
+  EXPECT_FALSE(lt_bias_eligible(kFloat32, single, V{5}, V{2}, 1, 1));        // not packed
   EXPECT_FALSE(lt_bias_eligible(kFloat32, single, V{4, 5}, V{5, 1}, 1, 1));  // a full matrix
   EXPECT_FALSE(lt_bias_eligible(kFloat32, single, V{4, 1}, V{1, 1}, 1, 1));  // a column
-  EXPECT_FALSE(lt_bias_eligible(kFloat32, single, V{1}, V{1}, 1, 1));    // one value broadcast to 5
-  EXPECT_FALSE(lt_bias_eligible(kFloat32, single, V{}, V{}, 1, 1));      // 0-dim
-  EXPECT_FALSE(lt_bias_eligible(kFloat32, single, V{5}, V{1}, 2, 1));    // alpha != 1
-  EXPECT_FALSE(lt_bias_eligible(kFloat32, single, V{5}, V{1}, 1, 0.5));  // beta != 1
+  EXPECT_FALSE(lt_bias_eligible(kFloat32, single, V{1}, V{1}, 1, 1));        // one value broadcast to 5
+  EXPECT_FALSE(lt_bias_eligible(kFloat32, single, V{}, V{}, 1, 1));          // 0-dim
+  EXPECT_FALSE(lt_bias_eligible(kFloat32, single, V{5}, V{1}, 2, 1));        // alpha != 1
+  EXPECT_FALSE(lt_bias_eligible(kFloat32, single, V{5}, V{1}, 1, 0.5));      // beta != 1
   const GemmPlan one_col = plan({4, 3}, {3, 1}, {3, 1}, {1, 1}, {4, 1});
-  EXPECT_TRUE(lt_bias_eligible(kFloat32, one_col, V{1}, V{7}, 1, 1));    // n == 1: any stride
+  EXPECT_TRUE(lt_bias_eligible(kFloat32, one_col, V{1}, V{7}, 1, 1));  // n == 1: any stride
   const GemmPlan folded = plan({2, 4, 3}, {12, 3, 1}, {3, 5}, {1, 3}, {2, 4, 5});
   EXPECT_TRUE(folded.folded_rows);
   EXPECT_TRUE(lt_bias_eligible(kFloat32, folded, V{5}, V{1}, 1, 1));

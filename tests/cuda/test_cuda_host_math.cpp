@@ -29,7 +29,9 @@ void check_all(const std::vector<int64_t>& shape, const std::vector<std::vector<
   ASSERT_EQ(strides.size(), 3u);
   const int64_t* rows[3] = {strides[0].data(), strides[1].data(), strides[2].data()};
   auto oc = make_offset_calculator<3, I>(static_cast<int>(shape.size()), shape.data(), rows);
-  if (expect_dims >= 0) { EXPECT_EQ(oc.dims, expect_dims); }
+  if (expect_dims >= 0) {
+    EXPECT_EQ(oc.dims, expect_dims);
+  }
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   for (int64_t i = 0; i < n; ++i) {

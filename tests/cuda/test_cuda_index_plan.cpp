@@ -82,10 +82,14 @@ bool run_scatter_add_on_host(const plan::IndexKernelPlan& p) {
       if (v == p.skip) return;
       T& d = *reinterpret_cast<T*>(self + o0 + v * step);
       const T s = *reinterpret_cast<const T*>(src + o1);
-      if constexpr (std::is_same_v<T, bool>) d = d || s;
-      else if constexpr (kernels::is_reduced_float_v<T>) d = T(static_cast<float>(d) + static_cast<float>(s));
-      else if constexpr (std::is_integral_v<T>) d = static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(d)) + static_cast<uint64_t>(static_cast<int64_t>(s)));
-      else d = d + s;
+      if constexpr (std::is_same_v<T, bool>)
+        d = d || s;
+      else if constexpr (kernels::is_reduced_float_v<T>)
+        d = T(static_cast<float>(d) + static_cast<float>(s));
+      else if constexpr (std::is_integral_v<T>)
+        d = static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(d)) + static_cast<uint64_t>(static_cast<int64_t>(s)));
+      else
+        d = d + s;
     });
   });
   return bad;
@@ -140,7 +144,7 @@ TEST(CudaIndexPlan, Gather) {
 TEST(CudaIndexPlan, Embedding) {
   for (DType it : {kInt64, kInt32}) {
     const Tensor w = sample({16, 10}, kFloat32, 5).t();  // [10, 16], rows strided
-    const Tensor idx = indices({5, 6}, 10, 6, it).t();  // [6, 5], strided
+    const Tensor idx = indices({5, 6}, 10, 6, it).t();   // [6, 5], strided
     Tensor out = empty({6, 5, 16});
     EXPECT_FALSE(run_gather_on_host(plan::embedding(out, w, idx)));
     expect_equal(out, embedding(w, idx), std::string("embedding ") + dtype_name(it));

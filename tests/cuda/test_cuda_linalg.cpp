@@ -127,16 +127,16 @@ TEST(CudaLinalg, MmTransposedPaddedStridedAndExpandedOperands) {
   Tf32Guard fp32(false);
   const int64_t m = 13, k = 21, n = 10;
   const Tensor a = sample({m, k}, 1), b = sample({k, n}, 2);
-  const Tensor at = sample({k, m}, 3).t(), bt = sample({n, k}, 4).t();            // transposed views: transpose flags
-  const Tensor ap = sample({m, k + 7}, 5).narrow(1, 3, k);                           // padded rows: ld = k + 7
+  const Tensor at = sample({k, m}, 3).t(), bt = sample({n, k}, 4).t();  // transposed views: transpose flags
+  const Tensor ap = sample({m, k + 7}, 5).narrow(1, 3, k);              // padded rows: ld = k + 7
   const Tensor bp = sample({k, n + 5}, 6).narrow(1, 0, n);
   const Tensor as = sample({m, 2 * k}, 7).slice(1, 0, 2 * k, 2);                     // every other column: copied
   const Tensor be = sample({n}, 8).expand({k, n});                                   // a broadcast row (stride 0): copied
   const Tensor atp = sample({k + 2, m + 3}, 9).narrow(0, 1, k).narrow(1, 2, m).t();  // transposed with padding
-  for (const auto& [x, y] : std::vector<std::pair<Tensor, Tensor>>{
-           {a, b}, {at, b}, {a, bt}, {at, bt}, {ap, bp}, {as, b}, {a, be}, {atp, bt}, {as, bt}, {atp, be}})
-    check_forward("mm strides (" + std::to_string(x.stride(0)) + "," + std::to_string(x.stride(1)) + ") @ (" + std::to_string(y.stride(0)) +
-                      "," + std::to_string(y.stride(1)) + ")",
+  for (const auto& [x, y] :
+       std::vector<std::pair<Tensor, Tensor>>{{a, b}, {at, b}, {a, bt}, {at, bt}, {ap, bp}, {as, b}, {a, be}, {atp, bt}, {as, bt}, {atp, be}})
+    check_forward("mm strides (" + std::to_string(x.stride(0)) + "," + std::to_string(x.stride(1)) + ") @ (" + std::to_string(y.stride(0)) + "," +
+                      std::to_string(y.stride(1)) + ")",
                   {x, y}, mm_fn);
 }
 
@@ -146,8 +146,8 @@ TEST(CudaLinalg, BmmMatchesCpu) {
   const Tensor a = sample({4, 5, 6}, 1), b = sample({4, 6, 3}, 2);
   const Tensor at = sample({4, 6, 5}, 3).transpose(1, 2), bt = sample({4, 3, 6}, 4).transpose(1, 2);
   const Tensor every_other = sample({8, 5, 6}, 5).slice(0, 0, 8, 2);  // batch stride 60
-  const Tensor permuted = sample({5, 4, 6}, 6).permute({1, 0, 2});     // batch stride 6, row stride 24
-  const Tensor expanded = sample({1, 6, 3}, 7).expand({4, 6, 3});       // batch stride 0
+  const Tensor permuted = sample({5, 4, 6}, 6).permute({1, 0, 2});    // batch stride 6, row stride 24
+  const Tensor expanded = sample({1, 6, 3}, 7).expand({4, 6, 3});     // batch stride 0
   for (const auto& [x, y] : std::vector<std::pair<Tensor, Tensor>>{
            {a, b}, {at, b}, {a, bt}, {at, bt}, {every_other, b}, {permuted, bt}, {a, expanded}, {every_other, expanded}})
     check_forward("bmm " + shape_pair(x, y), {x, y}, bmm_fn);
@@ -156,10 +156,19 @@ TEST(CudaLinalg, BmmMatchesCpu) {
 TEST(CudaLinalg, MatmulBroadcastingRules) {
   DP_REQUIRE_GPU();
   Tf32Guard fp32(false);
-  const std::vector<std::pair<Shape, Shape>> cases = {
-      {{3}, {3}},           {{3}, {3, 4}},          {{2, 3}, {3}},          {{5, 2, 3}, {3, 4}},      {{3}, {5, 3, 4}},
-      {{5, 2, 3}, {3}},     {{2, 1, 4, 3}, {1, 5, 3, 2}}, {{1, 4, 3}, {6, 3, 2}}, {{6, 4, 3}, {1, 3, 2}}, {{2, 3}, {4, 3, 5}},
-      {{7, 1, 2, 3}, {4, 3, 2}}, {{2, 3, 4, 5}, {2, 3, 5, 6}}, {{3, 1, 1}, {2, 1, 1, 4}}};
+  const std::vector<std::pair<Shape, Shape>> cases = {{{3}, {3}},
+                                                      {{3}, {3, 4}},
+                                                      {{2, 3}, {3}},
+                                                      {{5, 2, 3}, {3, 4}},
+                                                      {{3}, {5, 3, 4}},
+                                                      {{5, 2, 3}, {3}},
+                                                      {{2, 1, 4, 3}, {1, 5, 3, 2}},
+                                                      {{1, 4, 3}, {6, 3, 2}},
+                                                      {{6, 4, 3}, {1, 3, 2}},
+                                                      {{2, 3}, {4, 3, 5}},
+                                                      {{7, 1, 2, 3}, {4, 3, 2}},
+                                                      {{2, 3, 4, 5}, {2, 3, 5, 6}},
+                                                      {{3, 1, 1}, {2, 1, 1, 4}}};
   uint64_t seed = 10;
   for (const auto& [sa, sb] : cases) {
     const Tensor a = sample(sa, seed++), b = sample(sb, seed++);
@@ -209,8 +218,13 @@ TEST(CudaLinalg, LinearWithAndWithoutBias) {
   const int64_t in = 12, out = 7;
   const Tensor w = sample({out, in}, 1), bias = sample({out}, 2);
   const Tensor wt = sample({in, out}, 3).t();  // a transposed weight view
-  const std::vector<Tensor> xs = {sample({in}, 4), sample({5, in}, 5), sample({3, 4, in}, 6), sample({2, 3, 2, in}, 7),
-                                  sample({in, 5}, 8).t(), sample({3, 4, in + 3}, 9).narrow(2, 1, in), sample({4, 3, in}, 10).transpose(0, 1)};
+  const std::vector<Tensor> xs = {sample({in}, 4),
+                                  sample({5, in}, 5),
+                                  sample({3, 4, in}, 6),
+                                  sample({2, 3, 2, in}, 7),
+                                  sample({in, 5}, 8).t(),
+                                  sample({3, 4, in + 3}, 9).narrow(2, 1, in),
+                                  sample({4, 3, in}, 10).transpose(0, 1)};
   for (const Tensor& x : xs)
     for (const Tensor& weight : {w, wt}) {
       check_forward("linear x " + x.size_str() + " no bias", {x, weight}, linear_fn);
@@ -248,10 +262,12 @@ TEST(CudaLinalg, Float64) {
   check_forward("bmm float64", {sample({3, 4, 5}, 5, kFloat64), sample({3, 5, 6}, 6, kFloat64)}, bmm_fn, tol);
   check_forward("matmul float64 broadcast", {sample({2, 1, 4, 3}, 7, kFloat64), sample({5, 3, 2}, 8, kFloat64)}, matmul_fn, tol);
   check_forward("linear float64", {sample({3, 4, 6}, 9, kFloat64), sample({5, 6}, 10, kFloat64), sample({5}, 11, kFloat64)}, linear_fn, tol);
-  check_forward("addmm float64", {sample({6}, 12, kFloat64), sample({4, 5}, 13, kFloat64), sample({5, 6}, 14, kFloat64)},
-                [](const std::vector<Tensor>& v) { return dp::addmm(v[0], v[1], v[2], 0.5, 2); }, tol);
-  check_forward("dot float64", {sample({100}, 15, kFloat64), sample({100}, 16, kFloat64)},
-                [](const std::vector<Tensor>& v) { return dp::dot(v[0], v[1]); }, tol);
+  check_forward(
+      "addmm float64", {sample({6}, 12, kFloat64), sample({4, 5}, 13, kFloat64), sample({5, 6}, 14, kFloat64)},
+      [](const std::vector<Tensor>& v) { return dp::addmm(v[0], v[1], v[2], 0.5, 2); }, tol);
+  check_forward(
+      "dot float64", {sample({100}, 15, kFloat64), sample({100}, 16, kFloat64)}, [](const std::vector<Tensor>& v) { return dp::dot(v[0], v[1]); },
+      tol);
 }
 
 TEST(CudaLinalg, HalfPrecisionAgainstFloat32Reference) {
@@ -265,9 +281,11 @@ TEST(CudaLinalg, HalfPrecisionAgainstFloat32Reference) {
     check_half("matmul mv", dt, {sample({6, 50}, 9), sample({50}, 10)}, matmul_fn, false);
     check_half("linear 3-D with bias", dt, {sample({4, 8, 64}, 11), sample({32, 64}, 12), sample({32}, 13)}, linear_fn, false);
     check_half("linear no bias", dt, {sample({8, 64}, 14), sample({32, 64}, 15)}, linear_fn, true);
-    check_half("addmm", dt, {sample({24}, 16), sample({10, 48}, 17), sample({48, 24}, 18)},
-               [](const std::vector<Tensor>& v) { return dp::addmm(v[0], v[1], v[2]); }, false);
-    check_half("dot", dt, {sample({300}, 19), sample({300}, 20)}, [](const std::vector<Tensor>& v) { return dp::dot(v[0], v[1]); }, false);
+    check_half(
+        "addmm", dt, {sample({24}, 16), sample({10, 48}, 17), sample({48, 24}, 18)},
+        [](const std::vector<Tensor>& v) { return dp::addmm(v[0], v[1], v[2]); }, false);
+    check_half(
+        "dot", dt, {sample({300}, 19), sample({300}, 20)}, [](const std::vector<Tensor>& v) { return dp::dot(v[0], v[1]); }, false);
   }
 }
 

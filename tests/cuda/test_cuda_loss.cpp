@@ -72,21 +72,23 @@ TEST(CudaLoss, MseAndL1EveryReduction) {
   for (DType dt : {kFloat32, kFloat64}) {
     const Tensor x = sample({4, 5, 6}, dt, 1), t = sample({4, 5, 6}, dt, 2);
     for (Reduction r : kReductions) {
-      compare(name_of("mse_loss", r, dt), {x, t}, {true, true}, [r](const std::vector<Tensor>& a) { return mse_loss(a[0], a[1], r); }, false,
-              tol(dt));
-      compare(name_of("l1_loss", r, dt), {x, t}, {true, true}, [r](const std::vector<Tensor>& a) { return l1_loss(a[0], a[1], r); }, false,
-              tol(dt));
+      compare(
+          name_of("mse_loss", r, dt), {x, t}, {true, true}, [r](const std::vector<Tensor>& a) { return mse_loss(a[0], a[1], r); }, false, tol(dt));
+      compare(
+          name_of("l1_loss", r, dt), {x, t}, {true, true}, [r](const std::vector<Tensor>& a) { return l1_loss(a[0], a[1], r); }, false, tol(dt));
     }
     // non-contiguous operands, and a large input (many blocks, many partial sums)
-    compare(std::string("mse_loss transposed ") + dtype_name(dt), {sample({7, 9}, dt, 3), sample({9, 7}, dt, 4)}, {true, true},
-            [](const std::vector<Tensor>& a) { return mse_loss(a[0].t(), a[1]); }, false, tol(dt));
-    compare(std::string("l1_loss large ") + dtype_name(dt), {sample({1000, 700}, dt, 5), sample({1000, 700}, dt, 6)}, {true, false},
-            [](const std::vector<Tensor>& a) { return l1_loss(a[0], a[1], Reduction::Sum); }, false, dt == kFloat64 ? 1e-10 : 1e-5);
+    compare(
+        std::string("mse_loss transposed ") + dtype_name(dt), {sample({7, 9}, dt, 3), sample({9, 7}, dt, 4)}, {true, true},
+        [](const std::vector<Tensor>& a) { return mse_loss(a[0].t(), a[1]); }, false, tol(dt));
+    compare(
+        std::string("l1_loss large ") + dtype_name(dt), {sample({1000, 700}, dt, 5), sample({1000, 700}, dt, 6)}, {true, false},
+        [](const std::vector<Tensor>& a) { return l1_loss(a[0], a[1], Reduction::Sum); }, false, dt == kFloat64 ? 1e-10 : 1e-5);
   }
   // The mean of nothing is NaN.
-  compare("mse_loss of an empty input", {sample({0, 3}, kFloat32, 7), sample({0, 3}, kFloat32, 8)}, {}, [](const std::vector<Tensor>& a) {
-    return mse_loss(a[0], a[1]);
-  }, false);
+  compare(
+      "mse_loss of an empty input", {sample({0, 3}, kFloat32, 7), sample({0, 3}, kFloat32, 8)}, {},
+      [](const std::vector<Tensor>& a) { return mse_loss(a[0], a[1]); }, false);
 }
 
 TEST(CudaLoss, BinaryCrossEntropyWithWeights) {
@@ -95,16 +97,18 @@ TEST(CudaLoss, BinaryCrossEntropyWithWeights) {
     const Tensor x = sample({4, 5, 6}, dt, 9, 0.02, 0.98), t = sample({4, 5, 6}, dt, 10, 0.0, 1.0);
     const Tensor w = sample({5, 1}, dt, 11, 0.2, 2.0);  // broadcasts over dims 0 and 2
     for (Reduction r : kReductions) {
-      compare(name_of("binary_cross_entropy", r, dt), {x, t}, {true, true},
-              [r](const std::vector<Tensor>& a) { return binary_cross_entropy(a[0], a[1], Tensor(), r); }, false, tol(dt));
-      compare(name_of("binary_cross_entropy weighted", r, dt), {x, t, w}, {true, true},
-              [r](const std::vector<Tensor>& a) { return binary_cross_entropy(a[0], a[1], a[2], r); }, false, tol(dt));
+      compare(
+          name_of("binary_cross_entropy", r, dt), {x, t}, {true, true},
+          [r](const std::vector<Tensor>& a) { return binary_cross_entropy(a[0], a[1], Tensor(), r); }, false, tol(dt));
+      compare(
+          name_of("binary_cross_entropy weighted", r, dt), {x, t, w}, {true, true},
+          [r](const std::vector<Tensor>& a) { return binary_cross_entropy(a[0], a[1], a[2], r); }, false, tol(dt));
     }
     // inputs at the ends of [0, 1]: the logs clamp at -100, the gradient's denominator at 1e-12
     const Tensor ends = tensor({0.0, 1.0, 0.5, 1e-30, 1.0 - 1e-7}, TensorOptions().dtype(dt));
-    compare(std::string("binary_cross_entropy at 0 and 1 ") + dtype_name(dt), {ends, tensor({0.3, 0.6, 1.0, 0.0, 0.5}, TensorOptions().dtype(dt))},
-            {true, false}, [](const std::vector<Tensor>& a) { return binary_cross_entropy(a[0], a[1], Tensor(), Reduction::None); }, false,
-            tol(dt));
+    compare(
+        std::string("binary_cross_entropy at 0 and 1 ") + dtype_name(dt), {ends, tensor({0.3, 0.6, 1.0, 0.0, 0.5}, TensorOptions().dtype(dt))},
+        {true, false}, [](const std::vector<Tensor>& a) { return binary_cross_entropy(a[0], a[1], Tensor(), Reduction::None); }, false, tol(dt));
   }
 }
 
@@ -114,10 +118,12 @@ TEST(CudaLoss, BinaryCrossEntropyWithLogitsWeightAndPosWeight) {
     const Tensor x = sample({8, 6}, dt, 12, -4.0, 4.0), t = sample({8, 6}, dt, 13, 0.0, 1.0);
     const Tensor w = sample({8, 1}, dt, 14, 0.2, 2.0), pw = sample({6}, dt, 15, 0.5, 3.0);
     for (Reduction r : kReductions) {
-      compare(name_of("bce_with_logits", r, dt), {x, t}, {true, true},
-              [r](const std::vector<Tensor>& a) { return binary_cross_entropy_with_logits(a[0], a[1], Tensor(), Tensor(), r); }, false, tol(dt));
-      compare(name_of("bce_with_logits weight pos_weight", r, dt), {x, t, w, pw}, {true, true},
-              [r](const std::vector<Tensor>& a) { return binary_cross_entropy_with_logits(a[0], a[1], a[2], a[3], r); }, false, tol(dt));
+      compare(
+          name_of("bce_with_logits", r, dt), {x, t}, {true, true},
+          [r](const std::vector<Tensor>& a) { return binary_cross_entropy_with_logits(a[0], a[1], Tensor(), Tensor(), r); }, false, tol(dt));
+      compare(
+          name_of("bce_with_logits weight pos_weight", r, dt), {x, t, w, pw}, {true, true},
+          [r](const std::vector<Tensor>& a) { return binary_cross_entropy_with_logits(a[0], a[1], a[2], a[3], r); }, false, tol(dt));
     }
   }
 }
@@ -129,12 +135,16 @@ TEST(CudaLoss, PointwiseLossesInHalfPrecision) {
     const Tensor w = sample({33}, kFloat64, 18, 0.5, 1.5);
     for (Reduction r : kReductions) {
       const std::string h = std::string(" ") + reduction_name(r) + " " + dtype_name(half);
-      compare_half("mse_loss" + h, {x, t}, {true, true}, [r](const std::vector<Tensor>& a) { return mse_loss(a[0], a[1], r); }, half);
-      compare_half("l1_loss" + h, {x, t}, {true, false}, [r](const std::vector<Tensor>& a) { return l1_loss(a[0], a[1], r); }, half);
-      compare_half("binary_cross_entropy" + h, {x, t, w}, {true, true},
-                   [r](const std::vector<Tensor>& a) { return binary_cross_entropy(a[0], a[1], a[2], r); }, half);
-      compare_half("bce_with_logits" + h, {x, t, w}, {true, true},
-                   [r](const std::vector<Tensor>& a) { return binary_cross_entropy_with_logits(a[0], a[1], Tensor(), a[2], r); }, half);
+      compare_half(
+          "mse_loss" + h, {x, t}, {true, true}, [r](const std::vector<Tensor>& a) { return mse_loss(a[0], a[1], r); }, half);
+      compare_half(
+          "l1_loss" + h, {x, t}, {true, false}, [r](const std::vector<Tensor>& a) { return l1_loss(a[0], a[1], r); }, half);
+      compare_half(
+          "binary_cross_entropy" + h, {x, t, w}, {true, true},
+          [r](const std::vector<Tensor>& a) { return binary_cross_entropy(a[0], a[1], a[2], r); }, half);
+      compare_half(
+          "bce_with_logits" + h, {x, t, w}, {true, true},
+          [r](const std::vector<Tensor>& a) { return binary_cross_entropy_with_logits(a[0], a[1], Tensor(), a[2], r); }, half);
     }
   }
 }
@@ -161,23 +171,28 @@ TEST(CudaLoss, NllLossWeightsIgnoreIndexReductions) {
         for (int64_t ignore : {int64_t{-100}, int64_t{2}}) {
           const Tensor t = targets(cc.target, C, 21, cc.target.empty() ? 0 : 3, ignore);
           const std::string what = name_of("nll_loss " + cc.name, r, dt) + " ignore " + std::to_string(ignore);
-          compare(what, {x, t}, {true}, [r, ignore](const std::vector<Tensor>& a) { return nll_loss(a[0], a[1], Tensor(), ignore, r); }, false,
-                  tol(dt));
-          compare(what + " weighted", {x, t, w}, {true}, [r, ignore](const std::vector<Tensor>& a) { return nll_loss(a[0], a[1], a[2], ignore, r); },
-                  false, tol(dt));
+          compare(
+              what, {x, t}, {true}, [r, ignore](const std::vector<Tensor>& a) { return nll_loss(a[0], a[1], Tensor(), ignore, r); }, false, tol(dt));
+          compare(
+              what + " weighted", {x, t, w}, {true}, [r, ignore](const std::vector<Tensor>& a) { return nll_loss(a[0], a[1], a[2], ignore, r); },
+              false, tol(dt));
         }
       }
     }
     // uint8 targets; every target ignored (Mean is 0 / 0 = NaN, the gradient zero)
     const Tensor x = sample({6, C}, dt, 22, -4.0, 0.0);
-    compare(std::string("nll_loss uint8 target ") + dtype_name(dt), {x, targets({6}, C, 23, 0, -100, kUInt8), w}, {true},
-            [](const std::vector<Tensor>& a) { return nll_loss(a[0], a[1], a[2]); }, false, tol(dt));
-    compare(std::string("nll_loss all ignored ") + dtype_name(dt), {x, full({6}, int64_t{-100}, TensorOptions().dtype(kInt64))}, {true},
-            [](const std::vector<Tensor>& a) { return nll_loss(a[0], a[1]); }, false, tol(dt));
+    compare(
+        std::string("nll_loss uint8 target ") + dtype_name(dt), {x, targets({6}, C, 23, 0, -100, kUInt8), w}, {true},
+        [](const std::vector<Tensor>& a) { return nll_loss(a[0], a[1], a[2]); }, false, tol(dt));
+    compare(
+        std::string("nll_loss all ignored ") + dtype_name(dt), {x, full({6}, int64_t{-100}, TensorOptions().dtype(kInt64))}, {true},
+        [](const std::vector<Tensor>& a) { return nll_loss(a[0], a[1]); }, false, tol(dt));
   }
   for (DType half : {kFloat16, kBFloat16})
-    compare_half(std::string("nll_loss ") + dtype_name(half), {sample({16, C}, kFloat64, 24, -4.0, 0.0), targets({16}, C, 25, 4), sample({C}, kFloat64, 26, 0.5, 1.5)},
-                 {true}, [](const std::vector<Tensor>& a) { return nll_loss(a[0], a[1], a[2]); }, half);
+    compare_half(
+        std::string("nll_loss ") + dtype_name(half),
+        {sample({16, C}, kFloat64, 24, -4.0, 0.0), targets({16}, C, 25, 4), sample({C}, kFloat64, 26, 0.5, 1.5)}, {true},
+        [](const std::vector<Tensor>& a) { return nll_loss(a[0], a[1], a[2]); }, half);
 }
 
 // ---------------------------------------------------------------- cross_entropy
@@ -194,23 +209,28 @@ TEST(CudaLoss, CrossEntropyClassIndices) {
         for (Reduction r : kReductions) {
           for (double ls : {0.0, 0.2}) {
             const std::string what = name_of("cross_entropy " + cc.name + " C " + std::to_string(C), r, dt) + " smoothing " + std::to_string(ls);
-            compare(what, {x, t}, {true}, [r, ls](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], Tensor(), -100, r, ls); }, false,
-                    tol(dt) * 10);
-            compare(what + " weighted", {x, t, w}, {true},
-                    [r, ls](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], a[2], -100, r, ls); }, false, tol(dt) * 10);
+            compare(
+                what, {x, t}, {true}, [r, ls](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], Tensor(), -100, r, ls); }, false,
+                tol(dt) * 10);
+            compare(
+                what + " weighted", {x, t, w}, {true}, [r, ls](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], a[2], -100, r, ls); },
+                false, tol(dt) * 10);
           }
         }
       }
     }
-    compare(std::string("cross_entropy uint8 target, transposed input ") + dtype_name(dt),
-            {sample({7, 9}, dt, 30), targets({9}, 7, 31, 0, -100, kUInt8)}, {true},
-            [](const std::vector<Tensor>& a) { return cross_entropy(a[0].t(), a[1]); }, false, tol(dt) * 10);
-    compare(std::string("cross_entropy all ignored ") + dtype_name(dt), {sample({4, 3}, dt, 32), full({4}, int64_t{1}, TensorOptions().dtype(kInt64))},
-            {true}, [](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], Tensor(), 1); }, false, tol(dt));
+    compare(
+        std::string("cross_entropy uint8 target, transposed input ") + dtype_name(dt), {sample({7, 9}, dt, 30), targets({9}, 7, 31, 0, -100, kUInt8)},
+        {true}, [](const std::vector<Tensor>& a) { return cross_entropy(a[0].t(), a[1]); }, false, tol(dt) * 10);
+    compare(
+        std::string("cross_entropy all ignored ") + dtype_name(dt), {sample({4, 3}, dt, 32), full({4}, int64_t{1}, TensorOptions().dtype(kInt64))},
+        {true}, [](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], Tensor(), 1); }, false, tol(dt));
   }
   for (DType half : {kFloat16, kBFloat16})
-    compare_half(std::string("cross_entropy ") + dtype_name(half), {sample({16, 40}, kFloat64, 33, -3.0, 3.0), targets({16}, 40, 34, 5), sample({40}, kFloat64, 35, 0.5, 1.5)},
-                 {true}, [](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], a[2], -100, Reduction::Mean, 0.1); }, half);
+    compare_half(
+        std::string("cross_entropy ") + dtype_name(half),
+        {sample({16, 40}, kFloat64, 33, -3.0, 3.0), targets({16}, 40, 34, 5), sample({40}, kFloat64, 35, 0.5, 1.5)}, {true},
+        [](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], a[2], -100, Reduction::Mean, 0.1); }, half);
 }
 
 TEST(CudaLoss, CrossEntropyClassProbabilities) {
@@ -224,18 +244,21 @@ TEST(CudaLoss, CrossEntropyClassProbabilities) {
       for (Reduction r : kReductions) {
         for (double ls : {0.0, 0.3}) {
           const std::string what = name_of("cross_entropy probabilities " + cc.name, r, dt) + " smoothing " + std::to_string(ls);
-          compare(what, {x, q, w}, {true, true}, [r, ls](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], a[2], -100, r, ls); },
-                  false, tol(dt) * 10);
-          compare(what + " unweighted", {x, q}, {true, false},
-                  [r, ls](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], Tensor(), -100, r, ls); }, false, tol(dt) * 10);
+          compare(
+              what, {x, q, w}, {true, true}, [r, ls](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], a[2], -100, r, ls); }, false,
+              tol(dt) * 10);
+          compare(
+              what + " unweighted", {x, q}, {true, false},
+              [r, ls](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], Tensor(), -100, r, ls); }, false, tol(dt) * 10);
         }
       }
     }
   }
   const Tensor x = sample({12, 30}, kFloat64, 39), q = dp::softmax(sample({12, 30}, kFloat64, 40), 1);
   for (DType half : {kFloat16, kBFloat16})
-    compare_half(std::string("cross_entropy probabilities ") + dtype_name(half), {x, q}, {true, true},
-                 [](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1]); }, half);
+    compare_half(
+        std::string("cross_entropy probabilities ") + dtype_name(half), {x, q}, {true, true},
+        [](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1]); }, half);
 }
 
 // ---------------------------------------------------------------- create_graph
@@ -267,7 +290,8 @@ TEST(CudaLoss, CreateGraphBackward) {
       {"nll_loss none", {{x, ti}, [](const std::vector<Tensor>& a) { return nll_loss(a[0], a[1], Tensor(), -100, Reduction::None); }}},
       {"cross_entropy mean", {{x, ti, w}, [](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], a[2], -100, Reduction::Mean, 0.1); }}},
       {"cross_entropy none", {{x, ti}, [](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], Tensor(), -100, Reduction::None); }}},
-      {"cross_entropy probabilities", {{x, q, w}, [](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], a[2], -100, Reduction::Mean, 0.2); }}},
+      {"cross_entropy probabilities",
+       {{x, q, w}, [](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], a[2], -100, Reduction::Mean, 0.2); }}},
   };
   for (const auto& [name, c] : cases) {
     SCOPED_TRACE(name);
@@ -341,7 +365,9 @@ TEST(LossDtypes, HalfInputOnTheCpuIsADTypeErrorNamingCuda) {
   const std::string msg = error_of<DTypeError>([&] { mse_loss(x, t); });
   EXPECT_NE(msg.find("mse_loss"), std::string::npos) << msg;
   EXPECT_NE(msg.find("float16 / bfloat16 on a CUDA device"), std::string::npos) << msg;
-  const std::string msg2 = error_of<DTypeError>([&] { cross_entropy(zeros({2, 3}, TensorOptions().dtype(kBFloat16)), zeros({2}, TensorOptions().dtype(kInt64))); });
+  const std::string msg2 = error_of<DTypeError>([&] {
+    cross_entropy(zeros({2, 3}, TensorOptions().dtype(kBFloat16)), zeros({2}, TensorOptions().dtype(kInt64)));
+  });
   EXPECT_NE(msg2.find("cross_entropy"), std::string::npos) << msg2;
 }
 

@@ -55,14 +55,18 @@ TEST(CudaLossMasked, CrossEntropyWithNegInfLogitsMatchesCpu) {
   const Masked spatial = masked_logits(4, 5, 3, true, mask_first);
   for (Reduction r : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
     const std::string red = reduction_name(r);
-    compare("[N, C] " + red, {rows.x, rows.t}, {true, false}, [r](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], {}, -100, r); },
-            false, 1e-5);
-    compare("[N, C] weighted " + red, {rows.x, rows.t, w}, {true, false, false},
-            [r](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], a[2], -100, r); }, false, 1e-5);
-    compare("[N, C, d] " + red, {spatial.x, spatial.t}, {true, false},
-            [r](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], {}, -100, r); }, false, 1e-5);
-    compare("[N, C, d] weighted " + red, {spatial.x, spatial.t, w5}, {true, false, false},
-            [r](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], a[2], -100, r); }, false, 1e-5);
+    compare(
+        "[N, C] " + red, {rows.x, rows.t}, {true, false}, [r](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], {}, -100, r); }, false,
+        1e-5);
+    compare(
+        "[N, C] weighted " + red, {rows.x, rows.t, w}, {true, false, false},
+        [r](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], a[2], -100, r); }, false, 1e-5);
+    compare(
+        "[N, C, d] " + red, {spatial.x, spatial.t}, {true, false},
+        [r](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], {}, -100, r); }, false, 1e-5);
+    compare(
+        "[N, C, d] weighted " + red, {spatial.x, spatial.t, w5}, {true, false, false},
+        [r](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], a[2], -100, r); }, false, 1e-5);
   }
 }
 

@@ -44,8 +44,7 @@ Tensor sample(IntArrayRef sizes, uint64_t seed, double scale, DType dt) {
 }
 
 void poison_gpu_cache() {
-  for (int64_t n : {int64_t{64}, int64_t{1} << 12, int64_t{1} << 16, int64_t{1} << 20})
-    (void)dp::full({n}, NAN, TensorOptions().device(kGpu));
+  for (int64_t n : {int64_t{64}, int64_t{1} << 12, int64_t{1} << 16, int64_t{1} << 20}) (void)dp::full({n}, NAN, TensorOptions().device(kGpu));
 }
 
 struct Sizes {
@@ -54,9 +53,12 @@ struct Sizes {
 
 // x, h0, c0, w_ih, w_hh, b_ih, b_hh on the CPU (biases undefined without bias).
 std::vector<Tensor> make_args(const Sizes& s, bool bias, DType dt, uint64_t seed) {
-  std::vector<Tensor> v = {sample({s.T, s.B, s.I}, seed, 1.0, dt),      sample({s.B, s.H}, seed + 1, 0.8, dt),
-                           sample({s.B, s.H}, seed + 2, 0.8, dt),       sample({4 * s.H, s.I}, seed + 3, 0.5, dt),
-                           sample({4 * s.H, s.H}, seed + 4, 0.5, dt),   Tensor(),
+  std::vector<Tensor> v = {sample({s.T, s.B, s.I}, seed, 1.0, dt),
+                           sample({s.B, s.H}, seed + 1, 0.8, dt),
+                           sample({s.B, s.H}, seed + 2, 0.8, dt),
+                           sample({4 * s.H, s.I}, seed + 3, 0.5, dt),
+                           sample({4 * s.H, s.H}, seed + 4, 0.5, dt),
+                           Tensor(),
                            Tensor()};
   if (bias) {
     v[5] = sample({4 * s.H}, seed + 5, 0.5, dt);
@@ -153,8 +155,7 @@ TEST(CudaLstm, NonContiguousInputs) {
   const Tensor b_ih = sample({8 * H}, 6, 0.5, kFloat32).slice(0, 0, 8 * H, 2), b_hh = sample({4 * H}, 7, 0.5, kFloat32);
   const auto [oc, hc, cc] = dp::lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh);
   poison_gpu_cache();
-  const auto [og, hg, cg] =
-      dp::lstm_layer(x.to(kGpu), h0.to(kGpu), c0.to(kGpu), w_ih.to(kGpu), w_hh.to(kGpu), b_ih.to(kGpu), b_hh.to(kGpu));
+  const auto [og, hg, cg] = dp::lstm_layer(x.to(kGpu), h0.to(kGpu), c0.to(kGpu), w_ih.to(kGpu), w_hh.to(kGpu), b_ih.to(kGpu), b_hh.to(kGpu));
   expect_close(og, oc, 1e-5, "output");
   expect_close(hg, hc, 1e-5, "h_n");
   expect_close(cg, cc, 1e-5, "c_n");

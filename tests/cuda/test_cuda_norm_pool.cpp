@@ -59,10 +59,11 @@ TEST(CudaPoolWindows, MaxWindowsMatchTheCpuLoopAndBackwardRangesCoverThem) {
                 // Every input the window reads has o in its backward range (both index types).
                 for (int64_t i = i0; i < i1; i += dil) {
                   const auto r = cuda::pool::max_outputs_over<int64_t>(i, out, k, stride, pad, dil);
-                  const auto r32 = cuda::pool::max_outputs_over<int32_t>(static_cast<int32_t>(i), static_cast<int32_t>(out), static_cast<int32_t>(k),
-                                                                         static_cast<int32_t>(stride), static_cast<int32_t>(pad), static_cast<int32_t>(dil));
-                  ASSERT_TRUE(r.first <= o && o < r.end) << "size " << size << " k " << k << " s " << stride << " p " << pad << " d " << dil << " o " << o
-                                                         << " i " << i;
+                  const auto r32 =
+                      cuda::pool::max_outputs_over<int32_t>(static_cast<int32_t>(i), static_cast<int32_t>(out), static_cast<int32_t>(k),
+                                                            static_cast<int32_t>(stride), static_cast<int32_t>(pad), static_cast<int32_t>(dil));
+                  ASSERT_TRUE(r.first <= o && o < r.end)
+                      << "size " << size << " k " << k << " s " << stride << " p " << pad << " d " << dil << " o " << o << " i " << i;
                   ASSERT_EQ(r.first, r32.first);
                   ASSERT_EQ(r.end, r32.end);
                 }
@@ -246,8 +247,7 @@ TEST(CudaPool, AvgPoolEveryOption) {
       for (bool cip : {true, false}) {
         for (std::optional<int64_t> div : {std::optional<int64_t>(), std::optional<int64_t>(3)}) {
           const std::string what = "avg_pool2d " + shape_str(c.in) + " k" + std::to_string(c.k) + " s" + std::to_string(c.s) + " p" +
-                                   std::to_string(c.p) + (c.ceil_mode ? " ceil" : "") + (cip ? " cip" : "") + (div ? " div3 " : " ") +
-                                   dtype_name(dt);
+                                   std::to_string(c.p) + (c.ceil_mode ? " ceil" : "") + (cip ? " cip" : "") + (div ? " div3 " : " ") + dtype_name(dt);
           Tensor x = sample(c.in, dt, 11).set_requires_grad(true);
           compare_with_cpu([&](const std::vector<Tensor>& in) { return avg_pool2d(in[0], {c.k}, {c.s}, {c.p}, c.ceil_mode, cip, div); }, {x}, what,
                            tol_for(dt));
@@ -274,9 +274,9 @@ TEST(CudaPool, AdaptiveAvgPool) {
 
 TEST(CudaLayerNorm, ForwardAndBackwardAgainstCpu) {
   DP_REQUIRE_GPU();
-  const std::vector<std::pair<Shape, Shape>> cases = {{{4, 7, 33}, {33}},  {{5, 3, 10}, {3, 10}}, {{3, 1000}, {1000}},
-                                                      {{2, 2049}, {2049}}, {{300, 16}, {16}},     {{1, 1}, {1}},
-                                                      {{70000, 4}, {4}}};  // more rows than blocks: the grid-stride loop
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{4, 7, 33}, {33}}, {{5, 3, 10}, {3, 10}}, {{3, 1000}, {1000}}, {{2, 2049}, {2049}},
+      {{300, 16}, {16}},  {{1, 1}, {1}},         {{70000, 4}, {4}}};  // more rows than blocks: the grid-stride loop
   for (DType dt : {kFloat32, kFloat64}) {
     for (const auto& [in, shape] : cases) {
       for (int affine = 0; affine < 3; ++affine) {  // none, weight only, weight and bias
@@ -399,11 +399,12 @@ TEST(CudaNormPool, OnANonDefaultStream) {
 // PyTorch's CPU; its layer norm takes neither.
 TEST(CudaNormPoolHalf, CpuRefusesHalfTypesNamingCuda) {
   Tensor x = zeros({2, 3, 6, 6}, kFloat16), xb = zeros({2, 3, 6, 6}, kBFloat16);
-  for (const std::string& msg : {test::error_of<DTypeError>([&] { max_pool2d(x, {2}); }),
-                                 test::error_of<DTypeError>([&] { avg_pool2d(x, {2}); }),
-                                 test::error_of<DTypeError>([&] { adaptive_avg_pool2d(x, {2, 2}); }),
-                                 test::error_of<DTypeError>([&] { layer_norm(x, {6}); }),
-                                 test::error_of<DTypeError>([&] { batch_norm(x, {}, {}, {}, {}, true); })}) {
+  for (const std::string& msg :
+       {test::error_of<DTypeError>([&] { max_pool2d(x, {2}); }), test::error_of<DTypeError>([&] { avg_pool2d(x, {2}); }),
+        test::error_of<DTypeError>([&] {
+          adaptive_avg_pool2d(x, {2, 2});
+        }),
+        test::error_of<DTypeError>([&] { layer_norm(x, {6}); }), test::error_of<DTypeError>([&] { batch_norm(x, {}, {}, {}, {}, true); })}) {
     EXPECT_NE(msg.find("float16"), std::string::npos) << msg;
     EXPECT_NE(msg.find("CUDA"), std::string::npos) << msg;
   }
@@ -415,9 +416,7 @@ TEST(CudaNormPoolHalf, CpuRefusesHalfTypesNamingCuda) {
 TEST(CudaNormPoolHalf, PoolingAgainstFloat32Cpu) {
   DP_REQUIRE_GPU();
   const Tensor x = test::sample({3, 4, 11, 9}, kFloat32, 11);
-  test::check_half_against_float("max_pool2d 3 stride 2 pad 1", {x}, [](const std::vector<Tensor>& in) {
-    return max_pool2d(in[0], {3}, {2}, {1});
-  });
+  test::check_half_against_float("max_pool2d 3 stride 2 pad 1", {x}, [](const std::vector<Tensor>& in) { return max_pool2d(in[0], {3}, {2}, {1}); });
   test::check_half_against_float("avg_pool2d 2", {x}, [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], {2}); });
   test::check_half_against_float("avg_pool2d 3 pad 1 exclude pad", {x}, [](const std::vector<Tensor>& in) {
     return avg_pool2d(in[0], {3}, {2}, {1}, /*ceil_mode=*/false, /*count_include_pad=*/false);
@@ -427,16 +426,19 @@ TEST(CudaNormPoolHalf, PoolingAgainstFloat32Cpu) {
 
 TEST(CudaNormPoolHalf, LayerNormAgainstFloat32Cpu) {
   DP_REQUIRE_GPU();
-  test::check_half_against_float("layer_norm [37] affine",
-                                 {test::sample({6, 5, 37}, kFloat32, 21, 1.0, 3.0), test::sample({37}, kFloat32, 22), test::sample({37}, kFloat32, 23)},
-                                 [](const std::vector<Tensor>& in) { return layer_norm(in[0], {37}, in[1], in[2]); });
-  test::check_half_against_float("layer_norm [3, 300]", {test::sample({4, 3, 300}, kFloat32, 24)},
-                                 [](const std::vector<Tensor>& in) { return layer_norm(in[0], {3, 300}); });
+  test::check_half_against_float(
+      "layer_norm [37] affine",
+      {test::sample({6, 5, 37}, kFloat32, 21, 1.0, 3.0), test::sample({37}, kFloat32, 22), test::sample({37}, kFloat32, 23)},
+      [](const std::vector<Tensor>& in) { return layer_norm(in[0], {37}, in[1], in[2]); });
+  test::check_half_against_float("layer_norm [3, 300]", {test::sample({4, 3, 300}, kFloat32, 24)}, [](const std::vector<Tensor>& in) {
+    return layer_norm(in[0], {3, 300});
+  });
 }
 
 TEST(CudaNormPoolHalf, BatchNormTrainingAndRunningStatsAgainstFloat32Cpu) {
   DP_REQUIRE_GPU();
-  const std::vector<Tensor> in = {test::sample({8, 5, 6, 7}, kFloat32, 31, 0.5, 2.5), test::sample({5}, kFloat32, 32), test::sample({5}, kFloat32, 33)};
+  const std::vector<Tensor> in = {test::sample({8, 5, 6, 7}, kFloat32, 31, 0.5, 2.5), test::sample({5}, kFloat32, 32),
+                                  test::sample({5}, kFloat32, 33)};
   test::check_half_against_float("batch_norm training", in, [](const std::vector<Tensor>& t) { return batch_norm(t[0], {}, {}, t[1], t[2], true); });
   for (DType dt : {kBFloat16, kFloat16}) {
     // Running stats in the module's dtype (PyTorch keeps BN buffers in bfloat16 after .to()).

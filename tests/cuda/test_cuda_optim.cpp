@@ -27,8 +27,8 @@ using namespace dp::optim;
 
 TEST(CudaOptimPlan, ListsAreCutIntoLaunchesOfAtMostMaxTensors) {
   std::vector<int64_t> sizes(70, 10);
-  sizes[3] = 0;                 // empty: no block, still counted in its launch
-  sizes[40] = 3 * 8192 + 1;     // four chunks
+  sizes[3] = 0;              // empty: no block, still counted in its launch
+  sizes[40] = 3 * 8192 + 1;  // four chunks
   const auto plan = plan_launches(sizes);
   ASSERT_EQ(plan.size(), 3u);
   EXPECT_EQ(plan[0].first, 0u);
@@ -129,7 +129,9 @@ struct Twin {
     add({9000}, kFloat64, false);
   }
 
-  std::vector<OptimizerParamGroup> groups(bool gpu) const { return {OptimizerParamGroup(gpu ? gpu32 : cpu32), OptimizerParamGroup(gpu ? gpu64 : cpu64)}; }
+  std::vector<OptimizerParamGroup> groups(bool gpu) const {
+    return {OptimizerParamGroup(gpu ? gpu32 : cpu32), OptimizerParamGroup(gpu ? gpu64 : cpu64)};
+  }
 
   // The same random gradient on both sides (a new one per step); one parameter gets none on odd
   // steps (skipped by the step).
@@ -195,15 +197,17 @@ TEST(CudaOptim, AdamMatchesTheCpu) {
   run_twin([](auto g) { return std::make_unique<Adam>(std::move(g), AdamOptions(1e-2)); }, "Adam");
   run_twin([](auto g) { return std::make_unique<Adam>(std::move(g), AdamOptions(1e-2).weight_decay(0.1).amsgrad(true)); },
            "Adam weight decay amsgrad");
-  run_twin([](auto g) { return std::make_unique<Adam>(std::move(g), AdamOptions(1e-2).betas({0.8, 0.99}).eps(1e-6).maximize(true)); },
-           "Adam betas eps maximize");
+  run_twin(
+      [](auto g) {
+        return std::make_unique<Adam>(std::move(g), AdamOptions(1e-2).betas({0.8, 0.99}).eps(1e-6).maximize(true));
+      },
+      "Adam betas eps maximize");
 }
 
 TEST(CudaOptim, AdamWMatchesTheCpu) {
   DP_REQUIRE_GPU();
   run_twin([](auto g) { return std::make_unique<AdamW>(std::move(g), AdamWOptions(1e-2)); }, "AdamW");
-  run_twin([](auto g) { return std::make_unique<AdamW>(std::move(g), AdamWOptions(1e-2).weight_decay(0.05).amsgrad(true)); },
-           "AdamW amsgrad");
+  run_twin([](auto g) { return std::make_unique<AdamW>(std::move(g), AdamWOptions(1e-2).weight_decay(0.05).amsgrad(true)); }, "AdamW amsgrad");
 }
 
 TEST(CudaOptim, GroupsWithTheirOwnOptionsAndAStepCountPerParameter) {

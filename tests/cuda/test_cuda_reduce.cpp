@@ -129,8 +129,10 @@ void expect_launch_invariants(const ReducePlan& plan, const ReduceLaunch& l) {
   EXPECT_LE(l.grid_x, l.groups);
   EXPECT_GE(l.splits, 1);
   EXPECT_LE(l.splits, cuda::detail::kMaxGridY);
-  EXPECT_GE(l.splits * l.chunk, plan.red_numel);      // every reduced element in some split
-  if (l.splits > 1) { EXPECT_LT((l.splits - 1) * l.chunk, plan.red_numel); }  // no empty split
+  EXPECT_GE(l.splits * l.chunk, plan.red_numel);  // every reduced element in some split
+  if (l.splits > 1) {
+    EXPECT_LT((l.splits - 1) * l.chunk, plan.red_numel);
+  }  // no empty split
 }
 
 ReducePlan contiguous_plan(const Shape& sizes, const std::vector<bool>& reduced) {
@@ -277,7 +279,8 @@ void emulate_reduce(const ReducePlan& plan, const T* in, const Op& op, int sms) 
   if (l.splits == 1) return;
   for (int64_t o = 0; o < p.out_numel; ++o) {  // combine_kernel: a warp per output
     std::vector<A> lanes(32, op.identity());
-    for (int64_t s = 0; s < l.splits; ++s) lanes[static_cast<size_t>(s % 32)] = op.combine(lanes[static_cast<size_t>(s % 32)], partial[static_cast<size_t>(o * l.splits + s)]);
+    for (int64_t s = 0; s < l.splits; ++s)
+      lanes[static_cast<size_t>(s % 32)] = op.combine(lanes[static_cast<size_t>(s % 32)], partial[static_cast<size_t>(o * l.splits + s)]);
     int64_t in_off = 0, out_off = 0;
     p.kept_offsets(o, in_off, out_off);
     op.store(test::emulate_group_reduce(lanes, combine), out_off);
@@ -347,7 +350,10 @@ TEST(CudaReduceEmulated, SumMeanAmaxVarLogsumexpMatchCpu) {
   const std::vector<Shape> dim_lists = {{}, {0}, {1}, {2}, {0, 2}, {1, 2}};
   const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> views = {
       {"contiguous", [](const Tensor& t) { return t; }},
-      {"permuted", [](const Tensor& t) { return t.permute({2, 0, 1}).contiguous().permute({1, 2, 0}); }},
+      {"permuted",
+       [](const Tensor& t) {
+         return t.permute({2, 0, 1}).contiguous().permute({1, 2, 0});
+       }},
       {"broadcast", [](const Tensor& t) { return t.narrow(1, 0, 1).expand(t.sizes()); }}};
   for (DType dt : {kFloat32, kFloat64, kBFloat16, kInt32, kBool})
     for (const auto& [vname, view] : views) {
@@ -367,7 +373,8 @@ TEST(CudaReduceEmulated, SumMeanAmaxVarLogsumexpMatchCpu) {
   struct Case {
     Shape shape, dims;
   };
-  const std::vector<Case> large = {{{3, 300000}, {1}}, {{20000, 40}, {0}}, {{4097, 3}, {}}, {{2, 3000, 70}, {0, 2}}, {{5, 2049}, {1}}, {{100000, 5}, {1}}};
+  const std::vector<Case> large = {{{3, 300000}, {1}},      {{20000, 40}, {0}}, {{4097, 3}, {}},
+                                   {{2, 3000, 70}, {0, 2}}, {{5, 2049}, {1}},   {{100000, 5}, {1}}};
   for (const Case& c : large)
     for (int sms : {1, 8, 132}) {
       const Tensor x = sample(c.shape, kFloat32, 2, 0.5, 2.0);
@@ -456,9 +463,23 @@ struct Layout {
 const std::vector<Layout>& layouts() {
   static const std::vector<Layout> l = {
       {"contiguous", [](const Shape& s) { return s; }, [](const Tensor& t, const Shape&) { return t; }},
-      {"permuted", [](const Shape& s) { return Shape{s[2], s[0], s[1]}; }, [](const Tensor& t, const Shape&) { return t.permute({1, 2, 0}); }},
-      {"sliced", [](const Shape& s) { return Shape{s[0], s[1], 2 * s[2]}; }, [](const Tensor& t, const Shape&) { return t.slice(2, 0, std::nullopt, 2); }},
-      {"broadcast", [](const Shape& s) { return Shape{s[0], 1, s[2]}; }, [](const Tensor& t, const Shape& s) { return t.expand(s); }},
+      {"permuted",
+       [](const Shape& s) {
+         return Shape{s[2], s[0], s[1]};
+       },
+       [](const Tensor& t, const Shape&) {
+         return t.permute({1, 2, 0});
+       }},
+      {"sliced",
+       [](const Shape& s) {
+         return Shape{s[0], s[1], 2 * s[2]};
+       },
+       [](const Tensor& t, const Shape&) { return t.slice(2, 0, std::nullopt, 2); }},
+      {"broadcast",
+       [](const Shape& s) {
+         return Shape{s[0], 1, s[2]};
+       },
+       [](const Tensor& t, const Shape& s) { return t.expand(s); }},
   };
   return l;
 }
@@ -509,8 +530,8 @@ TEST(CudaReduce, LargeReductionsThatSplitAcrossBlocks) {
   };
   // Rows split across blocks, columns split in and across blocks, tiny outputs of tall inputs,
   // two reduced dims that do not merge, a plain full reduction.
-  const std::vector<Case> cases = {{{3, 300000}, {1}}, {{300000, 3}, {0}}, {{100000, 64}, {0}}, {{2, 3000, 70}, {0, 2}},
-                                   {{1 << 22}, {}},    {{64, 65536}, {0}},  {{4097, 3}, {}},     {{5, 2049}, {1}},
+  const std::vector<Case> cases = {{{3, 300000}, {1}},  {{300000, 3}, {0}}, {{100000, 64}, {0}}, {{2, 3000, 70}, {0, 2}},
+                                   {{1 << 22}, {}},     {{64, 65536}, {0}}, {{4097, 3}, {}},     {{5, 2049}, {1}},
                                    {{1 << 18, 5}, {1}}, {{100, 7}, {1}}};  // short contiguous rows: columns
   for (const Case& c : cases)
     for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
@@ -702,11 +723,16 @@ TEST(CudaReduce, KernelsWriteEveryOutputElement) {
         k(out);
         expect_matches_cpu(out, ref, std::string(name) + " " + what);
       };
-      run("sum", [&](const Tensor& o) { cuda::sum_kernel(o, d, mask, keepdim); }, dp::sum(h, dims, keepdim));
-      run("mean", [&](const Tensor& o) { cuda::mean_kernel(o, d, mask, keepdim); }, dp::mean(h, dims, keepdim));
-      run("amax", [&](const Tensor& o) { cuda::minmax_kernel(o, d, mask, keepdim, true); }, dp::amax(h, dims, keepdim));
-      run("var", [&](const Tensor& o) { cuda::var_kernel(o, d, mask, keepdim, 1, false); }, dp::var(h, dims, 1, keepdim));
-      run("logsumexp", [&](const Tensor& o) { cuda::logsumexp_kernel(o, d, mask, keepdim); }, dp::logsumexp(h, dims, keepdim));
+      run(
+          "sum", [&](const Tensor& o) { cuda::sum_kernel(o, d, mask, keepdim); }, dp::sum(h, dims, keepdim));
+      run(
+          "mean", [&](const Tensor& o) { cuda::mean_kernel(o, d, mask, keepdim); }, dp::mean(h, dims, keepdim));
+      run(
+          "amax", [&](const Tensor& o) { cuda::minmax_kernel(o, d, mask, keepdim, true); }, dp::amax(h, dims, keepdim));
+      run(
+          "var", [&](const Tensor& o) { cuda::var_kernel(o, d, mask, keepdim, 1, false); }, dp::var(h, dims, 1, keepdim));
+      run(
+          "logsumexp", [&](const Tensor& o) { cuda::logsumexp_kernel(o, d, mask, keepdim); }, dp::logsumexp(h, dims, keepdim));
     }
   for (int64_t dim = 0; dim < 3; ++dim) {
     std::vector<bool> mask(3, false);

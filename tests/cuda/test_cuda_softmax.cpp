@@ -42,7 +42,9 @@ void expect_softmax_invariants(int64_t outer, int64_t dsize, int64_t inner, cons
   EXPECT_LT((l.groups - 1) * per_group, std::max<int64_t>(units, 1));
   EXPECT_GE(l.grid_x, 1);
   EXPECT_LE(l.grid_x, l.groups);
-  if (l.rows) { EXPECT_GE(l.block_x, 32) << "whole warps per row"; }
+  if (l.rows) {
+    EXPECT_GE(l.block_x, 32) << "whole warps per row";
+  }
   (void)dsize;
 }
 
@@ -93,7 +95,6 @@ namespace cd = cuda::detail;
 
 Tensor softmax_of(const Tensor& x, int64_t dim, bool log) { return log ? dp::log_softmax(x, dim) : dp::softmax(x, dim); }
 
-
 // softmax_rows_kernel / softmax_cols_kernel (src/backend/cuda/softmax.cu) on the host, with the same math
 // (cuda/reduce_ops.h), partition of each row among threads and combination order.
 template <typename T, bool Log>
@@ -106,7 +107,8 @@ void emulate_softmax(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) 
     for (int64_t row = 0; row < outer; ++row) {
       std::vector<MS> lanes(static_cast<size_t>(l.block_x), cd::max_sum_identity<A>());
       for (int tx = 0; tx < l.block_x; ++tx)
-        for (int64_t j = tx; j < n; j += l.block_x) lanes[static_cast<size_t>(tx)] = cd::online_step(lanes[static_cast<size_t>(tx)], convert<A>(x[row * n + j]));
+        for (int64_t j = tx; j < n; j += l.block_x)
+          lanes[static_cast<size_t>(tx)] = cd::online_step(lanes[static_cast<size_t>(tx)], convert<A>(x[row * n + j]));
       const MS ms = test::emulate_group_reduce(lanes, combine);
       for (int64_t j = 0; j < n; ++j) y[row * n + j] = convert<T>(cd::softmax_value<Log>(convert<A>(x[row * n + j]), ms));
     }
@@ -133,9 +135,11 @@ void emulate_softmax_backward(const T* g, const T* y, T* gi, int64_t outer, int6
     for (int64_t row = 0; row < outer; ++row) {
       std::vector<A> lanes(static_cast<size_t>(l.block_x), A(0));
       for (int tx = 0; tx < l.block_x; ++tx)
-        for (int64_t j = tx; j < n; j += l.block_x) lanes[static_cast<size_t>(tx)] += cd::backward_term<Log>(convert<A>(g[row * n + j]), convert<A>(y[row * n + j]));
+        for (int64_t j = tx; j < n; j += l.block_x)
+          lanes[static_cast<size_t>(tx)] += cd::backward_term<Log>(convert<A>(g[row * n + j]), convert<A>(y[row * n + j]));
       const A t = test::emulate_group_reduce(lanes, plus);
-      for (int64_t j = 0; j < n; ++j) gi[row * n + j] = convert<T>(cd::backward_value<Log>(convert<A>(g[row * n + j]), convert<A>(y[row * n + j]), t));
+      for (int64_t j = 0; j < n; ++j)
+        gi[row * n + j] = convert<T>(cd::backward_value<Log>(convert<A>(g[row * n + j]), convert<A>(y[row * n + j]), t));
     }
     return;
   }
@@ -167,8 +171,10 @@ Tensor emulated_softmax(const Tensor& x, int64_t dim, bool log) {
   const Geo g = geo_of(x.sizes(), dim);
   Tensor y = full(x.sizes(), 12345, TensorOptions().dtype(x.dtype()));
   kernels::dispatch_floating(x.dtype(), "emulated", [&]<typename T>() {
-    if (log) emulate_softmax<T, true>(x.data_ptr<T>(), y.data_ptr<T>(), g.outer, g.n, g.inner);
-    else emulate_softmax<T, false>(x.data_ptr<T>(), y.data_ptr<T>(), g.outer, g.n, g.inner);
+    if (log)
+      emulate_softmax<T, true>(x.data_ptr<T>(), y.data_ptr<T>(), g.outer, g.n, g.inner);
+    else
+      emulate_softmax<T, false>(x.data_ptr<T>(), y.data_ptr<T>(), g.outer, g.n, g.inner);
   });
   return y;
 }
@@ -177,8 +183,10 @@ Tensor emulated_softmax_backward(const Tensor& gr, const Tensor& y, int64_t dim,
   const Geo g = geo_of(y.sizes(), dim);
   Tensor gi = full(y.sizes(), 12345, TensorOptions().dtype(y.dtype()));
   kernels::dispatch_floating(y.dtype(), "emulated", [&]<typename T>() {
-    if (log) emulate_softmax_backward<T, true>(gr.data_ptr<T>(), y.data_ptr<T>(), gi.data_ptr<T>(), g.outer, g.n, g.inner);
-    else emulate_softmax_backward<T, false>(gr.data_ptr<T>(), y.data_ptr<T>(), gi.data_ptr<T>(), g.outer, g.n, g.inner);
+    if (log)
+      emulate_softmax_backward<T, true>(gr.data_ptr<T>(), y.data_ptr<T>(), gi.data_ptr<T>(), g.outer, g.n, g.inner);
+    else
+      emulate_softmax_backward<T, false>(gr.data_ptr<T>(), y.data_ptr<T>(), gi.data_ptr<T>(), g.outer, g.n, g.inner);
   });
   return gi;
 }
@@ -189,14 +197,15 @@ struct HostCase {
   Shape shape;
   int64_t dim;
 };
-const std::vector<HostCase> kHostCases = {{{7, 10}, 1}, {{7, 10}, 0}, {{3, 1000}, 1}, {{3, 1025}, 1}, {{2, 5000}, 1}, {{4, 5, 6}, 1},
-                                          {{1, 1000, 3}, 1}, {{2, 50, 100}, 1}, {{100, 33}, 0}, {{17}, 0}};
+const std::vector<HostCase> kHostCases = {{{7, 10}, 1},   {{7, 10}, 0},      {{3, 1000}, 1},    {{3, 1025}, 1}, {{2, 5000}, 1},
+                                          {{4, 5, 6}, 1}, {{1, 1000, 3}, 1}, {{2, 50, 100}, 1}, {{100, 33}, 0}, {{17}, 0}};
 
 TEST(CudaSoftmaxEmulated, ForwardAndBackwardMatchCpu) {
   for (const HostCase& c : kHostCases)
     for (DType dt : kHostFloats)
       for (bool log : {false, true}) {
-        const std::string what = std::string(log ? "log_softmax " : "softmax ") + shape_str(c.shape) + " dim " + std::to_string(c.dim) + " " + dtype_name(dt);
+        const std::string what =
+            std::string(log ? "log_softmax " : "softmax ") + shape_str(c.shape) + " dim " + std::to_string(c.dim) + " " + dtype_name(dt);
         const Tensor x = sample(c.shape, dt, 1, -4.0, 4.0);
         const Tensor y = softmax_of(x, c.dim, log);
         test::expect_same_values(emulated_softmax(x, c.dim, log), y, what);
@@ -239,9 +248,9 @@ struct Case {
 
 // Short and long rows, several dims of 3-dim tensors, few columns with a long dim.
 const std::vector<Case>& cases() {
-  static const std::vector<Case> c = {{{7, 10}, 1},     {{7, 10}, 0},      {{3, 1000}, -1},   {{3, 1024}, 1},     {{3, 1025}, 1},
-                                      {{2, 5000}, 1},   {{4, 5, 6}, 0},    {{4, 5, 6}, 1},    {{4, 5, 6}, 2},     {{1, 1000, 3}, 1},
-                                      {{2, 50, 1000}, 1}, {{100, 33}, 0},  {{1, 70000}, 1},   {{17}, 0}};
+  static const std::vector<Case> c = {{{7, 10}, 1},       {{7, 10}, 0},   {{3, 1000}, -1}, {{3, 1024}, 1}, {{3, 1025}, 1},
+                                      {{2, 5000}, 1},     {{4, 5, 6}, 0}, {{4, 5, 6}, 1},  {{4, 5, 6}, 2}, {{1, 1000, 3}, 1},
+                                      {{2, 50, 1000}, 1}, {{100, 33}, 0}, {{1, 70000}, 1}, {{17}, 0}};
   return c;
 }
 
@@ -283,9 +292,7 @@ TEST(CudaSoftmax, SpecialValuesAsOnTheCpu) {
   DP_REQUIRE_GPU();
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   // Rows: -inf next to numbers, all -inf, a +inf, two +inf, a NaN, -inf first then numbers.
-  const Tensor h = tensor<double>({1, -inf, 2, 0,  -inf, -inf, -inf, -inf, 1, inf, 2, 0, inf, 1, inf, 0,
-                                   1, nan, 2, 0,   -inf, -inf, 5, 1},
-                                  {6, 4});
+  const Tensor h = tensor<double>({1, -inf, 2, 0, -inf, -inf, -inf, -inf, 1, inf, 2, 0, inf, 1, inf, 0, 1, nan, 2, 0, -inf, -inf, 5, 1}, {6, 4});
   for (DType dt : kFloats)
     for (bool log : {false, true})
       for (int64_t dim : {0, 1}) {

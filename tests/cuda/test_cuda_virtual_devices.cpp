@@ -75,9 +75,9 @@ TEST(CudaDeviceMap, MalformedValuesAreAValueErrorNamingTheVariable) {
 
 #if DP_HAVE_CUDA
 // The runtime with virtual devices: needs a GPU and DP_CUDA_VIRTUAL_DEVICES >= 2.
-#define DP_REQUIRE_VIRTUAL_DEVICES(n)                                                                                          \
-  DP_REQUIRE_GPU();                                                                                                           \
-  if (!cuda::virtual_devices_enabled() || cuda::device_count() < (n))                                                         \
+#define DP_REQUIRE_VIRTUAL_DEVICES(n)                                 \
+  DP_REQUIRE_GPU();                                                   \
+  if (!cuda::virtual_devices_enabled() || cuda::device_count() < (n)) \
   GTEST_SKIP() << "needs DP_CUDA_VIRTUAL_DEVICES >= " << (n) << " (device_count() == " << cuda::device_count() << ")"
 
 TEST(CudaVirtualDevices, CountAndMapFollowTheVariable) {

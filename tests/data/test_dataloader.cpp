@@ -47,11 +47,16 @@ class IdDataset : public Dataset {
   [[noreturn]] void throw_for(size_t i) {
     const std::string msg = "sample " + std::to_string(i) + " is broken";
     switch (error_kind) {
-      case 0: throw ValueError(msg);
-      case 1: throw std::runtime_error(msg);
-      case 2: throw std::out_of_range(msg);
-      case 3: throw CustomError(msg);
-      default: throw 42;
+      case 0:
+        throw ValueError(msg);
+      case 1:
+        throw std::runtime_error(msg);
+      case 2:
+        throw std::out_of_range(msg);
+      case 3:
+        throw CustomError(msg);
+      default:
+        throw 42;
     }
   }
   size_t n_;
@@ -118,7 +123,7 @@ TEST(DataLoader, DropLastAndBatchSizes) {
     std::vector<int64_t> sizes;
   };
   const std::vector<Case> cases = {
-      {30, false, {30, 30, 30, 10}}, {30, true, {30, 30, 30}}, {100, false, {100}}, {100, true, {100}},
+      {30, false, {30, 30, 30, 10}}, {30, true, {30, 30, 30}}, {100, false, {100}},          {100, true, {100}},
       {101, false, {100}},           {101, true, {}},          {25, true, {25, 25, 25, 25}}, {1, false, std::vector<int64_t>(100, 1)},
   };
   for (const Case& c : cases)
@@ -140,7 +145,9 @@ TEST(DataLoader, EverySampleOncePerEpochWithAndWithoutShuffleAndWorkers) {
       for (int epoch = 0; epoch < 3; ++epoch) {
         EpochLog log = run_epoch(loader);
         ASSERT_EQ(log.targets.size(), 257u);
-        if (!shuffle) { EXPECT_EQ(log.targets, iota_vec(257)); }
+        if (!shuffle) {
+          EXPECT_EQ(log.targets, iota_vec(257));
+        }
         std::sort(log.targets.begin(), log.targets.end());
         EXPECT_EQ(log.targets, iota_vec(257)) << "shuffle " << shuffle << " workers " << workers << " epoch " << epoch;
       }

@@ -63,9 +63,7 @@ constexpr uint64_t kEpochs = 4;
 constexpr uint64_t kSeed = 1234;
 
 // The base list of an epoch, computed once per (n, shuffle, epoch) for all worlds and ranks.
-std::vector<int64_t> base_list(size_t n, bool shuffle, uint64_t epoch) {
-  return shuffle ? RandomSampler(n, kSeed).indices(epoch) : iota_vec(n);
-}
+std::vector<int64_t> base_list(size_t n, bool shuffle, uint64_t epoch) { return shuffle ? RandomSampler(n, kSeed).indices(epoch) : iota_vec(n); }
 
 // Every (n, world, rank, shuffle, drop_last, epoch): the list is PyTorch's layout on our base list,
 // size() is PyTorch's num_samples, and is_padding marks exactly the repeats.
@@ -101,8 +99,8 @@ TEST(DistributedSampler, ShardsCoverTheDatasetDisjointly) {
         const std::vector<int64_t> base = base_list(n, shuffle, epoch);
         for (int world = 1; world <= kMaxWorld; ++world) {
           for (bool drop_last : {false, true}) {
-            SCOPED_TRACE(::testing::Message() << "n=" << n << " world=" << world << " shuffle=" << shuffle
-                                              << " drop_last=" << drop_last << " epoch=" << epoch);
+            SCOPED_TRACE(::testing::Message() << "n=" << n << " world=" << world << " shuffle=" << shuffle << " drop_last=" << drop_last
+                                              << " epoch=" << epoch);
             const size_t w = static_cast<size_t>(world);
             const size_t per_rank = drop_last ? n / w : (n + w - 1) / w;
             std::vector<int64_t> real, padding, all;

@@ -39,8 +39,7 @@ const FashionMNIST& real(bool train) {
     const auto t0 = std::chrono::steady_clock::now();
     s = std::make_unique<FashionMNIST>(FashionMNIST::kDefaultRoot, train);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("[ timing   ] FashionMNIST(train=%d): %lld images in %.1f ms\n", int(train),
-                static_cast<long long>(s->size()), ms);
+    std::printf("[ timing   ] FashionMNIST(train=%d): %lld images in %.1f ms\n", int(train), static_cast<long long>(s->size()), ms);
   }
   return *s;
 }
@@ -147,8 +146,8 @@ std::string idx_images(uint32_t magic, uint32_t n, uint32_t rows, uint32_t cols,
 class FashionMNISTFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dp_fmnist_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("dp_fmnist_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

@@ -58,8 +58,8 @@ std::string gzip(const std::string& bytes) {
 class IdxHostile : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dp_idx_hostile_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("dp_idx_hostile_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     write("train-images-idx3-ubyte.gz", gzip(idx_images(2, 2 * 784)));
@@ -228,7 +228,8 @@ TEST_F(IdxHostile, FifoIsRefusedWithoutBlocking) {
       ::_exit(3);
     } catch (const IOError& e) {
       const std::string m = e.what();
-      ::_exit(m.find("is not a regular file (a FIFO)") != std::string::npos && m.find(path("train-labels-idx1-ubyte.gz")) != std::string::npos ? 0 : 4);
+      ::_exit(m.find("is not a regular file (a FIFO)") != std::string::npos && m.find(path("train-labels-idx1-ubyte.gz")) != std::string::npos ? 0
+                                                                                                                                               : 4);
     } catch (...) {
       ::_exit(5);
     }

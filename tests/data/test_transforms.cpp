@@ -105,7 +105,7 @@ TEST(RandomCrop, EveryCornerOccursAndEdgeCases) {
   EXPECT_EQ(out.sizes(), (Shape{6, 6}));
   EXPECT_EQ(out.eq(-1.0).sum().item<int64_t>() + out.eq(1.0).sum().item<int64_t>(), 36);
   EXPECT_EQ(out.eq(1.0).sum().item<int64_t>(), 4);  // the whole 2x2 image lies inside any 6x6 crop of 8x8
-  EXPECT_THROW(crop(ones({1, 2, 2})), ValueError);   // larger than the image
+  EXPECT_THROW(crop(ones({1, 2, 2})), ValueError);  // larger than the image
   EXPECT_THROW(crop(ones({4})), ShapeError);
   EXPECT_THROW(T::RandomCrop(0), ValueError);
   EXPECT_THROW(T::RandomCrop(3, -1), ValueError);
@@ -235,8 +235,16 @@ TEST(MapDataset, DataLoaderBatchesAreReproducibleAndIndependentOfWorkers) {
 TEST(MapDataset, DrawsFollowThePositionInTheEpochNotTheBatchSize) {
   DataLoader by4(map(images(12), augment(), 3), DataLoaderOptions(4));
   DataLoader by5(map(images(12), augment(), 3), DataLoaderOptions(5).num_workers(2));
-  Tensor all4 = cat([&] { std::vector<Tensor> v; for (Batch& b : by4) v.push_back(b.data); return v; }());
-  Tensor all5 = cat([&] { std::vector<Tensor> v; for (Batch& b : by5) v.push_back(b.data); return v; }());
+  Tensor all4 = cat([&] {
+    std::vector<Tensor> v;
+    for (Batch& b : by4) v.push_back(b.data);
+    return v;
+  }());
+  Tensor all5 = cat([&] {
+    std::vector<Tensor> v;
+    for (Batch& b : by5) v.push_back(b.data);
+    return v;
+  }());
   EXPECT_TRUE(equal(all4, all5));
 }
 

@@ -101,7 +101,7 @@ struct Run {
   DType dtype = kFloat32;
   double rtol = 1e-5;
   double atol = 1e-6;
-  bool forward_loss = true;   // else a plain forward and cross_entropy per rank (mean over ranks)
+  bool forward_loss = true;  // else a plain forward and cross_entropy per rank (mean over ranks)
   bool compare_every_step = true;
 };
 
@@ -151,7 +151,9 @@ void check_equivalence(const std::function<Tensor(int64_t)>& input, const Run& r
       loss.backward();
       EXPECT_TRUE(ddp->last_backward_synced());
       if (run.compare_every_step || s == 0) {
-        if (run.forward_loss) { EXPECT_TRUE(allclose(loss, ref_loss[s], run.rtol, run.atol)) << "rank " << r << " step " << s << " loss"; }
+        if (run.forward_loss) {
+          EXPECT_TRUE(allclose(loss, ref_loss[s], run.rtol, run.atol)) << "rank " << r << " step " << s << " loss";
+        }
         const auto params = ddp->parameters();
         for (size_t i = 0; i < params.size(); ++i) {
           ASSERT_TRUE(params[i].grad().defined()) << "rank " << r << " step " << s << " param " << i;
@@ -270,8 +272,8 @@ TEST(DDPUnused, ParametersUnusedOnSomeOrAllRanks) {
       nn::DistributedDataParallel<Branchy> ddp(models[r], group);
       for (int step = 0; step < 2; ++step) {
         ddp->zero_grad();
-        Tensor loss = ddp->forward_loss(nn::CrossEntropyLoss(), t.narrow(0, off[r], off[r + 1] - off[r]), x.narrow(0, off[r], off[r + 1] - off[r]),
-                                        r == 1);
+        Tensor loss =
+            ddp->forward_loss(nn::CrossEntropyLoss(), t.narrow(0, off[r], off[r + 1] - off[r]), x.narrow(0, off[r], off[r + 1] - off[r]), r == 1);
         loss.backward();
         Branchy& m = *ddp->module();
         EXPECT_TRUE(allclose(m.a->weight.grad(), reference->a->weight.grad(), 1e-5, 1e-6)) << "rank " << r;
@@ -312,13 +314,16 @@ TEST(DDPUnused, RankWhoseOutputBypassesEveryParameterDoesNotHang) {
   const Tensor ref = reference->fc->weight.grad() / 2.0;
   std::vector<Tensor> grads(2);
   auto models = rank_models<MaybeBypass>(2);
-  run_ranks(2, [&](const ProcessGroupPtr& group, int r) {
-    nn::DistributedDataParallel<MaybeBypass> ddp(models[r], group);
-    Tensor input = x.clone().requires_grad_(r == 1);
-    ddp(input, r == 1).sum().backward();
-    EXPECT_TRUE(ddp->last_backward_synced()) << "rank " << r;
-    grads[r] = ddp->module()->fc->weight.grad();
-  }, std::chrono::seconds(10));
+  run_ranks(
+      2,
+      [&](const ProcessGroupPtr& group, int r) {
+        nn::DistributedDataParallel<MaybeBypass> ddp(models[r], group);
+        Tensor input = x.clone().requires_grad_(r == 1);
+        ddp(input, r == 1).sum().backward();
+        EXPECT_TRUE(ddp->last_backward_synced()) << "rank " << r;
+        grads[r] = ddp->module()->fc->weight.grad();
+      },
+      std::chrono::seconds(10));
   ASSERT_TRUE(grads[0].defined() && grads[1].defined());
   EXPECT_TRUE(bitwise_equal(grads[0], grads[1]));
   EXPECT_TRUE(allclose(grads[0], ref, 1e-6, 1e-7));
@@ -482,8 +487,8 @@ TEST(DDPCommHooks, Fp16AndBf16CompressionCloseToExact) {
   auto reference = make_model<Mlp>(42, kFloat32);
   cross_entropy(reference->forward(x), t).backward();
   const auto ref = grads_of(*reference);
-  for (auto [hook, tol] : {std::pair{comm_hooks::fp16_compress(), 2e-3}, std::pair{comm_hooks::bf16_compress(), 2e-2},
-                           std::pair{comm_hooks::allreduce(), 1e-5}}) {
+  for (auto [hook, tol] :
+       {std::pair{comm_hooks::fp16_compress(), 2e-3}, std::pair{comm_hooks::bf16_compress(), 2e-2}, std::pair{comm_hooks::allreduce(), 1e-5}}) {
     auto models = rank_models<Mlp>(2);
     run_ranks(2, [&](const ProcessGroupPtr& group, int r) {
       nn::DistributedDataParallel<Mlp> ddp(models[r], group);
@@ -539,9 +544,8 @@ TEST(DDPHybrid, DataParallelInsideEachRank) {
 
 TEST(DDPModelCheck, DifferentModelsAreNamedNotHung) {
   std::vector<std::shared_ptr<Mlp>> models{std::make_shared<Mlp>(16), std::make_shared<Mlp>(12)};
-  auto errors = test::run_ranks_collect(2, [&](const ProcessGroupPtr& group, int r) {
-    nn::DistributedDataParallel<Mlp> ddp(models[r], group);
-  }, std::chrono::seconds(10));
+  auto errors = test::run_ranks_collect(
+      2, [&](const ProcessGroupPtr& group, int r) { nn::DistributedDataParallel<Mlp> ddp(models[r], group); }, std::chrono::seconds(10));
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(errors[r]) << "rank " << r << " accepted a different model";
     try {

@@ -33,13 +33,17 @@ using dp::test::WorkerProcess;
 using std::chrono::milliseconds;
 
 // Rank r of 2 in host r: `ip netns exec <ns> ddp_worker args...`, rank 0 hosting the store.
-std::unique_ptr<WorkerProcess> start_rank(const TwoHosts& hosts, int r, const std::vector<std::string>& worker_args, double timeout_s,
-                                          int port) {
+std::unique_ptr<WorkerProcess> start_rank(const TwoHosts& hosts, int r, const std::vector<std::string>& worker_args, double timeout_s, int port) {
   std::vector<std::string> args{"netns", "exec", hosts.ns(r), DP_DDP_WORKER};
   args.insert(args.end(), worker_args.begin(), worker_args.end());
-  std::vector<std::string> env{"RANK=" + std::to_string(r), "WORLD_SIZE=2", "MASTER_ADDR=" + hosts.address(0),
-                               "MASTER_PORT=" + std::to_string(port), "DP_DIST_TIMEOUT=" + std::to_string(timeout_s), "DP_STORE_HOSTED=0",
-                               "DP_CPU_DEVICES=1", "OPENBLAS_NUM_THREADS=1"};
+  std::vector<std::string> env{"RANK=" + std::to_string(r),
+                               "WORLD_SIZE=2",
+                               "MASTER_ADDR=" + hosts.address(0),
+                               "MASTER_PORT=" + std::to_string(port),
+                               "DP_DIST_TIMEOUT=" + std::to_string(timeout_s),
+                               "DP_STORE_HOSTED=0",
+                               "DP_CPU_DEVICES=1",
+                               "OPENBLAS_NUM_THREADS=1"};
   return std::make_unique<WorkerProcess>("/usr/sbin/ip", args, env);
 }
 

@@ -119,7 +119,7 @@ TEST(DistributedCheckpoint, RoundTripOnTwoAndThreeRanks) {
     });
     expect_all_ok(errors);
     const State want = make_state();
-    expect_same_state(load(path), want);  // the file itself, read without the group
+    expect_same_state(load(path), want);                                     // the file itself, read without the group
     EXPECT_EQ(dir.entries(), std::vector<std::string>{"ckpt.safetensors"});  // no temporary left over
     for (int r = 0; r < world; ++r) {
       SCOPED_TRACE(::testing::Message() << "rank " << r);
@@ -149,8 +149,7 @@ TEST(DistributedCheckpoint, RootWriteFailureIsThrownOnEveryRank) {
         }
       });
       const std::string first = message_if<IOError>(errors[0]);
-      EXPECT_NE(first.find("save_checkpoint: rank " + std::to_string(root) + " could not write '" + path + "'"), std::string::npos)
-          << first;
+      EXPECT_NE(first.find("save_checkpoint: rank " + std::to_string(root) + " could not write '" + path + "'"), std::string::npos) << first;
       for (int r = 0; r < 3; ++r) {
         EXPECT_EQ(message_if<IOError>(errors[r]), first) << "rank " << r << " threw something else";
         EXPECT_TRUE(later_save_ok[r]) << "rank " << r;
@@ -250,7 +249,7 @@ TEST(StateHash, SeesEveryPartOfTheState) {
   const uint64_t base = state_hash(make_state());
   EXPECT_EQ(state_hash(make_state()), base);
   EXPECT_NE(state_hash(make_state(1e-6f)), base);  // one value
-  State reordered;  // insertion order does not matter: the file does not keep it
+  State reordered;                                 // insertion order does not matter: the file does not keep it
   const State s = make_state();
   for (size_t i = s.size(); i-- > 0;) reordered.insert(s[i].key(), s[i].value());
   EXPECT_EQ(state_hash(reordered), base);
@@ -264,7 +263,7 @@ TEST(StateHash, SeesEveryPartOfTheState) {
     return state_hash(c);
   };
   const Tensor w = make_state()["layer.weight"];
-  EXPECT_NE(with("layer.weight", w.reshape({3, 2})), base);         // same bytes, another shape
+  EXPECT_NE(with("layer.weight", w.reshape({3, 2})), base);                        // same bytes, another shape
   EXPECT_NE(with("mask", tensor(std::vector<uint8_t>{1, 0, 1}).to(kBool)), base);  // same bytes, another dtype
   State renamed = make_state();
   renamed.erase("layer.bias");

@@ -40,8 +40,8 @@ TEST(ReadEnvironment, NoLauncherVariablesMeansNoEnvironment) {
 }
 
 TEST(ReadEnvironment, TorchrunVariables) {
-  auto e = read({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"},
-                 {"MASTER_PORT", "29500"}});
+  auto e = read(
+      {{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}});
   ASSERT_TRUE(e);
   EXPECT_EQ(e->source, "torchrun");
   EXPECT_EQ(e->rank, 3);
@@ -64,8 +64,12 @@ TEST(ReadEnvironment, HandExportedRankAndWorldSizeMeanOneMachine) {
 }
 
 TEST(ReadEnvironment, OpenMpiVariables) {
-  auto e = read({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "6"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
-                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "1234"}});
+  auto e = read({{"OMPI_COMM_WORLD_RANK", "5"},
+                 {"OMPI_COMM_WORLD_SIZE", "6"},
+                 {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"},
+                 {"MASTER_ADDR", "node0"},
+                 {"MASTER_PORT", "1234"}});
   ASSERT_TRUE(e);
   EXPECT_EQ(e->source, "mpirun");
   EXPECT_EQ(e->rank, 5);
@@ -77,8 +81,12 @@ TEST(ReadEnvironment, OpenMpiVariables) {
 }
 
 TEST(ReadEnvironment, SlurmVariablesWithTheLaunchNodeAsMaster) {
-  auto e = read({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS_PER_NODE", "2(x3)"},
-                 {"SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3"}, {"MASTER_PORT", "29400"}});
+  auto e = read({{"SLURM_PROCID", "4"},
+                 {"SLURM_NTASKS", "6"},
+                 {"SLURM_LOCALID", "1"},
+                 {"SLURM_NTASKS_PER_NODE", "2(x3)"},
+                 {"SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3"},
+                 {"MASTER_PORT", "29400"}});
   ASSERT_TRUE(e);
   EXPECT_EQ(e->source, "srun");
   EXPECT_EQ(e->rank, 4);
@@ -93,7 +101,11 @@ TEST(ReadEnvironment, SlurmVariablesWithTheLaunchNodeAsMaster) {
 }
 
 TEST(ReadEnvironment, TorchrunNamesWinOverMpiAndSlurm) {
-  auto e = read({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"RANK", "2"},
+  auto e = read({{"SLURM_PROCID", "1"},
+                 {"SLURM_NTASKS", "2"},
+                 {"OMPI_COMM_WORLD_RANK", "0"},
+                 {"OMPI_COMM_WORLD_SIZE", "4"},
+                 {"RANK", "2"},
                  {"WORLD_SIZE", "3"}});
   ASSERT_TRUE(e);
   EXPECT_EQ(e->source, "torchrun");

@@ -80,8 +80,8 @@ TEST(Launch, RecordErrorWritesTheMostDerivedTypeTheMessageAndTheRank) {
   ScopedEnv env({{"DP_ERROR_FILE", path}, {"TORCHELASTIC_ERROR_FILE", kUnset}, {"RANK", "3"}});
   EXPECT_FALSE(read_error_file(path).has_value());  // missing
 
-  record_error(PeerLostError("allreduce #42 (rank 3 of 4, group 'default'): lost rank 1 (127.0.0.1:5000): Connection closed by peer", 1,
-                             "allreduce", 42));
+  record_error(
+      PeerLostError("allreduce #42 (rank 3 of 4, group 'default'): lost rank 1 (127.0.0.1:5000): Connection closed by peer", 1, "allreduce", 42));
   auto e = read_error_file(path);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->type, "PeerLostError");
@@ -133,8 +133,9 @@ TEST(Launch, RecordErrorWithoutAFileDoesNothingAndNeverThrows) {
 
 TEST(Launch, ReadErrorFileReadsTorchrunsFormatAndRefusesOthers) {
   dp::test::TempDir dir;
-  dp::test::write_bytes(dir.file("torch.json"),
-                        R"({"message": {"message": "RuntimeError: CUDA out of memory", "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1700000000"}}})");
+  dp::test::write_bytes(
+      dir.file("torch.json"),
+      R"({"message": {"message": "RuntimeError: CUDA out of memory", "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1700000000"}}})");
   auto e = read_error_file(dir.file("torch.json"));
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->type, "RuntimeError");

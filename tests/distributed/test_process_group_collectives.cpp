@@ -31,11 +31,16 @@ Tensor values(DType dtype, int64_t n, int rank, const Fn& f) {
 // A value as stored in `dtype` (what converting a double into the dtype gives).
 double as_dtype(double x, DType dtype) {
   switch (dtype) {
-    case kBool: return x != 0 ? 1 : 0;
-    case kFloat16: return static_cast<float>(Half(static_cast<float>(x)));
-    case kBFloat16: return static_cast<float>(BFloat16(static_cast<float>(x)));
-    case kFloat32: return static_cast<float>(x);
-    default: return x;
+    case kBool:
+      return x != 0 ? 1 : 0;
+    case kFloat16:
+      return static_cast<float>(Half(static_cast<float>(x)));
+    case kBFloat16:
+      return static_cast<float>(BFloat16(static_cast<float>(x)));
+    case kFloat32:
+      return static_cast<float>(x);
+    default:
+      return x;
   }
 }
 
@@ -48,10 +53,18 @@ double expected(DType dtype, ReduceOp op, int size, int64_t i, const Fn& f) {
     const double x = as_dtype(f(r, i), dtype);
     switch (op) {
       case ReduceOp::Sum:
-      case ReduceOp::Avg: acc = dtype == kBool ? double(acc != 0 || x != 0) : acc + x; break;
-      case ReduceOp::Product: acc = dtype == kBool ? double(acc != 0 && x != 0) : acc * x; break;
-      case ReduceOp::Min: acc = std::min(acc, x); break;
-      case ReduceOp::Max: acc = std::max(acc, x); break;
+      case ReduceOp::Avg:
+        acc = dtype == kBool ? double(acc != 0 || x != 0) : acc + x;
+        break;
+      case ReduceOp::Product:
+        acc = dtype == kBool ? double(acc != 0 && x != 0) : acc * x;
+        break;
+      case ReduceOp::Min:
+        acc = std::min(acc, x);
+        break;
+      case ReduceOp::Max:
+        acc = std::max(acc, x);
+        break;
     }
   }
   if (op == ReduceOp::Avg) {
@@ -72,7 +85,7 @@ void expect_reduced(const Tensor& t, DType dtype, ReduceOp op, int size, const F
 Fn values_for(DType dtype, ReduceOp op) {
   if (dtype == kBool) return [](int r, int64_t i) { return double((r + i) % 3 == 0); };
   if (op == ReduceOp::Product) return [](int r, int64_t i) { return double(1 + (r + i) % 3); };  // products <= 81
-  if (dtype == kUInt8) return [](int r, int64_t i) { return double((r * 7 + i) % 50); };       // sums < 256
+  if (dtype == kUInt8) return [](int r, int64_t i) { return double((r * 7 + i) % 50); };         // sums < 256
   if (is_integral(dtype, false)) return [](int r, int64_t i) { return double((r + 1) * (i % 11) - 3 * r); };
   return [](int r, int64_t i) { return 0.5 * (r + 1) + 0.25 * double(i % 29) - 3.0; };
 }
@@ -223,7 +236,8 @@ TEST(ProcessGroupCollectives, AllgatherCollectsEveryRanksInputInRankOrder) {
         ASSERT_EQ(work->result().size(), static_cast<size_t>(size));
         for (int r = 0; r < size; ++r) {
           const Fn from_r = [&](int, int64_t i) { return f(r, i); };
-          expect_reduced(outputs[static_cast<size_t>(r)].reshape({6}), dtype, ReduceOp::Max, 1, from_r, dp::detail::str(dtype_name(dtype), " from ", r));
+          expect_reduced(outputs[static_cast<size_t>(r)].reshape({6}), dtype, ReduceOp::Max, 1, from_r,
+                         dp::detail::str(dtype_name(dtype), " from ", r));
         }
       }
       // A non-contiguous input and non-contiguous outputs.
@@ -269,7 +283,9 @@ TEST(ProcessGroupCollectives, BarrierWaitsForTheLastRank) {
     const auto start = std::chrono::steady_clock::now();
     pg.barrier()->wait();
     const auto waited = std::chrono::steady_clock::now() - start;
-    if (rank != 2) { EXPECT_GE(waited, std::chrono::milliseconds(300)) << "rank " << rank << " left the barrier before rank 2 entered it"; }
+    if (rank != 2) {
+      EXPECT_GE(waited, std::chrono::milliseconds(300)) << "rank " << rank << " left the barrier before rank 2 entered it";
+    }
   });
 }
 
@@ -337,12 +353,15 @@ TEST(ProcessGroupCollectives, ASecondGroupOfTheSameNameOnTheSameStoreStartsFresh
   // read the first one's keys (its generation differs), and must work.
   auto store = std::make_shared<HashStore>(std::chrono::seconds(10));
   for (int round = 0; round < 2; ++round) {
-    run_ranks(2, [&](int rank, ProcessGroup& pg) {
-      Tensor t = full({2}, double(rank + round), kFloat64);
-      pg.allreduce(t)->wait();
-      EXPECT_EQ(t.to_vector<double>(), std::vector<double>(2, 1.0 + 2 * round));
-      EXPECT_EQ(pg.sequence(), 1u);
-    }, options_with_timeout(std::chrono::seconds(10)), store);
+    run_ranks(
+        2,
+        [&](int rank, ProcessGroup& pg) {
+          Tensor t = full({2}, double(rank + round), kFloat64);
+          pg.allreduce(t)->wait();
+          EXPECT_EQ(t.to_vector<double>(), std::vector<double>(2, 1.0 + 2 * round));
+          EXPECT_EQ(pg.sequence(), 1u);
+        },
+        options_with_timeout(std::chrono::seconds(10)), store);
   }
   EXPECT_EQ(store->get_string("default/joined"), "4");
 }

@@ -153,123 +153,138 @@ TEST(ProcessGroupErrors, RendezvousNamesExactlyTheRankThatNeverCame) {
 }
 
 TEST(ProcessGroupErrors, MonitoredBarrierNamesTheRankThatDidNotArrive) {
-  run_ranks(4, [&](int rank, ProcessGroup& pg) {
-    pg.monitored_barrier(kShort);  // everyone: passes
-    if (rank == 3) {
-      // Rank 3 skips the second barrier; it waits until the others have failed, keeping its group.
-      std::this_thread::sleep_for(milliseconds(3000));
-      return;
-    }
-    const auto start = Clock::now();
-    auto e = thrown<RendezvousError>([&] { pg.monitored_barrier(kShort); });
-    const double s = std::chrono::duration<double>(Clock::now() - start).count();
-    ASSERT_TRUE(e) << "rank " << rank;
-    EXPECT_EQ(e->missing_ranks(), std::vector<int>{3}) << e->what();
-    EXPECT_TRUE(contains(e->what(), "monitored_barrier #1")) << e->what();
-    EXPECT_TRUE(contains(e->what(), "rank 3 did not arrive within 2000 ms")) << e->what();
-    EXPECT_LE(s, 2.8) << "rank " << rank;
-  }, options_with_timeout(std::chrono::seconds(5)));
+  run_ranks(
+      4,
+      [&](int rank, ProcessGroup& pg) {
+        pg.monitored_barrier(kShort);  // everyone: passes
+        if (rank == 3) {
+          // Rank 3 skips the second barrier; it waits until the others have failed, keeping its group.
+          std::this_thread::sleep_for(milliseconds(3000));
+          return;
+        }
+        const auto start = Clock::now();
+        auto e = thrown<RendezvousError>([&] { pg.monitored_barrier(kShort); });
+        const double s = std::chrono::duration<double>(Clock::now() - start).count();
+        ASSERT_TRUE(e) << "rank " << rank;
+        EXPECT_EQ(e->missing_ranks(), std::vector<int>{3}) << e->what();
+        EXPECT_TRUE(contains(e->what(), "monitored_barrier #1")) << e->what();
+        EXPECT_TRUE(contains(e->what(), "rank 3 did not arrive within 2000 ms")) << e->what();
+        EXPECT_LE(s, 2.8) << "rank " << rank;
+      },
+      options_with_timeout(std::chrono::seconds(5)));
 }
 
 TEST(ProcessGroupErrors, MonitoredBarrierWaitingForAllRanksListsEveryMissingOne) {
-  run_ranks(4, [&](int rank, ProcessGroup& pg) {
-    if (rank >= 2) {
-      std::this_thread::sleep_for(milliseconds(3000));
-      return;
-    }
-    auto e = thrown<RendezvousError>([&] { pg.monitored_barrier(kShort, /*wait_all_ranks=*/true); });
-    ASSERT_TRUE(e) << "rank " << rank;
-    EXPECT_EQ(e->missing_ranks(), (std::vector<int>{2, 3})) << e->what();
-    EXPECT_TRUE(contains(e->what(), "ranks 2, 3 did not arrive within 2000 ms")) << e->what();
-  }, options_with_timeout(std::chrono::seconds(5)));
+  run_ranks(
+      4,
+      [&](int rank, ProcessGroup& pg) {
+        if (rank >= 2) {
+          std::this_thread::sleep_for(milliseconds(3000));
+          return;
+        }
+        auto e = thrown<RendezvousError>([&] { pg.monitored_barrier(kShort, /*wait_all_ranks=*/true); });
+        ASSERT_TRUE(e) << "rank " << rank;
+        EXPECT_EQ(e->missing_ranks(), (std::vector<int>{2, 3})) << e->what();
+        EXPECT_TRUE(contains(e->what(), "ranks 2, 3 did not arrive within 2000 ms")) << e->what();
+      },
+      options_with_timeout(std::chrono::seconds(5)));
 }
 
 TEST(ProcessGroupErrors, ARankThatSkipsACollectiveIsNamedInTheTimeoutAndTheGroupIsThenUnusable) {
-  run_ranks(2, [&](int rank, ProcessGroup& pg) {
-    Tensor t = full({8}, 1.0, kFloat32);
-    pg.allreduce(t)->wait();  // collective #0: both
-    pg.broadcast(t, 0)->wait();  // #1: both
-    if (rank == 1) {
-      std::this_thread::sleep_for(milliseconds(3500));  // skips #2; its group lives on meanwhile
-      return;
-    }
-    const auto start = Clock::now();
-    auto first = pg.allreduce(t);    // #2: rank 1 never issues it
-    auto queued = pg.allreduce(t);   // #3: already queued when #2 fails
-    auto e = thrown<CollectiveTimeout>([&] { first->wait(); });
-    const double s = std::chrono::duration<double>(Clock::now() - start).count();
-    ASSERT_TRUE(e);
-    EXPECT_EQ(e->ranks_behind(), std::vector<int>{1}) << e->what();
-    EXPECT_EQ(e->operation(), "allreduce");
-    EXPECT_EQ(e->sequence(), 2u);
-    EXPECT_GE(e->waited(), milliseconds(1900));
-    EXPECT_GE(s, 1.9);
-    EXPECT_LE(s, 3.5);
-    EXPECT_TRUE(contains(e->what(), "allreduce #2 (rank 0 of 2, group 'default')")) << e->what();
-    EXPECT_TRUE(contains(e->what(), "rank 1 is behind")) << e->what();
-    EXPECT_TRUE(contains(e->what(), "rank 1 is at collective #1 (broadcast, finished")) << e->what();
-    EXPECT_TRUE(contains(e->what(), "this rank waited")) << e->what();
-    // The queued operation and a new one fail the same way, saying why.
-    const std::string prefix = "process group 'default' (rank 0 of 2) is unusable after an earlier error: ";
-    auto q = thrown<CollectiveTimeout>([&] { queued->wait(); });
-    ASSERT_TRUE(q);
-    EXPECT_EQ(std::string(q->what()).rfind(prefix, 0), 0u) << q->what();
-    EXPECT_EQ(q->ranks_behind(), std::vector<int>{1});
-    auto later = thrown<CollectiveTimeout>([&] { pg.barrier()->wait(); });
-    ASSERT_TRUE(later);
-    EXPECT_EQ(std::string(later->what()), prefix + e->what());
-  }, options_with_timeout(kShort));
+  run_ranks(
+      2,
+      [&](int rank, ProcessGroup& pg) {
+        Tensor t = full({8}, 1.0, kFloat32);
+        pg.allreduce(t)->wait();     // collective #0: both
+        pg.broadcast(t, 0)->wait();  // #1: both
+        if (rank == 1) {
+          std::this_thread::sleep_for(milliseconds(3500));  // skips #2; its group lives on meanwhile
+          return;
+        }
+        const auto start = Clock::now();
+        auto first = pg.allreduce(t);   // #2: rank 1 never issues it
+        auto queued = pg.allreduce(t);  // #3: already queued when #2 fails
+        auto e = thrown<CollectiveTimeout>([&] { first->wait(); });
+        const double s = std::chrono::duration<double>(Clock::now() - start).count();
+        ASSERT_TRUE(e);
+        EXPECT_EQ(e->ranks_behind(), std::vector<int>{1}) << e->what();
+        EXPECT_EQ(e->operation(), "allreduce");
+        EXPECT_EQ(e->sequence(), 2u);
+        EXPECT_GE(e->waited(), milliseconds(1900));
+        EXPECT_GE(s, 1.9);
+        EXPECT_LE(s, 3.5);
+        EXPECT_TRUE(contains(e->what(), "allreduce #2 (rank 0 of 2, group 'default')")) << e->what();
+        EXPECT_TRUE(contains(e->what(), "rank 1 is behind")) << e->what();
+        EXPECT_TRUE(contains(e->what(), "rank 1 is at collective #1 (broadcast, finished")) << e->what();
+        EXPECT_TRUE(contains(e->what(), "this rank waited")) << e->what();
+        // The queued operation and a new one fail the same way, saying why.
+        const std::string prefix = "process group 'default' (rank 0 of 2) is unusable after an earlier error: ";
+        auto q = thrown<CollectiveTimeout>([&] { queued->wait(); });
+        ASSERT_TRUE(q);
+        EXPECT_EQ(std::string(q->what()).rfind(prefix, 0), 0u) << q->what();
+        EXPECT_EQ(q->ranks_behind(), std::vector<int>{1});
+        auto later = thrown<CollectiveTimeout>([&] { pg.barrier()->wait(); });
+        ASSERT_TRUE(later);
+        EXPECT_EQ(std::string(later->what()), prefix + e->what());
+      },
+      options_with_timeout(kShort));
 }
 
 // note_progress: the timeout says where the late rank's program is (its step and phase) besides
 // its last collective, and where this rank's program was.
 TEST(ProcessGroupErrors, TheTimeoutSaysAtWhichStepAndPhaseEachRankIs) {
-  run_ranks(2, [&](int rank, ProcessGroup& pg) {
-    Tensor t = full({4}, 1.0, kFloat32);
-    pg.note_progress(41, "forward");
-    pg.allreduce(t)->wait();  // #0: both
-    if (rank == 1) {
-      pg.note_progress(41, "evaluation");  // goes somewhere else instead of the next collective
-      std::this_thread::sleep_for(milliseconds(3500));
-      return;
-    }
-    pg.note_progress(41, "backward");
-    auto e = thrown<CollectiveTimeout>([&] { pg.allreduce(t)->wait(); });
-    ASSERT_TRUE(e);
-    EXPECT_EQ(e->ranks_behind(), std::vector<int>{1}) << e->what();
-    EXPECT_TRUE(contains(e->what(), "rank 1 is at step 41 (evaluation), collective #0 (allreduce, finished")) << e->what();
-    EXPECT_TRUE(contains(e->what(), "this rank (at step 41 (backward)) waited")) << e->what();
-  }, options_with_timeout(kShort));
+  run_ranks(
+      2,
+      [&](int rank, ProcessGroup& pg) {
+        Tensor t = full({4}, 1.0, kFloat32);
+        pg.note_progress(41, "forward");
+        pg.allreduce(t)->wait();  // #0: both
+        if (rank == 1) {
+          pg.note_progress(41, "evaluation");  // goes somewhere else instead of the next collective
+          std::this_thread::sleep_for(milliseconds(3500));
+          return;
+        }
+        pg.note_progress(41, "backward");
+        auto e = thrown<CollectiveTimeout>([&] { pg.allreduce(t)->wait(); });
+        ASSERT_TRUE(e);
+        EXPECT_EQ(e->ranks_behind(), std::vector<int>{1}) << e->what();
+        EXPECT_TRUE(contains(e->what(), "rank 1 is at step 41 (evaluation), collective #0 (allreduce, finished")) << e->what();
+        EXPECT_TRUE(contains(e->what(), "this rank (at step 41 (backward)) waited")) << e->what();
+      },
+      options_with_timeout(kShort));
 }
 
 TEST(ProcessGroupErrors, APeerWhoseGroupGoesAwayIsNamedInAPeerLostError) {
   // Rank 1 destroys its group (its connections close) while rank 0 waits in an allreduce.
   std::promise<void> rank0_waiting;
   auto waiting = rank0_waiting.get_future().share();
-  run_ranks(2, [&](int rank, ProcessGroup& pg) {
-    Tensor t = full({1000}, 1.0, kFloat32);
-    pg.allreduce(t)->wait();  // #0: both connected and working
-    if (rank == 1) {
-      waiting.wait_for(std::chrono::seconds(5));
-      std::this_thread::sleep_for(milliseconds(100));
-      return;  // run_ranks destroys this rank's group
-    }
-    auto work = pg.allreduce(t);  // #1
-    rank0_waiting.set_value();
-    const auto start = Clock::now();
-    auto e = thrown<PeerLostError>([&] { work->wait(); });
-    const double s = std::chrono::duration<double>(Clock::now() - start).count();
-    ASSERT_TRUE(e);
-    EXPECT_EQ(e->peer_rank(), 1) << e->what();
-    EXPECT_EQ(e->operation(), "allreduce");
-    EXPECT_EQ(e->sequence(), 1u);
-    EXPECT_TRUE(contains(e->what(), "allreduce #1 (rank 0 of 2, group 'default'): lost rank 1 (")) << e->what();
-    EXPECT_LE(s, 1.5) << e->what();
-    auto next = thrown<PeerLostError>([&] { pg.allreduce(t)->wait(); });
-    ASSERT_TRUE(next);
-    EXPECT_TRUE(contains(next->what(), "is unusable after an earlier error: allreduce #1")) << next->what();
-    EXPECT_EQ(next->peer_rank(), 1);
-  }, options_with_timeout(std::chrono::seconds(10)));
+  run_ranks(
+      2,
+      [&](int rank, ProcessGroup& pg) {
+        Tensor t = full({1000}, 1.0, kFloat32);
+        pg.allreduce(t)->wait();  // #0: both connected and working
+        if (rank == 1) {
+          waiting.wait_for(std::chrono::seconds(5));
+          std::this_thread::sleep_for(milliseconds(100));
+          return;  // run_ranks destroys this rank's group
+        }
+        auto work = pg.allreduce(t);  // #1
+        rank0_waiting.set_value();
+        const auto start = Clock::now();
+        auto e = thrown<PeerLostError>([&] { work->wait(); });
+        const double s = std::chrono::duration<double>(Clock::now() - start).count();
+        ASSERT_TRUE(e);
+        EXPECT_EQ(e->peer_rank(), 1) << e->what();
+        EXPECT_EQ(e->operation(), "allreduce");
+        EXPECT_EQ(e->sequence(), 1u);
+        EXPECT_TRUE(contains(e->what(), "allreduce #1 (rank 0 of 2, group 'default'): lost rank 1 (")) << e->what();
+        EXPECT_LE(s, 1.5) << e->what();
+        auto next = thrown<PeerLostError>([&] { pg.allreduce(t)->wait(); });
+        ASSERT_TRUE(next);
+        EXPECT_TRUE(contains(next->what(), "is unusable after an earlier error: allreduce #1")) << next->what();
+        EXPECT_EQ(next->peer_rank(), 1);
+      },
+      options_with_timeout(std::chrono::seconds(10)));
 }
 
 TEST(ProcessGroupErrors, DestroyingAGroupFailsItsQueuedOperationsAndReturnsWithinTheTimeout) {
@@ -307,32 +322,38 @@ TEST(ProcessGroupErrors, DestroyingAGroupFailsItsQueuedOperationsAndReturnsWithi
 
 TEST(ProcessGroupErrors, DebugModeNamesTheRankThatIssuedADifferentCollective) {
   ScopedEnv debug("DP_DISTRIBUTED_DEBUG", "1");
-  run_ranks(3, [&](int rank, ProcessGroup& pg) {
-    Tensor t = full({10}, double(rank), kFloat32);
-    pg.allreduce(t)->wait();  // #0: the same everywhere, checked and correct
-    EXPECT_EQ(t.to_vector<float>(), std::vector<float>(10, 3.0f));
-    // #1: rank 1 broadcasts where the others allreduce.
-    auto e = thrown<CollectiveMismatch>([&] { (rank == 1 ? pg.broadcast(t, 0) : pg.allreduce(t))->wait(); });
-    ASSERT_TRUE(e) << "rank " << rank;
-    EXPECT_EQ(e->rank(), 1) << e->what();
-    EXPECT_TRUE(contains(e->what(), "rank 1 issued broadcast(float32[10]; root 0) as collective #1, rank 0 issued allreduce(float32[10]; sum)"))
-        << e->what();
-    auto next = thrown<CollectiveMismatch>([&] { pg.barrier()->wait(); });
-    ASSERT_TRUE(next);
-    EXPECT_TRUE(contains(next->what(), "is unusable after an earlier error")) << next->what();
-  }, options_with_timeout(std::chrono::seconds(5)));
+  run_ranks(
+      3,
+      [&](int rank, ProcessGroup& pg) {
+        Tensor t = full({10}, double(rank), kFloat32);
+        pg.allreduce(t)->wait();  // #0: the same everywhere, checked and correct
+        EXPECT_EQ(t.to_vector<float>(), std::vector<float>(10, 3.0f));
+        // #1: rank 1 broadcasts where the others allreduce.
+        auto e = thrown<CollectiveMismatch>([&] { (rank == 1 ? pg.broadcast(t, 0) : pg.allreduce(t))->wait(); });
+        ASSERT_TRUE(e) << "rank " << rank;
+        EXPECT_EQ(e->rank(), 1) << e->what();
+        EXPECT_TRUE(contains(e->what(), "rank 1 issued broadcast(float32[10]; root 0) as collective #1, rank 0 issued allreduce(float32[10]; sum)"))
+            << e->what();
+        auto next = thrown<CollectiveMismatch>([&] { pg.barrier()->wait(); });
+        ASSERT_TRUE(next);
+        EXPECT_TRUE(contains(next->what(), "is unusable after an earlier error")) << next->what();
+      },
+      options_with_timeout(std::chrono::seconds(5)));
 }
 
 TEST(ProcessGroupErrors, DebugModeSeesADifferenceInSizeOrDtype) {
   ScopedEnv debug("DP_DISTRIBUTED_DEBUG", "on");
-  run_ranks(2, [&](int rank, ProcessGroup& pg) {
-    Tensor t = rank == 0 ? zeros({10}, kFloat32) : zeros({11}, kFloat32);
-    auto e = thrown<CollectiveMismatch>([&] { pg.allreduce(t)->wait(); });
-    ASSERT_TRUE(e);
-    EXPECT_EQ(e->rank(), 1);
-    EXPECT_TRUE(contains(e->what(), "rank 1 issued allreduce(float32[11]; sum) as collective #0, rank 0 issued allreduce(float32[10]; sum)"))
-        << e->what();
-  }, options_with_timeout(std::chrono::seconds(5)));
+  run_ranks(
+      2,
+      [&](int rank, ProcessGroup& pg) {
+        Tensor t = rank == 0 ? zeros({10}, kFloat32) : zeros({11}, kFloat32);
+        auto e = thrown<CollectiveMismatch>([&] { pg.allreduce(t)->wait(); });
+        ASSERT_TRUE(e);
+        EXPECT_EQ(e->rank(), 1);
+        EXPECT_TRUE(contains(e->what(), "rank 1 issued allreduce(float32[11]; sum) as collective #0, rank 0 issued allreduce(float32[10]; sum)"))
+            << e->what();
+      },
+      options_with_timeout(std::chrono::seconds(5)));
 }
 
 TEST(ProcessGroupErrors, EnvironmentVariablesAreParsedOrNamedWhenMalformed) {
@@ -388,8 +409,8 @@ TEST(ProcessGroupErrors, GlooExceptionsBecomeTypedErrors) {
   const detail::OpLabel label{"default", 0, 4, "broadcast", 42, ""};
   auto no_progress = [] { return detail::ProgressReport{false, "store gone", {}}; };
 
-  auto lost = detail::translate_operation_error(
-      std::make_exception_ptr(gloo::IoException("[pair.cc:598] Connection closed by peer [10.0.0.2]:5000")), label, book, milliseconds(3), no_progress);
+  auto lost = detail::translate_operation_error(std::make_exception_ptr(gloo::IoException("[pair.cc:598] Connection closed by peer [10.0.0.2]:5000")),
+                                                label, book, milliseconds(3), no_progress);
   auto pl = thrown<PeerLostError>([&] { std::rethrow_exception(lost); });
   ASSERT_TRUE(pl);
   EXPECT_EQ(pl->peer_rank(), 3);
@@ -484,7 +505,8 @@ TEST(ProcessGroupErrors, GlooExceptionsBecomeTypedErrors) {
   EXPECT_TRUE(cb->ranks_behind().empty());
   EXPECT_TRUE(contains(cb->what(), "progress could not be read (store gone)")) << cb->what();
 
-  auto other = detail::translate_operation_error(std::make_exception_ptr(gloo::Exception("something odd")), label, book, milliseconds(1), no_progress);
+  auto other =
+      detail::translate_operation_error(std::make_exception_ptr(gloo::Exception("something odd")), label, book, milliseconds(1), no_progress);
   auto de = thrown<DistributedError>([&] { std::rethrow_exception(other); });
   ASSERT_TRUE(de);
   EXPECT_TRUE(contains(de->what(), "broadcast #42 (rank 0 of 4, group 'default'): gloo error: something odd")) << de->what();

@@ -133,7 +133,8 @@ TEST(ProcessGroupProcesses, DebugModeNamesTheRankThatIssuedADifferentCollective)
     const std::optional<std::string> error = job[r].wait_for_line("ERROR", kStartup);
     ASSERT_TRUE(error) << job.outputs();
     EXPECT_TRUE(contains(*error, "ERROR CollectiveMismatch rank=1")) << *error;
-    EXPECT_TRUE(contains(*error, "rank 1 issued broadcast(float32[10]; root 0) as collective #1, rank 0 issued allreduce(float32[10]; sum)")) << *error;
+    EXPECT_TRUE(contains(*error, "rank 1 issued broadcast(float32[10]; root 0) as collective #1, rank 0 issued allreduce(float32[10]; sum)"))
+        << *error;
     EXPECT_EQ(job[r].wait_exit(milliseconds(10000)), std::optional<int>(0)) << job.outputs();
   }
 }

@@ -37,7 +37,6 @@ Bytes bytes_of(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-
 // ---------------------------------------------------------------------------------------------
 // One store, any kind; open() gives another handle on it (another "rank"): the same HashStore,
 // another PrefixStore over the same base, another FileStore on the same path, another TCPStore
@@ -60,13 +59,15 @@ class StoreSetup {
 
   std::shared_ptr<Store> open() {
     switch (kind_) {
-      case Kind::kHash: return hash_;
+      case Kind::kHash:
+        return hash_;
       case Kind::kPrefix: {
         auto p = std::make_shared<PrefixStore>("job", hash_);
         p->set_timeout(timeout_);
         return p;
       }
-      case Kind::kFile: return std::make_shared<FileStore>(dir_->file("store"), timeout_);
+      case Kind::kFile:
+        return std::make_shared<FileStore>(dir_->file("store"), timeout_);
       case Kind::kTcp: {
         if (!tcp_host_used_) {
           tcp_host_used_ = true;
@@ -318,16 +319,19 @@ TEST_P(StoreTest, LargeValueRoundTrips) {
 
 std::string kind_name(const ::testing::TestParamInfo<Kind>& info) {
   switch (info.param) {
-    case Kind::kHash: return "HashStore";
-    case Kind::kPrefix: return "PrefixStore";
-    case Kind::kFile: return "FileStore";
-    case Kind::kTcp: return "TCPStore";
+    case Kind::kHash:
+      return "HashStore";
+    case Kind::kPrefix:
+      return "PrefixStore";
+    case Kind::kFile:
+      return "FileStore";
+    case Kind::kTcp:
+      return "TCPStore";
   }
   return "unknown";
 }
 
-INSTANTIATE_TEST_SUITE_P(AllStores, StoreTest, ::testing::Values(Kind::kHash, Kind::kPrefix, Kind::kFile, Kind::kTcp),
-                         kind_name);
+INSTANTIATE_TEST_SUITE_P(AllStores, StoreTest, ::testing::Values(Kind::kHash, Kind::kPrefix, Kind::kFile, Kind::kTcp), kind_name);
 
 // ---------------------------------------------------------------------------------------------
 

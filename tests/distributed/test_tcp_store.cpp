@@ -48,7 +48,6 @@ TCPStoreOptions server_options(std::chrono::milliseconds timeout) {
   return o;
 }
 
-
 // A pipe that carries one port number from parent to child, read with a timeout.
 class PortPipe {
  public:
@@ -138,7 +137,9 @@ std::string le32(uint32_t v) {
   return s;
 }
 std::string field(const std::string& bytes) { return le32(static_cast<uint32_t>(bytes.size())) + bytes; }
-std::string frame(uint8_t type, const std::string& body) { return std::string(1, static_cast<char>(type)) + le32(static_cast<uint32_t>(body.size())) + body; }
+std::string frame(uint8_t type, const std::string& body) {
+  return std::string(1, static_cast<char>(type)) + le32(static_cast<uint32_t>(body.size())) + body;
+}
 constexpr uint8_t kSetCommand = 2, kGetCommand = 3, kWaitCommand = 7, kHelloCommand = 1;
 
 int thread_count() {
@@ -455,7 +456,7 @@ void serve_hundreds(int fds_before) {
   for (auto& c : clients) c->add("count", 1);
   EXPECT_EQ(clients.front()->add("count", 0), kClients);
   EXPECT_GE(fd_count(), fds_before + 2 * kClients);  // both ends of every connection are here
-  EXPECT_EQ(thread_count(), threads_before + 1);  // the server's one thread, whatever the clients
+  EXPECT_EQ(thread_count(), threads_before + 1);     // the server's one thread, whatever the clients
   // 64 of them parked at once on keys that appear one by one (each waits for its own key and "go").
   constexpr int kWaiters = 64;
   std::vector<std::thread> waiters;
@@ -639,8 +640,8 @@ TEST(TCPStore, RoundTripLatencyOnLoopback) {
   std::sort(set_us.begin(), set_us.end());
   std::sort(get_us.begin(), get_us.end());
   const double set_median = set_us[kRounds / 2], get_median = get_us[kRounds / 2];
-  std::printf("TCPStore loopback round trip (64-byte value, %d rounds): set median %.1f us (p90 %.1f), get median %.1f us (p90 %.1f)\n",
-              kRounds, set_median, set_us[kRounds * 9 / 10], get_median, get_us[kRounds * 9 / 10]);
+  std::printf("TCPStore loopback round trip (64-byte value, %d rounds): set median %.1f us (p90 %.1f), get median %.1f us (p90 %.1f)\n", kRounds,
+              set_median, set_us[kRounds * 9 / 10], get_median, get_us[kRounds * 9 / 10]);
   RecordProperty("set_median_us", std::to_string(set_median));
   RecordProperty("get_median_us", std::to_string(get_median));
   // Loose bounds for a shared machine: tens of microseconds expected, milliseconds would be a bug

@@ -55,8 +55,8 @@ std::vector<Event> read_events(int64_t since_us) {
     const nlohmann::json j = nlohmann::json::parse(line.substr(0, line.size() - 1), nullptr, false);
     EXPECT_FALSE(j.is_discarded()) << line;
     if (j.is_discarded()) continue;
-    Event e{j.at("name").get<std::string>(), j.at("ph").get<std::string>(), j.at("ts").get<int64_t>(), j.value("dur", int64_t{0}),
-            j.at("tid").get<int>(), j.value("args", nlohmann::json::object())};
+    Event e{j.at("name").get<std::string>(), j.at("ph").get<std::string>(), j.at("ts").get<int64_t>(),
+            j.value("dur", int64_t{0}),      j.at("tid").get<int>(),        j.value("args", nlohmann::json::object())};
     if (e.ts >= since_us) out.push_back(std::move(e));
   }
   return out;
@@ -177,7 +177,7 @@ TEST(Timeline, ABucketReadyBeforeAnEarlierOneIsLaunchedAfterIt) {
   constexpr auto kGap = std::chrono::milliseconds(5);
   DistributedDataParallelOptions tiny;
   tiny.first_bucket_mb = tiny.bucket_cap_mb = 1e-6;  // one bucket per parameter
-  int waited = 0;  // (rank, step, bucket)s launched at least kGap after they were ready
+  int waited = 0;                                    // (rank, step, bucket)s launched at least kGap after they were ready
   for (bool a_first : {true, false}) {
     SCOPED_TRACE(a_first ? "a registered first" : "b registered first");
     const int64_t start = timeline::now_us();

@@ -82,12 +82,8 @@ std::vector<Batch> batches(const std::vector<std::string>& lines, size_t first) 
   return out;
 }
 
-std::string in_model(int rows) {
-  return "\tIn Model: input size [" + std::to_string(rows) + ", 5] output size [" + std::to_string(rows) + ", 2]";
-}
-std::string outside(int rows) {
-  return "Outside: input size [" + std::to_string(rows) + ", 5] output_size [" + std::to_string(rows) + ", 2]";
-}
+std::string in_model(int rows) { return "\tIn Model: input size [" + std::to_string(rows) + ", 5] output size [" + std::to_string(rows) + ", 2]"; }
+std::string outside(int rows) { return "Outside: input size [" + std::to_string(rows) + ", 5] output_size [" + std::to_string(rows) + ", 2]"; }
 // One batch of `rows` split into the given per-replica sizes.
 Batch batch(int rows, std::vector<int> chunks) {
   Batch b;
@@ -247,8 +243,8 @@ TEST_F(Examples, EmbeddingOnHostFeedsAnotherDevice) {
 ProgramRun run_ranks(int world, const std::string& args) {
   dp::distributed::TCPStoreServer store("127.0.0.1", 0);
   std::string cmd;
-  const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(store.port()) + " DP_STORE_HOSTED=1 WORLD_SIZE=" +
-                          std::to_string(world) + " ";
+  const std::string env =
+      "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(store.port()) + " DP_STORE_HOSTED=1 WORLD_SIZE=" + std::to_string(world) + " ";
   const std::string dir = std::filesystem::temp_directory_path().string();
   for (int r = 1; r < world; ++r)
     cmd += "(" + env + "RANK=" + std::to_string(r) + " timeout 120 " + example("ddp_train") + " " + args + " > " + dir + "/ddp_train_rank" +

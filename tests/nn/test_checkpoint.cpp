@@ -97,7 +97,7 @@ TEST(ModuleCheckpoint, RoundTripRestoresParametersAndBuffersExactly) {
 
   manual_seed(2);
   nn::Sequential fresh = make_model();
-  EXPECT_FALSE(same_state(snapshot(*fresh), before));  // a different start, so the load is what matters
+  EXPECT_FALSE(same_state(snapshot(*fresh), before));            // a different start, so the load is what matters
   Tensor weight_handle = fresh->ptr<nn::LinearImpl>(0)->weight;  // e.g. held by an optimizer
   nn::LoadResult r = dp::load(fresh, path);
   EXPECT_TRUE(r.missing_keys.empty());
@@ -168,9 +168,10 @@ TEST(ModuleCheckpoint, MismatchedCheckpointsNameEveryProblemAndChangeNothing) {
   // Other shapes: every mismatching tensor is named with both shapes, and the file is named.
   nn::Sequential wider(nn::Linear(5, 3), nn::ReLU(), nn::Linear(3, 1));
   const nn::TensorDict wider_before = snapshot(*wider);
-  std::string msg = expect_error<ValueError>([&] { dp::load(wider, path); },
-                                             {"size mismatch for 0.weight: copying a param with shape [2, 5] from checkpoint, the shape in current model is [3, 5]",
-                                              "size mismatch for 0.bias", "size mismatch for 2.weight", path});
+  std::string msg =
+      expect_error<ValueError>([&] { dp::load(wider, path); },
+                               {"size mismatch for 0.weight: copying a param with shape [2, 5] from checkpoint, the shape in current model is [3, 5]",
+                                "size mismatch for 0.bias", "size mismatch for 2.weight", path});
   EXPECT_EQ(msg.find("2.bias"), std::string::npos) << "2.bias matches and must not be reported: " << msg;
   EXPECT_TRUE(same_state(snapshot(*wider), wider_before)) << "a failed load must not change the model";
 
@@ -216,8 +217,8 @@ TEST(ModuleCheckpoint, TruncatedOrCorruptFilesFailClearlyAndChangeNothing) {
   const nn::TensorDict before = snapshot(*target);
   // Cut at every kind of place: nothing, inside the length field, inside the header, at the start
   // of the data, inside the data, one byte short.
-  for (size_t cut : {size_t(0), size_t(5), size_t(8 + header / 2), size_t(8 + header), size_t(8 + header + 100), bytes.size() / 2,
-                     bytes.size() - 1}) {
+  for (size_t cut :
+       {size_t(0), size_t(5), size_t(8 + header / 2), size_t(8 + header), size_t(8 + header + 100), bytes.size() / 2, bytes.size() - 1}) {
     SCOPED_TRACE("truncated to " + std::to_string(cut) + " of " + std::to_string(bytes.size()) + " bytes");
     const std::string path = dir.file("cut" + std::to_string(cut) + ".safetensors");
     test::write_bytes(path, bytes.substr(0, cut));
@@ -334,8 +335,10 @@ TEST(ModuleCheckpoint, KilledWhileSavingLeavesACompleteCheckpoint) {
         for (Tensor& p : other->parameters()) p.fill_(static_cast<double>(round * 1000 + 2));
       }
       for (int v = 1;; ++v) {
-        if (v % 2) dp::save(model, path);
-        else dp::save(other, path);
+        if (v % 2)
+          dp::save(model, path);
+        else
+          dp::save(other, path);
         if (v == 1 && ::write(ready[1], "x", 1) != 1) ::_exit(2);
       }
     }
@@ -457,8 +460,9 @@ TEST(OptimizerCheckpoint, WrongOrDamagedFilesFailClearlyAndChangeNothing) {
 
   // An optimizer over fewer parameters.
   optim::Adam small(std::vector<Tensor>(params.begin(), params.begin() + 2), optim::AdamOptions(0.01));
-  expect_error<ValueError>([&] { dp::load(small, dir.file("adam.safetensors")); },
-                           {"param group 0 has " + std::to_string(params.size()) + " parameters in the loaded state but 2", dir.file("adam.safetensors")});
+  expect_error<ValueError>(
+      [&] { dp::load(small, dir.file("adam.safetensors")); },
+      {"param group 0 has " + std::to_string(params.size()) + " parameters in the loaded state but 2", dir.file("adam.safetensors")});
 
   // Truncated.
   const std::string bytes = test::read_bytes(dir.file("adam.safetensors"));

@@ -46,8 +46,10 @@ std::vector<Tensor> setup(const json& c, const std::vector<Device>& devices = {D
   if (c.contains("poison")) {
     Tensor g = params[0].grad();
     Tensor host = g.cpu().contiguous().clone();
-    if (dtype == kFloat64) host.data_ptr<double>()[0] = number(c["poison"]);
-    else host.data_ptr<float>()[0] = static_cast<float>(number(c["poison"]));
+    if (dtype == kFloat64)
+      host.data_ptr<double>()[0] = number(c["poison"]);
+    else
+      host.data_ptr<float>()[0] = static_cast<float>(number(c["poison"]));
     params[0].set_grad(host.to(g.device()));
   }
   return params;
@@ -73,9 +75,12 @@ void run_case(const json& c, const std::vector<Tensor>& params) {
   if (c["kind"] == "norm") {
     const double total = clip_grad_norm_(params, args["max_norm"].get<double>(), number(args["norm_type"]));
     const double expected = number(c["total_norm"]);
-    if (std::isnan(expected)) EXPECT_TRUE(std::isnan(total));
-    else if (std::isinf(expected)) EXPECT_EQ(total, expected);
-    else EXPECT_NEAR(total, expected, rtol * expected);
+    if (std::isnan(expected))
+      EXPECT_TRUE(std::isnan(total));
+    else if (std::isinf(expected))
+      EXPECT_EQ(total, expected);
+    else
+      EXPECT_NEAR(total, expected, rtol * expected);
   } else {
     clip_grad_value_(params, args["clip_value"].get<double>());
   }
@@ -125,7 +130,9 @@ TEST(ClipGrad, ErrorIfNonfiniteLeavesTheGradientsAlone) {
     EXPECT_THAT([&] { clip_grad_norm_(params, 1.0, 2.0, /*error_if_nonfinite=*/true); },
                 ::testing::ThrowsMessage<ValueError>(::testing::HasSubstr("the total norm of order 2 for gradients from `parameters` is")));
     for (size_t i = 0; i < params.size(); ++i)
-      if (before[i].defined()) { EXPECT_TRUE(all_close(params[i].grad(), before[i], 0, 0)); }
+      if (before[i].defined()) {
+        EXPECT_TRUE(all_close(params[i].grad(), before[i], 0, 0));
+      }
   }
   // A finite norm with error_if_nonfinite clips as usual.
   std::vector<Tensor> params = setup(golden_case("norm2|clipped"));
@@ -162,8 +169,11 @@ TEST(ClipGrad, ArgumentErrors) {
   EXPECT_THROW(clip_grad_norm_(a, std::nan(""), 2.0), ValueError);
   EXPECT_THROW(clip_grad_norm_(a, 1.0, std::nan("")), ValueError);
   EXPECT_THROW(clip_grad_value_(a, std::nan("")), ValueError);
-  EXPECT_THAT([&] { clip_grad_norm_(std::vector<Tensor>{a, Tensor()}, 1.0); },
-              ::testing::ThrowsMessage<ValueError>(::testing::HasSubstr("clip_grad_norm_: parameter 1 is an undefined tensor")));
+  EXPECT_THAT(
+      [&] {
+        clip_grad_norm_(std::vector<Tensor>{a, Tensor()}, 1.0);
+      },
+      ::testing::ThrowsMessage<ValueError>(::testing::HasSubstr("clip_grad_norm_: parameter 1 is an undefined tensor")));
 }
 
 }  // namespace

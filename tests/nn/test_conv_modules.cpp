@@ -43,9 +43,8 @@ TEST(ConvModules, PrintAndStateDictLikePyTorch) {
   expect_like_pytorch(*MaxPool2d(MaxPool2dOptions({2, 3}).stride(1).padding({1, 0}).dilation(2).ceil_mode(true)), "mod_maxpool_full");
   expect_like_pytorch(*MaxPool2d(MaxPool2dOptions(3).stride(2).padding(1)), "mod_maxpool_3_2_1");
   expect_like_pytorch(*AvgPool2d(2), "mod_avgpool_2");
-  expect_like_pytorch(
-      *AvgPool2d(AvgPool2dOptions({3, 3}).stride({2, 1}).padding(1).ceil_mode(true).count_include_pad(false).divisor_override(2)),
-      "mod_avgpool_full");
+  expect_like_pytorch(*AvgPool2d(AvgPool2dOptions({3, 3}).stride({2, 1}).padding(1).ceil_mode(true).count_include_pad(false).divisor_override(2)),
+                      "mod_avgpool_full");
   expect_like_pytorch(*AdaptiveAvgPool2d(1), "mod_adaptive_1");
   expect_like_pytorch(*AdaptiveAvgPool2d(AdaptiveAvgPool2dOptions({2, 3})), "mod_adaptive_2x3");
 }
@@ -173,8 +172,7 @@ TEST(ConvModules, Errors) {
     c(randn({1, 2, 5, 5}));
     ADD_FAILURE() << "expected a channel mismatch error";
   } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("expected input[1, 2, 5, 5] to have 3 channels, but got 2 channels instead"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected input[1, 2, 5, 5] to have 3 channels, but got 2 channels instead"), std::string::npos) << e.what();
   }
   EXPECT_THROW(MaxPool2d(MaxPool2dOptions(2).padding(2))(randn({1, 1, 4, 4})), ValueError);
 }

@@ -85,8 +85,8 @@ TEST(Functional, PoolingEqualsTheModules) {
   const auto ao = F::AvgPool2dFuncOptions(3).stride(2).padding(1).count_include_pad(false);
   EXPECT_TRUE(equal(F::avg_pool2d(x, ao), nn::AvgPool2d(ao)(x)));
   EXPECT_TRUE(equal(F::avg_pool2d(x, F::AvgPool2dFuncOptions(2)), dp::avg_pool2d(x, 2)));
-  EXPECT_TRUE(equal(F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions({2, 3})),
-                    nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({2, 3}))(x)));
+  EXPECT_TRUE(
+      equal(F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions({2, 3})), nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({2, 3}))(x)));
   EXPECT_EQ(F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)).sizes(), (Shape{2, 3, 1, 1}));
 }
 
@@ -241,8 +241,8 @@ TEST(Functional, ComposedFunctionsMatchPyTorch) {
 TEST(Functional, ComposedFunctionsPassGradcheck) {
   manual_seed(8);
   const Tensor x = randn({3, 4}, kFloat64).set_requires_grad(true);
-  EXPECT_TRUE(autograd::gradcheck([](const std::vector<Tensor>& in) { return F::leaky_relu(in[0], F::LeakyReLUFuncOptions().negative_slope(0.3)); },
-                                  {x}));
+  EXPECT_TRUE(
+      autograd::gradcheck([](const std::vector<Tensor>& in) { return F::leaky_relu(in[0], F::LeakyReLUFuncOptions().negative_slope(0.3)); }, {x}));
   EXPECT_TRUE(autograd::gradcheck([](const std::vector<Tensor>& in) { return F::normalize(in[0], F::NormalizeFuncOptions().p(3.0).dim(0)); }, {x}));
   EXPECT_TRUE(autograd::gradcheck([](const std::vector<Tensor>& in) { return F::pad(in[0], F::PadFuncOptions({1, -1, 0, 2}).value(2.0)); }, {x}));
 }

@@ -34,8 +34,7 @@ TEST_P(LinearGolden, ForwardAndBackward) {
   EXPECT_TRUE(all_close(lin->weight.grad(), c["grads"]["weight"], 1e-5, 1e-5));
   EXPECT_TRUE(all_close(lin->bias.grad(), c["grads"]["bias"], 1e-5, 1e-5));
 }
-INSTANTIATE_TEST_SUITE_P(Cases, LinearGolden,
-                         ::testing::Values("linear_float32_2d", "linear_float32_3d", "linear_float64_2d", "linear_float64_3d"));
+INSTANTIATE_TEST_SUITE_P(Cases, LinearGolden, ::testing::Values("linear_float32_2d", "linear_float32_3d", "linear_float64_2d", "linear_float64_3d"));
 
 TEST(Linear, DefaultInitBoundsAsPyTorch) {
   Linear lin(400, 300);

@@ -45,8 +45,7 @@ TEST(LossModules, WeightBuffersMatchPyTorchStateDict) {
   EXPECT_EQ(keys(nn::CrossEntropyLoss(nn::CrossEntropyLossOptions().weight(w))->state_dict()), std::vector<std::string>{"weight"});
   EXPECT_EQ(keys(nn::NLLLoss(nn::NLLLossOptions().weight(w))->state_dict()), std::vector<std::string>{"weight"});
   EXPECT_EQ(keys(nn::BCELoss(nn::BCELossOptions().weight(w))->state_dict()), std::vector<std::string>{"weight"});
-  EXPECT_EQ(keys(nn::BCEWithLogitsLoss(nn::BCEWithLogitsLossOptions().pos_weight(pw))->state_dict()),
-            std::vector<std::string>{"pos_weight"});
+  EXPECT_EQ(keys(nn::BCEWithLogitsLoss(nn::BCEWithLogitsLossOptions().pos_weight(pw))->state_dict()), std::vector<std::string>{"pos_weight"});
   EXPECT_EQ(keys(nn::BCEWithLogitsLoss(nn::BCEWithLogitsLossOptions().pos_weight(pw).weight(w))->state_dict()),
             (std::vector<std::string>{"weight", "pos_weight"}));
   EXPECT_TRUE(keys(nn::MSELoss()->state_dict()).empty());
@@ -68,8 +67,8 @@ TEST(LossModules, ForwardUsesOptions) {
   Tensor a = rand({6, 4}), b = rand({6, 4});
   EXPECT_TRUE(all_close(nn::MSELoss(Reduction::Sum)(a, b), mse_loss(a, b, Reduction::Sum), 0, 0));
   EXPECT_TRUE(all_close(nn::L1Loss(nn::L1LossOptions().reduction(Reduction::None))(a, b), l1_loss(a, b, Reduction::None), 0, 0));
-  EXPECT_TRUE(all_close(nn::BCELoss(nn::BCELossOptions().weight(w).reduction(Reduction::Sum))(a, b),
-                        binary_cross_entropy(a, b, w, Reduction::Sum), 0, 0));
+  EXPECT_TRUE(
+      all_close(nn::BCELoss(nn::BCELossOptions().weight(w).reduction(Reduction::Sum))(a, b), binary_cross_entropy(a, b, w, Reduction::Sum), 0, 0));
   Tensor pw = rand({4}) * 2.0;
   EXPECT_TRUE(all_close(nn::BCEWithLogitsLoss(nn::BCEWithLogitsLossOptions().pos_weight(pw).weight(w))(x, b),
                         binary_cross_entropy_with_logits(x, b, w, pw), 0, 0));

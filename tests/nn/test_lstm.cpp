@@ -155,8 +155,7 @@ void check_cell_case(const std::string& name) {
     EXPECT_TRUE(all_close(h0.grad(), g.at("h0"), rtol, atol)) << "grad h0";
     EXPECT_TRUE(all_close(c0.grad(), g.at("c0"), rtol, atol)) << "grad c0";
   }
-  for (const auto& item : m->named_parameters())
-    EXPECT_TRUE(all_close(item.value().grad(), g.at(item.key()), rtol, atol)) << "grad " << item.key();
+  for (const auto& item : m->named_parameters()) EXPECT_TRUE(all_close(item.value().grad(), g.at(item.key()), rtol, atol)) << "grad " << item.key();
 }
 
 TEST(LSTMCellGolden, Cases) {
@@ -333,14 +332,26 @@ TEST(LSTMErrors, AsPyTorchWordsThem) {
   LSTM m(LSTMOptions(5, 4).num_layers(2));
   // (Messages checked against torch 1.13.)
   expect_error<ShapeError>([&] { m(randn({3, 2, 6})); }, "input.size(-1) must be equal to input_size. Expected 5, got 6");
-  expect_error<ShapeError>([&] { m(randn({3, 2, 5}), std::make_tuple(randn({1, 2, 4}), randn({2, 2, 4}))); },
-                           "Expected hidden[0] size (2, 2, 4), got [1, 2, 4]");
-  expect_error<ShapeError>([&] { m(randn({3, 2, 5}), std::make_tuple(randn({2, 2, 4}), randn({2, 3, 4}))); },
-                           "Expected hidden[1] size (2, 2, 4), got [2, 3, 4]");
-  expect_error<ShapeError>([&] { m(randn({3, 2, 5}), std::make_tuple(randn({2, 4}), randn({2, 4}))); },
-                           "For batched 3-D input, hx and cx should also be 3-D but got (2-D, 2-D) tensors");
-  expect_error<ShapeError>([&] { m(randn({3, 5}), std::make_tuple(randn({2, 1, 4}), randn({2, 1, 4}))); },
-                           "For unbatched 2-D input, hx and cx should also be 2-D but got (3-D, 3-D) tensors");
+  expect_error<ShapeError>(
+      [&] {
+        m(randn({3, 2, 5}), std::make_tuple(randn({1, 2, 4}), randn({2, 2, 4})));
+      },
+      "Expected hidden[0] size (2, 2, 4), got [1, 2, 4]");
+  expect_error<ShapeError>(
+      [&] {
+        m(randn({3, 2, 5}), std::make_tuple(randn({2, 2, 4}), randn({2, 3, 4})));
+      },
+      "Expected hidden[1] size (2, 2, 4), got [2, 3, 4]");
+  expect_error<ShapeError>(
+      [&] {
+        m(randn({3, 2, 5}), std::make_tuple(randn({2, 4}), randn({2, 4})));
+      },
+      "For batched 3-D input, hx and cx should also be 3-D but got (2-D, 2-D) tensors");
+  expect_error<ShapeError>(
+      [&] {
+        m(randn({3, 5}), std::make_tuple(randn({2, 1, 4}), randn({2, 1, 4})));
+      },
+      "For unbatched 2-D input, hx and cx should also be 2-D but got (3-D, 3-D) tensors");
   expect_error<ValueError>([&] { m(randn({0, 2, 5})); }, "Expected sequence length to be larger than 0 in RNN");
   expect_error<ValueError>([] { LSTM(LSTMOptions(5, 4).dropout(1.5)); },
                            "dropout should be a number in range [0, 1] representing the probability of an element being zeroed");
@@ -354,16 +365,28 @@ TEST(LSTMErrors, AsPyTorchWordsThem) {
 TEST(LSTMErrors, Cell) {
   LSTMCell c(5, 4);
   expect_error<ShapeError>([&] { c(randn({3, 6})); }, "input has inconsistent input_size: got 6 expected 5");
-  expect_error<ShapeError>([&] { c(randn({3, 5}), std::make_tuple(randn({2, 4}), randn({3, 4}))); },
-                           "Input batch size 3 doesn't match hidden0 batch size 2");
-  expect_error<ShapeError>([&] { c(randn({3, 5}), std::make_tuple(randn({3, 3}), randn({3, 4}))); },
-                           "hidden0 has inconsistent hidden_size: got 3, expected 4");
+  expect_error<ShapeError>(
+      [&] {
+        c(randn({3, 5}), std::make_tuple(randn({2, 4}), randn({3, 4})));
+      },
+      "Input batch size 3 doesn't match hidden0 batch size 2");
+  expect_error<ShapeError>(
+      [&] {
+        c(randn({3, 5}), std::make_tuple(randn({3, 3}), randn({3, 4})));
+      },
+      "hidden0 has inconsistent hidden_size: got 3, expected 4");
   // (torch 1.13 says hidden0 here too, a slip later releases fixed.)
-  expect_error<ShapeError>([&] { c(randn({3, 5}), std::make_tuple(randn({3, 4}), randn({3, 3}))); },
-                           "hidden1 has inconsistent hidden_size: got 3, expected 4");
+  expect_error<ShapeError>(
+      [&] {
+        c(randn({3, 5}), std::make_tuple(randn({3, 4}), randn({3, 3})));
+      },
+      "hidden1 has inconsistent hidden_size: got 3, expected 4");
   expect_error<ShapeError>([&] { c(randn({3, 5, 1})); }, "LSTMCell: Expected input to be 1-D or 2-D but received 3-D tensor");
-  expect_error<ShapeError>([&] { c(randn({5}), std::make_tuple(randn({1, 4}), randn({1, 4}))); },
-                           "LSTMCell: Expected hx[0] to be 1-D for unbatched 1-D input, got 2-D");
+  expect_error<ShapeError>(
+      [&] {
+        c(randn({5}), std::make_tuple(randn({1, 4}), randn({1, 4})));
+      },
+      "LSTMCell: Expected hx[0] to be 1-D for unbatched 1-D input, got 2-D");
 }
 
 TEST(LSTMErrors, LayerOp) {

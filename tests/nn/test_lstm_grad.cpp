@@ -166,7 +166,9 @@ void compare(const LayerArgs& a, bool reverse, std::array<bool, 3> use, double r
   std::vector<Tensor> f = run(a, reverse, true, use), c = run(a, reverse, false, use);
   for (size_t k = 0; k < f.size(); ++k) {
     ASSERT_EQ(f[k].defined(), c[k].defined()) << kResultNames[k];
-    if (f[k].defined()) { EXPECT_TRUE(all_close(f[k], c[k], rtol, atol)) << kResultNames[k]; }
+    if (f[k].defined()) {
+      EXPECT_TRUE(all_close(f[k], c[k], rtol, atol)) << kResultNames[k];
+    }
   }
 }
 

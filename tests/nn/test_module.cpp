@@ -84,8 +84,8 @@ TEST(Module, DeduplicatesParametersButNotStateDictKeys) {
   // w2 is w1; "second" is "first": each appears once, under its first name.
   EXPECT_EQ(params.keys(), (std::vector<std::string>{"w1", "first.weight", "first.bias", "block.scale", "block.inner.weight", "block.inner.bias"}));
   auto keys = t->state_dict().keys();
-  EXPECT_EQ(keys, (std::vector<std::string>{"w1", "w2", "steps", "first.weight", "first.bias", "second.weight", "second.bias",
-                                            "block.scale", "block.inner.weight", "block.inner.bias"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"w1", "w2", "steps", "first.weight", "first.bias", "second.weight", "second.bias", "block.scale",
+                                            "block.inner.weight", "block.inner.bias"}));
   EXPECT_EQ(t->buffers().size(), 1u);
   EXPECT_EQ(t->children().size(), 2u);  // first (== second), block
 }
@@ -154,7 +154,8 @@ TEST(Module, LoadStateDictReportsEveryProblemByName) {
     EXPECT_NE(msg.find("Missing key(s) in state_dict: \"fc.bias\""), std::string::npos) << msg;
     EXPECT_NE(msg.find("Unexpected key(s) in state_dict: \"fc.extra\""), std::string::npos) << msg;
     EXPECT_NE(msg.find("size mismatch for fc.weight: copying a param with shape [3, 5] from checkpoint, the shape in current model is [2, 5]"),
-              std::string::npos) << msg;
+              std::string::npos)
+        << msg;
   }
   // Non-strict: missing/unexpected are returned, shapes still checked.
   TensorDict partial;
@@ -193,8 +194,8 @@ TEST(ModuleClone, UserModelNeedsNoBoilerplate) {
   auto c = clone(m);
   ASSERT_NE(c, nullptr);
   EXPECT_NE(c.get(), m.get());
-  EXPECT_NE(c->fc.get(), m->fc.get());                            // the member follows the copy
-  EXPECT_EQ(c->fc.get(), c->own_children()["fc"].get());          // and agrees with the registry
+  EXPECT_NE(c->fc.get(), m->fc.get());                    // the member follows the copy
+  EXPECT_EQ(c->fc.get(), c->own_children()["fc"].get());  // and agrees with the registry
   EXPECT_FALSE(c->fc->weight.is_same(m->fc->weight));
   EXPECT_TRUE(c->fc->weight.is_same(c->named_parameters()["fc.weight"]));
   EXPECT_NE(c->fc->weight.data_ptr(), m->fc->weight.data_ptr());
@@ -217,16 +218,16 @@ TEST(ModuleClone, TiedSharedNestedAndUnregistered) {
   auto t = std::make_shared<Tied>();
   t->eval();
   auto c = clone(t);
-  EXPECT_TRUE(c->w1.is_same(c->w2));                              // tied stays tied
+  EXPECT_TRUE(c->w1.is_same(c->w2));  // tied stays tied
   EXPECT_FALSE(c->w1.is_same(t->w1));
   EXPECT_EQ(c->own_children()["first"].get(), c->own_children()["second"].get());  // shared stays shared
   EXPECT_EQ(c->shared.get(), c->own_children()["first"].get());
-  EXPECT_NE(c->block.get(), t->block.get());                      // user child follows
+  EXPECT_NE(c->block.get(), t->block.get());  // user child follows
   EXPECT_NE(c->block->inner.get(), t->block->inner.get());
   EXPECT_TRUE(c->block->scale.is_same(c->block->named_parameters()["scale"]));
   EXPECT_FALSE(c->block->scale.is_same(t->block->scale));
-  EXPECT_FALSE(c->steps.is_same(t->steps));                       // buffers are copied
-  EXPECT_TRUE(c->cache.is_same(t->cache));                        // unregistered state is shared
+  EXPECT_FALSE(c->steps.is_same(t->steps));  // buffers are copied
+  EXPECT_TRUE(c->cache.is_same(t->cache));   // unregistered state is shared
   EXPECT_FALSE(c->is_training());
   EXPECT_EQ(c->state_dict().keys(), t->state_dict().keys());
   Tensor x = rand({2, 3});

@@ -26,7 +26,6 @@ using ::testing::HasSubstr;
 
 const json& golden() { return golden_file("module_hooks.json"); }
 
-
 // The golden module: forward(x, y, z) = (fc(x) * y, fc(x).sum()); z is not used.
 struct PairImpl : Module {
   Linear fc{nullptr};
@@ -190,12 +189,8 @@ TEST(ModuleHooks, SequentialCallsItsChildrenWithTheirHooks) {
   manual_seed(3);
   Sequential seq(Linear(3, 4), ReLU(), Linear(4, 2));
   std::vector<std::string> log;
-  (*seq)[0]->register_forward_hook([&](Module& m, const TensorList&, const Tensor& out) {
-    log.push_back(m.name() + std::to_string(out.size(1)));
-  });
-  (*seq)[2]->register_forward_hook([&](Module& m, const TensorList&, const Tensor& out) {
-    log.push_back(m.name() + std::to_string(out.size(1)));
-  });
+  (*seq)[0]->register_forward_hook([&](Module& m, const TensorList&, const Tensor& out) { log.push_back(m.name() + std::to_string(out.size(1))); });
+  (*seq)[2]->register_forward_hook([&](Module& m, const TensorList&, const Tensor& out) { log.push_back(m.name() + std::to_string(out.size(1))); });
   seq(randn({5, 3}));
   EXPECT_THAT(log, ElementsAre("Linear4", "Linear2"));
 }
@@ -214,8 +209,7 @@ TEST(ModuleHooks, CloneHasItsOwnCopyOfTheHooks) {
 
 TEST(ModuleHooks, ReplacementWithAnotherCountNamesTheHook) {
   Linear fc = small_linear();
-  fc->register_forward_pre_hook([](Module&, const TensorList& in) -> std::optional<TensorList> { return TensorList{in[0], in[0]}; },
-                                "doubler");
+  fc->register_forward_pre_hook([](Module&, const TensorList& in) -> std::optional<TensorList> { return TensorList{in[0], in[0]}; }, "doubler");
   try {
     fc(randn({2, 3}));
     FAIL() << "expected a ValueError";

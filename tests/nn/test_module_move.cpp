@@ -37,7 +37,6 @@ class ModuleMove : public ::testing::Test {
 
 const json& golden() { return golden_file("module_move.json"); }
 
-
 struct Model : Module {
   Linear fc{nullptr};
   Model() {
@@ -72,8 +71,8 @@ void expect_grads(const Model& m, const json& expected, Device device, bool chec
 
 // PyTorch's error for `grad += new_grad` across devices.
 void expect_two_devices(const std::function<void()>& fn) {
-  EXPECT_THAT(fn, ::testing::ThrowsMessage<DeviceError>(::testing::HasSubstr(
-                      "expected all tensors to be on the same device, but found at least two devices")));
+  EXPECT_THAT(fn, ::testing::ThrowsMessage<DeviceError>(
+                      ::testing::HasSubstr("expected all tensors to be on the same device, but found at least two devices")));
 }
 
 TEST_F(ModuleMove, NewGraphAfterAMoveTrainsOnTheNewDevice) {
@@ -140,8 +139,10 @@ TEST_F(ModuleMove, DtypeMoveMatchesPyTorch) {
     const json& expected = steps(order);
     for (size_t k = 0; k < 2; ++k) {
       const bool new_graph = (order == "new_then_old") == (k == 0);
-      if (new_graph) loss(m->forward(input(Device::cpu(), kFloat64))).backward();
-      else loss(y_old).backward();
+      if (new_graph)
+        loss(m->forward(input(Device::cpu(), kFloat64))).backward();
+      else
+        loss(y_old).backward();
       expect_grads(*m, expected[k], Device::cpu(), /*check_dtype=*/true);
     }
     EXPECT_EQ(m->fc->weight.dtype(), kFloat64);

@@ -37,8 +37,10 @@ void run_module_case(const json& c) {
       .affine(a.at("affine").get<bool>())
       .track_running_stats(a.at("track_running_stats").get<bool>());
   std::shared_ptr<nn::BatchNormImplBase> bn;
-  if (a.at("dims") == 1) bn = nn::BatchNorm1d(opts).ptr();
-  else bn = nn::BatchNorm2d(opts).ptr();
+  if (a.at("dims") == 1)
+    bn = nn::BatchNorm1d(opts).ptr();
+  else
+    bn = nn::BatchNorm2d(opts).ptr();
   if (opts.affine()) {
     NoGradGuard no_grad;
     bn->weight.copy_(get("weight"));

@@ -44,10 +44,8 @@ std::vector<double> values(const Tensor& t) {
 // scale term covers cancellation: an element much smaller than the tensor's largest carries the
 // float32 rounding of the large terms it was summed from.
 ::testing::AssertionResult close(const Tensor& actual, const Tensor& expected, double rtol, double scale) {
-  if (!actual.defined() || !expected.defined())
-    return ::testing::AssertionFailure() << (actual.defined() ? "expected" : "actual") << " is undefined";
-  if (actual.sizes() != expected.sizes())
-    return ::testing::AssertionFailure() << "sizes " << actual.size_str() << " vs " << expected.size_str();
+  if (!actual.defined() || !expected.defined()) return ::testing::AssertionFailure() << (actual.defined() ? "expected" : "actual") << " is undefined";
+  if (actual.sizes() != expected.sizes()) return ::testing::AssertionFailure() << "sizes " << actual.size_str() << " vs " << expected.size_str();
   const std::vector<double> a = values(actual), e = values(expected);
   double m = 0;
   for (double v : e) m = std::max(m, std::abs(v));
@@ -66,7 +64,9 @@ std::vector<double> values(const Tensor& t) {
 
 // Within one rounding of the exact answer (float32 arithmetic leaves 2^-14 of the scale).
 ::testing::AssertionResult rounded_once(const Tensor& actual, const Tensor& exact) { return close(actual, exact, kHalfUlp * 1.01, 1.0 / 16384); }
-::testing::AssertionResult rounded_once(const Tensor& actual, const json& exact) { return close(actual, tensor_from_json(exact), kHalfUlp * 1.01, 1.0 / 16384); }
+::testing::AssertionResult rounded_once(const Tensor& actual, const json& exact) {
+  return close(actual, tensor_from_json(exact), kHalfUlp * 1.01, 1.0 / 16384);
+}
 
 // Against PyTorch's bfloat16 result: both round once (one ulp apart at most), or PyTorch added in
 // bfloat16 (its error reaches about one ulp of the tensor's largest element; allow two).
@@ -91,7 +91,8 @@ Tensor run_case(const json& c, const std::vector<Tensor>& in) {
   const json& a = c.at("args");
   Shape s1, s2, s3, s4;
   if (op == "conv2d")
-    return conv2d(in[0], in[1], in[2], ints(a.at("stride"), s1), ints(a.at("padding"), s2), ints(a.at("dilation"), s3), a.at("groups").get<int64_t>());
+    return conv2d(in[0], in[1], in[2], ints(a.at("stride"), s1), ints(a.at("padding"), s2), ints(a.at("dilation"), s3),
+                  a.at("groups").get<int64_t>());
   if (op == "max_pool2d") return max_pool2d(in[0], ints(a.at("kernel_size"), s1), ints(a.at("stride"), s2), ints(a.at("padding"), s3));
   if (op == "avg_pool2d")
     return avg_pool2d(in[0], ints(a.at("kernel_size"), s1), ints(a.at("stride"), s2), ints(a.at("padding"), s3), a.at("ceil_mode").get<bool>(),
@@ -139,7 +140,9 @@ void check_case(const json& c) {
   y.backward(tensor_from_json(c.at("grad_output")));
   for (size_t i = 0; i < in.size(); ++i) {
     if (!mask[i]) {
-      if (in[i].defined()) { EXPECT_FALSE(in[i].grad().defined()) << "input " << i << " got a gradient"; }
+      if (in[i].defined()) {
+        EXPECT_FALSE(in[i].grad().defined()) << "input " << i << " got a gradient";
+      }
       continue;
     }
     SCOPED_TRACE("grad of input " + std::to_string(i));
@@ -328,19 +331,24 @@ void expect_message(const std::string& msg, const std::vector<std::string>& frag
 TEST(BFloat16Errors, ConvNeedsOneDtype) {
   Tensor x = zeros({1, 2, 5, 5}, kBFloat16), w = zeros({3, 2, 3, 3}, kBFloat16);
   // As PyTorch: "Input type (c10::BFloat16) and weight type (float) should be the same".
-  expect_message(message_of<DTypeError>([&] { conv2d(x, w.to(kFloat32)); }), {"conv2d", "Input type (c10::BFloat16) and weight type (float) should be the same"});
+  expect_message(message_of<DTypeError>([&] { conv2d(x, w.to(kFloat32)); }),
+                 {"conv2d", "Input type (c10::BFloat16) and weight type (float) should be the same"});
   expect_message(message_of<DTypeError>([&] { conv2d(x, w, zeros({3})); }), {"Input type (c10::BFloat16) and bias type (float) should be the same"});
   expect_message(message_of<DTypeError>([&] { conv2d(x.to(kFloat32), w); }), {"Input type (float) and weight type (c10::BFloat16)"});
   // No float16 on the CPU (PyTorch's CPU convolution has none either).
   expect_message(message_of<DTypeError>([&] { conv2d(x.to(kFloat16), w.to(kFloat16)); }), {"conv2d", "float16", "[1, 2, 5, 5]", "cpu", "CUDA"});
-  expect_message(message_of<DTypeError>([&] { conv2d_backward_input({1, 2, 5, 5}, zeros({1, 3, 3, 3}, kBFloat16), w.to(kFloat32), {1}, {0}, {1}, 1); }),
+  expect_message(message_of<DTypeError>([&] {
+                   conv2d_backward_input({1, 2, 5, 5}, zeros({1, 3, 3, 3}, kBFloat16), w.to(kFloat32), {1}, {0}, {1}, 1);
+                 }),
                  {"conv2d_backward_input", "grad_output type (c10::BFloat16) and weight type (float)"});
 }
 
 TEST(BFloat16Errors, PoolingRefusesFloat16OnTheCpu) {
   Tensor x = zeros({1, 2, 6, 6}, kFloat16);
-  for (const std::string& msg : {message_of<DTypeError>([&] { max_pool2d(x, {2}); }), message_of<DTypeError>([&] { avg_pool2d(x, {2}); }),
-                                 message_of<DTypeError>([&] { adaptive_avg_pool2d(x, {2, 2}); })})
+  for (const std::string& msg :
+       {message_of<DTypeError>([&] { max_pool2d(x, {2}); }), message_of<DTypeError>([&] { avg_pool2d(x, {2}); }), message_of<DTypeError>([&] {
+          adaptive_avg_pool2d(x, {2, 2});
+        })})
     expect_message(msg, {"pool", "float16", "[1, 2, 6, 6]", "cpu", "CUDA"});
 }
 
@@ -382,10 +390,14 @@ struct Cnn {
     auto param = [](Tensor t, DType d) { return t.to(kBFloat16).to(d).requires_grad_(true); };
     manual_seed(5);
     Cnn n;
-    n.p = {param(mul(randn({8, 1, 3, 3}), 0.3), dt),       param(add(mul(rand({8}), 0.5), 0.75), bn_dt),
-           param(mul(randn({8}), 0.1), bn_dt),             param(mul(randn({16, 8, 3, 3}), 0.12), dt),
-           param(add(mul(rand({16}), 0.5), 0.75), bn_dt),  param(mul(randn({16}), 0.1), bn_dt),
-           param(mul(randn({10, 144}), 0.08), dt),         param(mul(randn({10}), 0.1), dt)};
+    n.p = {param(mul(randn({8, 1, 3, 3}), 0.3), dt),
+           param(add(mul(rand({8}), 0.5), 0.75), bn_dt),
+           param(mul(randn({8}), 0.1), bn_dt),
+           param(mul(randn({16, 8, 3, 3}), 0.12), dt),
+           param(add(mul(rand({16}), 0.5), 0.75), bn_dt),
+           param(mul(randn({16}), 0.1), bn_dt),
+           param(mul(randn({10, 144}), 0.08), dt),
+           param(mul(randn({10}), 0.1), dt)};
     n.stats = {zeros({8}, bn_dt), ones({8}, bn_dt), zeros({16}, bn_dt), ones({16}, bn_dt)};
     return n;
   }
@@ -399,9 +411,7 @@ struct Cnn {
   }
 };
 
-Tensor cross_entropy_by_hand(const Tensor& logits, const Tensor& target) {
-  return neg(mean(gather(log_softmax(logits, 1), 1, target.unsqueeze(1))));
-}
+Tensor cross_entropy_by_hand(const Tensor& logits, const Tensor& target) { return neg(mean(gather(log_softmax(logits, 1), 1, target.unsqueeze(1)))); }
 
 double rel_l2(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = values(a), y = values(b);

@@ -35,23 +35,51 @@ Scalar scalar_of(const json& v) {
 using Fn = std::function<Tensor(const std::vector<Tensor>&, const Scalar&)>;
 
 // "<op>|<form>" -> the C++ expression a libtorch user writes.
-#define TT(key, expr) {key "|tt", [](const std::vector<Tensor>& x, const Scalar&) { return expr; }}
-#define TS(key, expr) {key "|ts", [](const std::vector<Tensor>& x, const Scalar& s) { return expr; }}
-#define ST(key, expr) {key "|st", [](const std::vector<Tensor>& x, const Scalar& s) { return expr; }}
-#define T1(key, expr) {key "|t", [](const std::vector<Tensor>& x, const Scalar&) { return expr; }}
+#define TT(key, expr)                                                           \
+  {                                                                             \
+    key "|tt", [](const std::vector<Tensor>& x, const Scalar&) { return expr; } \
+  }
+#define TS(key, expr)                                                             \
+  {                                                                               \
+    key "|ts", [](const std::vector<Tensor>& x, const Scalar& s) { return expr; } \
+  }
+#define ST(key, expr)                                                             \
+  {                                                                               \
+    key "|st", [](const std::vector<Tensor>& x, const Scalar& s) { return expr; } \
+  }
+#define T1(key, expr)                                                          \
+  {                                                                            \
+    key "|t", [](const std::vector<Tensor>& x, const Scalar&) { return expr; } \
+  }
 
 const std::map<std::string, Fn>& table() {
   static const std::map<std::string, Fn> t = {
-      TT("eq", x[0] == x[1]), TT("ne", x[0] != x[1]), TT("lt", x[0] < x[1]),
-      TT("le", x[0] <= x[1]), TT("gt", x[0] > x[1]), TT("ge", x[0] >= x[1]),
-      TS("eq", x[0] == s), TS("ne", x[0] != s), TS("lt", x[0] < s),
-      TS("le", x[0] <= s), TS("gt", x[0] > s), TS("ge", x[0] >= s),
-      ST("eq", s == x[0]), ST("ne", s != x[0]), ST("lt", s < x[0]),
-      ST("le", s <= x[0]), ST("gt", s > x[0]), ST("ge", s >= x[0]),
-      TT("and", x[0] & x[1]), TT("or", x[0] | x[1]), TT("xor", x[0] ^ x[1]),
+      TT("eq", x[0] == x[1]),
+      TT("ne", x[0] != x[1]),
+      TT("lt", x[0] < x[1]),
+      TT("le", x[0] <= x[1]),
+      TT("gt", x[0] > x[1]),
+      TT("ge", x[0] >= x[1]),
+      TS("eq", x[0] == s),
+      TS("ne", x[0] != s),
+      TS("lt", x[0] < s),
+      TS("le", x[0] <= s),
+      TS("gt", x[0] > s),
+      TS("ge", x[0] >= s),
+      ST("eq", s == x[0]),
+      ST("ne", s != x[0]),
+      ST("lt", s < x[0]),
+      ST("le", s <= x[0]),
+      ST("gt", s > x[0]),
+      ST("ge", s >= x[0]),
+      TT("and", x[0] & x[1]),
+      TT("or", x[0] | x[1]),
+      TT("xor", x[0] ^ x[1]),
       T1("invert", ~x[0]),
-      TT("logical_and", x[0].logical_and(x[1])), TT("logical_or", x[0].logical_or(x[1])),
-      TT("logical_xor", dp::logical_xor(x[0], x[1])), T1("logical_not", x[0].logical_not()),
+      TT("logical_and", x[0].logical_and(x[1])),
+      TT("logical_or", x[0].logical_or(x[1])),
+      TT("logical_xor", dp::logical_xor(x[0], x[1])),
+      T1("logical_not", x[0].logical_not()),
   };
   return t;
 }
@@ -77,8 +105,10 @@ TEST(CompareOperators, MatchPyTorchGoldens) {
     for (const json& t : c.at("inputs")) x.push_back(tensor_from_json(t));
     const Scalar s = c.contains("args") ? scalar_of(c.at("args").at("s")) : Scalar(0);
     Tensor out;
-    if (variant == "masks") out = masks_case(op, x[0]);
-    else if (name == "invert|t|mask") out = invert_mask_case(x[0]);
+    if (variant == "masks")
+      out = masks_case(op, x[0]);
+    else if (name == "invert|t|mask")
+      out = invert_mask_case(x[0]);
     else {
       auto it = table().find(form);
       ASSERT_NE(it, table().end()) << "no C++ expression for " << name;
@@ -163,8 +193,11 @@ TEST(CompareOperators, ShapeMismatchNamesOpAndShapes) {
   }
   const Tensor m = zeros({2, 3}, kBool), n = zeros({4}, kBool);
   const std::pair<const char*, std::function<Tensor()>> bool_cases[] = {
-      {"bitwise_and", [&] { return m & n; }}, {"bitwise_or", [&] { return m | n; }}, {"bitwise_xor", [&] { return m ^ n; }},
-      {"logical_and", [&] { return logical_and(a, n); }}, {"logical_xor", [&] { return logical_xor(m, b); }},
+      {"bitwise_and", [&] { return m & n; }},
+      {"bitwise_or", [&] { return m | n; }},
+      {"bitwise_xor", [&] { return m ^ n; }},
+      {"logical_and", [&] { return logical_and(a, n); }},
+      {"logical_xor", [&] { return logical_xor(m, b); }},
   };
   for (const auto& [op, f] : bool_cases) {
     const std::string msg = message_of<ShapeError>(f);

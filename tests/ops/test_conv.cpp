@@ -43,11 +43,15 @@ TEST(Conv2dGolden, ForwardAndBackwardMatchPyTorch) {
     Tensor y = conv2d(x, w, b, stride, padding, dilation, groups);
     EXPECT_EQ(y.dtype(), x.dtype());
     EXPECT_TRUE(all_close(y, c.at("output"), tol(x), tol(x)));
-    if (x.dim() == 4) { EXPECT_EQ(y.grad_fn()->name(), "ConvolutionBackward0"); }
+    if (x.dim() == 4) {
+      EXPECT_EQ(y.grad_fn()->name(), "ConvolutionBackward0");
+    }
     y.backward(tensor_from_json(c.at("grad_output")));
     EXPECT_TRUE(all_close(x.grad(), c.at("grads")[0], tol(x), tol(x))) << "grad input";
     EXPECT_TRUE(all_close(w.grad(), c.at("grads")[1], tol(x), tol(x))) << "grad weight";
-    if (b.defined()) { EXPECT_TRUE(all_close(b.grad(), c.at("grads")[2], tol(x), tol(x))) << "grad bias"; }
+    if (b.defined()) {
+      EXPECT_TRUE(all_close(b.grad(), c.at("grads")[2], tol(x), tol(x))) << "grad bias";
+    }
   }
   EXPECT_GE(n, 20);
 }
@@ -115,8 +119,8 @@ struct Naive {
 
 // conv2d and its gradients for upstream gradient `go`, by the definition (float64).
 Naive naive_conv(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b, const std::vector<double>& go,
-                 const Shape& xs, const Shape& ws, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups,
-                 int64_t OH, int64_t OW) {
+                 const Shape& xs, const Shape& ws, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups, int64_t OH,
+                 int64_t OW) {
   const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], OC = ws[0], Cg = ws[1], KH = ws[2], KW = ws[3], OCg = OC / groups;
   Naive r{std::vector<double>(N * OC * OH * OW), std::vector<double>(x.size()), std::vector<double>(w.size()), std::vector<double>(OC)};
   for (int64_t n = 0; n < N; ++n)
@@ -169,7 +173,9 @@ TEST(Conv2d, RandomGeometriesMatchDirectLoop) {
       EXPECT_TRUE(all_close(y, tensor<double>(ref.y, y.sizes()), t, t));
       EXPECT_TRUE(all_close(x.grad(), tensor<double>(ref.gx, xs), t, t)) << "grad input";
       EXPECT_TRUE(all_close(w.grad(), tensor<double>(ref.gw, ws), t, t)) << "grad weight";
-      if (bias) { EXPECT_TRUE(all_close(b.grad(), tensor<double>(ref.gb, {ws[0]}), t, t)) << "grad bias"; }
+      if (bias) {
+        EXPECT_TRUE(all_close(b.grad(), tensor<double>(ref.gb, {ws[0]}), t, t)) << "grad bias";
+      }
     }
     ++checked;
   }
@@ -266,21 +272,39 @@ void expect_error(F&& f, const std::string& needle) {
 
 TEST(Conv2dErrors, Shapes) {
   Tensor x = randn({1, 2, 5, 5});
-  expect_error<ShapeError>([&] { conv2d(randn({5, 5}), randn({4, 2, 3, 3})); },
-                           "Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [5, 5]");
+  expect_error<ShapeError>(
+      [&] {
+        conv2d(randn({5, 5}), randn({4, 2, 3, 3}));
+      },
+      "Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [5, 5]");
   expect_error<ShapeError>([&] { conv2d(x, randn({4, 2, 3})); }, "expected weight to be 4-dimensional");
-  expect_error<ShapeError>([&] { conv2d(x, randn({3, 1, 3, 3}), {}, {1}, {0}, {1}, 2); },
-                           "Given groups=2, expected weight to be divisible by 2 at dimension 0, but got weight of size [3, 1, 3, 3] instead");
-  expect_error<ShapeError>([&] { conv2d(x, randn({4, 3, 3, 3})); },
-                           "Given groups=1, weight of size [4, 3, 3, 3], expected input[1, 2, 5, 5] to have 3 channels, but got 2 channels instead");
+  expect_error<ShapeError>(
+      [&] {
+        conv2d(x, randn({3, 1, 3, 3}), {}, {1}, {0}, {1}, 2);
+      },
+      "Given groups=2, expected weight to be divisible by 2 at dimension 0, but got weight of size [3, 1, 3, 3] instead");
+  expect_error<ShapeError>(
+      [&] {
+        conv2d(x, randn({4, 3, 3, 3}));
+      },
+      "Given groups=1, weight of size [4, 3, 3, 3], expected input[1, 2, 5, 5] to have 3 channels, but got 2 channels instead");
   expect_error<ShapeError>([&] { conv2d(randn({1, 3, 5, 5}), randn({4, 1, 3, 3}), {}, {1}, {0}, {1}, 2); }, "to have 2 channels, but got 3");
-  expect_error<ShapeError>([&] { conv2d(x, randn({4, 2, 6, 6})); },
-                           "Calculated padded input size per channel: (5 x 5). Kernel size: (6 x 6). Kernel size can't be greater than actual input size");
+  expect_error<ShapeError>(
+      [&] {
+        conv2d(x, randn({4, 2, 6, 6}));
+      },
+      "Calculated padded input size per channel: (5 x 5). Kernel size: (6 x 6). Kernel size can't be greater than actual input size");
   expect_error<ShapeError>([&] { conv2d(x, randn({4, 2, 3, 3}), {}, {1}, {0}, {3}); }, "Kernel size: (7 x 7)");
-  expect_error<ShapeError>([&] { conv2d(x, randn({4, 2, 3, 3}), randn({3})); },
-                           "Given weight of size [4, 2, 3, 3], expected bias to be 1-dimensional with 4 elements, but got bias of size [3] instead");
-  expect_error<ShapeError>([&] { conv2d_backward_input({1, 2, 5, 5}, randn({1, 4, 2, 3}), randn({4, 2, 3, 3}), {1}, {0}, {1}, 1); },
-                           "expected grad_output of size [1, 4, 3, 3]");
+  expect_error<ShapeError>(
+      [&] {
+        conv2d(x, randn({4, 2, 3, 3}), randn({3}));
+      },
+      "Given weight of size [4, 2, 3, 3], expected bias to be 1-dimensional with 4 elements, but got bias of size [3] instead");
+  expect_error<ShapeError>(
+      [&] {
+        conv2d_backward_input({1, 2, 5, 5}, randn({1, 4, 2, 3}), randn({4, 2, 3, 3}), {1}, {0}, {1}, 1);
+      },
+      "expected grad_output of size [1, 4, 3, 3]");
 }
 
 TEST(Conv2dErrors, Arguments) {
@@ -290,8 +314,11 @@ TEST(Conv2dErrors, Arguments) {
   expect_error<ValueError>([&] { conv2d(x, w, {}, {1}, {-1}); }, "negative padding is not supported");
   expect_error<ValueError>([&] { conv2d(x, w, {}, {1}, {0}, {0}); }, "dilation should be greater than zero");
   expect_error<ValueError>([&] { conv2d(x, w, {}, {1}, {0}, {1}, 0); }, "non-positive groups is not supported");
-  expect_error<ValueError>([&] { conv2d(x, w, {}, {1, 2, 3}); },
-                           "expected stride to be a single integer value or a list of 2 values to match the convolution dimensions, but got stride=[1, 2, 3]");
+  expect_error<ValueError>(
+      [&] {
+        conv2d(x, w, {}, {1, 2, 3});
+      },
+      "expected stride to be a single integer value or a list of 2 values to match the convolution dimensions, but got stride=[1, 2, 3]");
   expect_error<ValueError>([&] { conv2d(x, w, {}, {1}, {}); }, "expected padding to be a single integer value or a list of 2 values");
 }
 

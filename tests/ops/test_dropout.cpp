@@ -19,8 +19,10 @@ std::pair<double, bool> zero_fraction(const Tensor& y, double kept) {
   int64_t zeros_n = 0;
   bool ok = true;
   for (double e : v) {
-    if (e == 0.0) ++zeros_n;
-    else ok = ok && e == kept;
+    if (e == 0.0)
+      ++zeros_n;
+    else
+      ok = ok && e == kept;
   }
   return {static_cast<double>(zeros_n) / static_cast<double>(v.size()), ok};
 }

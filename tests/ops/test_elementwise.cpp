@@ -106,7 +106,8 @@ TEST_F(Elementwise, FastPathsMatchAScalarReference) {
   auto at = [&](const std::vector<float>& v, int64_t i, int64_t j) { return v[i * C + j]; };
   // contiguous, same shape
   EXPECT_TRUE(all_close(add(a, b), tensor<float>(reference(R, C, [&](auto i, auto j) { return at(A, i, j) + at(B, i, j); }), {R, C}), 0, 0));
-  EXPECT_TRUE(all_close(add(a, b, 2.5), tensor<float>(reference(R, C, [&](auto i, auto j) { return at(A, i, j) + 2.5f * at(B, i, j); }), {R, C}), 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(add(a, b, 2.5), tensor<float>(reference(R, C, [&](auto i, auto j) { return at(A, i, j) + 2.5f * at(B, i, j); }), {R, C}),
+                        1e-6, 1e-6));
   // tensor op scalar
   EXPECT_TRUE(all_close(mul(a, 3.0), tensor<float>(reference(R, C, [&](auto i, auto j) { return at(A, i, j) * 3.f; }), {R, C}), 0, 0));
   EXPECT_TRUE(all_close(div(2.0, a), tensor<float>(reference(R, C, [&](auto i, auto j) { return 2.f / at(A, i, j); }), {R, C}), 0, 0));
@@ -119,7 +120,8 @@ TEST_F(Elementwise, FastPathsMatchAScalarReference) {
   EXPECT_TRUE(all_close(add(col, row), tensor<float>(reference(R, C, [&](auto i, auto j) { return Col[i] + Row[j]; }), {R, C}), 0, 0));
   // transposed and strided operands
   Tensor at_ = a.t(), bt = b.t();
-  EXPECT_TRUE(all_close(maximum(at_, bt), tensor<float>(reference(C, R, [&](auto j, auto i) { return std::max(at(A, i, j), at(B, i, j)); }), {C, R}), 0, 0));
+  EXPECT_TRUE(
+      all_close(maximum(at_, bt), tensor<float>(reference(C, R, [&](auto j, auto i) { return std::max(at(A, i, j), at(B, i, j)); }), {C, R}), 0, 0));
   EXPECT_TRUE(all_close(add(at_, bt), add(a, b).t(), 0, 0));
   EXPECT_TRUE(all_close(add(at_, b.t().contiguous()), add(a, b).t(), 0, 0));
   Tensor stepped = a.slice(1, std::nullopt, std::nullopt, 3);  // [R, 44] with stride 3
@@ -128,7 +130,8 @@ TEST_F(Elementwise, FastPathsMatchAScalarReference) {
   // 3 inputs with broadcasting (where)
   Tensor cond = gt(col, 0.0);
   auto Cond = cond.to_vector<bool>();
-  EXPECT_TRUE(all_close(where(cond, a, row), tensor<float>(reference(R, C, [&](auto i, auto j) { return Cond[i] ? at(A, i, j) : Row[j]; }), {R, C}), 0, 0));
+  EXPECT_TRUE(
+      all_close(where(cond, a, row), tensor<float>(reference(R, C, [&](auto i, auto j) { return Cond[i] ? at(A, i, j) : Row[j]; }), {R, C}), 0, 0));
   // expanded operand into a non-contiguous output (in place into a transposed view)
   Tensor o = zeros({C, R}).t();
   o.copy_(a);
@@ -177,7 +180,7 @@ TEST_F(Elementwise, EqualAndAllclose) {
   Tensor a = tensor<float>({1.f, 2.f, 3.f});
   EXPECT_TRUE(equal(a, a.clone()));
   EXPECT_FALSE(equal(a, tensor<float>({1.f, 2.f, 3.5f})));
-  EXPECT_FALSE(equal(a, a.view({1, 3})));                      // shapes differ
+  EXPECT_FALSE(equal(a, a.view({1, 3})));                                  // shapes differ
   EXPECT_TRUE(equal(tensor<int64_t>({1, 2}), tensor<float>({1.f, 2.f})));  // values compared after promotion
   EXPECT_FALSE(equal(tensor<float>({NAN}), tensor<float>({NAN})));
   EXPECT_TRUE(allclose(a, add(a, 1e-7)));
@@ -230,26 +233,34 @@ TEST_F(Elementwise, Float32MathAccuracy) {
   const double eps = 3e-7;  // about 2.5 ulp
   std::vector<float> wide = sweep(-110, 95, 40000);
   for (float s : {0.f, -0.f, 1e-30f, -1e-30f, 88.72f, 88.73f, -87.4f, -103.9f, INFINITY, -INFINITY, NAN}) wide.push_back(s);
-  check("exp", wide, [](const Tensor& t) { return exp(t); }, [](double x) { return std::exp(x); }, eps, 3e-45);
+  check(
+      "exp", wide, [](const Tensor& t) { return exp(t); }, [](double x) { return std::exp(x); }, eps, 3e-45);
   // 1 / (1 + exp(-x)) underflows to 0 where the exact result is subnormal (below FLT_MIN), as PyTorch's.
-  check("sigmoid", wide, [](const Tensor& t) { return sigmoid(t); }, [](double x) { return 1 / (1 + std::exp(-x)); }, eps, 1.2e-38);
-  check("silu", wide, [](const Tensor& t) { return silu(t); }, [](double x) { return x / (1 + std::exp(-x)); }, eps, 1e-36);
-  check("tanh", wide, [](const Tensor& t) { return tanh(t); }, [](double x) { return std::tanh(x); }, eps, 3e-45);
-  check("softplus", wide, [](const Tensor& t) { return softplus(t); },
-        [](double x) { return x > 20 ? x : std::log1p(std::exp(x)); }, eps, 3e-45);
+  check(
+      "sigmoid", wide, [](const Tensor& t) { return sigmoid(t); }, [](double x) { return 1 / (1 + std::exp(-x)); }, eps, 1.2e-38);
+  check(
+      "silu", wide, [](const Tensor& t) { return silu(t); }, [](double x) { return x / (1 + std::exp(-x)); }, eps, 1e-36);
+  check(
+      "tanh", wide, [](const Tensor& t) { return tanh(t); }, [](double x) { return std::tanh(x); }, eps, 3e-45);
+  check(
+      "softplus", wide, [](const Tensor& t) { return softplus(t); }, [](double x) { return x > 20 ? x : std::log1p(std::exp(x)); }, eps, 3e-45);
   std::vector<float> pos;
   for (int i = -149; i <= 127; ++i)
     for (float m : {1.f, 1.1f, 1.4142135f, 1.5f, 1.9999999f}) pos.push_back(std::ldexp(m, i));
   for (float s : {0.f, -1.f, INFINITY, NAN, 1.f, 0.99999994f, 1.0000001f}) pos.push_back(s);
-  check("log", pos, [](const Tensor& t) { return log(t); }, [](double x) { return std::log(x); }, eps, 0);
+  check(
+      "log", pos, [](const Tensor& t) { return log(t); }, [](double x) { return std::log(x); }, eps, 0);
   std::vector<float> l1p = sweep(-0.999, 50, 20000);
   for (float s : {1e-30f, -1e-20f, 1e-8f, -1e-7f, 3e-4f, -1.f, -2.f, INFINITY, NAN, 1e30f}) l1p.push_back(s);
-  check("log1p", l1p, [](const Tensor& t) { return log1p(t); }, [](double x) { return std::log1p(x); }, eps, 0);
+  check(
+      "log1p", l1p, [](const Tensor& t) { return log1p(t); }, [](double x) { return std::log1p(x); }, eps, 0);
   // gelu's erf is PyTorch's vectorised approximation (absolute error of erf below 1.5e-7).
   std::vector<float> g = sweep(-12, 12, 20000);
-  check("gelu", g, [](const Tensor& t) { return gelu(t); }, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, eps, 4e-7);
-  check("gelu_tanh", g, [](const Tensor& t) { return gelu(t, "tanh"); },
-        [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }, eps, 1e-7);
+  check(
+      "gelu", g, [](const Tensor& t) { return gelu(t); }, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, eps, 4e-7);
+  check(
+      "gelu_tanh", g, [](const Tensor& t) { return gelu(t, "tanh"); },
+      [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }, eps, 1e-7);
 }
 
 // ---------------------------------------------------------------- errors

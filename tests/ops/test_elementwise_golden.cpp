@@ -26,9 +26,7 @@ Scalar scalar_of(const json& v) {
   if (v.is_number_integer()) return Scalar(v.get<int64_t>());
   return Scalar(v.get<double>());
 }
-Scalar arg(const Args& a, const char* key, Scalar dflt = Scalar(1)) {
-  return a.is_object() && a.contains(key) ? scalar_of(a.at(key)) : dflt;
-}
+Scalar arg(const Args& a, const char* key, Scalar dflt = Scalar(1)) { return a.is_object() && a.contains(key) ? scalar_of(a.at(key)) : dflt; }
 std::optional<Scalar> opt_arg(const Args& a, const char* key) {
   if (!a.is_object() || !a.contains(key) || a.at(key).is_null()) return std::nullopt;
   return scalar_of(a.at(key));
@@ -44,33 +42,80 @@ Tensor apply_view(const Tensor& t, const json& view) {
   throw std::runtime_error("unknown view " + v);
 }
 
-#define UNARY(name, call) {name, [](std::vector<Tensor>& x, const Args&) { return call(x[0]); }}
-#define BINARY(name, call) {name, [](std::vector<Tensor>& x, const Args&) { return call(x[0], x[1]); }}
-#define SCALAR(name, expr) {name, [](std::vector<Tensor>& x, const Args& a) { const Scalar s = arg(a, "s"); (void)s; return expr; }}
+#define UNARY(name, call)                                                \
+  {                                                                      \
+    name, [](std::vector<Tensor>& x, const Args&) { return call(x[0]); } \
+  }
+#define BINARY(name, call)                                                     \
+  {                                                                            \
+    name, [](std::vector<Tensor>& x, const Args&) { return call(x[0], x[1]); } \
+  }
+#define SCALAR(name, expr)                            \
+  {                                                   \
+    name, [](std::vector<Tensor>& x, const Args& a) { \
+      const Scalar s = arg(a, "s");                   \
+      (void)s;                                        \
+      return expr;                                    \
+    }                                                 \
+  }
 
 const std::map<std::string, OpFn>& op_table() {
   static const std::map<std::string, OpFn> table = {
-      BINARY("add", dp::add), BINARY("sub", dp::sub), BINARY("mul", dp::mul), BINARY("div", dp::div),
-      BINARY("maximum", dp::maximum), BINARY("minimum", dp::minimum), BINARY("pow", dp::pow),
+      BINARY("add", dp::add),
+      BINARY("sub", dp::sub),
+      BINARY("mul", dp::mul),
+      BINARY("div", dp::div),
+      BINARY("maximum", dp::maximum),
+      BINARY("minimum", dp::minimum),
+      BINARY("pow", dp::pow),
       {"add_alpha", [](std::vector<Tensor>& x, const Args& a) { return dp::add(x[0], x[1], arg(a, "alpha")); }},
       {"sub_alpha", [](std::vector<Tensor>& x, const Args& a) { return dp::sub(x[0], x[1], arg(a, "alpha")); }},
-      SCALAR("add_scalar", dp::add(x[0], s)), SCALAR("sub_scalar", dp::sub(x[0], s)), SCALAR("mul_scalar", dp::mul(x[0], s)),
-      SCALAR("div_scalar", dp::div(x[0], s)), SCALAR("rsub_scalar", dp::rsub(x[0], s)), SCALAR("rdiv_scalar", dp::div(s, x[0])),
-      SCALAR("pow_scalar", dp::pow(x[0], s)), SCALAR("rpow_scalar", dp::pow(s, x[0])),
-      UNARY("neg", dp::neg), UNARY("abs", dp::abs), UNARY("sign", dp::sign), UNARY("square", dp::square), UNARY("exp", dp::exp),
-      UNARY("log", dp::log), UNARY("log1p", dp::log1p), UNARY("sqrt", dp::sqrt), UNARY("rsqrt", dp::rsqrt), UNARY("sin", dp::sin),
-      UNARY("cos", dp::cos), UNARY("reciprocal", dp::reciprocal), UNARY("relu", dp::relu), UNARY("sigmoid", dp::sigmoid),
-      UNARY("tanh", dp::tanh), UNARY("silu", dp::silu), UNARY("softplus", dp::softplus), UNARY("logical_not", dp::logical_not),
+      SCALAR("add_scalar", dp::add(x[0], s)),
+      SCALAR("sub_scalar", dp::sub(x[0], s)),
+      SCALAR("mul_scalar", dp::mul(x[0], s)),
+      SCALAR("div_scalar", dp::div(x[0], s)),
+      SCALAR("rsub_scalar", dp::rsub(x[0], s)),
+      SCALAR("rdiv_scalar", dp::div(s, x[0])),
+      SCALAR("pow_scalar", dp::pow(x[0], s)),
+      SCALAR("rpow_scalar", dp::pow(s, x[0])),
+      UNARY("neg", dp::neg),
+      UNARY("abs", dp::abs),
+      UNARY("sign", dp::sign),
+      UNARY("square", dp::square),
+      UNARY("exp", dp::exp),
+      UNARY("log", dp::log),
+      UNARY("log1p", dp::log1p),
+      UNARY("sqrt", dp::sqrt),
+      UNARY("rsqrt", dp::rsqrt),
+      UNARY("sin", dp::sin),
+      UNARY("cos", dp::cos),
+      UNARY("reciprocal", dp::reciprocal),
+      UNARY("relu", dp::relu),
+      UNARY("sigmoid", dp::sigmoid),
+      UNARY("tanh", dp::tanh),
+      UNARY("silu", dp::silu),
+      UNARY("softplus", dp::softplus),
+      UNARY("logical_not", dp::logical_not),
       {"gelu", [](std::vector<Tensor>& x, const Args&) { return dp::gelu(x[0]); }},
       {"gelu_tanh", [](std::vector<Tensor>& x, const Args&) { return dp::gelu(x[0], "tanh"); }},
       {"clamp", [](std::vector<Tensor>& x, const Args& a) { return dp::clamp(x[0], opt_arg(a, "min"), opt_arg(a, "max")); }},
-      SCALAR("clamp_min", dp::clamp_min(x[0], s)), SCALAR("clamp_max", dp::clamp_max(x[0], s)),
+      SCALAR("clamp_min", dp::clamp_min(x[0], s)),
+      SCALAR("clamp_max", dp::clamp_max(x[0], s)),
       {"where", [](std::vector<Tensor>& x, const Args&) { return dp::where(x[0], x[1], x[2]); }},
       SCALAR("where_scalar", dp::where(x[0], x[1], s)),
       {"lerp", [](std::vector<Tensor>& x, const Args& a) { return dp::lerp(x[0], x[1], arg(a, "w")); }},
-      BINARY("eq", dp::eq), BINARY("ne", dp::ne), BINARY("lt", dp::lt), BINARY("le", dp::le), BINARY("gt", dp::gt), BINARY("ge", dp::ge),
-      SCALAR("eq_scalar", dp::eq(x[0], s)), SCALAR("ne_scalar", dp::ne(x[0], s)), SCALAR("lt_scalar", dp::lt(x[0], s)),
-      SCALAR("le_scalar", dp::le(x[0], s)), SCALAR("gt_scalar", dp::gt(x[0], s)), SCALAR("ge_scalar", dp::ge(x[0], s)),
+      BINARY("eq", dp::eq),
+      BINARY("ne", dp::ne),
+      BINARY("lt", dp::lt),
+      BINARY("le", dp::le),
+      BINARY("gt", dp::gt),
+      BINARY("ge", dp::ge),
+      SCALAR("eq_scalar", dp::eq(x[0], s)),
+      SCALAR("ne_scalar", dp::ne(x[0], s)),
+      SCALAR("lt_scalar", dp::lt(x[0], s)),
+      SCALAR("le_scalar", dp::le(x[0], s)),
+      SCALAR("gt_scalar", dp::gt(x[0], s)),
+      SCALAR("ge_scalar", dp::ge(x[0], s)),
       // In place: the result is self afterwards (self may be a non-contiguous view).
       {"add_", [](std::vector<Tensor>& x, const Args& a) { return dp::add_(x[0], x[1], arg(a, "alpha")); }},
       {"add_scalar_", [](std::vector<Tensor>& x, const Args& a) { return dp::add_(x[0], arg(a, "s"), arg(a, "alpha")); }},
@@ -102,11 +147,16 @@ std::string op_of(const std::string& name) { return name.substr(0, name.find('|'
 // Tolerance by dtype: 16-bit results may differ from PyTorch by one unit in the last place.
 std::pair<double, double> tolerance(DType t) {
   switch (t) {
-    case kFloat16: return {2e-3, 1e-3};
-    case kBFloat16: return {1.6e-2, 1e-2};
-    case kFloat32: return {2e-5, 1e-6};
-    case kFloat64: return {1e-10, 1e-12};
-    default: return {0.0, 0.0};
+    case kFloat16:
+      return {2e-3, 1e-3};
+    case kBFloat16:
+      return {1.6e-2, 1e-2};
+    case kFloat32:
+      return {2e-5, 1e-6};
+    case kFloat64:
+      return {1e-10, 1e-12};
+    default:
+      return {0.0, 0.0};
   }
 }
 

@@ -122,16 +122,43 @@ INSTANTIATE_TEST_SUITE_P(Elementwise, Grad, ::testing::ValuesIn(case_names()), [
 TEST(ElementwiseGrad, NodeNames) {
   Tensor x = tensor<float>({0.5f, 1.f}).requires_grad_(), y = tensor<float>({2.f, 3.f}).requires_grad_();
   const std::vector<std::pair<std::string, Tensor>> expect = {
-      {"AddBackward0", x + y}, {"AddBackward1", x + 1.0}, {"SubBackward0", x - y}, {"SubBackward1", x - 1.0},
-      {"RsubBackward1", 1.0 - x}, {"MulBackward0", x * y}, {"MulBackward1", x * 2.0}, {"DivBackward0", x / y},
-      {"DivBackward1", x / 2.0}, {"NegBackward0", -x}, {"PowBackward0", x.pow(2)}, {"PowBackward1", x.pow(y)},
-      {"PowBackward2", pow(2.0, x)}, {"ExpBackward0", x.exp()}, {"LogBackward0", x.log()}, {"Log1PBackward0", log1p(x)},
-      {"SqrtBackward0", x.sqrt()}, {"RsqrtBackward0", rsqrt(x)}, {"AbsBackward0", x.abs()}, {"SignBackward0", sign(x)},
-      {"SinBackward0", x.sin()}, {"CosBackward0", x.cos()}, {"PowBackward0", square(x)}, {"ReciprocalBackward0", reciprocal(x)},
-      {"ClampBackward1", x.clamp(0.0, 1.0)}, {"ClampMinBackward0", clamp_min(x, 0.0)}, {"ClampMaxBackward0", clamp_max(x, 0.0)},
-      {"MaximumBackward0", maximum(x, y)}, {"MinimumBackward0", minimum(x, y)}, {"WhereBackward0", where(gt(x, y), x, y)},
-      {"LerpBackward0", lerp(x, y, 0.5)}, {"ReluBackward0", relu(x)}, {"SigmoidBackward0", sigmoid(x)},
-      {"TanhBackward0", tanh(x)}, {"GeluBackward0", gelu(x)}, {"SiluBackward0", silu(x)}, {"SoftplusBackward0", softplus(x)},
+      {"AddBackward0", x + y},
+      {"AddBackward1", x + 1.0},
+      {"SubBackward0", x - y},
+      {"SubBackward1", x - 1.0},
+      {"RsubBackward1", 1.0 - x},
+      {"MulBackward0", x * y},
+      {"MulBackward1", x * 2.0},
+      {"DivBackward0", x / y},
+      {"DivBackward1", x / 2.0},
+      {"NegBackward0", -x},
+      {"PowBackward0", x.pow(2)},
+      {"PowBackward1", x.pow(y)},
+      {"PowBackward2", pow(2.0, x)},
+      {"ExpBackward0", x.exp()},
+      {"LogBackward0", x.log()},
+      {"Log1PBackward0", log1p(x)},
+      {"SqrtBackward0", x.sqrt()},
+      {"RsqrtBackward0", rsqrt(x)},
+      {"AbsBackward0", x.abs()},
+      {"SignBackward0", sign(x)},
+      {"SinBackward0", x.sin()},
+      {"CosBackward0", x.cos()},
+      {"PowBackward0", square(x)},
+      {"ReciprocalBackward0", reciprocal(x)},
+      {"ClampBackward1", x.clamp(0.0, 1.0)},
+      {"ClampMinBackward0", clamp_min(x, 0.0)},
+      {"ClampMaxBackward0", clamp_max(x, 0.0)},
+      {"MaximumBackward0", maximum(x, y)},
+      {"MinimumBackward0", minimum(x, y)},
+      {"WhereBackward0", where(gt(x, y), x, y)},
+      {"LerpBackward0", lerp(x, y, 0.5)},
+      {"ReluBackward0", relu(x)},
+      {"SigmoidBackward0", sigmoid(x)},
+      {"TanhBackward0", tanh(x)},
+      {"GeluBackward0", gelu(x)},
+      {"SiluBackward0", silu(x)},
+      {"SoftplusBackward0", softplus(x)},
   };
   for (const auto& [name, t] : expect) {
     ASSERT_TRUE(t.grad_fn()) << name;
@@ -220,8 +247,8 @@ TEST(ElementwiseGrad, FusedAndCompositeBackwardAgree) {
   Tensor x0 = rand({64}, kFloat32) * 8.0 - 4.0;
   for (auto f : std::vector<std::function<Tensor(const Tensor&)>>{
            [](const Tensor& t) { return relu(t); }, [](const Tensor& t) { return sigmoid(t); }, [](const Tensor& t) { return tanh(t); },
-           [](const Tensor& t) { return gelu(t); }, [](const Tensor& t) { return gelu(t, "tanh"); },
-           [](const Tensor& t) { return silu(t); }, [](const Tensor& t) { return softplus(add(t, 18.0)); }}) {
+           [](const Tensor& t) { return gelu(t); }, [](const Tensor& t) { return gelu(t, "tanh"); }, [](const Tensor& t) { return silu(t); },
+           [](const Tensor& t) { return softplus(add(t, 18.0)); }}) {
     Tensor a = x0.detach().requires_grad_(), b = x0.detach().requires_grad_();
     Tensor g = rand({64});
     Tensor ga = autograd::grad({f(a)}, {a}, {g})[0];

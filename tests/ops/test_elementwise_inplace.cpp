@@ -186,7 +186,7 @@ TEST_F(Inplace, GradientFlowsThroughInplaceOnNonLeaf) {
   y.mul_(z);  // y = (2x + z) * z
   EXPECT_EQ(y.grad_fn()->name(), "MulBackward0");
   y.sum().backward();
-  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{8.f, 10.f, 12.f}));                  // 2 z
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{8.f, 10.f, 12.f}));   // 2 z
   EXPECT_EQ(z.grad().to_vector<float>(), (std::vector<float>{10.f, 14.f, 18.f}));  // 2x + 2z
 }
 

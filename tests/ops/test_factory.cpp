@@ -32,9 +32,12 @@ TEST(FactoryGolden, ArangeLinspaceEyeFull) {
       const json& p = a.at("params");
       std::optional<TensorOptions> opts;
       if (!a.at("dtype").is_null()) opts = TensorOptions(dtype_from(a.at("dtype")));
-      if (p.size() == 1) out = arange(scalar_from(p[0]), opts);
-      else if (p.size() == 2) out = arange(scalar_from(p[0]), scalar_from(p[1]), 1, opts);
-      else out = arange(scalar_from(p[0]), scalar_from(p[1]), scalar_from(p[2]), opts);
+      if (p.size() == 1)
+        out = arange(scalar_from(p[0]), opts);
+      else if (p.size() == 2)
+        out = arange(scalar_from(p[0]), scalar_from(p[1]), 1, opts);
+      else
+        out = arange(scalar_from(p[0]), scalar_from(p[1]), scalar_from(p[2]), opts);
     } else if (op == "linspace") {
       const json& p = a.at("params");
       out = linspace(p[0].get<double>(), p[1].get<double>(), p[2].get<int64_t>(), dtype_from(a.at("dtype")));

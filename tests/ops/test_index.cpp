@@ -110,7 +110,8 @@ TEST(IndexGolden, Embedding) {
 
 TEST(IndexGolden, OneHot) {
   for (const char* name : {"one_hot_explicit", "one_hot_inferred", "one_hot_empty"})
-    run_case(name, [](const std::vector<Tensor>& x, const json& a) { return one_hot(x[0], a.at("num_classes").get<int64_t>()); }, nullptr, 0, 0);
+    run_case(
+        name, [](const std::vector<Tensor>& x, const json& a) { return one_hot(x[0], a.at("num_classes").get<int64_t>()); }, nullptr, 0, 0);
 }
 
 TEST(IndexGolden, MaskedFill) {
@@ -272,22 +273,41 @@ void expect_error(F&& f, const std::string& needle) {
 
 TEST(IndexErrors, OutOfRangeIndicesNameOpValueAndRange) {
   Tensor a = zeros({3, 4});
-  expect_error<IndexError>([&] { index_select(a, 0, tensor<int64_t>({0, 5}, {2})); },
-                           "index_select: index 5 is out of bounds for dimension 0 with size 3 (valid range [0, 2])");
-  expect_error<IndexError>([&] { index_select(a, 1, tensor<int32_t>({-1}, {1})); }, "index_select: index -1 is out of bounds for dimension 1 with size 4");
-  expect_error<IndexError>([&] { gather(a, 1, tensor<int64_t>({0, 4}, {1, 2})); }, "gather: index 4 is out of bounds for dimension 1 with size 4 (valid range [0, 3])");
+  expect_error<IndexError>(
+      [&] {
+        index_select(a, 0, tensor<int64_t>({0, 5}, {2}));
+      },
+      "index_select: index 5 is out of bounds for dimension 0 with size 3 (valid range [0, 2])");
+  expect_error<IndexError>([&] { index_select(a, 1, tensor<int32_t>({-1}, {1})); },
+                           "index_select: index -1 is out of bounds for dimension 1 with size 4");
+  expect_error<IndexError>(
+      [&] {
+        gather(a, 1, tensor<int64_t>({0, 4}, {1, 2}));
+      },
+      "gather: index 4 is out of bounds for dimension 1 with size 4 (valid range [0, 3])");
   expect_error<IndexError>([&] { scatter_add(a, 0, tensor<int64_t>({3}, {1, 1}), ones({1, 1})); }, "scatter_add: index 3");
   Tensor b = zeros({3, 4});
   expect_error<IndexError>([&] { scatter_add_(b, 0, tensor<int64_t>({0, -7}, {1, 2}), ones({1, 2})); }, "scatter_add_: index -7");
   EXPECT_EQ(b.sum().item<double>(), 0.0);  // nothing written before the bad index was found
-  expect_error<IndexError>([&] { index_add(a, 0, tensor<int64_t>({0, 3}, {2}), ones({2, 4})); }, "index_add: index 3 is out of bounds for dimension 0 with size 3");
+  expect_error<IndexError>(
+      [&] {
+        index_add(a, 0, tensor<int64_t>({0, 3}, {2}), ones({2, 4}));
+      },
+      "index_add: index 3 is out of bounds for dimension 0 with size 3");
   expect_error<IndexError>([&] { index_add_(b, 1, tensor<int64_t>({9}, {1}), ones({3, 1})); }, "index_add_: index 9");
   EXPECT_EQ(b.sum().item<double>(), 0.0);
-  expect_error<IndexError>([&] { embedding(zeros({5, 3}), tensor<int64_t>({0, 10}, {2})); },
-                           "embedding: index 10 is out of bounds for dimension 0 with size 5 (valid range [0, 4])");
+  expect_error<IndexError>(
+      [&] {
+        embedding(zeros({5, 3}), tensor<int64_t>({0, 10}, {2}));
+      },
+      "embedding: index 10 is out of bounds for dimension 0 with size 5 (valid range [0, 4])");
   expect_error<IndexError>([&] { embedding(zeros({5, 3}), tensor<int64_t>({-1}, {1})); }, "embedding: index -1");
   expect_error<IndexError>([&] { embedding(zeros({0, 3}), tensor<int64_t>({0}, {1})); }, "the dimension is empty");
-  expect_error<IndexError>([&] { one_hot(tensor<int64_t>({0, 3}, {2}), 3); }, "one_hot: class value 3 is out of range for num_classes 3 (valid range [0, 2])");
+  expect_error<IndexError>(
+      [&] {
+        one_hot(tensor<int64_t>({0, 3}, {2}), 3);
+      },
+      "one_hot: class value 3 is out of range for num_classes 3 (valid range [0, 2])");
   expect_error<IndexError>([&] { one_hot(tensor<int64_t>({0, -1}, {2}), 3); }, "one_hot: class value -1 is negative");
   expect_error<IndexError>([&] { index_select(a, 2, tensor<int64_t>({0}, {1})); }, "index_select");  // dim out of range
 }
@@ -297,13 +317,26 @@ TEST(IndexErrors, ShapesDtypesDevices) {
   expect_error<DTypeError>([&] { index_select(a, 0, zeros({1})); }, "index_select: expected an int64 or int32 index tensor, got float32");
   expect_error<IndexError>([&] { index_select(a, 0, zeros({1, 1}, kInt64)); }, "index_select: Index is supposed to be a vector");
   expect_error<ShapeError>([&] { gather(a, 1, zeros({2}, kInt64)); }, "gather: Index tensor must have the same number of dimensions as input tensor");
-  expect_error<ShapeError>([&] { gather(a, 1, zeros({4, 2}, kInt64)); },
-                           "gather: Size does not match at dimension 0 expected index [4, 2] to be smaller than self [3, 4] apart from dimension 1");
-  expect_error<DTypeError>([&] { scatter_add(a, 1, zeros({1, 2}, kInt64), ones({1, 2}, kFloat64)); }, "scatter_add: Expected self.dtype to be equal to src.dtype");
-  expect_error<ShapeError>([&] { scatter_add(a, 1, zeros({1, 2}, kInt64), ones({1, 1})); },
-                           "scatter_add: Expected index [1, 2] to be smaller than self [3, 4] apart from dimension 1 and to be smaller size than src [1, 1]");
-  expect_error<ShapeError>([&] { index_add(a, 0, zeros({2}, kInt64), ones({3, 4})); },
-                           "index_add: Number of indices (2) should be equal to source.size(dim): (3), for dim: 0");
+  expect_error<ShapeError>(
+      [&] {
+        gather(a, 1, zeros({4, 2}, kInt64));
+      },
+      "gather: Size does not match at dimension 0 expected index [4, 2] to be smaller than self [3, 4] apart from dimension 1");
+  expect_error<DTypeError>(
+      [&] {
+        scatter_add(a, 1, zeros({1, 2}, kInt64), ones({1, 2}, kFloat64));
+      },
+      "scatter_add: Expected self.dtype to be equal to src.dtype");
+  expect_error<ShapeError>(
+      [&] {
+        scatter_add(a, 1, zeros({1, 2}, kInt64), ones({1, 1}));
+      },
+      "scatter_add: Expected index [1, 2] to be smaller than self [3, 4] apart from dimension 1 and to be smaller size than src [1, 1]");
+  expect_error<ShapeError>(
+      [&] {
+        index_add(a, 0, zeros({2}, kInt64), ones({3, 4}));
+      },
+      "index_add: Number of indices (2) should be equal to source.size(dim): (3), for dim: 0");
   expect_error<ShapeError>([&] { index_add(a, 0, zeros({2}, kInt64), ones({2, 5})); }, "index_add: source [2, 5] and self [3, 4]");
   expect_error<DTypeError>([&] { index_add(a, 0, zeros({2}, kInt64), ones({2, 4}, kFloat64)); }, "index_add: self (float32) and source (float64)");
   expect_error<ShapeError>([&] { embedding(zeros({5}), zeros({2}, kInt64)); }, "embedding: 'weight' must be 2-D");
@@ -311,7 +344,8 @@ TEST(IndexErrors, ShapesDtypesDevices) {
   expect_error<ValueError>([&] { embedding(zeros({5, 3}), zeros({2}, kInt64), 7); }, "embedding: padding_idx must be within num_embeddings");
   expect_error<ValueError>([&] { one_hot(zeros({0}, kInt64), -1); }, "one_hot: Can not infer total number of classes from empty tensor.");
   expect_error<DTypeError>([&] { one_hot(zeros({2}), 3); }, "one_hot");
-  expect_error<DTypeError>([&] { masked_fill(a, zeros({4}, kUInt8), 1.0); }, "masked_fill: only supports boolean masks, but got mask with dtype uint8");
+  expect_error<DTypeError>([&] { masked_fill(a, zeros({4}, kUInt8), 1.0); },
+                           "masked_fill: only supports boolean masks, but got mask with dtype uint8");
   expect_error<ShapeError>([&] { masked_fill(a, zeros({3}, kBool), 1.0); }, "masked_fill");
   Tensor dev_idx = zeros({1}, TensorOptions().dtype(kInt64).device(Device("cpu:0")));
   expect_error<DeviceError>([&] { index_select(a, 0, dev_idx); }, "expected all tensors to be on the same device");

@@ -73,7 +73,12 @@ TEST(LinalgGolden, MmTransposedOperandsNeedNoCopy) {
   run_case("mm_a_t", fn2(mm), [](const std::vector<Tensor>& x) { return std::vector<Tensor>{x[0].t(), x[1]}; });
   run_case("mm_b_t", fn2(mm), [](const std::vector<Tensor>& x) { return std::vector<Tensor>{x[0], x[1].t()}; });
   run_case("mm_both_t", fn2(mm), [](const std::vector<Tensor>& x) { return std::vector<Tensor>{x[0].t(), x[1].t()}; });
-  run_case("mm_f32_both_t", fn2(mm), [](const std::vector<Tensor>& x) { return std::vector<Tensor>{x[0].t(), x[1].t()}; }, kF32, 1e-4);
+  run_case(
+      "mm_f32_both_t", fn2(mm),
+      [](const std::vector<Tensor>& x) {
+        return std::vector<Tensor>{x[0].t(), x[1].t()};
+      },
+      kF32, 1e-4);
 }
 
 TEST(LinalgGolden, MmNonContiguous) {
@@ -102,7 +107,12 @@ TEST(LinalgGolden, MmEmpty) {
 
 TEST(LinalgGolden, Bmm) {
   run_case("bmm_f64", fn2(bmm));
-  run_case("bmm_f32_b_t", fn2(bmm), [](const std::vector<Tensor>& x) { return std::vector<Tensor>{x[0], x[1].transpose(1, 2)}; }, kF32, kF32);
+  run_case(
+      "bmm_f32_b_t", fn2(bmm),
+      [](const std::vector<Tensor>& x) {
+        return std::vector<Tensor>{x[0], x[1].transpose(1, 2)};
+      },
+      kF32, kF32);
   run_case("bmm_a_t", fn2(bmm), [](const std::vector<Tensor>& x) { return std::vector<Tensor>{x[0].transpose(1, 2), x[1]}; });
   run_case("bmm_int64", fn2(bmm), nullptr, 0, 0);
   run_case("bmm_batch_permuted", fn2(bmm), [](const std::vector<Tensor>& x) { return std::vector<Tensor>{x[0].permute({1, 0, 2}), x[1]}; });
@@ -120,7 +130,12 @@ TEST(LinalgGolden, Addmm) {
   run_case("addmm_full_beta_alpha", addmm_fn(0.5, 2.0));
   run_case("addmm_col_bias", addmm_fn());
   run_case("addmm_scalar_bias", addmm_fn());
-  run_case("addmm_f32_wt", addmm_fn(), [](const std::vector<Tensor>& x) { return std::vector<Tensor>{x[0], x[1], x[2].t()}; }, kF32, kF32);
+  run_case(
+      "addmm_f32_wt", addmm_fn(),
+      [](const std::vector<Tensor>& x) {
+        return std::vector<Tensor>{x[0], x[1], x[2].t()};
+      },
+      kF32, kF32);
   run_case("addmm_int64", addmm_fn(2, 3), nullptr, 0, 0);
   run_case("addmm_empty_k", addmm_fn(0.5));
 }
@@ -145,8 +160,12 @@ TEST(LinalgGolden, MatmulBroadcastsBatchDims) {
 TEST(LinalgGolden, MatmulStridedOperands) {
   run_case("matmul_3d_2d_t", fn2(matmul), [](const std::vector<Tensor>& x) { return std::vector<Tensor>{x[0], x[1].t()}; });
   run_case("matmul_3d_2d_noncontig", fn2(matmul), [](const std::vector<Tensor>& x) { return std::vector<Tensor>{x[0].transpose(0, 1), x[1]}; });
-  run_case("matmul_f32_3d_3d_t", fn2(matmul), [](const std::vector<Tensor>& x) { return std::vector<Tensor>{x[0], x[1].transpose(-1, -2)}; },
-           kF32, kF32);
+  run_case(
+      "matmul_f32_3d_3d_t", fn2(matmul),
+      [](const std::vector<Tensor>& x) {
+        return std::vector<Tensor>{x[0], x[1].transpose(-1, -2)};
+      },
+      kF32, kF32);
 }
 
 TEST(LinalgGolden, MatmulIntegerAndEmpty) {
@@ -172,9 +191,12 @@ TEST(LinalgGolden, Linear) {
 
 TEST(LinalgGolden, DotAndOuter) {
   run_case("dot_f64", fn2(dot));
-  run_case("dot_f32_strided", fn2(dot), [](const std::vector<Tensor>& x) {
-    return std::vector<Tensor>{x[0].slice(0, std::nullopt, std::nullopt, 2), x[1]};
-  }, kF32, kF32);
+  run_case(
+      "dot_f32_strided", fn2(dot),
+      [](const std::vector<Tensor>& x) {
+        return std::vector<Tensor>{x[0].slice(0, std::nullopt, std::nullopt, 2), x[1]};
+      },
+      kF32, kF32);
   run_case("dot_int64", fn2(dot), nullptr, 0, 0);
   run_case("dot_empty", fn2(dot));
   run_case("outer_f64", fn2(outer));
@@ -242,8 +264,8 @@ TEST(Linalg, TinyAndBlasProductsMatchAReference) {
   struct Dims {
     int64_t m, n, k;
   };
-  for (Dims d : {Dims{1, 1, 1}, Dims{30, 1, 5}, Dims{1, 5, 30}, Dims{3, 7, 2}, Dims{12, 13, 13}, Dims{13, 13, 13}, Dims{2, 64, 16},
-                 Dims{64, 2, 17}}) {
+  for (Dims d :
+       {Dims{1, 1, 1}, Dims{30, 1, 5}, Dims{1, 5, 30}, Dims{3, 7, 2}, Dims{12, 13, 13}, Dims{13, 13, 13}, Dims{2, 64, 16}, Dims{64, 2, 17}}) {
     for (DType dt : {kFloat32, kFloat64}) {
       for (int layout = 0; layout < 4; ++layout) {
         const bool ta = layout & 1, tb = layout & 2;
@@ -283,16 +305,16 @@ TEST(Linalg, LinearDirectBackwardEqualsTheDifferentiableOne) {
     bool x_grad, w_grad, bias, bias_grad, x_transposed, w_transposed;
   };
   const std::vector<Case> cases = {
-      {{5, 7}, true, true, true, true, false, false},   {{7}, true, true, true, true, false, false},
+      {{5, 7}, true, true, true, true, false, false},    {{7}, true, true, true, true, false, false},
       {{2, 3, 7}, true, true, true, true, false, false}, {{5, 7}, false, true, true, true, false, false},
-      {{5, 7}, true, false, true, false, false, false}, {{5, 7}, true, true, false, false, false, false},
-      {{5, 7}, true, true, true, true, true, false},    {{5, 7}, true, true, true, true, false, true},
-      {{4, 5, 7}, true, true, true, true, true, true},  {{1, 7}, true, true, true, true, false, false},
+      {{5, 7}, true, false, true, false, false, false},  {{5, 7}, true, true, false, false, false, false},
+      {{5, 7}, true, true, true, true, true, false},     {{5, 7}, true, true, true, true, false, true},
+      {{4, 5, 7}, true, true, true, true, true, true},   {{1, 7}, true, true, true, true, false, false},
   };
   for (DType dt : {kFloat32, kFloat64})
     for (const Case& c : cases) {
-      SCOPED_TRACE(shape_str(c.x) + " " + dtype_name(dt) + " x_grad " + std::to_string(c.x_grad) + " w_grad " + std::to_string(c.w_grad) +
-                   " bias " + std::to_string(c.bias) + " x_t " + std::to_string(c.x_transposed) + " w_t " + std::to_string(c.w_transposed));
+      SCOPED_TRACE(shape_str(c.x) + " " + dtype_name(dt) + " x_grad " + std::to_string(c.x_grad) + " w_grad " + std::to_string(c.w_grad) + " bias " +
+                   std::to_string(c.bias) + " x_t " + std::to_string(c.x_transposed) + " w_t " + std::to_string(c.w_transposed));
       Tensor x = randn(c.x, dt);
       if (c.x_transposed) x = x.transpose(0, -1).contiguous().transpose(0, -1);  // same values, non-contiguous
       Tensor w = c.w_transposed ? randn({7, 6}, dt).t() : randn({6, 7}, dt);
@@ -318,7 +340,9 @@ TEST(Linalg, LinearDirectBackwardEqualsTheDifferentiableOne) {
       size_t k = 0;
       for (size_t i = 0; i < 3; ++i) {
         if (!q[i].defined() || !q[i].requires_grad()) {
-          if (p[i].defined()) { EXPECT_FALSE(p[i].grad().defined()) << "input " << i << " got a gradient it does not need"; }
+          if (p[i].defined()) {
+            EXPECT_FALSE(p[i].grad().defined()) << "input " << i << " got a gradient it does not need";
+          }
           continue;
         }
         ASSERT_TRUE(p[i].grad().defined()) << "input " << i;
@@ -372,8 +396,11 @@ void expect_error(F&& f, const std::string& needle) {
 TEST(LinalgErrors, Shapes) {
   expect_error<ShapeError>([] { mm(zeros({3, 4}), zeros({5, 6})); }, "mm: mat1 and mat2 shapes cannot be multiplied (3x4 and 5x6)");
   expect_error<ShapeError>([] { mm(zeros({3, 4}), zeros({4})); }, "mm: mat2 must be a matrix");
-  expect_error<ShapeError>([] { bmm(zeros({2, 3, 4}), zeros({2, 5, 6})); },
-                           "bmm: Expected size for first two dimensions of batch2 tensor to be: [2, 4] but got: [2, 5].");
+  expect_error<ShapeError>(
+      [] {
+        bmm(zeros({2, 3, 4}), zeros({2, 5, 6}));
+      },
+      "bmm: Expected size for first two dimensions of batch2 tensor to be: [2, 4] but got: [2, 5].");
   expect_error<ShapeError>([] { bmm(zeros({3, 4}), zeros({3, 4, 6})); }, "bmm: batch1 must be a 3D tensor");
   expect_error<ShapeError>([] { matmul(zeros({}), zeros({4})); }, "both arguments to matmul need to be at least 1D, but they are 0D and 1D");
   expect_error<ShapeError>([] { matmul(zeros({2, 3, 4}), zeros({5, 6})); }, "matmul");
@@ -394,7 +421,8 @@ TEST(LinalgErrors, Dtypes) {
   expect_error<DTypeError>([] { matmul(zeros({2, 3, 4}), zeros({4}, kInt64)); }, "float != long int");
   expect_error<DTypeError>([] { addmm(zeros({5}, kFloat64), zeros({3, 4}), zeros({4, 5})); }, "addmm");
   expect_error<DTypeError>([] { linear(zeros({3, 4}), zeros({5, 4}), zeros({5}, kFloat64)); }, "linear");
-  expect_error<DTypeError>([] { dot(zeros({3}), zeros({3}, kFloat64)); }, "dot: expected both vectors to have same dtype, but found Float and Double");
+  expect_error<DTypeError>([] { dot(zeros({3}), zeros({3}, kFloat64)); },
+                           "dot: expected both vectors to have same dtype, but found Float and Double");
   expect_error<DTypeError>([] { mm(zeros({2, 2}, kBool), zeros({2, 2}, kBool)); }, "mm: not implemented for 'Bool'");
   expect_error<DTypeError>([] { dot(zeros({2}, kBool), zeros({2}, kBool)); }, "dot");
   expect_error<ValueError>([] { addmm(zeros({2, 2}, kInt64), zeros({2, 2}, kInt64), zeros({2, 2}, kInt64), 0.5, 1); }, "beta");

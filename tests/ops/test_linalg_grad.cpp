@@ -27,10 +27,18 @@ TEST(LinalgGrad, MmDoubleBackward) {
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return mm(x[0], x[1]); }, {rand_leaf({3, 4}), rand_leaf({4, 2})}));
   EXPECT_TRUE(gradgradcheck([](const std::vector<Tensor>& x) { return mm(x[0], x[1]); }, {rand_leaf({3, 4}), rand_leaf({4, 2})}));
   // a non-linear function of the product, so the second derivative is not trivially zero
-  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { Tensor y = mm(x[0], x[1]); return mm(y, y.t()); },
-                        {rand_leaf({2, 3}), rand_leaf({3, 2})}));
-  EXPECT_TRUE(gradgradcheck([](const std::vector<Tensor>& x) { Tensor y = mm(x[0], x[1]); return mm(y, y.t()); },
-                        {rand_leaf({2, 3}), rand_leaf({3, 2})}));
+  EXPECT_TRUE(gradcheck(
+      [](const std::vector<Tensor>& x) {
+        Tensor y = mm(x[0], x[1]);
+        return mm(y, y.t());
+      },
+      {rand_leaf({2, 3}), rand_leaf({3, 2})}));
+  EXPECT_TRUE(gradgradcheck(
+      [](const std::vector<Tensor>& x) {
+        Tensor y = mm(x[0], x[1]);
+        return mm(y, y.t());
+      },
+      {rand_leaf({2, 3}), rand_leaf({3, 2})}));
 }
 
 TEST(LinalgGrad, Bmm) {
@@ -41,11 +49,12 @@ TEST(LinalgGrad, Bmm) {
 }
 
 TEST(LinalgGrad, Addmm) {
-  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return addmm(x[0], x[1], x[2]); }, {rand_leaf({2}), rand_leaf({3, 4}), rand_leaf({4, 2})}));
+  EXPECT_TRUE(
+      gradcheck([](const std::vector<Tensor>& x) { return addmm(x[0], x[1], x[2]); }, {rand_leaf({2}), rand_leaf({3, 4}), rand_leaf({4, 2})}));
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return addmm(x[0], x[1], x[2], 0.5, -2.0); },
                         {rand_leaf({3, 2}), rand_leaf({3, 4}), rand_leaf({4, 2})}));
   EXPECT_TRUE(gradgradcheck([](const std::vector<Tensor>& x) { return addmm(x[0], x[1], x[2], 0.5, -2.0); },
-                        {rand_leaf({3, 2}), rand_leaf({3, 4}), rand_leaf({4, 2})}));
+                            {rand_leaf({3, 2}), rand_leaf({3, 4}), rand_leaf({4, 2})}));
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return addmm(x[0], x[1], x[2], 2, 3); },
                         {rand_leaf({3, 1}), rand_leaf({3, 4}), rand_leaf({4, 2})}));
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return addmm(x[0], x[1], x[2]); }, {rand_leaf({}), rand_leaf({3, 4}), rand_leaf({4, 2})}));
@@ -64,14 +73,15 @@ TEST_P(MatmulGrad, MatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryRankCombination, MatmulGrad,
-                         ::testing::Values(MatmulShapes{{3}, {3}}, MatmulShapes{{2, 3}, {3}}, MatmulShapes{{3}, {3, 2}},
-                                           MatmulShapes{{2, 3}, {3, 2}}, MatmulShapes{{2, 2, 3}, {3, 2}}, MatmulShapes{{2, 3}, {2, 3, 2}},
-                                           MatmulShapes{{2, 2, 3}, {3}}, MatmulShapes{{3}, {2, 3, 2}}, MatmulShapes{{2, 2, 3}, {2, 3, 2}},
+                         ::testing::Values(MatmulShapes{{3}, {3}}, MatmulShapes{{2, 3}, {3}}, MatmulShapes{{3}, {3, 2}}, MatmulShapes{{2, 3}, {3, 2}},
+                                           MatmulShapes{{2, 2, 3}, {3, 2}}, MatmulShapes{{2, 3}, {2, 3, 2}}, MatmulShapes{{2, 2, 3}, {3}},
+                                           MatmulShapes{{3}, {2, 3, 2}}, MatmulShapes{{2, 2, 3}, {2, 3, 2}},
                                            MatmulShapes{{2, 1, 2, 3}, {3, 3, 2}},  // batch broadcast both ways
                                            MatmulShapes{{1, 2, 3}, {2, 3, 2}}, MatmulShapes{{2, 2, 2, 3}, {3}}, MatmulShapes{{3}, {2, 1, 3, 2}}));
 
 TEST(LinalgGrad, MatmulStridedAndDoubleBackward) {
-  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return matmul(x[0].transpose(0, 1), x[1].t()); }, {rand_leaf({3, 2, 4}), rand_leaf({2, 4})}));
+  EXPECT_TRUE(
+      gradcheck([](const std::vector<Tensor>& x) { return matmul(x[0].transpose(0, 1), x[1].t()); }, {rand_leaf({3, 2, 4}), rand_leaf({2, 4})}));
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); }, {rand_leaf({2, 1, 2, 3}), rand_leaf({2, 3, 2})}));
   EXPECT_TRUE(gradgradcheck([](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); }, {rand_leaf({2, 1, 2, 3}), rand_leaf({2, 3, 2})}));
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); }, {rand_leaf({3}), rand_leaf({2, 3, 2})}));
@@ -85,7 +95,8 @@ TEST(LinalgGrad, Linear) {
   EXPECT_TRUE(gradcheck(lin, {rand_leaf({4}), rand_leaf({2, 4}), rand_leaf({2})}));
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return linear(x[0], x[1]); }, {rand_leaf({2, 1, 3}), rand_leaf({2, 3})}));
   // strided input: a transposed view goes through the copy path
-  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return linear(x[0].t(), x[1], x[2]); }, {rand_leaf({4, 3}), rand_leaf({2, 4}), rand_leaf({2})}));
+  EXPECT_TRUE(
+      gradcheck([](const std::vector<Tensor>& x) { return linear(x[0].t(), x[1], x[2]); }, {rand_leaf({4, 3}), rand_leaf({2, 4}), rand_leaf({2})}));
 }
 
 TEST(LinalgGrad, LinearDoubleBackward) {
@@ -103,7 +114,8 @@ TEST(LinalgGrad, LinearDoubleBackward) {
 TEST(LinalgGrad, DotAndOuter) {
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return dot(x[0], x[1]); }, {rand_leaf({5}), rand_leaf({5})}));
   EXPECT_TRUE(gradgradcheck([](const std::vector<Tensor>& x) { return dot(x[0], x[1]); }, {rand_leaf({5}), rand_leaf({5})}));
-  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return dot(x[0].slice(0, std::nullopt, std::nullopt, 2), x[1]); }, {rand_leaf({6}), rand_leaf({3})}));
+  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return dot(x[0].slice(0, std::nullopt, std::nullopt, 2), x[1]); },
+                        {rand_leaf({6}), rand_leaf({3})}));
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& x) { return outer(x[0], x[1]); }, {rand_leaf({3}), rand_leaf({4})}));
   EXPECT_TRUE(gradgradcheck([](const std::vector<Tensor>& x) { return outer(x[0], x[1]); }, {rand_leaf({3}), rand_leaf({4})}));
 }

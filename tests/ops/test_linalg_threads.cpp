@@ -225,9 +225,9 @@ TEST(BlasThreads, FourWorkersAndTheHostAtOnce) {
     int bad = 0;
     for (int i = 0; i < 40; ++i) {
       // a mix of shapes: batched with broadcasting, folded, transposed operands
-      Tensor out = (i % 3 == 0) ? matmul(p.a.unsqueeze(0).expand({2, -1, -1}), p.b).select(0, 1)
-                 : (i % 3 == 1) ? mm(p.a.t().contiguous().t(), p.b)
-                                : linear(p.a, p.b.t());
+      Tensor out = (i % 3 == 0)   ? matmul(p.a.unsqueeze(0).expand({2, -1, -1}), p.b).select(0, 1)
+                   : (i % 3 == 1) ? mm(p.a.t().contiguous().t(), p.b)
+                                  : linear(p.a, p.b.t());
       if (!matches(out, p)) ++bad;
     }
     return bad;
@@ -257,14 +257,20 @@ TEST(BlasThreads, OpenBlasStaysOnOneThread) {
 TEST(BlasThreads, CoretypeSuggestion) {
   const std::string suggestion = kernels::blas::coretype_suggestion();
   EXPECT_TRUE(suggestion.empty() || suggestion == "SkylakeX" || suggestion == "Haswell") << suggestion;
-  if (suggestion == "SkylakeX") { EXPECT_TRUE(__builtin_cpu_supports("avx512f")); }
-  if (suggestion == "Haswell") { EXPECT_TRUE(__builtin_cpu_supports("avx2")); }
+  if (suggestion == "SkylakeX") {
+    EXPECT_TRUE(__builtin_cpu_supports("avx512f"));
+  }
+  if (suggestion == "Haswell") {
+    EXPECT_TRUE(__builtin_cpu_supports("avx2"));
+  }
   const char* user = std::getenv("OPENBLAS_CORETYPE");
   const std::string saved = user ? user : "";
   ::setenv("OPENBLAS_CORETYPE", "Prescott", 1);
   EXPECT_EQ(blas_coretype_suggestion(), "");
-  if (user) ::setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
-  else ::unsetenv("OPENBLAS_CORETYPE");
+  if (user)
+    ::setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  else
+    ::unsetenv("OPENBLAS_CORETYPE");
   EXPECT_EQ(blas_coretype_suggestion(), user ? "" : suggestion);
 }
 

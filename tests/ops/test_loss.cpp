@@ -188,11 +188,9 @@ TEST(LossErrors, ShapeMismatch) {
 }
 
 TEST(LossErrors, ProbabilitiesOutsideZeroOne) {
-  expect_error<ValueError>([] { binary_cross_entropy(tensor<float>({0.5f, 1.5f}, {2}), rand({2})); },
-                           {"binary_cross_entropy", "between 0 and 1"});
+  expect_error<ValueError>([] { binary_cross_entropy(tensor<float>({0.5f, 1.5f}, {2}), rand({2})); }, {"binary_cross_entropy", "between 0 and 1"});
   expect_error<ValueError>([] { binary_cross_entropy(tensor<double>({-1e-9}, {1}), rand({1}, kFloat64)); }, {"between 0 and 1"});
-  expect_error<ValueError>([] { binary_cross_entropy(tensor<float>({std::nanf("")}, {1}), rand({1}), {}, Reduction::None); },
-                           {"between 0 and 1"});
+  expect_error<ValueError>([] { binary_cross_entropy(tensor<float>({std::nanf("")}, {1}), rand({1}), {}, Reduction::None); }, {"between 0 and 1"});
 }
 
 TEST(LossErrors, Dtypes) {
@@ -202,8 +200,11 @@ TEST(LossErrors, Dtypes) {
   expect_error<DTypeError>([] { nll_loss(randn({2, 3}), tensor<float>({0, 1}, {2})); }, {"nll_loss", "expected scalar type Long but found Float"});
   expect_error<DTypeError>([] { nll_loss(randn({2, 3}), tensor<int32_t>({0, 1}, {2})); }, {"expected scalar type Long but found Int"});
   expect_error<DTypeError>([] { cross_entropy(randn({2, 3}), tensor<float>({0, 1}, {2})); }, {"cross_entropy", "Long", "Float"});
-  expect_error<DTypeError>([] { cross_entropy(randn({2, 3}), randint(0, 3, {2, 3})); },
-                           {"Expected floating point type for target with class probabilities, got Long"});
+  expect_error<DTypeError>(
+      [] {
+        cross_entropy(randn({2, 3}), randint(0, 3, {2, 3}));
+      },
+      {"Expected floating point type for target with class probabilities, got Long"});
   expect_error<DTypeError>([] { cross_entropy(randn({2, 3}), idx({0, 1}, {2}), rand({3}, kFloat64)); }, {"weight"});
   expect_error<DTypeError>([] { cross_entropy(randn({2, 3}).to(kFloat16), idx({0, 1}, {2})); }, {"cross_entropy", "Half"});
 }
@@ -225,14 +226,20 @@ TEST(LossErrors, ClassShapes) {
   expect_error<ShapeError>([] { cross_entropy(randn({2, 3}), idx({0, 1, 1, 0}, {2, 2})); }, {"Expected target size [2], got [2, 2]"});
   expect_error<ShapeError>([] { nll_loss(randn({3}), idx({1}, {1})); }, {"size mismatch"});
   expect_error<ShapeError>([] { nll_loss(scalar_tensor(1.0), idx({0}, {})); }, {"Expected 1 or more dimensions (got 0)"});
-  expect_error<ShapeError>([] { nll_loss(randn({2, 3}), idx({0, 1}, {2}), rand({2})); },
-                           {"weight tensor should be defined either for all 3 classes or no classes but got weight tensor of shape: [2]"});
+  expect_error<ShapeError>(
+      [] {
+        nll_loss(randn({2, 3}), idx({0, 1}, {2}), rand({2}));
+      },
+      {"weight tensor should be defined either for all 3 classes or no classes but got weight tensor of shape: [2]"});
   expect_error<ShapeError>([] { cross_entropy(randn({2, 3}), idx({0, 1}, {2}), rand({1, 3})); }, {"weight tensor"});
 }
 
 TEST(LossErrors, LabelSmoothingAndIgnoreIndex) {
-  expect_error<ValueError>([] { cross_entropy(randn({2, 3}), idx({0, 1}, {2}), {}, -100, Reduction::Mean, 1.5); },
-                           {"label_smoothing must be between 0.0 and 1.0. Got: 1.5"});
+  expect_error<ValueError>(
+      [] {
+        cross_entropy(randn({2, 3}), idx({0, 1}, {2}), {}, -100, Reduction::Mean, 1.5);
+      },
+      {"label_smoothing must be between 0.0 and 1.0. Got: 1.5"});
   expect_error<ValueError>([] { cross_entropy(randn({2, 3}), idx({0, 1}, {2}), {}, -100, Reduction::Mean, -0.1); }, {"label_smoothing"});
   expect_error<ValueError>([] { cross_entropy(randn({2, 3}), rand({2, 3}), {}, 1); }, {"ignore_index is not supported for floating point target"});
 }

@@ -180,32 +180,29 @@ TEST(LossGrad, FusedBackwardMatchesComposite) {
       Tensor w = rand({37}, dt) + 0.5, wcol = rand({64, 1}, dt) + 0.5;
       expect_fused_matches_composite([r](const Tensor& a, const Tensor& b) { return mse_loss(a, b, r); }, x, t, true, rtol, atol);
       expect_fused_matches_composite([r](const Tensor& a, const Tensor& b) { return l1_loss(a, b, r); }, x, t, true, rtol, atol);
-      expect_fused_matches_composite([r, w](const Tensor& a, const Tensor& b) { return binary_cross_entropy(a, b, w, r); }, p, q, true,
-                                     rtol * 10, atol);
-      expect_fused_matches_composite(
-          [r, wcol, w](const Tensor& a, const Tensor& b) { return binary_cross_entropy_with_logits(a, b, wcol, w, r); }, x * 4.0, q,
-          true, rtol * 10, atol);
+      expect_fused_matches_composite([r, w](const Tensor& a, const Tensor& b) { return binary_cross_entropy(a, b, w, r); }, p, q, true, rtol * 10,
+                                     atol);
+      expect_fused_matches_composite([r, wcol, w](const Tensor& a, const Tensor& b) { return binary_cross_entropy_with_logits(a, b, wcol, w, r); },
+                                     x * 4.0, q, true, rtol * 10, atol);
       Tensor ti = randint(0, 37, {64});
       ti.data_ptr<int64_t>()[5] = -100;
       Tensor ti3 = randint(0, 5, {3, 300});
       ti3.data_ptr<int64_t>()[7] = -100;
       Tensor x3 = randn({3, 5, 300}, dt) * 3.0;
       Tensor w5 = rand({5}, dt) + 0.5;
-      expect_fused_matches_composite([r, w](const Tensor& a, const Tensor& b) { return nll_loss(a, b, w, -100, r); }, x, ti, false,
-                                     rtol, atol);
-      expect_fused_matches_composite([r, w](const Tensor& a, const Tensor& b) { return cross_entropy(a, b, w, -100, r, 0.1); }, x * 3.0,
-                                     ti, false, rtol * 10, atol);
-      expect_fused_matches_composite([r](const Tensor& a, const Tensor& b) { return cross_entropy(a, b, {}, -100, r, 0.0); }, x * 3.0,
-                                     ti, false, rtol * 10, atol);
-      expect_fused_matches_composite([r, w5](const Tensor& a, const Tensor& b) { return cross_entropy(a, b, w5, -100, r, 0.2); }, x3,
-                                     ti3, false, rtol * 10, atol);
-      expect_fused_matches_composite([r, w5](const Tensor& a, const Tensor& b) { return nll_loss(a, b, w5, -100, r); }, x3, ti3, false,
-                                     rtol, atol);
+      expect_fused_matches_composite([r, w](const Tensor& a, const Tensor& b) { return nll_loss(a, b, w, -100, r); }, x, ti, false, rtol, atol);
+      expect_fused_matches_composite([r, w](const Tensor& a, const Tensor& b) { return cross_entropy(a, b, w, -100, r, 0.1); }, x * 3.0, ti, false,
+                                     rtol * 10, atol);
+      expect_fused_matches_composite([r](const Tensor& a, const Tensor& b) { return cross_entropy(a, b, {}, -100, r, 0.0); }, x * 3.0, ti, false,
+                                     rtol * 10, atol);
+      expect_fused_matches_composite([r, w5](const Tensor& a, const Tensor& b) { return cross_entropy(a, b, w5, -100, r, 0.2); }, x3, ti3, false,
+                                     rtol * 10, atol);
+      expect_fused_matches_composite([r, w5](const Tensor& a, const Tensor& b) { return nll_loss(a, b, w5, -100, r); }, x3, ti3, false, rtol, atol);
       Tensor q3 = rand({3, 5, 300}, dt);
-      expect_fused_matches_composite([r, w](const Tensor& a, const Tensor& b) { return cross_entropy(a, b, w, -100, r, 0.1); }, x * 3.0,
-                                     q, true, rtol * 10, atol);
-      expect_fused_matches_composite([r, w5](const Tensor& a, const Tensor& b) { return cross_entropy(a, b, w5, -100, r, 0.1); }, x3, q3,
-                                     true, rtol * 10, atol);
+      expect_fused_matches_composite([r, w](const Tensor& a, const Tensor& b) { return cross_entropy(a, b, w, -100, r, 0.1); }, x * 3.0, q, true,
+                                     rtol * 10, atol);
+      expect_fused_matches_composite([r, w5](const Tensor& a, const Tensor& b) { return cross_entropy(a, b, w5, -100, r, 0.1); }, x3, q3, true,
+                                     rtol * 10, atol);
     }
   }
 }

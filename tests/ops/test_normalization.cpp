@@ -74,8 +74,12 @@ TEST(LayerNorm, GoldenForwardAndBackward) {
     auto grads = autograd::grad({out}, leaves, {get(c, "grad_out")});
     EXPECT_TRUE(all_close(grads[0], expected(c, "grad_x"), rtol_of(x), large ? 1e-4 : atol_of(x)));
     size_t k = 1;
-    if (w.defined()) { EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_weight"), rtol_of(x), large ? 2e-4 : atol_of(x))); }
-    if (b.defined()) { EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_bias"), rtol_of(x), atol_of(x))); }
+    if (w.defined()) {
+      EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_weight"), rtol_of(x), large ? 2e-4 : atol_of(x)));
+    }
+    if (b.defined()) {
+      EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_bias"), rtol_of(x), atol_of(x)));
+    }
   }
 }
 
@@ -100,8 +104,10 @@ TEST(BatchNorm, GoldenForwardBackwardAndRunningStats) {
       EXPECT_EQ(rm.unsafe_impl(), rm_impl);
       EXPECT_TRUE(all_close(rm, expected(c, "new_running_mean"), 1e-5, large ? 1e-5 : 1e-6));
       EXPECT_TRUE(all_close(rv, expected(c, "new_running_var"), 1e-5, 1e-6));
-      if (training) EXPECT_GT(rm.version(), rm_version);
-      else EXPECT_EQ(rm.version(), rm_version);
+      if (training)
+        EXPECT_GT(rm.version(), rm_version);
+      else
+        EXPECT_EQ(rm.version(), rm_version);
     }
     std::vector<Tensor> leaves{x};
     if (w.defined()) leaves.push_back(w);
@@ -110,8 +116,12 @@ TEST(BatchNorm, GoldenForwardBackwardAndRunningStats) {
     auto grads = autograd::grad({out}, leaves, {get(c, "grad_out")});
     EXPECT_TRUE(all_close(grads[0], expected(c, "grad_x"), rtol_of(x), large ? 1e-4 : atol_of(x)));
     size_t k = 1;
-    if (w.defined()) { EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_weight"), rtol_of(x), large ? 2e-4 : 5e-5)); }
-    if (b.defined()) { EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_bias"), rtol_of(x), atol_of(x))); }
+    if (w.defined()) {
+      EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_weight"), rtol_of(x), large ? 2e-4 : 5e-5));
+    }
+    if (b.defined()) {
+      EXPECT_TRUE(all_close(grads[k++], expected(c, "grad_bias"), rtol_of(x), atol_of(x)));
+    }
   }
 }
 
@@ -382,10 +392,16 @@ void expect_error(F&& f, const std::string& fragment) {
 
 TEST(BatchNorm, Errors) {
   Tensor rm = zeros({3}), rv = ones({3});
-  expect_error<ValueError>([&] { batch_norm(zeros({1, 3}), rm, rv, {}, {}, true); },
-                           "Expected more than 1 value per channel when training, got input size torch.Size([1, 3])");
-  expect_error<ValueError>([&] { batch_norm(zeros({1, 3, 1, 1}), {}, {}, {}, {}, true); },
-                           "Expected more than 1 value per channel when training, got input size torch.Size([1, 3, 1, 1])");
+  expect_error<ValueError>(
+      [&] {
+        batch_norm(zeros({1, 3}), rm, rv, {}, {}, true);
+      },
+      "Expected more than 1 value per channel when training, got input size torch.Size([1, 3])");
+  expect_error<ValueError>(
+      [&] {
+        batch_norm(zeros({1, 3, 1, 1}), {}, {}, {}, {}, true);
+      },
+      "Expected more than 1 value per channel when training, got input size torch.Size([1, 3, 1, 1])");
   EXPECT_NO_THROW(batch_norm(zeros({1, 3}), rm, rv, {}, {}, false));  // eval: fine
   expect_error<ShapeError>([&] { batch_norm(zeros({4, 3}), zeros({4}), rv, {}, {}, true); }, "running_mean should contain 3 elements not 4");
   expect_error<ShapeError>([&] { batch_norm(zeros({4, 3}), rm, rv, ones({2}), {}, true); }, "weight should contain 3 elements not 2");
@@ -397,11 +413,17 @@ TEST(BatchNorm, Errors) {
 }
 
 TEST(LayerNorm, Errors) {
-  expect_error<ShapeError>([] { layer_norm(zeros({2, 5}), {10}); },
-                           "Given normalized_shape=[10], expected input with shape [*, 10], but got input of size[2, 5]");
+  expect_error<ShapeError>(
+      [] {
+        layer_norm(zeros({2, 5}), {10});
+      },
+      "Given normalized_shape=[10], expected input with shape [*, 10], but got input of size[2, 5]");
   expect_error<ShapeError>([] { layer_norm(zeros({2, 5}), {}); }, "Expected normalized_shape to be at least 1-dimensional");
-  expect_error<ShapeError>([] { layer_norm(zeros({2, 5}), {5}, ones({4})); },
-                           "Expected weight to be of same shape as normalized_shape, but got weight of shape [4] and normalized_shape = [5]");
+  expect_error<ShapeError>(
+      [] {
+        layer_norm(zeros({2, 5}), {5}, ones({4}));
+      },
+      "Expected weight to be of same shape as normalized_shape, but got weight of shape [4] and normalized_shape = [5]");
   expect_error<ShapeError>([] { layer_norm(zeros({2, 5}), {5}, ones({5}), ones({1, 5})); }, "Expected bias to be of same shape");
   expect_error<ShapeError>([] { layer_norm(zeros({5}), {2, 5}); }, "expected input with shape [*, 2, 5]");
   expect_error<DTypeError>([] { layer_norm(zeros({2, 5}, kInt32), {5}); }, "float32 or float64");

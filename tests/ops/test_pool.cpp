@@ -69,9 +69,8 @@ TEST(PoolGolden, AvgPool) {
 }
 
 TEST(PoolGolden, AdaptiveAvgPool) {
-  int n = run_cases("adaptive_avg_pool2d", [](const Tensor& x, const json& a, const json&) {
-    return adaptive_avg_pool2d(x, ints(a.at("output_size")));
-  });
+  int n =
+      run_cases("adaptive_avg_pool2d", [](const Tensor& x, const json& a, const json&) { return adaptive_avg_pool2d(x, ints(a.at("output_size"))); });
   EXPECT_GE(n, 6);
 }
 
@@ -122,7 +121,12 @@ using dp::test::gradgradcheck;
   // nonlinear use of the output (y * y) that makes the gradient depend on x.
   ::testing::AssertionResult second = gradgradcheck(f, {x});
   if (!second) return second;
-  return gradgradcheck([f](const std::vector<Tensor>& t) { Tensor y = f(t); return y * y; }, {x});
+  return gradgradcheck(
+      [f](const std::vector<Tensor>& t) {
+        Tensor y = f(t);
+        return y * y;
+      },
+      {x});
 }
 
 TEST(PoolGrad, MaxPool) {
@@ -184,8 +188,11 @@ TEST(PoolErrors, AvgAndAdaptive) {
   expect_error<ShapeError>([&] { avg_pool2d(x, {7}); }, "Output size is too small");
   expect_error<ValueError>([&] { adaptive_avg_pool2d(x, {1, 2, 3}); }, "output_size must be 2");
   expect_error<ValueError>([&] { adaptive_avg_pool2d(x, {-1, 2}); }, "greater than or equal to 0");
-  expect_error<ShapeError>([&] { adaptive_avg_pool2d(zeros({1, 2, 0, 3}), {2}); },
-                           "Expected input to have non-zero size for non-batch dimensions, but input has sizes [1, 2, 0, 3] with dimension 2 being empty");
+  expect_error<ShapeError>(
+      [&] {
+        adaptive_avg_pool2d(zeros({1, 2, 0, 3}), {2});
+      },
+      "Expected input to have non-zero size for non-batch dimensions, but input has sizes [1, 2, 0, 3] with dimension 2 being empty");
   expect_error<ShapeError>([&] { adaptive_avg_pool2d(randn({4}), {2}); }, "Expected 3D or 4D tensor");
 }
 

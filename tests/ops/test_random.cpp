@@ -124,11 +124,13 @@ TEST(Random, LargeFillsDoNotDependOnThreads) {
     Tensor host_u = rand({n}, dt, &a), host_n = randn({n}, dt, &a);
     Tensor host_i = randint(-9, 9, {n}, kInt64, &a);
     Tensor dev_u, dev_n, dev_i;
-    worker_for(Device("cpu:0"))->submit([&] {
-      dev_u = rand({n}, dt, &b);
-      dev_n = randn({n}, dt, &b);
-      dev_i = randint(-9, 9, {n}, kInt64, &b);
-    }).get();
+    worker_for(Device("cpu:0"))
+        ->submit([&] {
+          dev_u = rand({n}, dt, &b);
+          dev_n = randn({n}, dt, &b);
+          dev_i = randint(-9, 9, {n}, kInt64, &b);
+        })
+        .get();
     EXPECT_EQ(host_u.to_vector<double>(), dev_u.to_vector<double>());
     EXPECT_EQ(host_n.to_vector<double>(), dev_n.to_vector<double>());
     EXPECT_EQ(host_i.to_vector<int64_t>(), dev_i.to_vector<int64_t>());

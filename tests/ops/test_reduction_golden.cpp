@@ -104,11 +104,16 @@ struct Tol {
 
 Tol tolerance(DType dt, const std::string& op) {
   switch (dt) {
-    case kFloat64: return {1e-10, 1e-12};
-    case kFloat16: return {2e-3, 1e-3};
-    case kBFloat16: return {1e-2, 1e-2};
-    case kFloat32: return {op == "var" || op == "std" ? 2e-5 : 1e-5, 1e-6};
-    default: return {0, 0};
+    case kFloat64:
+      return {1e-10, 1e-12};
+    case kFloat16:
+      return {2e-3, 1e-3};
+    case kBFloat16:
+      return {1e-2, 1e-2};
+    case kFloat32:
+      return {op == "var" || op == "std" ? 2e-5 : 1e-5, 1e-6};
+    default:
+      return {0, 0};
   }
 }
 

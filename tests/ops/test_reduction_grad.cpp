@@ -192,9 +192,8 @@ TEST(ReductionGrad, NodeNamesAsPyTorch) {
 TEST(ReductionGrad, Float32GradientsHaveTheInputDtype) {
   Tensor x = rand({4, 5}).requires_grad_(true);
   for (auto f : std::vector<std::function<Tensor(const Tensor&)>>{
-           [](const Tensor& t) { return sum(t, {1}); }, [](const Tensor& t) { return mean(t); },
-           [](const Tensor& t) { return var(t, {0}); }, [](const Tensor& t) { return logsumexp(t, {1}); },
-           [](const Tensor& t) { return norm(t); }, [](const Tensor& t) { return amax(t, {1}); },
+           [](const Tensor& t) { return sum(t, {1}); }, [](const Tensor& t) { return mean(t); }, [](const Tensor& t) { return var(t, {0}); },
+           [](const Tensor& t) { return logsumexp(t, {1}); }, [](const Tensor& t) { return norm(t); }, [](const Tensor& t) { return amax(t, {1}); },
            [](const Tensor& t) { return softmax(t, 0); }, [](const Tensor& t) { return log_softmax(t, 1); }}) {
     Tensor y = f(x);
     Tensor g = autograd::grad({y}, {x}, {ones_like(y)})[0];

@@ -25,17 +25,44 @@ Tensor make_base(const std::string& base, const Tensor& root) {
 
 const std::map<std::string, std::function<Tensor(const Tensor&)>>& view_ops() {
   static const std::map<std::string, std::function<Tensor(const Tensor&)>> ops = {
-      {"view_6_4", [](const Tensor& t) { return t.view({6, 4}); }},
+      {"view_6_4",
+       [](const Tensor& t) {
+         return t.view({6, 4});
+       }},
       {"view_m1", [](const Tensor& t) { return t.view({-1}); }},
-      {"view_2_m1_2", [](const Tensor& t) { return t.view({2, -1, 2}); }},
-      {"view_xp_split_last", [](const Tensor& t) { return t.view({3, 2, 2, 2}); }},
-      {"view_xs_unit", [](const Tensor& t) { return t.view({2, 3, 2, 1}); }},
-      {"view_xt_1_4_3_2", [](const Tensor& t) { return t.view({1, 4, 3, 2}); }},
-      {"reshape_view", [](const Tensor& t) { return t.reshape({4, 6}); }},
+      {"view_2_m1_2",
+       [](const Tensor& t) {
+         return t.view({2, -1, 2});
+       }},
+      {"view_xp_split_last",
+       [](const Tensor& t) {
+         return t.view({3, 2, 2, 2});
+       }},
+      {"view_xs_unit",
+       [](const Tensor& t) {
+         return t.view({2, 3, 2, 1});
+       }},
+      {"view_xt_1_4_3_2",
+       [](const Tensor& t) {
+         return t.view({1, 4, 3, 2});
+       }},
+      {"reshape_view",
+       [](const Tensor& t) {
+         return t.reshape({4, 6});
+       }},
       {"reshape_copy_xt", [](const Tensor& t) { return t.reshape({24}); }},
-      {"reshape_copy_xs", [](const Tensor& t) { return t.reshape({-1, 3}); }},
-      {"as_strided_3x3", [](const Tensor& t) { return t.as_strided({3, 3}, {4, 1}, 2); }},
-      {"as_strided_overlap", [](const Tensor& t) { return t.as_strided({4, 3}, {1, 2}); }},
+      {"reshape_copy_xs",
+       [](const Tensor& t) {
+         return t.reshape({-1, 3});
+       }},
+      {"as_strided_3x3",
+       [](const Tensor& t) {
+         return t.as_strided({3, 3}, {4, 1}, 2);
+       }},
+      {"as_strided_overlap",
+       [](const Tensor& t) {
+         return t.as_strided({4, 3}, {1, 2});
+       }},
       {"narrow_1_1_2", [](const Tensor& t) { return t.narrow(1, 1, 2); }},
       {"narrow_neg", [](const Tensor& t) { return t.narrow(-1, -3, 2); }},
       {"narrow_xt", [](const Tensor& t) { return t.narrow(0, 1, 2); }},
@@ -51,12 +78,30 @@ const std::map<std::string, std::function<Tensor(const Tensor&)>>& view_ops() {
       {"transpose_0_2", [](const Tensor& t) { return t.transpose(0, 2); }},
       {"transpose_neg", [](const Tensor& t) { return t.transpose(-1, -2); }},
       {"transpose_xs", [](const Tensor& t) { return t.transpose(0, 1); }},
-      {"permute_2_0_1", [](const Tensor& t) { return t.permute({2, 0, 1}); }},
-      {"permute_xt", [](const Tensor& t) { return t.permute({1, 2, 0}); }},
-      {"expand_col", [](const Tensor& t) { return t.expand({3, 4}); }},
-      {"expand_lead", [](const Tensor& t) { return t.expand({2, 3, 5}); }},
-      {"expand_m1", [](const Tensor& t) { return t.expand({2, -1, 4}); }},
-      {"expand_narrow", [](const Tensor& t) { return t.narrow(1, 0, 1).expand({2, 3, 4}); }},
+      {"permute_2_0_1",
+       [](const Tensor& t) {
+         return t.permute({2, 0, 1});
+       }},
+      {"permute_xt",
+       [](const Tensor& t) {
+         return t.permute({1, 2, 0});
+       }},
+      {"expand_col",
+       [](const Tensor& t) {
+         return t.expand({3, 4});
+       }},
+      {"expand_lead",
+       [](const Tensor& t) {
+         return t.expand({2, 3, 5});
+       }},
+      {"expand_m1",
+       [](const Tensor& t) {
+         return t.expand({2, -1, 4});
+       }},
+      {"expand_narrow",
+       [](const Tensor& t) {
+         return t.narrow(1, 0, 1).expand({2, 3, 4});
+       }},
       {"squeeze_all", [](const Tensor& t) { return t.narrow(1, 0, 1).squeeze(); }},
       {"squeeze_dim", [](const Tensor& t) { return t.narrow(1, 0, 1).squeeze(1); }},
       {"squeeze_noop", [](const Tensor& t) { return t.squeeze(0); }},
@@ -70,8 +115,14 @@ const std::map<std::string, std::function<Tensor(const Tensor&)>>& view_ops() {
       {"flatten_xt", [](const Tensor& t) { return t.flatten(); }},
       {"flatten_xt_1", [](const Tensor& t) { return t.flatten(1); }},
       {"flatten_xp_1", [](const Tensor& t) { return t.flatten(1); }},
-      {"unflatten_2", [](const Tensor& t) { return t.unflatten(2, {2, 2}); }},
-      {"unflatten_neg", [](const Tensor& t) { return t.unflatten(-1, {-1, 2}); }},
+      {"unflatten_2",
+       [](const Tensor& t) {
+         return t.unflatten(2, {2, 2});
+       }},
+      {"unflatten_neg",
+       [](const Tensor& t) {
+         return t.unflatten(-1, {-1, 2});
+       }},
       {"contiguous_xt", [](const Tensor& t) { return t.contiguous(); }},
       {"clone_xs", [](const Tensor& t) { return t.clone(); }},
       {"to_f64_xt", [](const Tensor& t) { return t.to(kFloat64); }},
@@ -86,7 +137,10 @@ const std::map<std::string, std::function<std::vector<Tensor>(const Tensor&)>>& 
       {"chunk_2_dim2", [](const Tensor& t) { return t.chunk(2, 2); }},
       {"chunk_xt_3", [](const Tensor& t) { return t.chunk(3, 0); }},
       {"split_2_dim1", [](const Tensor& t) { return t.split(2, 1); }},
-      {"split_sizes_1_0_3", [](const Tensor& t) { return t.split_with_sizes({1, 0, 3}, 2); }},
+      {"split_sizes_1_0_3",
+       [](const Tensor& t) {
+         return t.split_with_sizes({1, 0, 3}, 2);
+       }},
       {"split_xp", [](const Tensor& t) { return t.split(3, -1); }},
   };
   return ops;
@@ -94,8 +148,8 @@ const std::map<std::string, std::function<std::vector<Tensor>(const Tensor&)>>& 
 
 // Ops whose result is a view of the base (the others copy).
 bool is_view_case(const std::string& name) {
-  return name != "reshape_copy_xt" && name != "reshape_copy_xs" && name != "flatten_xt" && name != "flatten_xt_1" &&
-         name != "flatten_xp_1" && name != "contiguous_xt" && name != "clone_xs" && name.rfind("to_", 0) != 0;
+  return name != "reshape_copy_xt" && name != "reshape_copy_xs" && name != "flatten_xt" && name != "flatten_xt_1" && name != "flatten_xp_1" &&
+         name != "contiguous_xt" && name != "clone_xs" && name.rfind("to_", 0) != 0;
 }
 
 TEST(ShapeGolden, ViewValuesStridesOffsets) {
@@ -166,23 +220,44 @@ TEST(Views, EveryViewSharesStorageAndWritesThrough) {
     std::function<Tensor(const Tensor&)> op;
   };
   const std::vector<Case> cases = {
-      {"view", [](const Tensor& t) { return t.view({6, 4}); }},
-      {"reshape", [](const Tensor& t) { return t.reshape({4, 6}); }},
-      {"as_strided", [](const Tensor& t) { return t.as_strided({3, 3}, {4, 1}, 2); }},
+      {"view",
+       [](const Tensor& t) {
+         return t.view({6, 4});
+       }},
+      {"reshape",
+       [](const Tensor& t) {
+         return t.reshape({4, 6});
+       }},
+      {"as_strided",
+       [](const Tensor& t) {
+         return t.as_strided({3, 3}, {4, 1}, 2);
+       }},
       {"narrow", [](const Tensor& t) { return t.narrow(2, 1, 2); }},
       {"slice", [](const Tensor& t) { return t.slice(2, 1, std::nullopt, 2); }},
       {"select", [](const Tensor& t) { return t.select(1, 2); }},
       {"transpose", [](const Tensor& t) { return t.transpose(0, 2); }},
-      {"permute", [](const Tensor& t) { return t.permute({1, 2, 0}); }},
-      {"expand", [](const Tensor& t) { return t.narrow(0, 1, 1).expand({5, 3, 4}); }},
+      {"permute",
+       [](const Tensor& t) {
+         return t.permute({1, 2, 0});
+       }},
+      {"expand",
+       [](const Tensor& t) {
+         return t.narrow(0, 1, 1).expand({5, 3, 4});
+       }},
       {"squeeze", [](const Tensor& t) { return t.narrow(0, 1, 1).squeeze(); }},
       {"squeeze_dim", [](const Tensor& t) { return t.narrow(0, 1, 1).squeeze(0); }},
       {"unsqueeze", [](const Tensor& t) { return t.unsqueeze(1); }},
       {"flatten", [](const Tensor& t) { return t.flatten(); }},
-      {"unflatten", [](const Tensor& t) { return t.unflatten(2, {2, 2}); }},
+      {"unflatten",
+       [](const Tensor& t) {
+         return t.unflatten(2, {2, 2});
+       }},
       {"chunk", [](const Tensor& t) { return t.chunk(2, 2)[1]; }},
       {"split", [](const Tensor& t) { return t.split(2, 1)[1]; }},
-      {"split_with_sizes", [](const Tensor& t) { return t.split_with_sizes({1, 3}, 2)[1]; }},
+      {"split_with_sizes",
+       [](const Tensor& t) {
+         return t.split_with_sizes({1, 3}, 2)[1];
+       }},
       {"t_of_select", [](const Tensor& t) { return t.select(0, 1).t(); }},
   };
   for (const Case& c : cases) {
@@ -202,15 +277,19 @@ TEST(Views, EveryViewSharesStorageAndWritesThrough) {
       int64_t pos = v.storage_offset();
       for (int64_t d = 0; d < v.dim(); ++d) pos += idx[d] * v.strides()[d];
       covered[pos] = true;
-      if (!overlapping) { EXPECT_EQ(b[pos], 1000.0f + static_cast<float>(i)) << "element " << i; }
+      if (!overlapping) {
+        EXPECT_EQ(b[pos], 1000.0f + static_cast<float>(i)) << "element " << i;
+      }
       for (int64_t d = v.dim() - 1; d >= 0; --d) {
         if (++idx[d] < v.sizes()[d]) break;
         idx[d] = 0;
       }
     }
     for (size_t pos = 0; pos < b.size(); ++pos) {
-      if (covered[pos]) EXPECT_GE(b[pos], 1000.0f);
-      else EXPECT_EQ(b[pos], static_cast<float>(pos)) << "position " << pos << " is outside the view";
+      if (covered[pos])
+        EXPECT_GE(b[pos], 1000.0f);
+      else
+        EXPECT_EQ(b[pos], static_cast<float>(pos)) << "position " << pos << " is outside the view";
     }
     EXPECT_EQ(v.version(), base.version()) << "views share the version counter";
     base.bump_version();

@@ -221,10 +221,9 @@ TEST(ShapeGrad, NodeNamesAsPyTorch) {
 TEST(ShapeGrad, ViewsAreMarkedAndCopiesAreNot) {
   Tensor x = rand_leaf({2, 3});
   auto is_view = [](const Tensor& t) { return t.unsafe_impl()->autograd && t.unsafe_impl()->autograd->is_view; };
-  for (const Tensor& v : {x.view({6}), x.reshape({3, 2}), x.narrow(1, 0, 2), x.slice(0, 1), x.select(0, 0), x.transpose(0, 1),
-                          x.permute({1, 0}), x.expand({4, 2, 3}), x.squeeze(), x.squeeze(0), x.unsqueeze(1), x.flatten(),
-                          x.unflatten(1, {3, 1}), x.as_strided({3}, {2}), x.chunk(2, 1)[1], x.split(1)[0],
-                          x.split_with_sizes({2, 1}, 1)[0]})
+  for (const Tensor& v : {x.view({6}), x.reshape({3, 2}), x.narrow(1, 0, 2), x.slice(0, 1), x.select(0, 0), x.transpose(0, 1), x.permute({1, 0}),
+                          x.expand({4, 2, 3}), x.squeeze(), x.squeeze(0), x.unsqueeze(1), x.flatten(), x.unflatten(1, {3, 1}), x.as_strided({3}, {2}),
+                          x.chunk(2, 1)[1], x.split(1)[0], x.split_with_sizes({2, 1}, 1)[0]})
     EXPECT_TRUE(is_view(v)) << v.grad_fn()->name();
   for (const Tensor& c : {x.clone(), x.t().contiguous(), cat({x, x}), stack({x}), x.to(kFloat32), x.t().reshape({6})})
     EXPECT_FALSE(is_view(c)) << c.grad_fn()->name();
@@ -245,18 +244,50 @@ TEST(ShapeGrad, BackwardOfBackwardIsTheViewAgain) {
       {"slice", {3, 4}, [](const Tensor& t) { return t.slice(1, 1, std::nullopt, 2); }},
       {"narrow", {3, 4}, [](const Tensor& t) { return t.narrow(0, 1, 2); }},
       {"select", {3, 4}, [](const Tensor& t) { return t.select(1, 2); }},
-      {"as_strided", {3, 4}, [](const Tensor& t) { return t.as_strided({3, 3}, {1, 2}, 1); }},
-      {"as_strided_of_expand", {3}, [](const Tensor& t) { return t.expand({2, 3}).as_strided({2, 2}, {1, 1}); }},
-      {"view", {3, 4}, [](const Tensor& t) { return t.view({2, 6}); }},
+      {"as_strided",
+       {3, 4},
+       [](const Tensor& t) {
+         return t.as_strided({3, 3}, {1, 2}, 1);
+       }},
+      {"as_strided_of_expand",
+       {3},
+       [](const Tensor& t) {
+         return t.expand({2, 3}).as_strided({2, 2}, {1, 1});
+       }},
+      {"view",
+       {3, 4},
+       [](const Tensor& t) {
+         return t.view({2, 6});
+       }},
       {"transpose", {3, 4}, [](const Tensor& t) { return t.t(); }},
-      {"permute", {2, 3, 2}, [](const Tensor& t) { return t.permute({2, 0, 1}); }},
-      {"expand", {3, 1}, [](const Tensor& t) { return t.expand({2, 3, 4}); }},
+      {"permute",
+       {2, 3, 2},
+       [](const Tensor& t) {
+         return t.permute({2, 0, 1});
+       }},
+      {"expand",
+       {3, 1},
+       [](const Tensor& t) {
+         return t.expand({2, 3, 4});
+       }},
       {"chunk", {4, 3}, [](const Tensor& t) { return t.chunk(2, 0)[1]; }},
-      {"split_with_sizes", {4, 3}, [](const Tensor& t) { return t.split_with_sizes({1, 2}, 1)[1]; }},
+      {"split_with_sizes",
+       {4, 3},
+       [](const Tensor& t) {
+         return t.split_with_sizes({1, 2}, 1)[1];
+       }},
       {"squeeze", {3, 1}, [](const Tensor& t) { return t.squeeze(); }},
       {"unsqueeze", {3}, [](const Tensor& t) { return t.unsqueeze(0); }},
-      {"cat", {2, 3}, [](const Tensor& t) { return cat({t, t.narrow(0, 0, 1)}, 0); }},
-      {"stack", {2, 3}, [](const Tensor& t) { return stack({t, t}, 1); }},
+      {"cat",
+       {2, 3},
+       [](const Tensor& t) {
+         return cat({t, t.narrow(0, 0, 1)}, 0);
+       }},
+      {"stack",
+       {2, 3},
+       [](const Tensor& t) {
+         return stack({t, t}, 1);
+       }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -66,8 +66,7 @@ struct Case {
 // Rows (last dim, long and short), column blocks (inner > 1 and inner > 1024: two blocks), and
 // middle dims.
 const std::vector<Case> kCases = {
-    {{64, 1000}, 1}, {{300, 7}, -1}, {{3, 5}, 1},           {{2000, 33}, 0},
-    {{40, 2, 1100}, 1}, {{4, 9, 5, 6}, 2}, {{1025, 3}, 0}, {{7, 1}, 1},
+    {{64, 1000}, 1}, {{300, 7}, -1}, {{3, 5}, 1}, {{2000, 33}, 0}, {{40, 2, 1100}, 1}, {{4, 9, 5, 6}, 2}, {{1025, 3}, 0}, {{7, 1}, 1},
 };
 
 TEST(Softmax, MatchesFloat64) {

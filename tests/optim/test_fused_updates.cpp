@@ -36,7 +36,9 @@ void check_adam_paths(const AdamScalars& s) {
   EXPECT_TRUE(same_bits(p, p1));
   EXPECT_TRUE(same_bits(m, m1));
   EXPECT_TRUE(same_bits(v, v1));
-  if (s.amsgrad) { EXPECT_TRUE(same_bits(vmax, vmax1)); }
+  if (s.amsgrad) {
+    EXPECT_TRUE(same_bits(vmax, vmax1));
+  }
 }
 
 template <typename T>
@@ -47,7 +49,9 @@ void check_sgd_paths(const SgdScalars& s, bool initialized) {
   sgd_update(p.data(), g.data(), buf.data(), initialized, static_cast<int64_t>(n), s);
   for (size_t i = 0; i < n; ++i) sgd_update(&p1[i], &g[i], &buf1[i], initialized, 1, s);
   EXPECT_TRUE(same_bits(p, p1));
-  if (s.momentum != 0) { EXPECT_TRUE(same_bits(buf, buf1)); }
+  if (s.momentum != 0) {
+    EXPECT_TRUE(same_bits(buf, buf1));
+  }
 }
 
 TEST(FusedUpdates, AdamVectorAndScalarPathsAgree) {
@@ -93,9 +97,9 @@ TEST(FusedUpdates, SgdFirstStepCopiesTheDirectionIntoTheBuffer) {
   s.weight_decay = 0.25;
   float p[2] = {1.0f, -2.0f}, g[2] = {0.5f, 1.0f}, buf[2] = {123.0f, 456.0f};
   sgd_update(p, g, buf, /*buffer_initialized=*/false, 2, s);
-  EXPECT_EQ(buf[0], 0.75f);   // 0.5 + 0.25 * 1
-  EXPECT_EQ(buf[1], 0.5f);    // 1 + 0.25 * -2
-  EXPECT_EQ(p[0], 0.625f);    // 1 - 0.5 * 0.75
+  EXPECT_EQ(buf[0], 0.75f);  // 0.5 + 0.25 * 1
+  EXPECT_EQ(buf[1], 0.5f);   // 1 + 0.25 * -2
+  EXPECT_EQ(p[0], 0.625f);   // 1 - 0.5 * 0.75
   EXPECT_EQ(p[1], -2.25f);
 }
 

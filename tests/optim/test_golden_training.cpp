@@ -46,9 +46,7 @@ void run_golden(const std::string& run, const std::function<std::unique_ptr<opti
 }
 
 TEST(GoldenTraining, SgdMomentumMatchesPyTorch) {
-  run_golden("sgd_momentum", [](std::vector<Tensor> p) {
-    return std::make_unique<optim::SGD>(std::move(p), optim::SGDOptions(0.1).momentum(0.9));
-  });
+  run_golden("sgd_momentum", [](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(std::move(p), optim::SGDOptions(0.1).momentum(0.9)); });
 }
 
 TEST(GoldenTraining, AdamMatchesPyTorch) {

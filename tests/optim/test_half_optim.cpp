@@ -80,9 +80,8 @@ TEST(HalfOptim, SgdMomentum) {
 
 TEST(HalfOptim, Adam) {
   expect_half_matches_float([](std::vector<Tensor> ps) { return std::make_unique<Adam>(ps, AdamOptions(0.01)); }, "Adam");
-  expect_half_matches_float(
-      [](std::vector<Tensor> ps) { return std::make_unique<Adam>(ps, AdamOptions(0.01).amsgrad(true).weight_decay(0.1)); },
-      "Adam amsgrad L2");
+  expect_half_matches_float([](std::vector<Tensor> ps) { return std::make_unique<Adam>(ps, AdamOptions(0.01).amsgrad(true).weight_decay(0.1)); },
+                            "Adam amsgrad L2");
 }
 
 TEST(HalfOptim, AdamW) {
@@ -102,7 +101,9 @@ TEST(HalfOptim, StateIsInTheParametersDtype) {
       OrderedDict<std::string, Tensor> saved;
       st->save("", saved);
       for (const auto& item : saved)
-        if (item.key() != "step") { EXPECT_EQ(item.value().dtype(), kBFloat16) << item.key(); }
+        if (item.key() != "step") {
+          EXPECT_EQ(item.value().dtype(), kBFloat16) << item.key();
+        }
     }
   }
 }

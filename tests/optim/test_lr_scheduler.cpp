@@ -114,8 +114,7 @@ std::unique_ptr<optim::LRScheduler> make_scheduler(optim::Optimizer& opt, const 
   const json& a = c["args"];
   auto num = [&](const char* key, double fallback) { return a.contains(key) ? a[key].get<double>() : fallback; };
   const std::string type = c["scheduler"];
-  if (type == "MultiStepLR")
-    return std::make_unique<optim::MultiStepLR>(opt, a["milestones"].get<std::vector<int64_t>>(), num("gamma", 0.1));
+  if (type == "MultiStepLR") return std::make_unique<optim::MultiStepLR>(opt, a["milestones"].get<std::vector<int64_t>>(), num("gamma", 0.1));
   if (type == "ExponentialLR") return std::make_unique<optim::ExponentialLR>(opt, a["gamma"].get<double>());
   if (type == "LinearLR")
     return std::make_unique<optim::LinearLR>(opt, num("start_factor", 1.0 / 3), num("end_factor", 1.0),
@@ -354,9 +353,11 @@ TEST(LRScheduler, CheckpointErrorsNameTheFileAndChangeNothing) {
 TEST(LRScheduler, NewSchedulersArgumentChecks) {
   Tensor w = zeros({2}).requires_grad_(true);
   SGD opt({w}, SGDOptions(0.1));
-  EXPECT_THAT([&] { optim::LinearLR(opt, 0.0); }, ThrowsMessage<ValueError>(HasSubstr("Starting multiplicative factor expected to be greater than 0")));
+  EXPECT_THAT([&] { optim::LinearLR(opt, 0.0); },
+              ThrowsMessage<ValueError>(HasSubstr("Starting multiplicative factor expected to be greater than 0")));
   EXPECT_THAT([&] { optim::LinearLR(opt, 1.5); }, ThrowsMessage<ValueError>(HasSubstr("Starting multiplicative factor")));
-  EXPECT_THAT([&] { optim::LinearLR(opt, 0.5, 1.2); }, ThrowsMessage<ValueError>(HasSubstr("Ending multiplicative factor expected to be between 0 and 1")));
+  EXPECT_THAT([&] { optim::LinearLR(opt, 0.5, 1.2); },
+              ThrowsMessage<ValueError>(HasSubstr("Ending multiplicative factor expected to be between 0 and 1")));
   EXPECT_EQ(opt.get_lr(0), 0.1);  // a rejected LinearLR did not touch the rate
   optim::LinearLR warm(opt, 0.5, 1.0, 2);
   EXPECT_EQ(opt.get_lr(0), 0.05);  // PyTorch: the start factor applies at construction

@@ -21,8 +21,7 @@ constexpr const char* kFile = "optim.json";
 // Bitwise equality of every element (NaN == NaN), naming the first difference.
 ::testing::AssertionResult bit_equal(const Tensor& actual, const json& expected_json) {
   Tensor expected = tensor_from_json(expected_json).to(actual.dtype());
-  if (actual.sizes() != expected.sizes())
-    return ::testing::AssertionFailure() << "shape " << actual.size_str() << " vs " << expected.size_str();
+  if (actual.sizes() != expected.sizes()) return ::testing::AssertionFailure() << "shape " << actual.size_str() << " vs " << expected.size_str();
   std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>();
   for (size_t i = 0; i < a.size(); ++i)
     if (std::memcmp(&a[i], &e[i], sizeof(double)) != 0)
@@ -63,10 +62,14 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const json& c, const std::vecto
     std::vector<Tensor> ps;
     for (const json& i : g["params"]) ps.push_back(params[i.get<size_t>()]);
     const json& o = g["options"];
-    if (o.empty()) groups.emplace_back(ps);  // no options at all: every default
-    else if (name == "SGD") groups.emplace_back(ps, sgd_options(o, optim::SGDOptions()));
-    else if (name == "Adam") groups.emplace_back(ps, adam_options(o, optim::AdamOptions()));
-    else groups.emplace_back(ps, adam_options(o, optim::AdamWOptions()));
+    if (o.empty())
+      groups.emplace_back(ps);  // no options at all: every default
+    else if (name == "SGD")
+      groups.emplace_back(ps, sgd_options(o, optim::SGDOptions()));
+    else if (name == "Adam")
+      groups.emplace_back(ps, adam_options(o, optim::AdamOptions()));
+    else
+      groups.emplace_back(ps, adam_options(o, optim::AdamWOptions()));
   }
   const json& d = c["defaults"];
   if (name == "SGD") return std::make_unique<optim::SGD>(groups, sgd_options(d, optim::SGDOptions(d["lr"].get<double>())));
@@ -90,8 +93,7 @@ TEST_P(OptimizerGolden, TrajectoryMatchesPyTorch) {
   auto opt = make_optimizer(c, params);
   std::unique_ptr<optim::LRScheduler> scheduler;
   if (c.contains("scheduler"))
-    scheduler = std::make_unique<optim::CosineAnnealingLR>(*opt, c["scheduler"]["T_max"].get<int64_t>(),
-                                                           c["scheduler"]["eta_min"].get<double>());
+    scheduler = std::make_unique<optim::CosineAnnealingLR>(*opt, c["scheduler"]["T_max"].get<int64_t>(), c["scheduler"]["eta_min"].get<double>());
   const json& grads = file["grads"];
   ASSERT_EQ(grads.size(), c["after"].size());
   for (size_t step = 0; step < grads.size(); ++step) {
@@ -136,13 +138,11 @@ TEST_P(SchedulerGolden, LearningRatesMatchPyTorch) {
   const json& args = c["args"];
   std::unique_ptr<optim::LRScheduler> s;
   if (c["scheduler"] == "StepLR") {
-    s = args.contains("gamma")
-            ? std::make_unique<optim::StepLR>(opt, args["step_size"].get<int64_t>(), args["gamma"].get<double>())
-            : std::make_unique<optim::StepLR>(opt, args["step_size"].get<int64_t>());
+    s = args.contains("gamma") ? std::make_unique<optim::StepLR>(opt, args["step_size"].get<int64_t>(), args["gamma"].get<double>())
+                               : std::make_unique<optim::StepLR>(opt, args["step_size"].get<int64_t>());
   } else {
-    s = args.contains("eta_min")
-            ? std::make_unique<optim::CosineAnnealingLR>(opt, args["T_max"].get<int64_t>(), args["eta_min"].get<double>())
-            : std::make_unique<optim::CosineAnnealingLR>(opt, args["T_max"].get<int64_t>());
+    s = args.contains("eta_min") ? std::make_unique<optim::CosineAnnealingLR>(opt, args["T_max"].get<int64_t>(), args["eta_min"].get<double>())
+                                 : std::make_unique<optim::CosineAnnealingLR>(opt, args["T_max"].get<int64_t>());
   }
   const json& lrs = c["lrs"];
   for (size_t step = 0; step < lrs.size(); ++step) {

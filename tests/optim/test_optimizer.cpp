@@ -53,8 +53,8 @@ void expect_error(F&& f, const std::string& part) {
 
 TEST(OptimizerGroups, UnsetGroupOptionsInheritTheDefaults) {
   Tensor a = leaf({3}, 1), b = leaf({3}, 2), c = leaf({3}, 3);
-  SGD opt({OptimizerParamGroup({a}),                                       // no options: all defaults
-           OptimizerParamGroup({b}, SGDOptions().lr(0.01)),                // lr only
+  SGD opt({OptimizerParamGroup({a}),                                               // no options: all defaults
+           OptimizerParamGroup({b}, SGDOptions().lr(0.01)),                        // lr only
            OptimizerParamGroup({c}, SGDOptions().momentum(0.0).nesterov(false))},  // explicit values win
           SGDOptions(0.1).momentum(0.9).weight_decay(0.01).dampening(0.0));
   ASSERT_EQ(opt.param_groups().size(), 3u);
@@ -126,7 +126,7 @@ TEST(OptimizerStep, ZeroGradBothModes) {
   EXPECT_EQ(b.grad().abs().sum().item<double>(), 0.0);
   (a.sum() * 2).backward();
   EXPECT_EQ(a.grad().sum().item<double>(), 12.0);  // accumulated into the zeroed gradient
-  opt.zero_grad();  // default: set to none
+  opt.zero_grad();                                 // default: set to none
   EXPECT_FALSE(a.grad().defined());
   EXPECT_FALSE(b.grad().defined());
   opt.zero_grad();  // nothing to do: fine
@@ -236,8 +236,7 @@ TEST(OptimizerErrors, ParameterLists) {
   expect_error<ValueError>([] { SGD(std::vector<Tensor>{}, SGDOptions(0.1)); }, "empty parameter list");
   expect_error<ValueError>([] { Adam(std::vector<OptimizerParamGroup>{}); }, "empty parameter list");
   Tensor a = leaf({2}, 1);
-  expect_error<ValueError>([&] { SGD({OptimizerParamGroup({a}), OptimizerParamGroup({a})}, SGDOptions(0.1)); },
-                           "appears more than once");
+  expect_error<ValueError>([&] { SGD({OptimizerParamGroup({a}), OptimizerParamGroup({a})}, SGDOptions(0.1)); }, "appears more than once");
   expect_error<ValueError>([&] { SGD({a, a}, SGDOptions(0.1)); }, "appears more than once");
   Tensor nonleaf = a * 2;
   expect_error<ValueError>([&] { SGD({nonleaf}, SGDOptions(0.1)); }, "can't optimize a non-leaf Tensor");
@@ -262,8 +261,7 @@ TEST(OptimizerErrors, HyperParameters) {
   expect_error<ValueError>([&] { SGD({a}, SGDOptions(0.1).momentum(-0.5)); }, "invalid momentum value: -0.5");
   expect_error<ValueError>([&] { SGD({a}, SGDOptions(0.1).weight_decay(-1)); }, "invalid weight_decay value: -1");
   expect_error<ValueError>([&] { SGD({a}, SGDOptions(0.1).nesterov(true)); }, "Nesterov momentum requires a momentum and zero dampening");
-  expect_error<ValueError>([&] { SGD({a}, SGDOptions(0.1).nesterov(true).momentum(0.9).dampening(0.1)); },
-                           "zero dampening");
+  expect_error<ValueError>([&] { SGD({a}, SGDOptions(0.1).nesterov(true).momentum(0.9).dampening(0.1)); }, "zero dampening");
   expect_error<ValueError>([&] { Adam({a}, AdamOptions(-1e-3)); }, "Adam: invalid learning rate");
   expect_error<ValueError>([&] { Adam({a}, AdamOptions().betas({1.0, 0.999})); }, "invalid beta parameter at index 0: 1");
   expect_error<ValueError>([&] { Adam({a}, AdamOptions().betas({0.9, -0.1})); }, "invalid beta parameter at index 1: -0.1");
@@ -271,8 +269,7 @@ TEST(OptimizerErrors, HyperParameters) {
   expect_error<ValueError>([&] { Adam({a}, AdamOptions().eps(-1)); }, "invalid epsilon value");
   expect_error<ValueError>([&] { AdamW({a}, AdamWOptions().weight_decay(-0.01)); }, "invalid weight_decay value");
   // A group's options are checked after inheritance: nesterov from the group, momentum 0 from the defaults.
-  expect_error<ValueError>([&] { SGD({OptimizerParamGroup({a}, SGDOptions().nesterov(true))}, SGDOptions(0.1)); },
-                           "Nesterov");
+  expect_error<ValueError>([&] { SGD({OptimizerParamGroup({a}, SGDOptions().nesterov(true))}, SGDOptions(0.1)); }, "Nesterov");
   // Options of another optimizer's type.
   expect_error<ValueError>([&] { SGD({OptimizerParamGroup({a}, AdamOptions(0.1))}, SGDOptions(0.1)); }, "SGDOptions");
 }
@@ -283,9 +280,7 @@ TEST(OptimizerErrors, HyperParameters) {
 // (on copies of the parameters) with the state loaded, 10 more steps: both must agree bit for bit.
 void check_round_trip(const std::function<std::unique_ptr<optim::Optimizer>(const std::vector<Tensor>&)>& make,
                       const std::vector<std::string>& expected_keys) {
-  auto make_params = [] {
-    return std::vector<Tensor>{leaf({3, 4}, 11), leaf({6}, 12, kFloat64), leaf({2}, 13), leaf({40}, 14)};
-  };
+  auto make_params = [] { return std::vector<Tensor>{leaf({3, 4}, 11), leaf({6}, 12, kFloat64), leaf({2}, 13), leaf({40}, 14)}; };
   auto set_grads = [](std::vector<Tensor>& ps, int k) {
     for (size_t i = 0; i < ps.size(); ++i) ps[i].set_grad(i == 2 ? Tensor() : fake_grad(ps[i], k, static_cast<int>(i)));
   };
@@ -315,7 +310,9 @@ void check_round_trip(const std::function<std::unique_ptr<optim::Optimizer>(cons
     const optim::OptimizerState own = fresh->state_dict();
     for (const auto& item : saved.tensors)
       for (const auto& o : own.tensors)
-        if (o.key() == item.key() && item.key().find(".step") == std::string::npos) { EXPECT_FALSE(o.value().is_same(item.value())); }
+        if (o.key() == item.key() && item.key().find(".step") == std::string::npos) {
+          EXPECT_FALSE(o.value().is_same(item.value()));
+        }
   }
   for (int k = 10; k < 20; ++k) {
     set_grads(ref, k);
@@ -329,10 +326,9 @@ void check_round_trip(const std::function<std::unique_ptr<optim::Optimizer>(cons
 TEST(OptimizerStateDict, SgdRoundTripContinuesIdentically) {
   check_round_trip(
       [](const std::vector<Tensor>& p) {
-        return std::make_unique<SGD>(
-            std::vector<OptimizerParamGroup>{OptimizerParamGroup({p[0], p[1]}),
-                                             OptimizerParamGroup({p[2], p[3]}, SGDOptions().lr(0.05).nesterov(true))},
-            SGDOptions(0.1).momentum(0.9));
+        return std::make_unique<SGD>(std::vector<OptimizerParamGroup>{OptimizerParamGroup({p[0], p[1]}),
+                                                                      OptimizerParamGroup({p[2], p[3]}, SGDOptions().lr(0.05).nesterov(true))},
+                                     SGDOptions(0.1).momentum(0.9));
       },
       {"state.0.momentum_buffer", "state.1.momentum_buffer", "state.3.momentum_buffer"});
 }
@@ -345,8 +341,8 @@ TEST(OptimizerStateDict, AdamRoundTripContinuesIdentically) {
                                              OptimizerParamGroup({p[2], p[3]}, AdamOptions().amsgrad(true).weight_decay(0.1))},
             AdamOptions(0.01));
       },
-      {"state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq", "state.1.step", "state.1.exp_avg", "state.1.exp_avg_sq",
-       "state.3.step", "state.3.exp_avg", "state.3.exp_avg_sq", "state.3.max_exp_avg_sq"});
+      {"state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq", "state.1.step", "state.1.exp_avg", "state.1.exp_avg_sq", "state.3.step",
+       "state.3.exp_avg", "state.3.exp_avg_sq", "state.3.max_exp_avg_sq"});
 }
 
 TEST(OptimizerStateDict, AdamWRoundTripContinuesIdentically) {
@@ -354,8 +350,8 @@ TEST(OptimizerStateDict, AdamWRoundTripContinuesIdentically) {
       [](const std::vector<Tensor>& p) {
         return std::make_unique<AdamW>(std::vector<Tensor>{p[0], p[1], p[2], p[3]}, AdamWOptions(0.02).maximize(true));
       },
-      {"state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq", "state.1.step", "state.1.exp_avg", "state.1.exp_avg_sq",
-       "state.3.step", "state.3.exp_avg", "state.3.exp_avg_sq"});
+      {"state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq", "state.1.step", "state.1.exp_avg", "state.1.exp_avg_sq", "state.3.step",
+       "state.3.exp_avg", "state.3.exp_avg_sq"});
 }
 
 TEST(OptimizerStateDict, LayoutMatchesTorchOptim) {
@@ -385,8 +381,7 @@ TEST(OptimizerStateDict, LayoutMatchesTorchOptim) {
   opt.load_state_dict(s);
   EXPECT_EQ(static_cast<optim::AdamParamState&>(*opt.state().at(a.unsafe_impl())).step, 2);
   // The state aliases the buffers (as PyTorch's does).
-  EXPECT_TRUE(opt.state_dict().tensors["state.0.exp_avg"].is_same(
-      static_cast<optim::AdamParamState&>(*opt.state().at(a.unsafe_impl())).exp_avg));
+  EXPECT_TRUE(opt.state_dict().tensors["state.0.exp_avg"].is_same(static_cast<optim::AdamParamState&>(*opt.state().at(a.unsafe_impl())).exp_avg));
 }
 
 TEST(OptimizerStateDict, LoadChecksAndLeavesTheOptimizerUnchangedOnError) {
@@ -414,28 +409,25 @@ TEST(OptimizerStateDict, LoadChecksAndLeavesTheOptimizerUnchangedOnError) {
                            "the loaded state has 1 parameter groups but this optimizer has 2");
   expect_error<ValueError>([&] { opt.load_state_dict(groups_json([](nlohmann::json& j) { j[1]["params"].push_back(7); })); },
                            "param group 1 has 2 parameters in the loaded state but 1 in this optimizer");
-  expect_error<ShapeError>(
-      [&] { opt.load_state_dict(with([](optim::OptimizerState& s) { s.tensors["state.1.momentum_buffer"] = zeros({4}); })); },
-      "state.1.momentum_buffer has shape [4] but its parameter has shape [3]");
-  expect_error<ValueError>(
-      [&] { opt.load_state_dict(with([](optim::OptimizerState& s) { s.tensors.insert("state.0.exp_avg", zeros({2, 2})); })); },
-      "unexpected key 'state.0.exp_avg'");
+  expect_error<ShapeError>([&] { opt.load_state_dict(with([](optim::OptimizerState& s) { s.tensors["state.1.momentum_buffer"] = zeros({4}); })); },
+                           "state.1.momentum_buffer has shape [4] but its parameter has shape [3]");
+  expect_error<ValueError>([&] { opt.load_state_dict(with([](optim::OptimizerState& s) {
+                                   s.tensors.insert("state.0.exp_avg", zeros({2, 2}));
+                                 })); },
+                           "unexpected key 'state.0.exp_avg'");
   expect_error<ValueError>(
       [&] { opt.load_state_dict(with([](optim::OptimizerState& s) { s.tensors.insert("state.5.momentum_buffer", zeros({3})); })); },
       "refers to parameter 5");
-  expect_error<ValueError>(
-      [&] { opt.load_state_dict(with([](optim::OptimizerState& s) { s.tensors.insert("momentum", zeros({3})); })); },
-      "unexpected key 'momentum'");
+  expect_error<ValueError>([&] { opt.load_state_dict(with([](optim::OptimizerState& s) { s.tensors.insert("momentum", zeros({3})); })); },
+                           "unexpected key 'momentum'");
   expect_error<ValueError>([&] { opt.load_state_dict(with([](optim::OptimizerState& s) { s.metadata.erase("param_groups"); })); },
                            "no 'param_groups'");
-  expect_error<ValueError>([&] { opt.load_state_dict(with([](optim::OptimizerState& s) { s.metadata["param_groups"] = "[{"; })); },
-                           "not valid JSON");
+  expect_error<ValueError>([&] { opt.load_state_dict(with([](optim::OptimizerState& s) { s.metadata["param_groups"] = "[{"; })); }, "not valid JSON");
   expect_error<ValueError>([&] { opt.load_state_dict(with([](optim::OptimizerState& s) { s.metadata["optimizer"] = "Adam"; })); },
                            "saved by Adam, not SGD");
   expect_error<ValueError>([&] { opt.load_state_dict(groups_json([](nlohmann::json& j) { j[0]["momentum"] = "high"; })); },
                            "option 'momentum' must be a number");
-  expect_error<ValueError>([&] { opt.load_state_dict(groups_json([](nlohmann::json& j) { j[0]["lr"] = -1.0; })); },
-                           "invalid learning rate");
+  expect_error<ValueError>([&] { opt.load_state_dict(groups_json([](nlohmann::json& j) { j[0]["lr"] = -1.0; })); }, "invalid learning rate");
   // Nothing changed by the failed loads.
   EXPECT_EQ(opt.get_lr(0), 0.1);
   EXPECT_TRUE(bits_equal(opt.state_dict().tensors["state.0.momentum_buffer"], buf_before));

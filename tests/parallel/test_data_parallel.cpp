@@ -477,9 +477,10 @@ TEST_F(DataParallelTest, ImbalanceWarningFollowsPyTorch) {
   // Memory first: GPU 1 has under 75% of GPU 2's memory.
   auto w = imbalance_warning(gpus, {{80, 100}, {50, 132}, {81, 100}});
   ASSERT_TRUE(w.has_value());
-  EXPECT_EQ(*w,
-            "\n    There is an imbalance between your GPUs. You may want to exclude GPU 1 which\n    has less than 75% of the memory or cores of GPU "
-            "2. You can do so by setting\n    the device_ids argument to DataParallel, or by setting the CUDA_VISIBLE_DEVICES\n    environment variable.");
+  EXPECT_EQ(
+      *w,
+      "\n    There is an imbalance between your GPUs. You may want to exclude GPU 1 which\n    has less than 75% of the memory or cores of GPU "
+      "2. You can do so by setting\n    the device_ids argument to DataParallel, or by setting the CUDA_VISIBLE_DEVICES\n    environment variable.");
   // Balanced memory: multiprocessors are compared (ties go to the first).
   w = imbalance_warning(gpus, {{80, 132}, {80, 66}, {80, 132}});
   ASSERT_TRUE(w.has_value());

@@ -18,11 +18,10 @@
 namespace dp::parallel {
 namespace {
 
-#define DP_REQUIRE_CUDA_DEVICES(n)                                                                                 \
-  DP_REQUIRE_GPU();                                                                                                \
-  if (cuda_device_count() < (n))                                                                                   \
-  GTEST_SKIP() << "needs " << (n) << " CUDA devices, there are " << cuda_device_count()                            \
-               << " (one GPU gives more with DP_CUDA_VIRTUAL_DEVICES)"
+#define DP_REQUIRE_CUDA_DEVICES(n) \
+  DP_REQUIRE_GPU();                \
+  if (cuda_device_count() < (n))   \
+  GTEST_SKIP() << "needs " << (n) << " CUDA devices, there are " << cuda_device_count() << " (one GPU gives more with DP_CUDA_VIRTUAL_DEVICES)"
 
 std::vector<Device> cuda_devices(int n) {
   std::vector<Device> d;
@@ -106,8 +105,10 @@ TEST(CommCuda, ReduceAddCoalescedSumsOntoAnyDestination) {
       ASSERT_EQ(out.size(), expected.size());
       for (size_t i = 0; i < out.size(); ++i) {
         EXPECT_EQ(out[i].device(), dest);
-        if (is_floating_point(out[i].dtype())) EXPECT_LT(rel_err(out[i], expected[i]), kTol) << "tensor " << i;
-        else EXPECT_TRUE(equal(out[i].cpu(), expected[i])) << "tensor " << i;
+        if (is_floating_point(out[i].dtype()))
+          EXPECT_LT(rel_err(out[i], expected[i]), kTol) << "tensor " << i;
+        else
+          EXPECT_TRUE(equal(out[i].cpu(), expected[i])) << "tensor " << i;
       }
     }
   }
@@ -128,7 +129,7 @@ TEST(CommCuda, GradientReductionTreatsMissingGradientsAsAbsent) {
   ASSERT_EQ(out.size(), 3u);
   for (const Tensor& t : out) EXPECT_EQ(t.device(), Device::cuda(0));
   EXPECT_LT(rel_err(out[0], a + b), kTol);
-  EXPECT_TRUE(equal(out[1].cpu(), c));      // one contribution: moved over
+  EXPECT_TRUE(equal(out[1].cpu(), c));           // one contribution: moved over
   EXPECT_TRUE(equal(out[2].cpu(), zeros({4})));  // none: zeros
 }
 
@@ -216,8 +217,10 @@ void check_mlp(int n, int64_t rows, Device input_device, std::optional<Device> o
       }
       ASSERT_TRUE(g.defined()) << p[i].key();
       EXPECT_EQ(g.device(), Device::cuda(0)) << p[i].key();
-      if (unused) EXPECT_TRUE(equal(g.cpu(), zeros(g.sizes()))) << p[i].key();
-      else EXPECT_LT(rel_err(g, p_ref[i].value().grad()), kTol) << "gradient of " << p[i].key();
+      if (unused)
+        EXPECT_TRUE(equal(g.cpu(), zeros(g.sizes()))) << p[i].key();
+      else
+        EXPECT_LT(rel_err(g, p_ref[i].value().grad()), kTol) << "gradient of " << p[i].key();
     }
     opt.step();
     opt_ref.step();
@@ -357,7 +360,9 @@ TEST(DataParallelCuda, NoImbalanceWarningForDevicesOfOneGpu) {
 #endif
   WarningCapture capture;
   nn::DataParallel<Mlp> net(model, cuda_devices(cuda_device_count()));
-  if (one_gpu) { EXPECT_TRUE(capture.messages().empty()); }
+  if (one_gpu) {
+    EXPECT_TRUE(capture.messages().empty());
+  }
 }
 
 // BatchNorm in training normalises each replica's chunk on its own, so the reference is DataParallel

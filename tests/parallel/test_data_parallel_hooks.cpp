@@ -117,9 +117,8 @@ TEST_F(DataParallelHooks, HooksOnTheWrapperFireOnceWithTheWholeBatch) {
     log.add("fwd " + out.size_str() + "@" + out.device().str() + (Worker::current() == nullptr ? "" : " !thread"));
     return out + 1.0;
   });
-  net->register_full_backward_hook([&](Module&, const TensorList& gi, const TensorList& go) {
-    log.add("bwd " + gi[0].size_str() + " " + go[0].size_str());
-  });
+  net->register_full_backward_hook(
+      [&](Module&, const TensorList& gi, const TensorList& go) { log.add("bwd " + gi[0].size_str() + " " + go[0].size_str()); });
   Tensor x = randn({6, 5}, TensorOptions().device("cpu:0")).requires_grad_(true);
   Tensor y = net(x);
   EXPECT_EQ(log.take(), (std::multiset<std::string>{"pre [6, 5]", "fwd [6, 2]@cpu:0"}));

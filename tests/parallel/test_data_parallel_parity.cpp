@@ -76,8 +76,10 @@ TEST_F(DataParallelParity, BufferRequiringGradGetsPyTorchsGradientOnAnyDeviceCou
                                               {"input", x.grad()}};
     for (const auto& [name, g] : grads) {
       EXPECT_TRUE(all_close(g, c["grads"][name], 1e-5, 1e-6)) << name;
-      if (n == 1) single_device[name] = g;
-      else EXPECT_TRUE(allclose(g, single_device.at(name), 1e-5, 1e-6)) << name;
+      if (n == 1)
+        single_device[name] = g;
+      else
+        EXPECT_TRUE(allclose(g, single_device.at(name), 1e-5, 1e-6)) << name;
     }
   }
 }
@@ -201,7 +203,7 @@ TEST_F(DataParallelParity, ZeroGradInAReplicaWarnsOncePerReplicaSetAndChangesNot
   EXPECT_TRUE(equal(model->fc->weight.grad(), g1));
   y.sum().backward();
   EXPECT_TRUE(allclose(model->fc->weight.grad(), g1 * 2.0, 1e-6, 1e-6));  // accumulated
-  net->invalidate_replicas();  // rebuilt replicas belong to the same set: no new warning
+  net->invalidate_replicas();                                             // rebuilt replicas belong to the same set: no new warning
   for (int i = 0; i < 3; ++i) net(x);
   EXPECT_EQ(capture.messages().size(), 1u);
   nn::DataParallel<ClearsGrads> other(model, cpu_devices(2));  // a new replica set warns once more
@@ -372,7 +374,9 @@ TEST_F(DataParallelParity, ReplicaErrorsSayWhichRowsOfTheBatchTheReplicaGot) {
   // parallel_apply alone knows nothing of a batch: the context is the replica and device only.
   SplitOptions split;
   split.devices = cpu_devices(2);
-  msg = message_of<ShapeError>([&] { parallel_apply(replicate(model, split.devices), scatter_args(std::make_tuple(randn({4, 4})), split), split.devices); });
+  msg = message_of<ShapeError>([&] {
+    parallel_apply(replicate(model, split.devices), scatter_args(std::make_tuple(randn({4, 4})), split), split.devices);
+  });
   EXPECT_NE(msg.find("Caught dp::ShapeError in replica 1 on device cpu:1.\nOriginal message: unexpected slice of size [2, 4]"), std::string::npos)
       << msg;
 }

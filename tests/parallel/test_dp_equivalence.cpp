@@ -43,16 +43,37 @@ struct Case {
 
 template <typename M>
 Case make_case(const char* name, std::function<Tensor(int64_t)> input) {
-  return {name, [] { auto m = std::make_shared<M>(); m->template remember_type<M>(); return nn::ModulePtr(m); }, std::move(input)};
+  return {name,
+          [] {
+            auto m = std::make_shared<M>();
+            m->template remember_type<M>();
+            return nn::ModulePtr(m);
+          },
+          std::move(input)};
 }
 
 std::vector<Case> cases() {
   return {
-      make_case<Mlp>("mlp", [](int64_t b) { return randn({b, 8}); }),
-      make_case<Cnn>("cnn", [](int64_t b) { return randn({b, 1, 8, 8}); }),
-      make_case<EmbeddingModel>("embedding", [](int64_t b) { return randint(0, 50, {b, 3}); }),
-      make_case<LstmModel>("lstm", [](int64_t b) { return randn({b, 4, 3}); }),
-      make_case<ContainerModel>("containers", [](int64_t b) { return randn({b, 8}); }),
+      make_case<Mlp>("mlp",
+                     [](int64_t b) {
+                       return randn({b, 8});
+                     }),
+      make_case<Cnn>("cnn",
+                     [](int64_t b) {
+                       return randn({b, 1, 8, 8});
+                     }),
+      make_case<EmbeddingModel>("embedding",
+                                [](int64_t b) {
+                                  return randint(0, 50, {b, 3});
+                                }),
+      make_case<LstmModel>("lstm",
+                           [](int64_t b) {
+                             return randn({b, 4, 3});
+                           }),
+      make_case<ContainerModel>("containers",
+                                [](int64_t b) {
+                                  return randn({b, 8});
+                                }),
   };
 }
 
@@ -139,9 +160,8 @@ TEST_P(Equivalence, Embedding) { run_all<EmbeddingModel>(cases()[2], GetParam())
 TEST_P(Equivalence, Lstm) { run_all<LstmModel>(cases()[3], GetParam()); }
 TEST_P(Equivalence, Containers) { run_all<ContainerModel>(cases()[4], GetParam()); }
 
-INSTANTIATE_TEST_SUITE_P(Devices, Equivalence, ::testing::Values(1, 2, 3, 4), [](const auto& info) {
-  return std::to_string(info.param) + "devices";
-});
+INSTANTIATE_TEST_SUITE_P(Devices, Equivalence, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "devices"; });
 
 }  // namespace
 }  // namespace dp::parallel

@@ -179,8 +179,7 @@ TEST_F(DpModuleTypes, UninitializedLazyModulesAreRefusedUntilADummyForward) {
   auto got = model->named_parameters();
   auto want = reference->named_parameters();
   ASSERT_EQ(got.keys(), (std::vector<std::string>{"pre.weight", "pre.bias", "body.1.weight", "body.1.bias"}));
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_TRUE(allclose(got[i].value().grad().cpu(), want[i].value().grad(), 1e-5, 1e-6)) << got[i].key();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(allclose(got[i].value().grad().cpu(), want[i].value().grad(), 1e-5, 1e-6)) << got[i].key();
 }
 
 TEST_F(DpModuleTypes, OneDeviceCallsTheLazyModuleDirectlyAsPyTorchDoes) {

@@ -86,9 +86,7 @@ TEST_F(ParallelLoss, UserCriteria) {
   // A Tensor-returning criterion is a mean over its slice's rows.
   expect_same([](const Tensor& out, const Tensor& t) { return (out - t).pow(2).sum({1}).mean(); }, 3, target, 3, "row-mean lambda", 10);
   // A LossPart gives the exact rule: here a mean over elements.
-  auto part = [](const Tensor& out, const Tensor& t) {
-    return LossPart{(out - t).abs().sum(), full({}, static_cast<double>(out.numel()))};
-  };
+  auto part = [](const Tensor& out, const Tensor& t) { return LossPart{(out - t).abs().sum(), full({}, static_cast<double>(out.numel()))}; };
   manual_seed(3);
   auto model = std::make_shared<Model>(3);
   auto reference = nn::clone(model);
@@ -116,7 +114,8 @@ TEST_F(ParallelLoss, TheOutputDeviceHoldsOnlyScalars) {
     Tensor forward(const Tensor& x) {
       Tensor y = fc(x);
       int64_t n = y.numel(), cur = largest->load();
-      while (n > cur && !largest->compare_exchange_weak(cur, n)) {}
+      while (n > cur && !largest->compare_exchange_weak(cur, n)) {
+      }
       return y;
     }
   };

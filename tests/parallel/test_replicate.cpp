@@ -57,15 +57,15 @@ TEST_F(Replicate, ReplicasShareOrCopyTensorsAsDocumented) {
     EXPECT_NE(reps[j].get(), net.get());
     EXPECT_EQ(r.w.device(), d);
     EXPECT_EQ(r.fc->weight.device(), d);
-    EXPECT_TRUE(r.tied.is_same(r.w));                 // tied weights stay tied
-    EXPECT_EQ(r.w.data_ptr(), net->w.data_ptr());      // host memory: parameters are not copied
-    EXPECT_FALSE(r.w.is_leaf());                       // linked to the original for backward
+    EXPECT_TRUE(r.tied.is_same(r.w));              // tied weights stay tied
+    EXPECT_EQ(r.w.data_ptr(), net->w.data_ptr());  // host memory: parameters are not copied
+    EXPECT_FALSE(r.w.is_leaf());                   // linked to the original for backward
     EXPECT_TRUE(r.w.requires_grad());
-    EXPECT_FALSE(r.frozen.requires_grad());            // a frozen parameter stays frozen
+    EXPECT_FALSE(r.frozen.requires_grad());                      // a frozen parameter stays frozen
     EXPECT_EQ(r.parameters().size(), net->parameters().size());  // unlike PyTorch, replicas expose parameters
-    EXPECT_TRUE(r.cache.is_same(net->cache));          // unregistered members are shared
+    EXPECT_TRUE(r.cache.is_same(net->cache));                    // unregistered members are shared
   }
-  EXPECT_TRUE(reps[0]->steps.is_same(net->steps));     // replica 0's buffers are the originals
+  EXPECT_TRUE(reps[0]->steps.is_same(net->steps));  // replica 0's buffers are the originals
   EXPECT_FALSE(reps[1]->steps.is_same(net->steps));
   EXPECT_NE(reps[1]->steps.data_ptr(), net->steps.data_ptr());
 }
@@ -86,7 +86,7 @@ TEST_F(Replicate, BackwardSumsEveryReplicasGradientIntoTheOriginals) {
   reference->forward(x).pow(2).sum().backward();
   EXPECT_TRUE(allclose(net->w.grad().cpu(), reference->w.grad(), 1e-5, 1e-6));
   EXPECT_TRUE(allclose(net->fc->weight.grad().cpu(), reference->fc->weight.grad(), 1e-5, 1e-6));
-  ASSERT_TRUE(net->unused.grad().defined());           // unused parameters get zeros, not None
+  ASSERT_TRUE(net->unused.grad().defined());  // unused parameters get zeros, not None
   EXPECT_TRUE(equal(net->unused.grad().cpu(), zeros({2})));
   EXPECT_FALSE(net->frozen.grad().defined());
   // Replica 0 updated the original buffer in place; the others updated their own copies.
@@ -106,7 +106,8 @@ TEST_F(Replicate, DoubleBackwardThroughReplicas) {
   Tensor x = randn({4, 2}).to(kFloat64);
   net->to("cpu:0");
   auto reps = replicate(net, cpu_devices(2));
-  Tensor loss = (reps[0]->forward(x.narrow(0, 0, 2).to("cpu:0")).pow(3).sum() + reps[1]->forward(x.narrow(0, 2, 2).to("cpu:1")).pow(3).sum().to("cpu:0"));
+  Tensor loss =
+      (reps[0]->forward(x.narrow(0, 0, 2).to("cpu:0")).pow(3).sum() + reps[1]->forward(x.narrow(0, 2, 2).to("cpu:1")).pow(3).sum().to("cpu:0"));
   Tensor g = autograd::grad({loss}, {net->weight}, {}, false, /*create_graph=*/true)[0];
   g.pow(2).sum().backward();
   Tensor loss_ref = ref->forward(x).pow(3).sum();

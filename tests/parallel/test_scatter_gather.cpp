@@ -169,7 +169,8 @@ TEST_F(ScatterGather, GatheredStructsAndOptionals) {
 }
 
 TEST_F(ScatterGather, MapsWithDifferentKeysAreAClearError) {
-  std::vector<std::map<std::string, Tensor>> outs{{{"loss", randn({1})}, {"logits", randn({1, 2})}}, {{"loss", randn({1})}, {"probs", randn({1, 2})}}};
+  std::vector<std::map<std::string, Tensor>> outs{{{"loss", randn({1})}, {"logits", randn({1, 2})}},
+                                                  {{"loss", randn({1})}, {"probs", randn({1, 2})}}};
   try {
     gather_outputs(outs, Device::cpu());
     FAIL();

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 #if DP_HAVE_CUDA
 #include "dp/cuda/cuda.h"
-#define DP_REQUIRE_GPU()                                                                                     \
-  do {                                                                                                       \
+#define DP_REQUIRE_GPU()                                                                                      \
+  do {                                                                                                        \
     if (!::dp::cuda::is_available()) GTEST_SKIP() << "no CUDA device is visible (cuda::device_count() == 0)"; \
   } while (0)
 #else

@@ -93,11 +93,16 @@ std::string error_of(F&& f) {
 
 inline double tol_for(DType dt) {
   switch (dt) {
-    case DType::Float64: return 1e-12;
-    case DType::Float32: return 1e-6;
-    case DType::Float16: return 2e-3;
-    case DType::BFloat16: return 1.6e-2;
-    default: return 0.0;
+    case DType::Float64:
+      return 1e-12;
+    case DType::Float32:
+      return 1e-6;
+    case DType::Float16:
+      return 2e-3;
+    case DType::BFloat16:
+      return 1.6e-2;
+    default:
+      return 0.0;
   }
 }
 
@@ -108,7 +113,9 @@ inline void expect_rel(const Tensor& gpu, const Tensor& cpu, double tol, const s
   ASSERT_TRUE(gpu.defined() && cpu.defined()) << what;
   ASSERT_TRUE(gpu.is_cuda()) << what;
   ASSERT_EQ(gpu.sizes(), cpu.sizes()) << what;
-  if (check_dtype) { ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what; }
+  if (check_dtype) {
+    ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
+  }
   const std::vector<double> g = gpu.to(Device::cpu(), kFloat64).contiguous().to_vector<double>();
   const std::vector<double> c = cpu.to(kFloat64).contiguous().to_vector<double>();
   double num = 0, den = 0;
@@ -190,8 +197,10 @@ inline void compare(const std::string& what, const std::vector<Tensor>& inputs, 
   SCOPED_TRACE(what);
   const Run c = run_on(Device::cpu(), inputs, diff, f);
   const Run g = run_on(kGpu, inputs, diff, f);
-  if (exact_forward) expect_same(g.out, c.out, what + " forward");
-  else expect_rel(g.out, c.out, tol, what + " forward");
+  if (exact_forward)
+    expect_same(g.out, c.out, what + " forward");
+  else
+    expect_rel(g.out, c.out, tol, what + " forward");
   ASSERT_EQ(g.grads.size(), c.grads.size());
   for (size_t k = 0; k < c.grads.size(); ++k) expect_rel(g.grads[k], c.grads[k], tol, what + " gradient " + std::to_string(k));
 }

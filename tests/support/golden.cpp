@@ -74,8 +74,8 @@ json tensor_to_json(const Tensor& t) {
   for (size_t i = 0; i < a.size(); ++i) {
     bool ok = (std::isnan(a[i]) && std::isnan(e[i])) || a[i] == e[i] || std::fabs(a[i] - e[i]) <= atol + rtol * std::fabs(e[i]);
     if (!ok)
-      return ::testing::AssertionFailure() << "element " << i << " (of " << a.size() << "): " << a[i] << " vs expected " << e[i]
-                                           << " (rtol " << rtol << ", atol " << atol << ")";
+      return ::testing::AssertionFailure() << "element " << i << " (of " << a.size() << "): " << a[i] << " vs expected " << e[i] << " (rtol " << rtol
+                                           << ", atol " << atol << ")";
   }
   return ::testing::AssertionSuccess();
 }

@@ -39,8 +39,7 @@ autograd::GradcheckOptions library_options(const GradcheckOptions& o, std::strin
         if (gi.defined()) total = total + (gi * gi).sum();
       return total;
     };
-    if (!autograd::gradcheck(first, inputs, library_options(opts, &message)))
-      return ::testing::AssertionFailure() << "double backward: " << message;
+    if (!autograd::gradcheck(first, inputs, library_options(opts, &message))) return ::testing::AssertionFailure() << "double backward: " << message;
   } catch (const ValueError& e) {
     return ::testing::AssertionFailure() << e.what();
   }

@@ -17,9 +17,9 @@ struct Mlp : nn::Module {
 struct Cnn : nn::Module {
   nn::Sequential net{nullptr};
   Cnn() {
-    net = register_module("net", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 4, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
-                                                nn::Conv2d(nn::Conv2dOptions(4, 6, 3).padding(1)), nn::ReLU(), nn::Flatten(),
-                                                nn::Linear(6 * 4 * 4, 4)));
+    net = register_module("net",
+                          nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 4, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
+                                         nn::Conv2d(nn::Conv2dOptions(4, 6, 3).padding(1)), nn::ReLU(), nn::Flatten(), nn::Linear(6 * 4 * 4, 4)));
   }
   Tensor forward(const Tensor& x) { return net->forward(x); }
 };

@@ -45,7 +45,8 @@ void expect_weights(const std::string& save, int world, const dp::nn::TensorDict
     auto mine = dp::load(save + "." + std::to_string(r));
     for (const auto& item : reference) {
       ASSERT_TRUE(mine.contains(item.key())) << item.key();
-      EXPECT_EQ(std::memcmp(mine[item.key()].data_ptr(), first[item.key()].data_ptr(), item.value().nbytes()), 0) << "rank " << r << " " << item.key();
+      EXPECT_EQ(std::memcmp(mine[item.key()].data_ptr(), first[item.key()].data_ptr(), item.value().nbytes()), 0)
+          << "rank " << r << " " << item.key();
       EXPECT_TRUE(dp::allclose(mine[item.key()], item.value(), 1e-5, 1e-6)) << "rank " << r << " " << item.key();
     }
   }
@@ -190,7 +191,7 @@ TEST(DpRun, AFailedProgramWithoutAnErrorFileIsReportedSo) {
   for (int r = 0; r < 2; ++r) {
     const std::string line = report_of(run->output(), r);
     EXPECT_TRUE(std::regex_search(line, std::regex("^dp-run: rank " + std::to_string(r) + " \\(node 0, local " + std::to_string(r) +
-                                                  ", pid [0-9]+\\) exited with status 4 after [0-9.]+ s \\(no error recorded\\)$")))
+                                                   ", pid [0-9]+\\) exited with status 4 after [0-9.]+ s \\(no error recorded\\)$")))
         << run->output();
   }
   EXPECT_TRUE(contains(run->output(), "dp-run: job failed (exit status 1); first failure: rank ")) << run->output();
@@ -283,8 +284,11 @@ TEST(DpRun, TimelineMergesEveryRanksTrace) {
     const std::string name = e.at("name").get<std::string>();
     if (name == "process_name") process_names[pid] = e.at("args").at("name").get<std::string>();
     ++names[pid][name];
-    if (e.at("ph") == "X") { EXPECT_GE(e.at("dur").get<int64_t>(), 0); }
-    const bool ready = std::regex_match(name, std::regex("bucket [0-9]+ ready")), reduce = std::regex_match(name, std::regex("allreduce bucket [0-9]+"));
+    if (e.at("ph") == "X") {
+      EXPECT_GE(e.at("dur").get<int64_t>(), 0);
+    }
+    const bool ready = std::regex_match(name, std::regex("bucket [0-9]+ ready")),
+               reduce = std::regex_match(name, std::regex("allreduce bucket [0-9]+"));
     if (!ready && !reduce) continue;
     const nlohmann::json& args = e.at("args");
     EXPECT_EQ(args.at("rank").get<int>(), pid) << e.dump();

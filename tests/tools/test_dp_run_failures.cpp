@@ -25,8 +25,8 @@ TEST(DpRunFailures, AKilledRankIsReportedWithin2sAndTheJobEndsWithin3s) {
   const auto report = run->wait_for_line("dp-run: rank 1 ", milliseconds(10000));
   const int64_t reported_at = mono_ms();
   ASSERT_TRUE(report.has_value()) << run->output();
-  EXPECT_TRUE(std::regex_search(*report, std::regex("^dp-run: rank 1 \\(node 0, local 1, pid " + std::to_string(pids[1]) +
-                                                    "\\) was killed by SIGKILL after [0-9.]+ s$")))
+  EXPECT_TRUE(std::regex_search(
+      *report, std::regex("^dp-run: rank 1 \\(node 0, local 1, pid " + std::to_string(pids[1]) + "\\) was killed by SIGKILL after [0-9.]+ s$")))
       << *report;
   EXPECT_LE(reported_at - killed_at, 2000) << "dp-run reported the killed rank after " << reported_at - killed_at << " ms";
   ASSERT_EQ(run->wait_exit(milliseconds(15000)), 1) << run->output();
@@ -55,8 +55,8 @@ TEST(DpRunFailures, AKilledRankIsReportedWithin2sAndTheJobEndsWithin3s) {
     EXPECT_TRUE(contains(line, "exited with status 3 after")) << line;
     EXPECT_TRUE(contains(line, ": PeerLostError: ")) << line;
   }
-  EXPECT_TRUE(contains(out, "dp-run: job failed (exit status 1); first failure: rank 1 (node 0, local 1, pid " + std::to_string(pids[1]) +
-                                ") was killed by SIGKILL"))
+  EXPECT_TRUE(contains(
+      out, "dp-run: job failed (exit status 1); first failure: rank 1 (node 0, local 1, pid " + std::to_string(pids[1]) + ") was killed by SIGKILL"))
       << out;
   std::printf("[ measured ] kill -> dp-run's report %lld ms; %d of 2 survivors named rank 1, the slowest after %lld ms; dp-run ended after %lld ms\n",
               static_cast<long long>(reported_at - killed_at), named, static_cast<long long>(slowest_survivor),
@@ -80,7 +80,8 @@ TEST(DpRunFailures, AStoppedRankIsANamedTimeoutWithinTheTimeoutPlus2s) {
   EXPECT_LE(reported_at - stopped_at, 2000 + 2000) << *report;
   // The stopped rank is continued and terminated by dp-run, not left stopped.
   ASSERT_EQ(run->wait_exit(milliseconds(15000)), 1) << run->output();
-  EXPECT_TRUE(std::regex_search(report_of(run->output(), 1), std::regex("pid " + std::to_string(pids[1]) + "\\) was stopped by dp-run \\(SIGTERM\\)")))
+  EXPECT_TRUE(
+      std::regex_search(report_of(run->output(), 1), std::regex("pid " + std::to_string(pids[1]) + "\\) was stopped by dp-run \\(SIGTERM\\)")))
       << run->output();
   EXPECT_TRUE(process_gone(pids[1]));
   std::printf("[ measured ] SIGSTOP -> dp-run's report of the timeout %lld ms (timeout 2000 ms)\n", static_cast<long long>(reported_at - stopped_at));
@@ -88,7 +89,8 @@ TEST(DpRunFailures, AStoppedRankIsANamedTimeoutWithinTheTimeoutPlus2s) {
 
 TEST(DpRunFailures, ARankThatSkipsABackwardIsReportedWithBothRanksPositions) {
   DP_RUN_REQUIRE_BINARY();
-  auto run = start_dp_run(job({"--nproc-per-node", "2", "--timeout", "2"}, {"--steps", "100", "--fail-rank", "1", "--fail-at", "3", "--fail-how", "skip-backward"}));
+  auto run = start_dp_run(
+      job({"--nproc-per-node", "2", "--timeout", "2"}, {"--steps", "100", "--fail-rank", "1", "--fail-at", "3", "--fail-how", "skip-backward"}));
   ASSERT_TRUE(run->wait_for_line("SKIPPED 3 rank=1", kRun)) << run->output();
   ASSERT_EQ(run->wait_exit(milliseconds(20000)), 1) << run->output();
   const std::string line = report_of(run->output(), 0);
@@ -116,12 +118,14 @@ TEST(DpRunFailures, ARankThatNeverStartsIsNamedInARendezvousError) {
   EXPECT_TRUE(contains(report_of(out, 1), "was stopped by dp-run (SIGTERM)")) << out;
   // Whichever of the two timed out first.
   EXPECT_TRUE(std::regex_search(out, std::regex("first failure: rank [02] \\(node 0, local [02], pid [0-9]+\\) exited with status 3 after [0-9.]+ s: "
-                                                "RendezvousError: "))) << out;
+                                                "RendezvousError: ")))
+      << out;
 }
 
 TEST(DpRunFailures, ACrashIsTheFirstFailureNotThePeersItTookDown) {
   DP_RUN_REQUIRE_BINARY();
-  auto run = start_dp_run(job({"--nproc-per-node", "3", "--timeout", "20"}, {"--steps", "100", "--fail-rank", "2", "--fail-at", "3", "--fail-how", "abort"}));
+  auto run = start_dp_run(
+      job({"--nproc-per-node", "3", "--timeout", "20"}, {"--steps", "100", "--fail-rank", "2", "--fail-at", "3", "--fail-how", "abort"}));
   ASSERT_EQ(run->wait_exit(kRun), 1) << run->output();
   const std::string out = run->output();
   EXPECT_TRUE(std::regex_search(report_of(out, 2), std::regex("was killed by SIGABRT after [0-9.]+ s"))) << out;

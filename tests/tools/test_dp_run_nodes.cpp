@@ -22,8 +22,8 @@ constexpr milliseconds kRun{40000};
 
 // dp-run as node `node` of `nnodes` at 127.0.0.1:port.
 std::vector<std::string> node_options(int node, int nnodes, int port, int nproc, std::vector<std::string> more = {}) {
-  std::vector<std::string> o{"--nnodes",      std::to_string(nnodes), "--node-rank",    std::to_string(node), "--master-addr", "127.0.0.1",
-                             "--master-port", std::to_string(port),   "--nproc-per-node", std::to_string(nproc)};
+  std::vector<std::string> o{"--nnodes",  std::to_string(nnodes), "--node-rank",        std::to_string(node), "--master-addr",
+                             "127.0.0.1", "--master-port",        std::to_string(port), "--nproc-per-node",   std::to_string(nproc)};
   o.insert(o.end(), more.begin(), more.end());
   return o;
 }
@@ -92,16 +92,15 @@ TEST(DpRunNodes, ACrashOnOneNodeIsTheFirstFailureOnBoth) {
   const std::string survivor = report_of(n0->output(), 0);
   EXPECT_TRUE(contains(survivor, ": PeerLostError: ") || contains(survivor, "was stopped by dp-run (SIGTERM)")) << n0->output();
   EXPECT_TRUE(contains(report_of(n1->output(), 2), "was killed by SIGABRT")) << n1->output();
-  for (auto* n : {n0.get(), n1.get()})
-    EXPECT_TRUE(contains(n->output(), "first failure: rank 2 (node 1, local 1, pid ")) << n->output();
+  for (auto* n : {n0.get(), n1.get()}) EXPECT_TRUE(contains(n->output(), "first failure: rank 2 (node 1, local 1, pid ")) << n->output();
 }
 
 TEST(DpRunNodes, RestartsAcrossNodesAgreeOnTheAttempt) {
   DP_RUN_REQUIRE_BINARY();
   dp::test::TempDir dir;
   const int port = free_port();
-  const std::vector<std::string> worker{"--steps", "6", "--checkpoint", dir.file("ckpt"), "--fail-rank", "1", "--fail-at", "3",
-                                        "--fail-how", "exit:7", "--fail-restart", "0"};
+  const std::vector<std::string> worker{"--steps",   "6", "--checkpoint", dir.file("ckpt"), "--fail-rank",    "1",
+                                        "--fail-at", "3", "--fail-how",   "exit:7",         "--fail-restart", "0"};
   // Node 0's restart limit is the job's.
   auto n0 = start_dp_run(job(node_options(0, 2, port, 1, {"--timeout", "10", "--max-restarts", "1"}), worker));
   auto n1 = start_dp_run(job(node_options(1, 2, port, 1, {"--timeout", "10", "--max-restarts", "9"}), worker));
@@ -121,8 +120,8 @@ TEST(DpRunNodes, ANodeThatNeverComesIsNamed) {
   auto n0 = start_dp_run(node_options(0, 3, port, 1, {"--rdzv-timeout", "2", "--", "/bin/true"}));
   ASSERT_EQ(n0->wait_exit(kRun), 3) << n0->output();
   EXPECT_LT(mono_ms() - start, 2000 + 3000);
-  EXPECT_TRUE(contains(n0->output(), "dp-run: node rendezvous failed: nodes 1, 2 did not join within the --rdzv-timeout (store 127.0.0.1:" +
-                                         std::to_string(port)))
+  EXPECT_TRUE(contains(n0->output(),
+                       "dp-run: node rendezvous failed: nodes 1, 2 did not join within the --rdzv-timeout (store 127.0.0.1:" + std::to_string(port)))
       << n0->output();
   // A node whose node 0 never comes says where it looked.
   auto lonely = start_dp_run(node_options(1, 2, free_port(), 1, {"--rdzv-timeout", "1", "--", "/bin/true"}));
@@ -146,8 +145,9 @@ TEST(DpRunNodes, ANodeRankGivenTwiceIsRefused) {
 // dp-run as node `node` in its namespace: `ip netns exec <ns> dp-run ...` (ip execs dp-run itself).
 std::unique_ptr<WorkerProcess> dp_run_on(const dp::test::TwoHosts& hosts, int node, int port, const std::vector<std::string>& options,
                                          const std::vector<std::string>& worker_args) {
-  std::vector<std::string> args{"netns", "exec", hosts.ns(node), kDpRun, "--nnodes", "2", "--node-rank", std::to_string(node), "--master-addr",
-                                hosts.address(0), "--master-port", std::to_string(port)};
+  std::vector<std::string> args{
+      "netns",          "exec",          hosts.ns(node),      kDpRun, "--nnodes", "2", "--node-rank", std::to_string(node), "--master-addr",
+      hosts.address(0), "--master-port", std::to_string(port)};
   args.insert(args.end(), options.begin(), options.end());
   args.push_back("--");
   args.push_back(kWorker);

@@ -127,7 +127,8 @@ TEST(DpRunTimeline, MergesRanksAndNamesThem) {
                         "[\n{\"name\": \"backward\", \"ph\": \"X\", \"ts\": 10, \"dur\": 5, \"pid\": 0, \"tid\": 0},\n"
                         "{\"name\": \"allreduce bucket 0\", \"ph\": \"X\", \"ts\": 12, \"dur\": 2, \"pid\": 0, \"tid\": 1},\n");
   // Rank 1 was killed while writing: its last line is cut.
-  dp::test::write_bytes(dir.file("r1"), "[\n{\"name\": \"backward\", \"ph\": \"X\", \"ts\": 11, \"dur\": 4, \"pid\": 1, \"tid\": 0},\n{\"name\": \"bac");
+  dp::test::write_bytes(dir.file("r1"),
+                        "[\n{\"name\": \"backward\", \"ph\": \"X\", \"ts\": 11, \"dur\": 4, \"pid\": 1, \"tid\": 0},\n{\"name\": \"bac");
   const std::string out = dir.file("trace.json");
   const MergeResult m = merge_timelines({{dir.file("r0"), 0, 0}, {dir.file("r1"), 1, 1}, {dir.file("missing"), 2, 1}}, out);
   EXPECT_EQ(m.events, 3u);
@@ -199,7 +200,8 @@ TEST(DpRunProcess, FindsTheProgramAndSaysWhyNot) {
     EXPECT_TRUE(std::string(e.what()).rfind("cannot run '/proc/self/cwd': ", 0) == 0) << e.what();
   }
   // A started program is in its own process group and gets the environment it was given.
-  const pid_t pid = spawn_process("/bin/sh", {"sh", "-c", "set -- $(cat /proc/$$/stat); test \"$5\" = $$ && test \"$X\" = y"}, {"X=y", "PATH=/bin:/usr/bin"});
+  const pid_t pid =
+      spawn_process("/bin/sh", {"sh", "-c", "set -- $(cat /proc/$$/stat); test \"$5\" = $$ && test \"$X\" = y"}, {"X=y", "PATH=/bin:/usr/bin"});
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;

@@ -19,13 +19,13 @@ using namespace dp_train_ddp_test;
 
 // 52 rows in batches of 7: 8 steps an epoch, the last of 3 rows. On 2 processes a batch is split
 // 4+3 and the last 2+1; on 3, 3+2+2 and 1+1+1.
-const std::vector<std::string> kSmall{"--model", "mlp", "--hidden", "16", "--data", "random", "--data-size", "52", "--batch-size", "7",
-                                      "--epochs", "2", "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--progress", "lines"};
+const std::vector<std::string> kSmall{"--model",  "mlp", "--hidden",    "16",  "--data", "random", "--data-size", "52",  "--batch-size", "7",
+                                      "--epochs", "2",   "--optimizer", "sgd", "--lr",   "0.1",    "--momentum",  "0.9", "--progress",   "lines"};
 
 // Long enough to be interrupted after a few steps: 400 rows in batches of 10, 60 steps of Adam
 // (40 an epoch, so the run crosses an epoch end).
-const std::vector<std::string> kLong{"--model", "mlp", "--hidden", "16", "--data", "random", "--data-size", "400", "--batch-size", "10",
-                                     "--steps", "60", "--optimizer", "adam", "--lr", "0.01", "--progress", "none"};
+const std::vector<std::string> kLong{"--model", "mlp",     "--hidden", "16",          "--data", "random", "--data-size", "400",        "--batch-size",
+                                     "10",      "--steps", "60",       "--optimizer", "adam",   "--lr",   "0.01",        "--progress", "none"};
 
 class DpTrainDdp : public ::testing::Test {
  protected:
@@ -54,8 +54,7 @@ TEST_F(DpTrainDdp, OneTwoAndThreeProcessesTrainTheSameModel) {
     const std::string expect = world == 2 ? "over 2 processes: rank 0 .* samples/s (60 samples), rank 1 .* samples/s (44 samples)"
                                           : "over 3 processes: rank 0 .* samples/s (44 samples), rank 1 .* samples/s (30 samples), "
                                             "rank 2 .* samples/s (30 samples)";
-    EXPECT_TRUE(std::regex_search(out, std::regex("throughput: [0-9]+ samples/s " + std::regex_replace(expect, std::regex("[()]"), "\\$&"))))
-        << out;
+    EXPECT_TRUE(std::regex_search(out, std::regex("throughput: [0-9]+ samples/s " + std::regex_replace(expect, std::regex("[()]"), "\\$&")))) << out;
     const auto end = events(read_jsonl(log), "end");
     ASSERT_EQ(end.size(), 1u);
     EXPECT_EQ(end[0].at("world_size"), world);
@@ -80,8 +79,8 @@ TEST_F(DpTrainDdp, OneTwoAndThreeProcessesTrainTheSameModel) {
 // with another framework runs) on 1 and 3 processes end on the same weights. The starting weights
 // are those of one SGD step from the seed's, so they are not what the seed would initialise.
 TEST_F(DpTrainDdp, InitAndNoShuffleOnOneAndThreeProcessesReachTheSameWeights) {
-  const std::vector<std::string> base{"--model", "mlp", "--hidden", "16", "--data", "random", "--data-size", "52", "--batch-size", "7",
-                                      "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--progress", "none"};
+  const std::vector<std::string> base{"--model",     "mlp", "--hidden", "16",  "--data",     "random", "--data-size", "52",  "--batch-size", "7",
+                                      "--optimizer", "sgd", "--lr",     "0.1", "--momentum", "0.9",    "--progress",  "none"};
   const std::string init = dir.file("init.safetensors");
   Result first = run(concat(base, {"--steps", "1", "--save", init}), dir, "init");
   ASSERT_EQ(first.status, 0) << describe(first);
@@ -160,9 +159,10 @@ TEST_F(DpTrainDdp, SignalToOneRankStopsAllAndTheCheckpointResumesOnAnyWorldSize)
   EXPECT_TRUE(contains(three.output[0], "batch 10 split 4+3+3 over the ranks")) << three.output[0];
   const double diff3 = max_abs_diff(dir.file("three.safetensors"), dir.file("straight.safetensors"));
   EXPECT_LT(diff3, 1e-5);
-  std::printf("2 processes stopped at step %lld and resumed on 1 / 3 processes vs uninterrupted on 2: max |weight difference| %g / %g "
-              "(on 2: identical)\n",
-              static_cast<long long>(stopped_at), diff1, diff3);
+  std::printf(
+      "2 processes stopped at step %lld and resumed on 1 / 3 processes vs uninterrupted on 2: max |weight difference| %g / %g "
+      "(on 2: identical)\n",
+      static_cast<long long>(stopped_at), diff1, diff3);
 }
 
 // --stop-after stops every rank; a launcher restart (DP_RESTART_COUNT=1) of the same command then
@@ -170,7 +170,8 @@ TEST_F(DpTrainDdp, SignalToOneRankStopsAllAndTheCheckpointResumesOnAnyWorldSize)
 TEST_F(DpTrainDdp, RestartedJobResumesFromItsCheckpoint) {
   Ranks straight = run_world(2, concat(kSmall, {"--save", dir.file("straight.safetensors")}));
   for (int s : straight.status) ASSERT_EQ(s, 0) << straight.all();
-  const std::vector<std::string> job = concat(kSmall, {"--checkpoint-dir", dir.file("ck"), "--save", dir.file("w.safetensors"), "--log", dir.file("log.jsonl")});
+  const std::vector<std::string> job =
+      concat(kSmall, {"--checkpoint-dir", dir.file("ck"), "--save", dir.file("w.safetensors"), "--log", dir.file("log.jsonl")});
 
   Ranks first = run_world(2, concat(job, {"--stop-after", "5"}));
   EXPECT_EQ(first.status, (std::vector<int>{0, 0})) << first.all();
@@ -190,7 +191,8 @@ TEST_F(DpTrainDdp, RestartedJobResumesFromItsCheckpoint) {
   EXPECT_EQ(starts[1].at("restart"), 1);
 
   // A restart before any checkpoint was written starts the run again.
-  Ranks fresh = run_world(2, concat(kSmall, {"--checkpoint-dir", dir.file("empty"), "--save", dir.file("fresh.safetensors")}), {"DP_RESTART_COUNT=1"});
+  Ranks fresh =
+      run_world(2, concat(kSmall, {"--checkpoint-dir", dir.file("empty"), "--save", dir.file("fresh.safetensors")}), {"DP_RESTART_COUNT=1"});
   for (int s : fresh.status) ASSERT_EQ(s, 0) << fresh.all();
   EXPECT_TRUE(contains(fresh.output[0], "holds no checkpoint yet, so the run starts again")) << fresh.output[0];
   EXPECT_TRUE(same_weights(dir.file("fresh.safetensors"), dir.file("straight.safetensors")));
@@ -198,7 +200,8 @@ TEST_F(DpTrainDdp, RestartedJobResumesFromItsCheckpoint) {
 
 // --stop-after given to rank 1 only: the vote stops rank 0 after the same step.
 TEST_F(DpTrainDdp, StopAfterOnOneRankStopsEveryRankAfterThatStep) {
-  Ranks r = run_ranks({concat(kSmall, {"--checkpoint-dir", dir.file("ck")}), concat(kSmall, {"--checkpoint-dir", dir.file("ck"), "--stop-after", "3"})});
+  Ranks r =
+      run_ranks({concat(kSmall, {"--checkpoint-dir", dir.file("ck")}), concat(kSmall, {"--checkpoint-dir", dir.file("ck"), "--stop-after", "3"})});
   EXPECT_EQ(r.status, (std::vector<int>{0, 0})) << r.all();
   EXPECT_TRUE(contains(r.output[0], "stopped after 3 steps (--stop-after) (all 2 processes) at step 3 of 16")) << r.all();
   EXPECT_EQ(checkpoint_step(dir.file("ck")), 3);

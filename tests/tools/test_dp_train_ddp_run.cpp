@@ -25,8 +25,8 @@ const char* kDpRun = nullptr;
 // Long enough to be stopped on the way: 400 rows in batches of 10, 120 steps of Adam (3 epochs).
 // One device per process whatever share of the cores dp-run gives, so the reference runs (one CPU
 // device each) split the batches the same way.
-const std::vector<std::string> kRun{"--model", "mlp", "--hidden", "16", "--data", "random", "--data-size", "400", "--batch-size", "10",
-                                    "--steps", "120", "--optimizer", "adam", "--lr", "0.01", "--progress", "none", "--devices", "cpu:0"};
+const std::vector<std::string> kRun{"--model", "mlp", "--hidden",    "16",   "--data", "random", "--data-size", "400",  "--batch-size", "10",
+                                    "--steps", "120", "--optimizer", "adam", "--lr",   "0.01",   "--progress",  "none", "--devices",    "cpu:0"};
 
 // dp-run --nproc-per-node 2 [launcher options] -- dp-train ARGS, with `env` added to the test's
 // environment, its output read as it runs.
@@ -127,7 +127,8 @@ TEST_F(DpTrainDpRun, TwoProcessesTrainTheCnnToTheAccuracy) {
 TEST_F(DpTrainDpRun, CtrlCReachesTheWorkersWhichCheckpointAndExit) {
   const std::string log = dir.file("log.jsonl"), ck = dir.file("ck");
   auto p = start_dp_run({}, concat(kRun, {"--checkpoint-dir", ck, "--log", log}));
-  ASSERT_TRUE(wait_for_log(*p, log, [](const nlohmann::json& r) { return r.at("event") == "step" && r.at("step").get<int>() >= 3; }, milliseconds(60000)))
+  ASSERT_TRUE(wait_for_log(
+      *p, log, [](const nlohmann::json& r) { return r.at("event") == "step" && r.at("step").get<int>() >= 3; }, milliseconds(60000)))
       << p->output();
   p->signal(SIGINT);
   EXPECT_EQ(finish(*p, milliseconds(60000)), 130) << p->output();
@@ -152,7 +153,9 @@ TEST_F(DpTrainDpRun, CtrlCReachesTheWorkersWhichCheckpointAndExit) {
 TEST_F(DpTrainDpRun, KilledWorkerRestartsAndTheRunEndsOnTheResumedWeights) {
   const std::string log = dir.file("log.jsonl"), ck = dir.file("ck"), saved = dir.file("restarted.safetensors");
   auto p = start_dp_run({"--max-restarts", "1"}, concat(kRun, {"--checkpoint-dir", ck, "--checkpoint-every", "10", "--log", log, "--save", saved}));
-  ASSERT_TRUE(wait_for_log(*p, log, [](const nlohmann::json& r) { return r.at("event") == "checkpoint"; }, milliseconds(60000))) << p->output();
+  ASSERT_TRUE(wait_for_log(
+      *p, log, [](const nlohmann::json& r) { return r.at("event") == "checkpoint"; }, milliseconds(60000)))
+      << p->output();
   const pid_t victim = worker_pid(p->pid(), 1);
   ASSERT_GT(victim, 0) << "no worker with RANK=1 under dp-run " << p->pid();
   ::kill(victim, SIGKILL);
@@ -204,8 +207,8 @@ TEST_F(DpTrainDpRun, SgdStepsMatchPyTorch) {
 TEST_F(DpTrainDpRun, TimelineHasEveryRanksOptimizerSteps) {
   constexpr int kSteps = 4;
   const std::string trace_file = dir.file("trace.json");
-  auto p = start_dp_run({"--timeline", trace_file}, {"--model", "mlp", "--hidden", "16", "--data", "random", "--data-size", "80", "--batch-size", "10",
-                                                     "--steps", std::to_string(kSteps), "--progress", "none", "--devices", "cpu:0"});
+  auto p = start_dp_run({"--timeline", trace_file}, {"--model", "mlp", "--hidden", "16", "--data", "random", "--data-size", "80", "--batch-size",
+                                                     "10", "--steps", std::to_string(kSteps), "--progress", "none", "--devices", "cpu:0"});
   ASSERT_EQ(finish(*p, milliseconds(60000)), 0) << p->output();
   EXPECT_TRUE(contains(p->output(), "dp-run: timeline: ")) << p->output();
   const nlohmann::json trace = nlohmann::json::parse(read_text(trace_file));

@@ -99,9 +99,10 @@ inline void expect_sgd_steps_match_pytorch(const std::string& python, const Temp
   for (const char* batch : {"64", "65"}) {
     SCOPED_TRACE(std::string("batch ") + batch);
     const std::string saved = dir.file(std::string("saved") + batch + ".safetensors"), log = dir.file(std::string("log") + batch + ".jsonl");
-    std::vector<std::string> args{"--model", "mlp", "--hidden", "32", "--data", "fashion-mnist", "--no-shuffle", "--steps", "3", "--batch-size", batch,
-                                  "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--schedule", "constant", "--init", init, "--save", saved,
-                                  "--log", log};
+    std::vector<std::string> args{"--model", "mlp",        "--hidden",     "32",         "--data",      "fashion-mnist", "--no-shuffle",
+                                  "--steps", "3",          "--batch-size", batch,        "--optimizer", "sgd",           "--lr",
+                                  "0.1",     "--momentum", "0.9",          "--schedule", "constant",    "--init",        init,
+                                  "--save",  saved,        "--log",        log};
     std::vector<std::string> env;
     if (std::string(batch) == "65") {
       args = concat(args, {"--devices", "cpu:0,cpu:1"});

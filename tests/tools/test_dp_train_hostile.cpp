@@ -66,14 +66,20 @@ TEST(DpTrainHostile, EveryNumericOptionIsRangeChecked) {
     std::vector<std::string> extra = {};
   };
   std::vector<Case> numeric;
-  for (const char* option : {"--hidden", "--data-size", "--batch-size", "--epochs", "--steps", "--workers", "--log-every",
-                             "--checkpoint-every", "--stop-after", "--seed"}) {
+  for (const char* option : {"--hidden", "--data-size", "--batch-size", "--epochs", "--steps", "--workers", "--log-every", "--checkpoint-every",
+                             "--stop-after", "--seed"}) {
     const std::string o = option;
     for (const char* v : {"nan", "inf", "-inf", "99999999999999999999999"}) numeric.push_back({o, v, o});
   }
-  for (const auto& [option, least] : std::vector<std::pair<std::string, int>>{
-           {"--hidden", 1}, {"--data-size", 1}, {"--batch-size", 1}, {"--epochs", 1}, {"--steps", 1}, {"--workers", 0},
-           {"--log-every", 1}, {"--checkpoint-every", 0}, {"--stop-after", 0}})
+  for (const auto& [option, least] : std::vector<std::pair<std::string, int>>{{"--hidden", 1},
+                                                                              {"--data-size", 1},
+                                                                              {"--batch-size", 1},
+                                                                              {"--epochs", 1},
+                                                                              {"--steps", 1},
+                                                                              {"--workers", 0},
+                                                                              {"--log-every", 1},
+                                                                              {"--checkpoint-every", 0},
+                                                                              {"--stop-after", 0}})
     numeric.push_back({option, "-5", option + " must be at least " + std::to_string(least) + ", got -5"});
   numeric.push_back({"--seed", "-5", "--seed: must be an integer from 0 to 18446744073709551615, got -5"});
   for (const char* option : {"--lr", "--momentum", "--weight-decay"}) {
@@ -93,7 +99,8 @@ TEST(DpTrainHostile, DataDirLongerThanAPathIsRefused) {
   DP_TRAIN_REQUIRE_BINARY();
   TempDir dir;
   const std::string long_dir = "/" + std::string(5000, 'd');
-  expect_setup_error(run({"--model", "mlp", "--data-dir", long_dir, "--steps", "1"}, dir), {"--data-dir is 5001 bytes long, longer than a path can be (4096)"});
+  expect_setup_error(run({"--model", "mlp", "--data-dir", long_dir, "--steps", "1"}, dir),
+                     {"--data-dir is 5001 bytes long, longer than a path can be (4096)"});
 }
 
 // A checkpoint of a short seed run (stopped after 2 of 8 steps), then its "dp_train" metadata
@@ -109,7 +116,8 @@ class TamperedCheckpoint : public ::testing::Test {
     original_ = dp::load_file(path_);
   }
   // Rewrites the checkpoint with its metadata changed.
-  void tamper(const std::function<void(json&)>& change) { tamper_text([&](std::string& text) {
+  void tamper(const std::function<void(json&)>& change) {
+    tamper_text([&](std::string& text) {
       json m = json::parse(text);
       change(m);
       text = m.dump();
@@ -184,7 +192,7 @@ TEST_F(TamperedCheckpoint, GeneratorStatesMustBeWellFormed) {
 }
 
 TEST_F(TamperedCheckpoint, HostileJson) {
-  tamper_text([](std::string& t) { t = std::string(100000, '[') ; });
+  tamper_text([](std::string& t) { t = std::string(100000, '['); });
   expect_setup_error(resume(), {path_, "nests deeper than 64 levels"});
   tamper_text([](std::string& t) { t = "{\"version\":1e309}"; });
   expect_setup_error(resume(), {path_, "not valid JSON"});

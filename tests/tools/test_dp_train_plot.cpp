@@ -24,10 +24,10 @@ struct Area {
 };
 
 struct Svg {
-  std::map<int, Area> areas;                                    // panel -> plot area (its clip rect)
-  std::map<std::string, std::vector<std::pair<double, double>>> series;  // class -> polyline points
-  std::map<std::string, std::vector<std::pair<double, double>>> markers; // class -> circle centres
-  std::map<std::string, int> panel_of;                          // polyline class -> panel
+  std::map<int, Area> areas;                                              // panel -> plot area (its clip rect)
+  std::map<std::string, std::vector<std::pair<double, double>>> series;   // class -> polyline points
+  std::map<std::string, std::vector<std::pair<double, double>>> markers;  // class -> circle centres
+  std::map<std::string, int> panel_of;                                    // polyline class -> panel
   int epoch_lines = 0;
 };
 
@@ -49,8 +49,7 @@ Svg parse(const std::string& svg) {
     const size_t from = at + 9, to = svg.find('"', from);
     const std::string pts = svg.substr(from, to - from);
     s.panel_of[cls] = std::stoi((*it)[2]);
-    for (std::sregex_iterator p(pts.begin(), pts.end(), point); p != end; ++p)
-      s.series[cls].emplace_back(std::stod((*p)[1]), std::stod((*p)[2]));
+    for (std::sregex_iterator p(pts.begin(), pts.end(), point); p != end; ++p) s.series[cls].emplace_back(std::stod((*p)[1]), std::stod((*p)[2]));
   }
   const std::regex circle(R"re(<circle class="([a-z-]+)" cx="([-0-9.e+]+)" cy="([-0-9.e+]+)")re");
   for (std::sregex_iterator it(svg.begin(), svg.end(), circle), end; it != end; ++it)
@@ -146,8 +145,8 @@ TEST(DpTrainPlot, DpTrainPlotsEveryPointInside) {
   DP_TRAIN_REQUIRE_BINARY();
   TempDir dir;
   // 20 steps an epoch, 3 epochs: 3 evaluations.
-  Result r = run({"--model", "mlp", "--data", "random", "--hidden", "32", "--data-size", "400", "--batch-size", "20", "--epochs", "3",
-                  "--devices", "cpu:0,cpu:1", "--log", dir.file("log.jsonl"), "--plot", dir.file("plot.svg")},
+  Result r = run({"--model", "mlp", "--data", "random", "--hidden", "32", "--data-size", "400", "--batch-size", "20", "--epochs", "3", "--devices",
+                  "cpu:0,cpu:1", "--log", dir.file("log.jsonl"), "--plot", dir.file("plot.svg")},
                  dir);
   ASSERT_EQ(r.status, 0) << describe(r);
   double max_loss = 0;
@@ -166,9 +165,10 @@ TEST(DpTrainPlot, DpTrainPlotsEveryPointInside) {
 TEST(DpTrainPlot, DpTrainFirstLossesAreNotCutOff) {
   DP_TRAIN_REQUIRE_BINARY();
   TempDir dir;
-  Result r = run({"--model", "mlp", "--data", "random", "--hidden", "32", "--data-size", "16000", "--batch-size", "20", "--epochs", "1",
-                  "--lr", "0.01", "--devices", "cpu:0,cpu:1", "--log", dir.file("log.jsonl"), "--plot", dir.file("plot.svg")},
-                 dir);
+  Result r =
+      run({"--model", "mlp",  "--data", "random",    "--hidden",    "32",    "--data-size",         "16000",  "--batch-size",      "20", "--epochs",
+           "1",       "--lr", "0.01",   "--devices", "cpu:0,cpu:1", "--log", dir.file("log.jsonl"), "--plot", dir.file("plot.svg")},
+          dir);
   ASSERT_EQ(r.status, 0) << describe(r);
   double max_loss = 0;
   for (const auto& e : events(read_jsonl(dir.file("log.jsonl")), "step")) max_loss = std::max(max_loss, e.at("loss").get<double>());
@@ -184,8 +184,8 @@ TEST(DpTrainPlot, DpTrainFirstLossesAreNotCutOff) {
 TEST(DpTrainPlot, DpTrainRunShorterThanAnEpoch) {
   DP_TRAIN_REQUIRE_BINARY();
   TempDir dir;
-  Result r = run({"--model", "mlp", "--data", "random", "--hidden", "32", "--data-size", "400", "--batch-size", "20", "--steps", "15",
-                  "--devices", "cpu:0,cpu:1", "--plot", dir.file("plot.svg")},
+  Result r = run({"--model", "mlp", "--data", "random", "--hidden", "32", "--data-size", "400", "--batch-size", "20", "--steps", "15", "--devices",
+                  "cpu:0,cpu:1", "--plot", dir.file("plot.svg")},
                  dir);
   ASSERT_EQ(r.status, 0) << describe(r);
   const Svg s = parse(read_text(dir.file("plot.svg")));

@@ -12,8 +12,8 @@ namespace {
 using namespace dp_train_test;
 
 // 200 rows in batches of 32: 7 steps an epoch (the last of 8 rows), 3 epochs = 21 steps.
-const std::vector<std::string> kRun{"--model", "mlp", "--data", "random", "--hidden", "32", "--data-size", "200",
-                                    "--batch-size", "32", "--epochs", "3", "--optimizer", "adam", "--lr", "0.01"};
+const std::vector<std::string> kRun{"--model",      "mlp", "--data",   "random", "--hidden",    "32",   "--data-size", "200",
+                                    "--batch-size", "32",  "--epochs", "3",      "--optimizer", "adam", "--lr",        "0.01"};
 
 double max_abs_diff(const std::string& a, const std::string& b) {
   auto ta = dp::load(a), tb = dp::load(b);
@@ -37,20 +37,20 @@ class DpTrainResume : public ::testing::Test {
  protected:
   void SetUp() override {
     if (kBinary == nullptr) GTEST_SKIP() << "dp-train is not built";
-    Result r = run(concat(kRun, {"--devices", "cpu:0,cpu:1", "--save", dir.file("straight.safetensors"), "--log", dir.file("straight.jsonl")}),
-                   dir, "straight");
+    Result r = run(concat(kRun, {"--devices", "cpu:0,cpu:1", "--save", dir.file("straight.safetensors"), "--log", dir.file("straight.jsonl")}), dir,
+                   "straight");
     ASSERT_EQ(r.status, 0) << describe(r);
   }
   // Stops after `stop` steps with a checkpoint, resumes with `resume_args`; returns the resumed run.
   Result stop_and_resume(int stop, const std::vector<std::string>& first_args, const std::vector<std::string>& resume_args) {
-    Result first = run(concat(concat(kRun, first_args), {"--stop-after", std::to_string(stop), "--checkpoint-dir", dir.file("ck"), "--log",
-                                                         dir.file("resumed.jsonl")}),
+    Result first = run(concat(concat(kRun, first_args),
+                              {"--stop-after", std::to_string(stop), "--checkpoint-dir", dir.file("ck"), "--log", dir.file("resumed.jsonl")}),
                        dir, "first");
     EXPECT_EQ(first.status, 0) << describe(first);
     EXPECT_NE(first.out.find("stopped after " + std::to_string(stop) + " steps (--stop-after)"), std::string::npos) << first.out;
     EXPECT_NE(first.out.find("dp-train --resume " + dir.file("ck")), std::string::npos) << first.out;
-    return run(concat({"--resume", dir.file("ck"), "--save", dir.file("resumed.safetensors"), "--log", dir.file("resumed.jsonl")}, resume_args),
-               dir, "second");
+    return run(concat({"--resume", dir.file("ck"), "--save", dir.file("resumed.safetensors"), "--log", dir.file("resumed.jsonl")}, resume_args), dir,
+               "second");
   }
   TempDir dir;
 };
@@ -93,8 +93,9 @@ TEST_F(DpTrainResume, ResumedOnOneDeviceAgreesToRounding) {
 
 TEST_F(DpTrainResume, CtrlCLeavesAResumableCheckpoint) {
   // A run long enough to be interrupted: CNN steps on random images (tens of ms each).
-  const std::vector<std::string> cnn{"--model", "cnn", "--data", "random", "--data-size", "512", "--batch-size", "16", "--epochs", "1",
-                                     "--devices", "cpu:0,cpu:1", "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9"};
+  const std::vector<std::string> cnn{"--model",      "cnn", "--data",   "random", "--data-size", "512",
+                                     "--batch-size", "16",  "--epochs", "1",      "--devices",   "cpu:0,cpu:1",
+                                     "--optimizer",  "sgd", "--lr",     "0.01",   "--momentum",  "0.9"};
   Result straight = run(concat(cnn, {"--save", dir.file("cnn-straight.safetensors")}), dir, "cnn-straight");
   ASSERT_EQ(straight.status, 0) << describe(straight);
 
@@ -146,8 +147,8 @@ TEST_F(DpTrainResume, ResumeRefusesChangedSettingsAndAcceptsUnchangedOnes) {
   EXPECT_EQ(longer.status, 2) << describe(longer);
   EXPECT_NE(longer.err.find("--epochs 5 differs from the checkpoint's 3"), std::string::npos) << describe(longer);
   // Repeating the run's own settings is fine.
-  Result same = run({"--resume", dir.file("ck"), "--model", "mlp", "--epochs", "3", "--lr", "0.01", "--save", dir.file("same.safetensors")}, dir,
-                    "same");
+  Result same =
+      run({"--resume", dir.file("ck"), "--model", "mlp", "--epochs", "3", "--lr", "0.01", "--save", dir.file("same.safetensors")}, dir, "same");
   EXPECT_EQ(same.status, 0) << describe(same);
   EXPECT_EQ(read_text(dir.file("same.safetensors")), read_text(dir.file("straight.safetensors")));
 }

@@ -12,8 +12,8 @@ using namespace dp_train_test;
 TEST(DpTrainRun, SeedModelOnRandomDataLearnsAndReportsEveryStep) {
   DP_TRAIN_REQUIRE_BINARY();
   TempDir dir;
-  Result r = run({"--model", "seed", "--epochs", "20", "--devices", "cpu:0,cpu:1", "--log", dir.file("log.jsonl"), "--plot",
-                  dir.file("plot.svg"), "--save", dir.file("w.safetensors")},
+  Result r = run({"--model", "seed", "--epochs", "20", "--devices", "cpu:0,cpu:1", "--log", dir.file("log.jsonl"), "--plot", dir.file("plot.svg"),
+                  "--save", dir.file("w.safetensors")},
                  dir);
   ASSERT_EQ(r.status, 0) << describe(r);
   // Not a terminal: one plain line per step (100 rows in batches of 30: 4 steps an epoch).
@@ -72,8 +72,8 @@ TEST(DpTrainRun, MlpAndCnnOnRandomDataRun) {
 TEST(DpTrainRun, ParallelLossGivesTheSameLosses) {
   DP_TRAIN_REQUIRE_BINARY();
   TempDir dir;
-  const std::vector<std::string> base{"--model", "mlp", "--data", "random", "--hidden", "32", "--data-size", "96", "--batch-size", "32",
-                                      "--steps", "6", "--devices", "cpu:0,cpu:1", "--optimizer", "sgd", "--lr", "0.05"};
+  const std::vector<std::string> base{"--model", "mlp", "--data",    "random",      "--hidden",    "32",  "--data-size", "96",  "--batch-size", "32",
+                                      "--steps", "6",   "--devices", "cpu:0,cpu:1", "--optimizer", "sgd", "--lr",        "0.05"};
   Result a = run(concat(base, {"--log", dir.file("a.jsonl")}), dir, "a");
   Result b = run(concat(base, {"--parallel-loss", "--log", dir.file("b.jsonl")}), dir, "b");
   ASSERT_EQ(a.status, 0) << describe(a);
@@ -126,8 +126,8 @@ TEST(DpTrainRun, FashionMnistOnTwoCpuDevices) {
   DP_TRAIN_REQUIRE_BINARY();
   DP_TRAIN_REQUIRE_FASHION_MNIST();
   TempDir dir;
-  Result r = run({"--model", "mlp", "--hidden", "64", "--data", "fashion-mnist", "--devices", "cpu:0,cpu:1", "--steps", "40", "--batch-size",
-                  "128", "--workers", "2", "--log", dir.file("log.jsonl")},
+  Result r = run({"--model", "mlp", "--hidden", "64", "--data", "fashion-mnist", "--devices", "cpu:0,cpu:1", "--steps", "40", "--batch-size", "128",
+                  "--workers", "2", "--log", dir.file("log.jsonl")},
                  dir);
   ASSERT_EQ(r.status, 0) << describe(r);
   EXPECT_NE(r.out.find("60000 train, 10000 test images"), std::string::npos) << r.out;

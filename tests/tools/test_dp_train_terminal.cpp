@@ -74,8 +74,9 @@ class Tmux {
   // #{pane_dead_status} is sometimes never set.
   void start(int width, int height, const std::string& command, const TempDir& dir) {
     status_path_ = dir.file("exit-status");
-    start(width, height, "sh -c " + quote(command + "; echo $? > " + quote(status_path_ + ".tmp") + " && mv " + quote(status_path_ + ".tmp") +
-                                          " " + quote(status_path_)));
+    start(width, height,
+          "sh -c " +
+              quote(command + "; echo $? > " + quote(status_path_ + ".tmp") + " && mv " + quote(status_path_ + ".tmp") + " " + quote(status_path_)));
   }
   // Waits until the program has ended and the pane is dead; false after `timeout`.
   bool wait_dead(std::chrono::seconds timeout) const {
@@ -116,8 +117,9 @@ std::string command_line(const std::vector<std::string>& args) {
 // An MLP on random data, 1000 steps an epoch; --steps 2500 ends in the middle of the third epoch,
 // so a bar that tracked the epoch would end half full.
 std::vector<std::string> run_args(int64_t steps) {
-  return {"--model", "mlp", "--data", "random", "--hidden", "64", "--data-size", "20000", "--batch-size", "20", "--steps", std::to_string(steps),
-          "--devices", "cpu:0,cpu:1", "--progress", "auto"};
+  return {"--model",     "mlp",         "--data",       "random", "--hidden", "64",
+          "--data-size", "20000",       "--batch-size", "20",     "--steps",  std::to_string(steps),
+          "--devices",   "cpu:0,cpu:1", "--progress",   "auto"};
 }
 
 const std::regex kBar(R"(\[[=> ]+\])");
@@ -215,7 +217,9 @@ TEST(DpTrainTerminal, BarLineFitsEveryWidth) {
       const std::string line = dp::train::bar_line(r, w);
       EXPECT_LE(static_cast<int>(line.size()), std::max(w - 1, 1)) << "width " << w << ": " << line;
       EXPECT_EQ(line.find_first_of("\r\n\x1b"), std::string::npos);
-      if (w >= 80) { EXPECT_TRUE(std::regex_search(line, kBar)) << "width " << w << ": " << line; }
+      if (w >= 80) {
+        EXPECT_TRUE(std::regex_search(line, kBar)) << "width " << w << ": " << line;
+      }
     }
   }
   // The bar counts the run's steps, not the epoch's: step 3 of 10 is 30%, whatever the batch.

@@ -127,17 +127,19 @@ TEST_F(DpTrainTorch, InitFromPyTorchAndSaveReadByPyTorch) {
   py(write);
   for (const auto& kind : kinds) {
     const std::string init = dir.file(kind + "-init.safetensors");
-    Result r = run({"--model", kind, "--hidden", "16", "--data", "random", "--data-size", "8", "--batch-size", "4", "--steps", "2",
-                    "--optimizer", "sgd", "--lr", "0", "--init", init, "--save", dir.file(kind + "-saved.safetensors")},
-                   dir, kind);
+    Result r =
+        run({"--model", kind, "--hidden",    "16",  "--data", "random", "--data-size", "8",  "--batch-size", "4",
+             "--steps", "2",  "--optimizer", "sgd", "--lr",   "0",      "--init",      init, "--save",       dir.file(kind + "-saved.safetensors")},
+            dir, kind);
     ASSERT_EQ(r.status, 0) << describe(r);
     EXPECT_NE(r.out.find("initial weights: " + init), std::string::npos) << r.out;
   }
   nlohmann::json result = py(check);
   ASSERT_TRUE(result.is_object());
-  const std::map<std::string, std::vector<std::string>> keys{{"seed", {"0.bias", "0.weight"}},
-                                                            {"mlp", {"1.bias", "1.weight", "3.bias", "3.weight", "5.bias", "5.weight"}},
-                                                            {"cnn", {"0.bias", "0.weight", "3.bias", "3.weight", "7.bias", "7.weight", "9.bias", "9.weight"}}};
+  const std::map<std::string, std::vector<std::string>> keys{
+      {"seed", {"0.bias", "0.weight"}},
+      {"mlp", {"1.bias", "1.weight", "3.bias", "3.weight", "5.bias", "5.weight"}},
+      {"cnn", {"0.bias", "0.weight", "3.bias", "3.weight", "7.bias", "7.weight", "9.bias", "9.weight"}}};
   for (const auto& kind : kinds) {
     EXPECT_EQ(result.at(kind).at("keys").get<std::vector<std::string>>(), keys.at(kind)) << kind;
     EXPECT_TRUE(result.at(kind).at("differ").empty()) << kind << ": " << result.dump();
@@ -151,9 +153,9 @@ TEST_F(DpTrainTorch, SgdStepsOnFashionMnistMatchPyTorch) {
   DP_TRAIN_REQUIRE_FASHION_MNIST();
   const std::string init = dir.file("init.safetensors"), saved = dir.file("saved.safetensors"), log = dir.file("log.jsonl");
   py({"write-init", "32", init, "mlp"});
-  Result r = run({"--model", "mlp", "--hidden", "32", "--data", "fashion-mnist", "--no-shuffle", "--steps", "3", "--batch-size", "64",
-                  "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--schedule", "constant", "--devices", "cpu:0,cpu:1", "--init",
-                  init, "--save", saved, "--log", log},
+  Result r = run({"--model",      "mlp",       "--hidden",    "32",     "--data", "fashion-mnist", "--no-shuffle", "--steps", "3",
+                  "--batch-size", "64",        "--optimizer", "sgd",    "--lr",   "0.1",           "--momentum",   "0.9",     "--schedule",
+                  "constant",     "--devices", "cpu:0,cpu:1", "--init", init,     "--save",        saved,          "--log",   log},
                  dir);
   ASSERT_EQ(r.status, 0) << describe(r);
   nlohmann::json result = py({"replay", init, saved, log, kFashionDir, "32", "64", "3", "0.1", "0.9"});

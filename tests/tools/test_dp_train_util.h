@@ -36,10 +36,9 @@ inline bool have_fashion_mnist() {
   return std::filesystem::exists(std::string(kFashionDir) + "/train-images-idx3-ubyte.gz") &&
          std::filesystem::exists(std::string(kFashionDir) + "/t10k-images-idx3-ubyte.gz");
 }
-#define DP_TRAIN_REQUIRE_FASHION_MNIST()                                                                                 \
-  if (!::dp_train_test::have_fashion_mnist())                                                                            \
-  GTEST_SKIP() << "Fashion-MNIST is not installed in " << ::dp_train_test::kFashionDir                                   \
-               << " (apt-get install dataset-fashion-mnist)"
+#define DP_TRAIN_REQUIRE_FASHION_MNIST()      \
+  if (!::dp_train_test::have_fashion_mnist()) \
+  GTEST_SKIP() << "Fashion-MNIST is not installed in " << ::dp_train_test::kFashionDir << " (apt-get install dataset-fashion-mnist)"
 
 // A fresh directory, removed with everything in it at the end of the test.
 class TempDir {
@@ -108,7 +107,7 @@ inline Process start(const std::vector<std::string>& args, const TempDir& dir, c
 }
 
 struct Result {
-  int status = -1;   // exit status, or -signal when killed by one
+  int status = -1;  // exit status, or -signal when killed by one
   std::string out, err;
   std::string command;
 };

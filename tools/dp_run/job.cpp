@@ -44,7 +44,8 @@ class ScratchDir {
   ScratchDir() {
     const char* tmp = std::getenv("TMPDIR");
     std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/dp-run-XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("cannot make a directory for the error files: " + tmpl + ": " + std::strerror(errno));
+    if (::mkdtemp(tmpl.data()) == nullptr)
+      throw std::runtime_error("cannot make a directory for the error files: " + tmpl + ": " + std::strerror(errno));
     path_ = tmpl;
   }
   ~ScratchDir() {
@@ -101,7 +102,8 @@ int run_job(const Options& o) {
     } catch (const std::exception& e) {
       // The server's message names the address again: keep its reason.
       std::string why = e.what();
-      if (const size_t at = why.find("): "); why.rfind("TCPStoreServer: cannot listen on ", 0) == 0 && at != std::string::npos) why = why.substr(at + 3);
+      if (const size_t at = why.find("): "); why.rfind("TCPStoreServer: cannot listen on ", 0) == 0 && at != std::string::npos)
+        why = why.substr(at + 3);
       say("cannot host the store on " + master + ":" + std::to_string(want) + ": " + why);
       return kExitCannotStart;
     }
@@ -127,7 +129,8 @@ int run_job(const Options& o) {
   if (!o.quiet) {
     std::string cpu;
     for (const char* name : {"DP_CPU_DEVICES", "OPENBLAS_NUM_THREADS"})
-      cpu += std::string(cpu.empty() ? "" : ", ") + name + "=" + env_value(inherited, name).value_or(std::to_string(share) + " (of " + std::to_string(cores) + " cores)");
+      cpu += std::string(cpu.empty() ? "" : ", ") + name + "=" +
+             env_value(inherited, name).value_or(std::to_string(share) + " (of " + std::to_string(cores) + " cores)");
     say("run " + config.run_id + ": node " + std::to_string(o.node_rank) + " of " + std::to_string(o.nnodes) + ", " +
         plural(static_cast<size_t>(o.nproc_per_node), "worker") + ", store " + master + ":" + std::to_string(port) +
         (server ? " (hosted here)" : " (node 0's)") + ", " + cpu);
@@ -231,7 +234,8 @@ int run_job(const Options& o) {
         return interrupted_status(result.signal ? result.signal : stop_signal());
       }
       if (end.store_lost && !result.store_lost) say("lost the store (node 0's dp-run): " + *end.store_lost);
-      for (int n : end.lost_nodes) say("node " + std::to_string(n) + "'s dp-run did not finish the attempt (no answer); its workers' fate is unknown");
+      for (int n : end.lost_nodes)
+        say("node " + std::to_string(n) + "'s dp-run did not finish the attempt (no answer); its workers' fate is unknown");
     }
 
     if (result.outcome == Outcome::kInterrupted) {
@@ -243,8 +247,9 @@ int run_job(const Options& o) {
       if (nodes) nodes->farewell(kFarewell);
       merge_timeline();
       if (!o.quiet)
-        say("all " + plural(static_cast<size_t>(layout.world_size), "worker") + (o.multi_node() ? " on " + plural(static_cast<size_t>(o.nnodes), "node") : "") +
-            " exited with status 0 (" + seconds_text(seconds) + " s" + (attempt > 0 ? ", " + plural(static_cast<size_t>(attempt), "restart") : "") + ")");
+        say("all " + plural(static_cast<size_t>(layout.world_size), "worker") +
+            (o.multi_node() ? " on " + plural(static_cast<size_t>(o.nnodes), "node") : "") + " exited with status 0 (" + seconds_text(seconds) +
+            " s" + (attempt > 0 ? ", " + plural(static_cast<size_t>(attempt), "restart") : "") + ")");
       return kExitOk;
     }
 

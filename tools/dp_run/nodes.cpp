@@ -43,14 +43,11 @@ std::string hostname() {
 
 std::optional<RemoteFailure> parse_failure(const std::string& value) {
   const nlohmann::json j = nlohmann::json::parse(value, nullptr, false);
-  if (!j.is_object() || !j.contains("node") || !j["node"].is_number_integer() || !j.contains("line") || !j["line"].is_string())
-    return std::nullopt;
+  if (!j.is_object() || !j.contains("node") || !j["node"].is_number_integer() || !j.contains("line") || !j["line"].is_string()) return std::nullopt;
   return RemoteFailure{j["node"].get<int>(), j["line"].get<std::string>(), j.value("consequence", false)};
 }
 
-std::string failure_json(const RemoteFailure& f) {
-  return nlohmann::json{{"node", f.node}, {"line", f.line}, {"consequence", f.consequence}}.dump();
-}
+std::string failure_json(const RemoteFailure& f) { return nlohmann::json{{"node", f.node}, {"line", f.line}, {"consequence", f.consequence}}.dump(); }
 
 }  // namespace
 
@@ -101,8 +98,8 @@ JobConfig NodeCoordinator::agree_config(const JobConfig& mine, Clock::time_point
       throw StartError("the store at " + where_ + " holds no dp-run job (is it another program's port?)");
     JobConfig c{j["run_id"].get<std::string>(), j["nnodes"].get<int>(), j["max_restarts"].get<int>()};
     if (c.nnodes != mine.nnodes)
-      throw StartError("node " + std::to_string(node_rank_) + " was started with --nnodes " + std::to_string(mine.nnodes) + ", node 0 with --nnodes " +
-                       std::to_string(c.nnodes));
+      throw StartError("node " + std::to_string(node_rank_) + " was started with --nnodes " + std::to_string(mine.nnodes) +
+                       ", node 0 with --nnodes " + std::to_string(c.nnodes));
     return c;
   } catch (const StoreError& e) {
     throw StartError(std::string("the store at ") + where_ + " failed while the nodes met: " + e.what());
@@ -115,8 +112,8 @@ Layout NodeCoordinator::join(int attempt, int nproc_local, Clock::time_point dea
     const std::string me = "node" + std::to_string(node_rank_);
     if (main_->add(akey("claim/" + me), 1) > 1) {
       std::string other = main_->check({akey(me)}) ? text(main_->get(akey(me))) : std::string("(not yet joined)");
-      throw StartError("node rank " + std::to_string(node_rank_) + " is taken: another dp-run joined the job as node " +
-                       std::to_string(node_rank_) + " " + other);
+      throw StartError("node rank " + std::to_string(node_rank_) + " is taken: another dp-run joined the job as node " + std::to_string(node_rank_) +
+                       " " + other);
     }
     nlohmann::json j{{"nproc", nproc_local}, {"host", hostname()}, {"pid", static_cast<int64_t>(::getpid())}};
     main_->set(akey(me), j.dump());
@@ -129,8 +126,7 @@ Layout NodeCoordinator::join(int attempt, int nproc_local, Clock::time_point dea
         for (int n = 0; n < nnodes_; ++n)
           if (!main_->check({keys[static_cast<size_t>(n)]})) missing.push_back(n);
         throw StartError("node rendezvous failed: node" + std::string(missing.size() > 1 ? "s " : " ") + list(missing) +
-                         " did not join within the --rdzv-timeout (store " + where_ + ", attempt " +
-                         std::to_string(attempt) + ")");
+                         " did not join within the --rdzv-timeout (store " + where_ + ", attempt " + std::to_string(attempt) + ")");
       }
       poll_sleep();
     }

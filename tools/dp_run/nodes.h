@@ -48,8 +48,8 @@ struct JobConfig {
 
 struct Layout {
   int world_size = 0;
-  int base_rank = 0;             // this node's first rank
-  std::vector<int> nproc;        // per node
+  int base_rank = 0;       // this node's first rank
+  std::vector<int> nproc;  // per node
   std::vector<std::string> hosts;
 };
 

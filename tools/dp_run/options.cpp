@@ -38,8 +38,8 @@ void check(const Options& o, const CLI::App& app) {
   if (o.nproc_per_node < 1 || o.nproc_per_node > 1024) usage("--nproc-per-node " + std::to_string(o.nproc_per_node) + " is not in [1, 1024]");
   if (o.nnodes < 1 || o.nnodes > 4096) usage("--nnodes " + std::to_string(o.nnodes) + " is not in [1, 4096]");
   if (o.node_rank < 0 || o.node_rank >= o.nnodes)
-    usage("--node-rank " + std::to_string(o.node_rank) + " is not in [0, " + std::to_string(o.nnodes) + ") (--nnodes " +
-          std::to_string(o.nnodes) + ")");
+    usage("--node-rank " + std::to_string(o.node_rank) + " is not in [0, " + std::to_string(o.nnodes) + ") (--nnodes " + std::to_string(o.nnodes) +
+          ")");
   if (o.multi_node() && o.master_addr.empty())
     usage("--nnodes " + std::to_string(o.nnodes) + " needs --master-addr: the address of node 0, whose dp-run hosts the store");
   if (o.master_port != -1 && (o.master_port < 1 || o.master_port > 65535))
@@ -50,8 +50,7 @@ void check(const Options& o, const CLI::App& app) {
   if (!(std::isfinite(o.grace_s) && o.grace_s >= 0 && o.grace_s <= 3600)) usage("--grace " + num(o.grace_s) + " is not in [0, 3600] seconds");
   if (!(std::isfinite(o.rdzv_timeout_s) && o.rdzv_timeout_s > 0 && o.rdzv_timeout_s <= 1e6))
     usage("--rdzv-timeout " + num(o.rdzv_timeout_s) + " is not a positive number of seconds");
-  if (!o.run_id.empty() && !valid_run_id(o.run_id))
-    usage("--run-id '" + o.run_id + "' is not 1-64 characters of letters, digits, '.', '_' and '-'");
+  if (!o.run_id.empty() && !valid_run_id(o.run_id)) usage("--run-id '" + o.run_id + "' is not 1-64 characters of letters, digits, '.', '_' and '-'");
   if (!o.timeline.empty() && o.timeline.back() == '/') usage("--timeline '" + o.timeline + "' is a directory, not a file");
   (void)app;
 }

@@ -63,8 +63,8 @@ std::string one_line(const std::string& text, size_t max_chars) {
 }
 
 std::string describe(const WorkerExit& w) {
-  std::string line = "rank " + std::to_string(w.rank) + " (node " + std::to_string(w.node) + ", local " + std::to_string(w.local_rank) +
-                     ", pid " + std::to_string(w.pid) + ") ";
+  std::string line = "rank " + std::to_string(w.rank) + " (node " + std::to_string(w.node) + ", local " + std::to_string(w.local_rank) + ", pid " +
+                     std::to_string(w.pid) + ") ";
   const std::string after = " after " + seconds_text(w.seconds) + " s";
   if (WIFSIGNALED(w.wait_status)) {
     const int sig = WTERMSIG(w.wait_status);

@@ -22,9 +22,9 @@ struct WorkerExit {
   int node = 0;
   int local_rank = 0;
   pid_t pid = 0;
-  double seconds = 0;     // from start to exit
-  int wait_status = 0;    // waitpid's
-  int stop_signal = 0;    // the signal dp-run sent it before it exited (0: none)
+  double seconds = 0;   // from start to exit
+  int wait_status = 0;  // waitpid's
+  int stop_signal = 0;  // the signal dp-run sent it before it exited (0: none)
   std::optional<dp::distributed::RecordedError> error;
 };
 

@@ -12,8 +12,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr milliseconds kPollEvery{50};        // at the latest; SIGCHLD wakes the loop at once
-constexpr milliseconds kAfterKill{10'000};    // how long a SIGKILLed worker may take to be reaped
+constexpr milliseconds kPollEvery{50};      // at the latest; SIGCHLD wakes the loop at once
+constexpr milliseconds kAfterKill{10'000};  // how long a SIGKILLed worker may take to be reaped
 
 struct Running {
   const WorkerSpec* spec;
@@ -128,8 +128,8 @@ AttemptResult run_attempt(const AttemptSpec& spec) {
       const int sig = stop_signal();
       if (result.signal == 0) {
         result.signal = sig;
-        say("got " + signal_name(sig) + ": passing it to the " + std::to_string(live) + " running worker" + (live == 1 ? "" : "s") +
-            " (SIGKILL in " + seconds_text(spec.grace_s) + " s; again to kill now)");
+        say("got " + signal_name(sig) + ": passing it to the " + std::to_string(live) + " running worker" + (live == 1 ? "" : "s") + " (SIGKILL in " +
+            seconds_text(spec.grace_s) + " s; again to kill now)");
         stop_all(sig);
         phase = Phase::kTerminating;
         kill_at = now + grace;
@@ -167,7 +167,8 @@ AttemptResult run_attempt(const AttemptSpec& spec) {
     }
     if (killed && now >= give_up_at) {
       for (const Running& w : ws)
-        if (!w.exited) say("rank " + std::to_string(w.spec->rank) + " (pid " + std::to_string(w.pid) + ") did not exit 10 s after SIGKILL; leaving it");
+        if (!w.exited)
+          say("rank " + std::to_string(w.spec->rank) + " (pid " + std::to_string(w.pid) + ") did not exit 10 s after SIGKILL; leaving it");
       break;
     }
 

@@ -28,8 +28,8 @@ struct WorkerSpec {
 };
 
 struct AttemptSpec {
-  std::string program;             // resolved path
-  std::vector<std::string> argv;   // argv[0] as the user typed it
+  std::string program;            // resolved path
+  std::vector<std::string> argv;  // argv[0] as the user typed it
   int node_rank = 0;
   int world_size = 1;
   int attempt = 0;

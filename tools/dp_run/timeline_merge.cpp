@@ -42,7 +42,10 @@ MergeResult merge_timelines(const std::vector<TimelinePart>& parts, const std::s
     }
   }
   for (const auto& [rank, node] : node_of) {
-    const nlohmann::json name{{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 0},
+    const nlohmann::json name{{"name", "process_name"},
+                              {"ph", "M"},
+                              {"pid", rank},
+                              {"tid", 0},
                               {"args", {{"name", "rank " + std::to_string(rank) + " (node " + std::to_string(node) + ")"}}}};
     const nlohmann::json order{{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank}, {"tid", 0}, {"args", {{"sort_index", rank}}}};
     out << (first ? "" : ",\n") << name.dump() << ",\n" << order.dump();

@@ -71,8 +71,7 @@ std::vector<std::string> current_environment() {
 
 std::optional<std::string> env_value(const std::vector<std::string>& entries, const std::string& name) {
   for (const std::string& entry : entries)
-    if (entry.size() > name.size() && entry[name.size()] == '=' && entry.compare(0, name.size(), name) == 0)
-      return entry.substr(name.size() + 1);
+    if (entry.size() > name.size() && entry[name.size()] == '=' && entry.compare(0, name.size(), name) == 0) return entry.substr(name.size() + 1);
   return std::nullopt;
 }
 

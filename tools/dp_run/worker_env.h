@@ -10,17 +10,17 @@ namespace dp::run {
 // What every worker of one attempt on this node shares.
 struct AttemptEnv {
   int world_size = 1;
-  int nproc_local = 1;   // LOCAL_WORLD_SIZE
-  int node_rank = 0;     // GROUP_RANK
+  int nproc_local = 1;  // LOCAL_WORLD_SIZE
+  int node_rank = 0;    // GROUP_RANK
   int nnodes = 1;
   std::string master_addr;
   int master_port = 0;
   std::string run_id;
   int restart_count = 0;
   int max_restarts = 0;
-  std::string store_prefix;          // DP_STORE_PREFIX: "<run id>/attempt<restart count>"
-  std::optional<double> timeout_s;   // DP_DIST_TIMEOUT
-  int cpu_share = 1;                 // cores per worker
+  std::string store_prefix;         // DP_STORE_PREFIX: "<run id>/attempt<restart count>"
+  std::optional<double> timeout_s;  // DP_DIST_TIMEOUT
+  int cpu_share = 1;                // cores per worker
 };
 
 // One worker's own values.

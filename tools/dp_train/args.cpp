@@ -111,8 +111,8 @@ void finish(Options& o, const CLI::App& app) {
 void finish_checked(Options& o, const CLI::App& app) {
   RunSettings& r = o.run;
   auto given = [&](const char* name) { return app.count(std::string("--") + name) > 0; };
-  for (const char* name : {"model", "hidden", "data", "data-dir", "data-size", "epochs", "steps", "batch-size", "optimizer", "lr",
-                           "momentum", "weight-decay", "schedule", "seed", "no-shuffle"})
+  for (const char* name : {"model", "hidden", "data", "data-dir", "data-size", "epochs", "steps", "batch-size", "optimizer", "lr", "momentum",
+                           "weight-decay", "schedule", "seed", "no-shuffle"})
     if (given(name)) o.run_options_given.insert(std::string(name) == "no-shuffle" ? "shuffle" : name);
 
   check_choice("--model", r.model, {"seed", "mlp", "cnn"});
@@ -133,10 +133,8 @@ void finish_checked(Options& o, const CLI::App& app) {
   check_range("--log-every", o.log_every, 1, kMaxSteps);
   check_range("--checkpoint-every", o.checkpoint_every, 0, kMaxSteps);
   check_range("--stop-after", o.stop_after, 0, kMaxSteps);
-  if (given("min-accuracy") && !(o.min_accuracy >= 0 && o.min_accuracy <= 1))
-    usage("--min-accuracy must lie in [0, 1], got " + fmt(o.min_accuracy));
-  if (!o.resume.empty() && !o.init.empty())
-    usage("--init and --resume both give the starting weights; a resumed run starts from its checkpoint");
+  if (given("min-accuracy") && !(o.min_accuracy >= 0 && o.min_accuracy <= 1)) usage("--min-accuracy must lie in [0, 1], got " + fmt(o.min_accuracy));
+  if (!o.resume.empty() && !o.init.empty()) usage("--init and --resume both give the starting weights; a resumed run starts from its checkpoint");
   if (!o.resume.empty() && o.checkpoint_dir.empty()) o.checkpoint_dir = o.resume;  // can be interrupted and resumed again
 }
 
@@ -168,10 +166,10 @@ void check_run_settings(const RunSettings& r) {
 }
 
 nlohmann::json to_json(const RunSettings& s) {
-  return {{"model", s.model},     {"hidden", s.hidden},         {"data", s.data},         {"data-dir", s.data_dir},
-          {"data-size", s.data_size}, {"epochs", s.epochs},     {"steps", s.steps},       {"batch-size", s.batch_size},
-          {"optimizer", s.optimizer}, {"lr", s.lr},             {"momentum", s.momentum}, {"weight-decay", s.weight_decay},
-          {"schedule", s.schedule},   {"seed", s.seed},         {"shuffle", s.shuffle}};
+  return {{"model", s.model},         {"hidden", s.hidden}, {"data", s.data},         {"data-dir", s.data_dir},
+          {"data-size", s.data_size}, {"epochs", s.epochs}, {"steps", s.steps},       {"batch-size", s.batch_size},
+          {"optimizer", s.optimizer}, {"lr", s.lr},         {"momentum", s.momentum}, {"weight-decay", s.weight_decay},
+          {"schedule", s.schedule},   {"seed", s.seed},     {"shuffle", s.shuffle}};
 }
 
 RunSettings run_settings_from_json(const nlohmann::json& j) {
@@ -223,15 +221,17 @@ ParseResult parse_args(int argc, char** argv) {
   app.add_option("--hidden", r.hidden, "mlp hidden width H")->default_val(r.hidden)->group("Model and data");
   app.add_option("--data", r.data, "random | fashion-mnist (default: random for seed, else fashion-mnist)")->group("Model and data");
   app.add_option("--data-dir", r.data_dir, "Fashion-MNIST's IDX files")->default_val(r.data_dir)->group("Model and data");
-  app.add_option("--data-size", r.data_size, "rows of random data (train; the test set has as many)")->default_val(r.data_size)->group("Model and data");
+  app.add_option("--data-size", r.data_size, "rows of random data (train; the test set has as many)")
+      ->default_val(r.data_size)
+      ->group("Model and data");
 
   app.add_option("--devices", o.devices, "auto (every CUDA GPU, else every CPU core as cpu:0..cpu:N-1) or a list: cpu:0,cpu:1")
-      ->default_val(o.devices)->group("Devices");
+      ->default_val(o.devices)
+      ->group("Devices");
   app.add_option("--output-device", o.output_device, "where outputs are gathered and the loss computed (default: the first device; 'cpu' = host)")
       ->group("Devices");
   app.add_flag("--parallel-loss", o.parallel_loss, "compute the loss on the replicas (only scalars travel back)")->group("Devices");
-  app.add_flag("--distributed", o.distributed,
-               "train across processes even if WORLD_SIZE is 1 (default: when the launcher's WORLD_SIZE > 1)")
+  app.add_flag("--distributed", o.distributed, "train across processes even if WORLD_SIZE is 1 (default: when the launcher's WORLD_SIZE > 1)")
       ->group("Devices");
 
   app.add_option("--epochs", r.epochs, "run length in epochs (default: 5; seed 50)")->group("Training");
@@ -249,7 +249,8 @@ ParseResult parse_args(int argc, char** argv) {
   bool no_shuffle = false;
   app.add_flag("--no-shuffle", no_shuffle, "visit the training set in order (default: a new permutation every epoch)")->group("Training");
   app.add_option("--workers", o.workers, "DataLoader threads building batches ahead (0: on the training thread)")
-      ->default_val(o.workers)->group("Training");
+      ->default_val(o.workers)
+      ->group("Training");
 
   app.add_option("--init", o.init, "start from these weights (safetensors state dict, PyTorch's keys)")->group("Files");
   app.add_option("--save", o.save, "write the final weights here (safetensors state dict)")->group("Files");

@@ -15,30 +15,30 @@
 namespace dp::train {
 
 struct RunSettings {
-  std::string model = "cnn";         // seed | mlp | cnn
-  int64_t hidden = 256;              // mlp width
-  std::string data;                  // random | fashion-mnist (default: random for seed, else fashion-mnist)
+  std::string model = "cnn";  // seed | mlp | cnn
+  int64_t hidden = 256;       // mlp width
+  std::string data;           // random | fashion-mnist (default: random for seed, else fashion-mnist)
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int64_t data_size = 100;           // rows of random data (the tutorial's data_size)
-  int64_t epochs = 0;                // the run's length: exactly one of epochs and steps is > 0
+  int64_t data_size = 100;  // rows of random data (the tutorial's data_size)
+  int64_t epochs = 0;       // the run's length: exactly one of epochs and steps is > 0
   int64_t steps = 0;
   int64_t batch_size = 128;
-  std::string optimizer = "adam";    // sgd | adam | adamw
+  std::string optimizer = "adam";  // sgd | adam | adamw
   double lr = 1e-3;
-  double momentum = 0.0;             // sgd only
-  double weight_decay = 0.0;         // default: 0, or 1e-2 for adamw (PyTorch's defaults)
-  std::string schedule = "cosine";   // cosine (per step, to 0 at the last step) | constant
+  double momentum = 0.0;            // sgd only
+  double weight_decay = 0.0;        // default: 0, or 1e-2 for adamw (PyTorch's defaults)
+  std::string schedule = "cosine";  // cosine (per step, to 0 at the last step) | constant
   uint64_t seed = 0;
   bool shuffle = true;
 };
 
 // The largest values the numeric options take (so that no size or step count computed from them
 // overflows, and a typo is caught before anything is allocated).
-inline constexpr int64_t kMaxHidden = 65536;          // --hidden: the H x H layer is 16 GiB
-inline constexpr int64_t kMaxRows = 1000000000;       // --data-size, --batch-size
-inline constexpr int64_t kMaxEpochs = 1000000;        // --epochs
-inline constexpr int64_t kMaxSteps = 1000000000000;   // --steps, --checkpoint-every, --stop-after, --log-every
-inline constexpr int64_t kMaxWorkers = 256;           // --workers
+inline constexpr int64_t kMaxHidden = 65536;         // --hidden: the H x H layer is 16 GiB
+inline constexpr int64_t kMaxRows = 1000000000;      // --data-size, --batch-size
+inline constexpr int64_t kMaxEpochs = 1000000;       // --epochs
+inline constexpr int64_t kMaxSteps = 1000000000000;  // --steps, --checkpoint-every, --stop-after, --log-every
+inline constexpr int64_t kMaxWorkers = 256;          // --workers
 // The longest string a setting may hold (--data-dir; in a checkpoint, every string): a path
 // (PATH_MAX). Longer cannot be opened, and would make every message that names it unbounded.
 inline constexpr size_t kMaxPathBytes = 4096;
@@ -56,15 +56,15 @@ struct Options {
   std::set<std::string> run_options_given;  // run options typed on the command line ("lr", ...)
 
   std::string devices = "auto";
-  std::string output_device;     // empty: device_ids[0]
+  std::string output_device;  // empty: device_ids[0]
   bool parallel_loss = false;
   int64_t workers = 1;
   std::string init, save, checkpoint_dir, resume, log, plot;
-  int64_t log_every = 1;         // plain-line mode: print every Nth step
-  int64_t checkpoint_every = 0;  // also checkpoint every N steps (0: at epoch ends only)
-  int64_t stop_after = 0;        // stop (as Ctrl-C does) after N steps of this invocation
-  double min_accuracy = -1;      // >= 0: exit 1 when the final test accuracy is below it
-  std::string progress = "auto"; // auto | bar | lines | none
+  int64_t log_every = 1;          // plain-line mode: print every Nth step
+  int64_t checkpoint_every = 0;   // also checkpoint every N steps (0: at epoch ends only)
+  int64_t stop_after = 0;         // stop (as Ctrl-C does) after N steps of this invocation
+  double min_accuracy = -1;       // >= 0: exit 1 when the final test accuracy is below it
+  std::string progress = "auto";  // auto | bar | lines | none
   // Across processes (DistributedDataParallel): on when the launcher's environment says the world
   // has more than one process (WORLD_SIZE > 1, see dp/distributed/init.h), or forced by --distributed.
   bool distributed = false;

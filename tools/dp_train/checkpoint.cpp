@@ -43,14 +43,22 @@ using nlohmann::json;
 
 std::string kind(const json& j) {
   switch (j.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "a list";
-    case json::value_t::object: return "an object";
-    case json::value_t::binary: return "binary data";
-    case json::value_t::discarded: return "nothing";
-    default: return "a number";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "a list";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::binary:
+      return "binary data";
+    case json::value_t::discarded:
+      return "nothing";
+    default:
+      return "a number";
   }
 }
 
@@ -162,7 +170,8 @@ History history_from(const json& j, int64_t global_step) {
     History::Eval out;
     out.step = get_int(ev, "step", e, 0);
     if (out.step < previous || out.step > global_step)
-      field_error(e + ".step", "is " + std::to_string(out.step) + ": evaluations must be in step order, at or before step " + std::to_string(global_step));
+      field_error(e + ".step",
+                  "is " + std::to_string(out.step) + ": evaluations must be in step order, at or before step " + std::to_string(global_step));
     previous = out.step;
     out.test_accuracy = number(field(ev, "test_accuracy", e), e + ".test_accuracy");
     out.test_loss = number(field(ev, "test_loss", e), e + ".test_loss", true);
@@ -225,7 +234,7 @@ Checkpoint parse_checkpoint_metadata(const std::string& text) {
     // One training time per finished epoch.
     if (c.state.history.epoch_seconds.size() != static_cast<uint64_t>(c.state.position.epoch))
       field_error("history.epoch_seconds", "has " + std::to_string(c.state.history.epoch_seconds.size()) + " entries but \"position.epoch\" is " +
-                                                std::to_string(c.state.position.epoch) + " (one per finished epoch)");
+                                               std::to_string(c.state.position.epoch) + " (one per finished epoch)");
     c.generators = generators_from(field(meta, "generators", ""));
     if (meta.contains("scheduler")) {
       const json& s = meta.at("scheduler");
@@ -246,14 +255,15 @@ void check_position(const Checkpoint& c, int64_t steps_per_epoch, int64_t total_
   const Position& p = c.state.position;
   if (p.batch >= steps_per_epoch)
     field_error("position.batch", "is " + std::to_string(p.batch) + " but an epoch of this run has " + std::to_string(steps_per_epoch) + " batches");
-  if (p.epoch > (total_steps + steps_per_epoch - 1) / steps_per_epoch || (p.epoch != 0 && p.epoch > std::numeric_limits<int64_t>::max() / steps_per_epoch) ||
-      p.epoch * steps_per_epoch + p.batch != p.global_step)
+  if (p.epoch > (total_steps + steps_per_epoch - 1) / steps_per_epoch ||
+      (p.epoch != 0 && p.epoch > std::numeric_limits<int64_t>::max() / steps_per_epoch) || p.epoch * steps_per_epoch + p.batch != p.global_step)
     field_error("position", "is inconsistent: epoch " + std::to_string(p.epoch) + ", batch " + std::to_string(p.batch) + " is not global step " +
                                 std::to_string(p.global_step) + " with " + std::to_string(steps_per_epoch) + " batches an epoch");
   if (p.global_step > total_steps)
     field_error("position.global_step", "is " + std::to_string(p.global_step) + ", past the run's " + std::to_string(total_steps) + " steps");
   if (c.scheduler && c.scheduler->step_count > total_steps + 1)
-    field_error("scheduler.step_count", "is " + std::to_string(c.scheduler->step_count) + ", past the run's " + std::to_string(total_steps) + " steps");
+    field_error("scheduler.step_count",
+                "is " + std::to_string(c.scheduler->step_count) + ", past the run's " + std::to_string(total_steps) + " steps");
 }
 
 void restore_generators(const nlohmann::json& states) {
@@ -265,22 +275,23 @@ void restore_generators(const nlohmann::json& states) {
 }
 
 CheckpointContents checkpoint_contents(const RunSettings& settings, const TrainState& state, const nn::Module& model,
-                                       const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler,
-                                       const std::vector<Device>& devices, int world_size) {
+                                       const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler, const std::vector<Device>& devices,
+                                       int world_size) {
   CheckpointContents out;
   for (const auto& item : model.state_dict()) out.tensors.insert(kModel + item.key(), item.value());
   const optim::OptimizerState opt = optimizer.state_dict();
   for (const auto& item : opt.tensors) out.tensors.insert(kOptimizer + item.key(), item.value());
 
-  nlohmann::json meta = {{"version", kFormatVersion},
-                         {"settings", to_json(settings)},
-                         {"position", {{"global_step", state.position.global_step}, {"epoch", state.position.epoch}, {"batch", state.position.batch}}},
-                         {"train_seconds", state.train_seconds},
-                         {"epoch_seconds", state.epoch_seconds},
-                         {"wall_seconds", state.wall_seconds},
-                         {"generators", generator_states(devices)},
-                         {"history", history_json(state.history)},
-                         {"world_size", world_size}};
+  nlohmann::json meta = {
+      {"version", kFormatVersion},
+      {"settings", to_json(settings)},
+      {"position", {{"global_step", state.position.global_step}, {"epoch", state.position.epoch}, {"batch", state.position.batch}}},
+      {"train_seconds", state.train_seconds},
+      {"epoch_seconds", state.epoch_seconds},
+      {"wall_seconds", state.wall_seconds},
+      {"generators", generator_states(devices)},
+      {"history", history_json(state.history)},
+      {"world_size", world_size}};
   if (scheduler) {
     const optim::LRSchedulerState s = scheduler->state();
     meta["scheduler"] = {{"last_epoch", s.last_epoch}, {"step_count", s.step_count}, {"base_lrs", s.base_lrs}, {"last_lrs", s.last_lrs}};
@@ -316,8 +327,10 @@ Checkpoint parse_checkpoint(const SafetensorsFile& file, const std::string& path
     throw ValueError(path + ": damaged dp-train checkpoint: " + e.what());
   }
   for (const auto& item : file.tensors) {
-    if (starts_with(item.key(), kModel)) c.model.insert(item.key().substr(kModel.size()), item.value());
-    else if (starts_with(item.key(), kOptimizer)) c.optimizer.tensors.insert(item.key().substr(kOptimizer.size()), item.value());
+    if (starts_with(item.key(), kModel))
+      c.model.insert(item.key().substr(kModel.size()), item.value());
+    else if (starts_with(item.key(), kOptimizer))
+      c.optimizer.tensors.insert(item.key().substr(kOptimizer.size()), item.value());
   }
   for (const auto& [key, value] : file.metadata)
     if (starts_with(key, kOptimizer)) c.optimizer.metadata[key.substr(kOptimizer.size())] = value;

@@ -28,10 +28,10 @@ namespace dp::train {
 struct History {
   std::vector<float> step_loss;  // loss of global step i + 1
   struct Eval {
-    int64_t step = 0;           // global step after which it was measured
+    int64_t step = 0;  // global step after which it was measured
     double test_accuracy = 0;
     double test_loss = 0;
-    double train_loss = 0;      // mean loss of the steps since the previous evaluation
+    double train_loss = 0;  // mean loss of the steps since the previous evaluation
   };
   std::vector<Eval> evals;
   std::vector<double> epoch_seconds;  // training time of each finished epoch (without evaluation)
@@ -46,9 +46,9 @@ struct Position {
 
 struct TrainState {
   Position position;
-  double train_seconds = 0;   // time in training steps over every invocation so far
-  double epoch_seconds = 0;   // of which in the current, unfinished epoch
-  double wall_seconds = 0;    // whole invocations (setup, evaluation, checkpoints included)
+  double train_seconds = 0;  // time in training steps over every invocation so far
+  double epoch_seconds = 0;  // of which in the current, unfinished epoch
+  double wall_seconds = 0;   // whole invocations (setup, evaluation, checkpoints included)
   History history;
 };
 
@@ -72,8 +72,8 @@ struct CheckpointContents {
   std::map<std::string, std::string> metadata;
 };
 CheckpointContents checkpoint_contents(const RunSettings& settings, const TrainState& state, const nn::Module& model,
-                                       const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler,
-                                       const std::vector<Device>& devices, int world_size = 1);
+                                       const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler, const std::vector<Device>& devices,
+                                       int world_size = 1);
 
 // Writes DIR/checkpoint.safetensors (creating DIR); IOError naming the path when it cannot.
 void save_checkpoint(const std::string& dir, const RunSettings& settings, const TrainState& state, const nn::Module& model,

@@ -33,8 +33,8 @@ DataSets random_sets(const RunSettings& s) {
     out.train = std::make_shared<data::TensorDataset>(images(train_x.data()), label(train_x.data()));
     out.test = std::make_shared<data::TensorDataset>(images(test_x.data()), label(test_x.data()));
   }
-  out.description = "random data (dp::data::RandomDataset): " + std::to_string(s.data_size) + " train, " +
-                    std::to_string(s.data_size) + " test rows of " + std::to_string(features) + " features, " +
+  out.description = "random data (dp::data::RandomDataset): " + std::to_string(s.data_size) + " train, " + std::to_string(s.data_size) +
+                    " test rows of " + std::to_string(features) + " features, " +
                     (seed_model ? "labelled by a fixed hyperplane" : "10 classes from a fixed random linear teacher");
   return out;
 }
@@ -52,24 +52,20 @@ DataSets fashion_sets(const RunSettings& s) {
   }
   out.train = std::make_shared<data::TensorDataset>(train.images(), train.targets());
   out.test = std::make_shared<data::TensorDataset>(test.images(), test.targets());
-  out.description = "Fashion-MNIST (" + s.data_dir + "): " + std::to_string(train.size()) + " train, " + std::to_string(test.size()) +
-                    " test images";
+  out.description = "Fashion-MNIST (" + s.data_dir + "): " + std::to_string(train.size()) + " train, " + std::to_string(test.size()) + " test images";
   return out;
 }
 
 }  // namespace
 
-DataSets load_data(const RunSettings& settings) {
-  return settings.data == "random" ? random_sets(settings) : fashion_sets(settings);
-}
+DataSets load_data(const RunSettings& settings) { return settings.data == "random" ? random_sets(settings) : fashion_sets(settings); }
 
 Share rank_share(int64_t rows, int world, int rank) {
   const int64_t w = world, r = rank, base = rows / w, extra = rows % w;
   return {r * base + std::min(r, extra), base + (r < extra ? 1 : 0)};
 }
 
-EpochSampler::EpochSampler(size_t n, bool shuffle, uint64_t seed, uint64_t epoch, int64_t batch_size, int64_t first_batch, int world,
-                           int rank)
+EpochSampler::EpochSampler(size_t n, bool shuffle, uint64_t seed, uint64_t epoch, int64_t batch_size, int64_t first_batch, int world, int rank)
     : n_(n), shuffle_(shuffle), seed_(seed), epoch_(epoch), batch_size_(batch_size), first_batch_(first_batch), world_(world), rank_(rank) {
   const int64_t total = static_cast<int64_t>(n);
   for (int64_t start = first_batch * batch_size; start < total; start += batch_size)
@@ -105,8 +101,8 @@ uint64_t shuffle_seed(uint64_t seed) {
 }
 }  // namespace
 
-data::DataLoader epoch_loader(const DataSets& sets, const RunSettings& settings, uint64_t epoch, int64_t first_batch, int64_t workers,
-                              int world, int rank) {
+data::DataLoader epoch_loader(const DataSets& sets, const RunSettings& settings, uint64_t epoch, int64_t first_batch, int64_t workers, int world,
+                              int rank) {
   auto sampler = std::make_shared<EpochSampler>(sets.train->size(), settings.shuffle, shuffle_seed(settings.seed), epoch, settings.batch_size,
                                                 first_batch, world, rank);
   const int64_t batch = rank_share(settings.batch_size, world, rank).count;

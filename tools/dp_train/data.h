@@ -55,8 +55,8 @@ class EpochSampler : public data::Sampler {
 // shares of the global batches (its batch size is its share of a full batch; the epoch's last,
 // shorter batch gives a share no larger). Every rank must get at least one row of every batch
 // (check_rank_shares).
-data::DataLoader epoch_loader(const DataSets& sets, const RunSettings& settings, uint64_t epoch, int64_t first_batch, int64_t workers,
-                              int world = 1, int rank = 0);
+data::DataLoader epoch_loader(const DataSets& sets, const RunSettings& settings, uint64_t epoch, int64_t first_batch, int64_t workers, int world = 1,
+                              int rank = 0);
 
 // Throws ValueError when some batch of an epoch has fewer rows than there are ranks (a rank would
 // have nothing to train on at that step).

@@ -51,8 +51,10 @@ std::vector<Device> parse_devices(const std::string& spec) {
 std::optional<Device> parse_output_device(const std::string& spec) {
   if (spec.empty()) return std::nullopt;
   Device d = parse_one(spec, "--output-device");
-  if (d.has_index()) DP_CHECK(d.index < device_count(d.type), DeviceError, "--output-device: ", d.str(), " does not exist: ", existing(d.type));
-  else DP_CHECK(d.is_cpu(), ValueError, "--output-device: give an index, as in cuda:0");
+  if (d.has_index())
+    DP_CHECK(d.index < device_count(d.type), DeviceError, "--output-device: ", d.str(), " does not exist: ", existing(d.type));
+  else
+    DP_CHECK(d.is_cpu(), ValueError, "--output-device: give an index, as in cuda:0");
   return d;
 }
 

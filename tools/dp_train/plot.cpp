@@ -33,10 +33,14 @@ std::string num(double v, int precision = 4) {
 std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else
+      out += c;
   }
   return out;
 }
@@ -83,8 +87,7 @@ class Panel {
     svg_ << "<text x=\"" << x0_ + kPlotW / 2 << "\" y=\"" << kTop - 10 << "\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">"
          << escape(title) << "</text>\n";
     for (double t : nice_ticks(x_.lo, x_.hi)) {
-      svg_ << "<line x1=\"" << px(t) << "\" y1=\"" << kTop << "\" x2=\"" << px(t) << "\" y2=\"" << kTop + kPlotH
-           << "\" stroke=\"#e8e8e8\"/>\n";
+      svg_ << "<line x1=\"" << px(t) << "\" y1=\"" << kTop << "\" x2=\"" << px(t) << "\" y2=\"" << kTop + kPlotH << "\" stroke=\"#e8e8e8\"/>\n";
       svg_ << "<line x1=\"" << px(t) << "\" y1=\"" << kTop + kPlotH << "\" x2=\"" << px(t) << "\" y2=\"" << kTop + kPlotH + 5
            << "\" stroke=\"#333\"/>\n";
       svg_ << "<text x=\"" << px(t) << "\" y=\"" << kTop + kPlotH + 20 << "\" text-anchor=\"middle\">" << num(t, 7) << "</text>\n";
@@ -94,8 +97,7 @@ class Panel {
       svg_ << "<line x1=\"" << x0_ - 5 << "\" y1=\"" << py(t) << "\" x2=\"" << x0_ << "\" y2=\"" << py(t) << "\" stroke=\"#333\"/>\n";
       svg_ << "<text x=\"" << x0_ - 8 << "\" y=\"" << py(t) + 4 << "\" text-anchor=\"end\">" << num(t) << "</text>\n";
     }
-    svg_ << "<rect x=\"" << x0_ << "\" y=\"" << kTop << "\" width=\"" << kPlotW << "\" height=\"" << kPlotH
-         << "\" fill=\"none\" stroke=\"#333\"/>\n";
+    svg_ << "<rect x=\"" << x0_ << "\" y=\"" << kTop << "\" width=\"" << kPlotW << "\" height=\"" << kPlotH << "\" fill=\"none\" stroke=\"#333\"/>\n";
     svg_ << "<text x=\"" << x0_ + kPlotW / 2 << "\" y=\"" << kTop + kPlotH + 42 << "\" text-anchor=\"middle\">" << escape(xlabel) << "</text>\n";
     const double yl = x0_ - 52, ym = kTop + kPlotH / 2;
     svg_ << "<text x=\"" << yl << "\" y=\"" << ym << "\" text-anchor=\"middle\" transform=\"rotate(-90 " << yl << " " << ym << ")\">"
@@ -105,20 +107,21 @@ class Panel {
   // `cls` names the series (class="..."), for readers of the SVG and its tests.
   void polyline(const std::vector<Point>& pts, const char* cls, const char* color, double width, double opacity = 1) {
     if (pts.empty()) return;
-    svg_ << "<polyline class=\"" << cls << "\" clip-path=\"url(#clip" << id_ << ")\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << width
-         << "\" stroke-opacity=\"" << opacity << "\" stroke-linejoin=\"round\" points=\"";
+    svg_ << "<polyline class=\"" << cls << "\" clip-path=\"url(#clip" << id_ << ")\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\""
+         << width << "\" stroke-opacity=\"" << opacity << "\" stroke-linejoin=\"round\" points=\"";
     for (const Point& p : pts) svg_ << num(px(p.x), 6) << "," << num(py(p.y), 6) << " ";
     svg_ << "\"/>\n";
   }
 
   void markers(const std::vector<Point>& pts, const char* cls, const char* color) {
     for (const Point& p : pts)
-      svg_ << "<circle class=\"" << cls << "\" cx=\"" << px(p.x) << "\" cy=\"" << py(p.y) << "\" r=\"4\" fill=\"" << color << "\" stroke=\"white\"/>\n";
+      svg_ << "<circle class=\"" << cls << "\" cx=\"" << px(p.x) << "\" cy=\"" << py(p.y) << "\" r=\"4\" fill=\"" << color
+           << "\" stroke=\"white\"/>\n";
   }
 
   void label(const Point& p, const std::string& text, const char* color) {
-    svg_ << "<text x=\"" << px(p.x) - 6 << "\" y=\"" << py(p.y) - 10 << "\" text-anchor=\"end\" fill=\"" << color
-         << "\" font-weight=\"bold\">" << escape(text) << "</text>\n";
+    svg_ << "<text x=\"" << px(p.x) - 6 << "\" y=\"" << py(p.y) - 10 << "\" text-anchor=\"end\" fill=\"" << color << "\" font-weight=\"bold\">"
+         << escape(text) << "</text>\n";
   }
 
   // A dashed vertical line at the end of each epoch inside the x range, labelled with the epoch's
@@ -134,8 +137,7 @@ class Panel {
       const double xs = px(static_cast<double>(e * steps_per_epoch));
       svg_ << "<line class=\"epoch\" x1=\"" << xs << "\" y1=\"" << kTop << "\" x2=\"" << xs << "\" y2=\"" << kTop + kPlotH
            << "\" stroke=\"#999\" stroke-dasharray=\"3 3\"/>\n";
-      svg_ << "<text x=\"" << xs - 3 << "\" y=\"" << kTop + 12 << "\" text-anchor=\"end\" font-size=\"10\" fill=\"#777\">epoch " << e
-           << "</text>\n";
+      svg_ << "<text x=\"" << xs - 3 << "\" y=\"" << kTop + 12 << "\" text-anchor=\"end\" font-size=\"10\" fill=\"#777\">epoch " << e << "</text>\n";
     }
   }
 
@@ -255,8 +257,10 @@ std::string render_plot(const PlotInput& in) {
   accuracy.polyline(acc, "accuracy", kGreen, 2);
   accuracy.markers(acc, "accuracy", kGreen);
   if (!acc.empty()) accuracy.label(acc.back(), num(acc.back().y, 4), kGreen);
-  if (in.target_accuracy >= 0) accuracy.legend({{"test accuracy", kGreen}, {"target " + num(in.target_accuracy), "#888"}}, false);
-  else accuracy.legend({{"test accuracy", kGreen}}, false);
+  if (in.target_accuracy >= 0)
+    accuracy.legend({{"test accuracy", kGreen}, {"target " + num(in.target_accuracy), "#888"}}, false);
+  else
+    accuracy.legend({{"test accuracy", kGreen}}, false);
   if (acc.empty()) accuracy.note("no evaluation yet");
   svg << "</svg>\n";
   return svg.str();

@@ -13,7 +13,7 @@
 namespace dp::train {
 
 struct PlotInput {
-  std::string title;          // one line above the panels
+  std::string title;               // one line above the panels
   std::string loss_name = "loss";  // the loss panel's y label ("cross-entropy")
   double target_accuracy = -1;     // >= 0: a dashed line at this accuracy (--min-accuracy)
   const History* history = nullptr;

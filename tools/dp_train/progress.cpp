@@ -103,10 +103,9 @@ void Progress::step(const StepReport& r) {
   if (mode_ == ProgressMode::None) return;
   if (mode_ == ProgressMode::Lines) {
     if (r.step % every_ != 0 && r.step != r.total_steps && r.batch != r.batches) return;
-    std::printf("epoch %lld/%lld  batch %lld/%lld  step %lld/%lld  loss %.4f  lr %.3g  %.0f samples/s  ETA %s\n",
-                static_cast<long long>(r.epoch), static_cast<long long>(r.epochs), static_cast<long long>(r.batch),
-                static_cast<long long>(r.batches), static_cast<long long>(r.step), static_cast<long long>(r.total_steps), r.loss, r.lr,
-                r.samples_per_s, format_duration(r.eta_s).c_str());
+    std::printf("epoch %lld/%lld  batch %lld/%lld  step %lld/%lld  loss %.4f  lr %.3g  %.0f samples/s  ETA %s\n", static_cast<long long>(r.epoch),
+                static_cast<long long>(r.epochs), static_cast<long long>(r.batch), static_cast<long long>(r.batches), static_cast<long long>(r.step),
+                static_cast<long long>(r.total_steps), r.loss, r.lr, r.samples_per_s, format_duration(r.eta_s).c_str());
     std::fflush(stdout);
     return;
   }

@@ -18,12 +18,12 @@
 namespace dp::train {
 
 struct StepReport {
-  int64_t epoch = 0, epochs = 0;       // 1-based epoch of the step, epochs in the run
-  int64_t batch = 0, batches = 0;      // 1-based batch within its epoch, batches in that epoch
-  int64_t step = 0, total_steps = 0;   // global step just done (1-based), steps in the run
+  int64_t epoch = 0, epochs = 0;      // 1-based epoch of the step, epochs in the run
+  int64_t batch = 0, batches = 0;     // 1-based batch within its epoch, batches in that epoch
+  int64_t step = 0, total_steps = 0;  // global step just done (1-based), steps in the run
   double loss = 0, lr = 0;
-  double samples_per_s = 0;            // this invocation's training throughput
-  double eta_s = 0;                    // training time left at that rate
+  double samples_per_s = 0;  // this invocation's training throughput
+  double eta_s = 0;          // training time left at that rate
 };
 
 enum class ProgressMode { Bar, Lines, None };
@@ -62,8 +62,8 @@ class Progress {
   int64_t every_;
   bool bar_open_ = false;
   StepReport last_{};
-  int drawn_columns_ = 0;      // the terminal's width when the bar was last drawn
-  size_t drawn_length_ = 0;    // and the bar's length then
+  int drawn_columns_ = 0;    // the terminal's width when the bar was last drawn
+  size_t drawn_length_ = 0;  // and the bar's length then
   std::chrono::steady_clock::time_point last_draw_{};
 };
 

@@ -136,7 +136,7 @@ struct Trainer::Impl {
   std::vector<int64_t> device_samples;
   int64_t rank_samples = 0;  // rows this process trained on in this invocation (its shares)
   int64_t last_checkpoint_step = -1;
-  int stop_sig = 0;          // the signal that stopped the run (agreed over the ranks)
+  int stop_sig = 0;  // the signal that stopped the run (agreed over the ranks)
 
   explicit Impl(Options o) : opt(std::move(o)), progress(progress_mode(opt.progress), opt.log_every) {}
 
@@ -227,8 +227,7 @@ struct Trainer::Impl {
     for (int r = 0; r < world; ++r)
       if (all[static_cast<size_t>(r)].item<int64_t>() != 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
     if (!error.empty()) throw SetupError(error);
-    if (!failed.empty())
-      throw SetupError("rank " + failed + " could not set up the run (its own message says why), so no rank trains");
+    if (!failed.empty()) throw SetupError("rank " + failed + " could not set up the run (its own message says why), so no rank trains");
   }
 
   void setup_local(const SafetensorsFile* file) {
@@ -263,7 +262,8 @@ struct Trainer::Impl {
     spe = steps_per_epoch(sets, run);
     total_steps = run.steps > 0 ? run.steps : run.epochs * spe;  // <= 1e6 epochs x 1e9 rows (args.h): no overflow
     total_epochs = (total_steps + spe - 1) / spe;
-    if (resumed) guarded("--resume " + resume_dir + ": " + checkpoint_path(resume_dir) + ": damaged dp-train checkpoint", [&] {
+    if (resumed)
+      guarded("--resume " + resume_dir + ": " + checkpoint_path(resume_dir) + ": damaged dp-train checkpoint", [&] {
         check_position(*resumed, spe, total_steps);
         return 0;
       });
@@ -283,9 +283,21 @@ struct Trainer::Impl {
     }
     // Every file this run will write is checked now, before the first step (rank 0 writes them).
     if (leader()) {
-      if (!opt.save.empty()) guarded("", [&] { probe_output("--save", opt.save, false); return 0; });
-      if (!opt.plot.empty()) guarded("", [&] { probe_output("--plot", opt.plot, false); return 0; });
-      if (!opt.checkpoint_dir.empty()) guarded("", [&] { probe_output("--checkpoint-dir", opt.checkpoint_dir, true); return 0; });
+      if (!opt.save.empty())
+        guarded("", [&] {
+          probe_output("--save", opt.save, false);
+          return 0;
+        });
+      if (!opt.plot.empty())
+        guarded("", [&] {
+          probe_output("--plot", opt.plot, false);
+          return 0;
+        });
+      if (!opt.checkpoint_dir.empty())
+        guarded("", [&] {
+          probe_output("--checkpoint-dir", opt.checkpoint_dir, true);
+          return 0;
+        });
     }
     // A restarted job appends to the failed attempt's log, as a resumed run does.
     if (!opt.log.empty() && leader())
@@ -321,16 +333,17 @@ struct Trainer::Impl {
       std::vector<int64_t> shares;
       for (int r = 0; r < world; ++r) shares.push_back(rank_share(run.batch_size, world, r).count);
       const int64_t mine = shares[0];
-      progress.line(format("processes: %d (DistributedDataParallel over %s; rank 0 prints, logs and checkpoints): batch %lld split %s over the "
-                           "ranks; inside rank 0 DataParallel over %s (its %lld rows split %s), loss on the replicas",
-                           world, group->backend_name().c_str(), static_cast<long long>(run.batch_size), split_text(shares).c_str(),
-                           join(devices).c_str(), static_cast<long long>(mine), split_text(chunk_rows(mine, devices.size())).c_str()));
+      progress.line(
+          format("processes: %d (DistributedDataParallel over %s; rank 0 prints, logs and checkpoints): batch %lld split %s over the "
+                 "ranks; inside rank 0 DataParallel over %s (its %lld rows split %s), loss on the replicas",
+                 world, group->backend_name().c_str(), static_cast<long long>(run.batch_size), split_text(shares).c_str(), join(devices).c_str(),
+                 static_cast<long long>(mine), split_text(chunk_rows(mine, devices.size())).c_str()));
     }
     progress.line(format("training: %s, batch %lld, %lld epochs x %lld steps = %lld steps%s, seed %llu, %s, %lld loader worker(s)",
                          optimizer_text(run, total_steps).c_str(), static_cast<long long>(run.batch_size), static_cast<long long>(total_epochs),
                          static_cast<long long>(spe), static_cast<long long>(total_steps),
-                         run.steps > 0 && total_steps % spe != 0 ? " (the last epoch partial)" : "",
-                         static_cast<unsigned long long>(run.seed), run.shuffle ? "shuffled" : "in order", static_cast<long long>(opt.workers)));
+                         run.steps > 0 && total_steps % spe != 0 ? " (the last epoch partial)" : "", static_cast<unsigned long long>(run.seed),
+                         run.shuffle ? "shuffled" : "in order", static_cast<long long>(opt.workers)));
     if (auto_resumed)
       progress.line(format("restart %d of this job (DP_RESTART_COUNT): continuing from the checkpoint in %s", distributed::restart_count(),
                            resume_dir.c_str()));
@@ -347,9 +360,15 @@ struct Trainer::Impl {
                            static_cast<long long>(spe)));
     else if (!opt.init.empty())
       progress.line("initial weights: " + opt.init);
-    log_record({{"event", "start"}, {"settings", to_json(run)}, {"devices", join(devices)}, {"output_device", output_device.str()},
-                {"parallel_loss", opt.parallel_loss || group != nullptr}, {"total_steps", total_steps}, {"steps_per_epoch", spe},
-                {"resumed_at", resumed ? state.position.global_step : 0}, {"world_size", world},
+    log_record({{"event", "start"},
+                {"settings", to_json(run)},
+                {"devices", join(devices)},
+                {"output_device", output_device.str()},
+                {"parallel_loss", opt.parallel_loss || group != nullptr},
+                {"total_steps", total_steps},
+                {"steps_per_epoch", spe},
+                {"resumed_at", resumed ? state.position.global_step : 0},
+                {"world_size", world},
                 {"restart", distributed::restart_count()}});
   }
 
@@ -385,8 +404,10 @@ struct Trainer::Impl {
     const auto t0 = Clock::now();
     note("evaluation");
     NoGradGuard no_grad;
-    if (ddp) ddp->eval();
-    else model->eval();
+    if (ddp)
+      ddp->eval();
+    else
+      model->eval();
     const int64_t n = static_cast<int64_t>(sets.test->size());
     std::vector<int64_t> rows;
     if (group) rows = data::DistributedSampler::evaluation(static_cast<size_t>(n), world, rank).indices(0);
@@ -416,8 +437,10 @@ struct Trainer::Impl {
       loss_sum = sums[0].item<double>();
       correct = static_cast<int64_t>(sums[1].item<double>());
     }
-    if (ddp) ddp->train();
-    else model->train();
+    if (ddp)
+      ddp->train();
+    else
+      model->train();
     eval_s += since(t0);
     return {static_cast<double>(correct) / static_cast<double>(n), loss_sum / static_cast<double>(n)};
   }
@@ -431,8 +454,12 @@ struct Trainer::Impl {
     for (int64_t i = from; i < to; ++i) train_loss += h.step_loss[static_cast<size_t>(i)];
     train_loss = to > from ? train_loss / static_cast<double>(to - from) : NAN;
     h.evals.push_back({to, e.accuracy, e.loss, train_loss});
-    log_record({{"event", "eval"}, {"step", to}, {"epoch", static_cast<double>(to) / static_cast<double>(spe)}, {"test_accuracy", e.accuracy},
-                {"test_loss", e.loss}, {"train_loss", to > from ? nlohmann::json(train_loss) : nlohmann::json(nullptr)}});
+    log_record({{"event", "eval"},
+                {"step", to},
+                {"epoch", static_cast<double>(to) / static_cast<double>(spe)},
+                {"test_accuracy", e.accuracy},
+                {"test_loss", e.loss},
+                {"train_loss", to > from ? nlohmann::json(train_loss) : nlohmann::json(nullptr)}});
     return h.evals.back();
   }
 
@@ -589,8 +616,15 @@ struct Trainer::Impl {
     r.samples_per_s = rate;
     r.eta_s = per_step * static_cast<double>(total_steps - pos.global_step);
     if (leader()) progress.step(r);
-    log_record({{"event", "step"}, {"step", pos.global_step}, {"epoch", pos.epoch + 1}, {"batch", pos.batch}, {"rows", rows}, {"loss", loss},
-                {"lr", lr}, {"samples_per_s", rate}, {"time_s", since(started)}});
+    log_record({{"event", "step"},
+                {"step", pos.global_step},
+                {"epoch", pos.epoch + 1},
+                {"batch", pos.batch},
+                {"rows", rows},
+                {"loss", loss},
+                {"lr", lr},
+                {"samples_per_s", rate},
+                {"time_s", since(started)}});
   }
 
   void end_epoch() {
@@ -599,9 +633,8 @@ struct Trainer::Impl {
     state.history.epoch_seconds.push_back(seconds);
     const History::Eval e = record_eval();
     say(format("epoch %lld/%lld done: train loss %.4f  test loss %.4f  test accuracy %.4f  (%s training, %.0f samples/s)",
-                         static_cast<long long>(pos.epoch + 1), static_cast<long long>(total_epochs), e.train_loss, e.test_loss,
-                         e.test_accuracy, format_duration(seconds).c_str(),
-                         static_cast<double>(sets.train->size()) / std::max(seconds, 1e-9)));
+               static_cast<long long>(pos.epoch + 1), static_cast<long long>(total_epochs), e.train_loss, e.test_loss, e.test_accuracy,
+               format_duration(seconds).c_str(), static_cast<double>(sets.train->size()) / std::max(seconds, 1e-9)));
     ++pos.epoch;
     pos.batch = 0;
     state.epoch_seconds = 0;
@@ -616,17 +649,19 @@ struct Trainer::Impl {
       if (outcome == Outcome::Signal && stop_sig == 0) stop_sig = stop_signal();
       checkpoint();
       write_plot_file();
-      const std::string why = outcome == Outcome::Signal ? (stop_sig == SIGTERM ? "stopped by SIGTERM" : "stopped by Ctrl-C (SIGINT)")
-                                                         : format("stopped after %lld steps (--stop-after)", static_cast<long long>(invocation_steps));
+      const std::string why = outcome == Outcome::Signal
+                                  ? (stop_sig == SIGTERM ? "stopped by SIGTERM" : "stopped by Ctrl-C (SIGINT)")
+                                  : format("stopped after %lld steps (--stop-after)", static_cast<long long>(invocation_steps));
       const std::string where = format("at step %lld of %lld (epoch %lld, batch %lld of %lld next)", static_cast<long long>(pos.global_step),
                                        static_cast<long long>(total_steps), static_cast<long long>(pos.epoch + 1),
                                        static_cast<long long>(pos.batch + 1), static_cast<long long>(spe));
-      const std::string how = opt.checkpoint_dir.empty()
-                                  ? "no --checkpoint-dir was given, so nothing was saved to resume from"
-                                  : "checkpoint in " + opt.checkpoint_dir + "; continue with: dp-train --resume " + opt.checkpoint_dir +
-                                        (group ? " (on any number of processes)" : "");
+      const std::string how = opt.checkpoint_dir.empty() ? "no --checkpoint-dir was given, so nothing was saved to resume from"
+                                                         : "checkpoint in " + opt.checkpoint_dir + "; continue with: dp-train --resume " +
+                                                               opt.checkpoint_dir + (group ? " (on any number of processes)" : "");
       say(why + (group ? format(" (all %d processes)", world) : std::string()) + " " + where + ": " + how);
-      log_record({{"event", "stop"}, {"reason", outcome == Outcome::Signal ? "signal" : "stop-after"}, {"step", pos.global_step},
+      log_record({{"event", "stop"},
+                  {"reason", outcome == Outcome::Signal ? "signal" : "stop-after"},
+                  {"step", pos.global_step},
                   {"checkpoint", opt.checkpoint_dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(checkpoint_path(opt.checkpoint_dir))}});
       return outcome == Outcome::Signal ? 128 + stop_sig : 0;
     }
@@ -675,8 +710,8 @@ struct Trainer::Impl {
     const double wall = since(started);
     progress.line(format("finished: %lld steps (%.4g epochs) of batch %lld", static_cast<long long>(total_steps),
                          static_cast<double>(total_steps) / static_cast<double>(spe), static_cast<long long>(run.batch_size)));
-    progress.line(format("test accuracy %.4f, test loss %.4f (%lld test rows)", e.test_accuracy, e.test_loss,
-                         static_cast<long long>(sets.test->size())));
+    progress.line(
+        format("test accuracy %.4f, test loss %.4f (%lld test rows)", e.test_accuracy, e.test_loss, static_cast<long long>(sets.test->size())));
     progress.line(format("time: %s this invocation (training %s, evaluation %s, checkpoints %s); training over the whole run %s",
                          format_duration(wall).c_str(), format_duration(invocation_train_s).c_str(), format_duration(eval_s).c_str(),
                          format_duration(checkpoint_s).c_str(), format_duration(state.train_seconds).c_str()));
@@ -697,7 +732,8 @@ struct Trainer::Impl {
       per_device += format("%s%s %.0f samples/s (%lld samples)", d ? ", " : "", devices[d].str().c_str(),
                            invocation_train_s > 0 ? static_cast<double>(device_samples[d]) / invocation_train_s : 0.0,
                            static_cast<long long>(device_samples[d]));
-    if (invocation_steps > 0 && !group) progress.line(format("throughput: %.0f samples/s on %zu device(s): %s", rate, devices.size(), per_device.c_str()));
+    if (invocation_steps > 0 && !group)
+      progress.line(format("throughput: %.0f samples/s on %zu device(s): %s", rate, devices.size(), per_device.c_str()));
     if (invocation_steps > 0 && group) {
       std::string per_rank;
       for (size_t r = 0; r < ranks.size(); ++r)
@@ -714,8 +750,14 @@ struct Trainer::Impl {
     if (!files.empty()) progress.line("wrote" + files.substr(0, files.size() - 1));
     nlohmann::json per_dev = nlohmann::json::object();
     for (size_t d = 0; d < devices.size(); ++d) per_dev[devices[d].str()] = device_samples[d];
-    nlohmann::json end = {{"event", "end"}, {"step", state.position.global_step}, {"test_accuracy", e.test_accuracy}, {"test_loss", e.test_loss},
-                          {"wall_s", wall}, {"train_s", invocation_train_s}, {"samples_per_s", rate}, {"device_samples", per_dev},
+    nlohmann::json end = {{"event", "end"},
+                          {"step", state.position.global_step},
+                          {"test_accuracy", e.test_accuracy},
+                          {"test_loss", e.test_loss},
+                          {"wall_s", wall},
+                          {"train_s", invocation_train_s},
+                          {"samples_per_s", rate},
+                          {"device_samples", per_dev},
                           {"epoch_seconds", state.history.epoch_seconds}};
     if (group) {
       nlohmann::json samples = nlohmann::json::array(), rates = nlohmann::json::array();

@@ -64,8 +64,7 @@ int decrement_nesting();
 // Nested guards stack; Guard(type, std::nullopt, false) switches autocast off inside a region.
 class Guard {
  public:
-  explicit Guard(DeviceType device, std::optional<DType> dtype = std::nullopt, bool enabled = true,
-                 std::optional<bool> cache_enabled = std::nullopt);
+  explicit Guard(DeviceType device, std::optional<DType> dtype = std::nullopt, bool enabled = true, std::optional<bool> cache_enabled = std::nullopt);
   ~Guard();
   Guard(const Guard&) = delete;
   Guard& operator=(const Guard&) = delete;

@@ -28,11 +28,26 @@
 namespace dp::amp {
 
 struct GradScalerOptions {
-  GradScalerOptions& init_scale(double v) { init_scale_ = v; return *this; }
-  GradScalerOptions& growth_factor(double v) { growth_factor_ = v; return *this; }
-  GradScalerOptions& backoff_factor(double v) { backoff_factor_ = v; return *this; }
-  GradScalerOptions& growth_interval(int64_t v) { growth_interval_ = v; return *this; }
-  GradScalerOptions& enabled(bool v) { enabled_ = v; return *this; }
+  GradScalerOptions& init_scale(double v) {
+    init_scale_ = v;
+    return *this;
+  }
+  GradScalerOptions& growth_factor(double v) {
+    growth_factor_ = v;
+    return *this;
+  }
+  GradScalerOptions& backoff_factor(double v) {
+    backoff_factor_ = v;
+    return *this;
+  }
+  GradScalerOptions& growth_interval(int64_t v) {
+    growth_interval_ = v;
+    return *this;
+  }
+  GradScalerOptions& enabled(bool v) {
+    enabled_ = v;
+    return *this;
+  }
   double init_scale_ = 65536.0;
   double growth_factor_ = 2.0;
   double backoff_factor_ = 0.5;

@@ -29,15 +29,13 @@ namespace dp::autograd {
 // The traversal is iterative (no recursion), so graphs of any depth work.
 // As in PyTorch, backward(create_graph=true) leaves leaves' .grad with history that refers back to
 // the graph (and so to the leaf): reset .grad (set_grad(Tensor())) after use, or prefer grad().
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots = {},
-              bool retain_graph = false, bool create_graph = false);
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots = {}, bool retain_graph = false, bool create_graph = false);
 
 // Returns d(outputs)/d(inputs) without touching .grad (torch.autograd.grad): only the nodes on a
 // path from the outputs to an input run. With allow_unused, inputs the outputs do not depend on
 // give undefined tensors; otherwise that is an AutogradError naming the input.
-std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
-                         bool create_graph = false, bool allow_unused = false);
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs, const std::vector<Tensor>& grad_outputs = {},
+                         bool retain_graph = false, bool create_graph = false, bool allow_unused = false);
 
 namespace detail {
 // backward({root}, {grad_root}) without the two vectors (Tensor::backward).

@@ -38,8 +38,8 @@ bool any_needs_grad(const std::vector<Tensor>& ts);
 
 // Creates a FunctionNode with edges to `inputs` and makes it the grad_fn of every output
 // (output i gets output_nr i). Outputs must be fresh tensors made by the op. Returns the node.
-std::shared_ptr<Node> record(std::string name, const std::vector<Tensor>& inputs,
-                             const std::vector<Tensor>& outputs, FunctionNode::BackwardFn backward);
+std::shared_ptr<Node> record(std::string name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                             FunctionNode::BackwardFn backward);
 // The same for the usual call, `record("ExpBackward0", {a}, {out}, fn)`: a literal name (kept as a
 // pointer: it must outlive the node) and braced lists, so recording allocates no vectors or strings.
 std::shared_ptr<Node> record(const char* static_name, std::initializer_list<Tensor> inputs, std::initializer_list<Tensor> outputs,

@@ -79,8 +79,10 @@ class Node : public std::enable_shared_from_this<Node> {
   Device device() const { return device_; }
   void set_device(Device d) {
     device_ = d;
-    if (!d.is_cpu()) [[unlikely]] record_creation_stream();
-    else if (!stream_.is_cpu()) [[unlikely]] stream_ = Stream();
+    if (!d.is_cpu()) [[unlikely]]
+      record_creation_stream();
+    else if (!stream_.is_cpu()) [[unlikely]]
+      stream_ = Stream();
   }
   // The stream backward runs this node on (PyTorch's Node::stream(), "stream semantics of backward
   // passes"): its device's current stream when set_device() was called; the host's stream for a
@@ -101,7 +103,7 @@ class Node : public std::enable_shared_from_this<Node> {
   // in registration order, then its retain_grad hooks, so .grad of a retained tensor sees the
   // gradient after every hook (as in PyTorch).
   struct OutputHook {
-    int id;               // the tensor's handle; retain_grad hooks use kRetainGradHook
+    int id;  // the tensor's handle; retain_grad hooks use kRetainGradHook
     uint32_t output_nr;
     std::function<Tensor(const Tensor&)> fn;
   };

@@ -12,7 +12,9 @@
 
 namespace dp {
 struct TensorImpl;
-namespace nn { class Module; }
+namespace nn {
+class Module;
+}
 
 namespace detail {
 

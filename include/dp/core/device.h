@@ -43,7 +43,5 @@ std::ostream& operator<<(std::ostream& os, Device d);
 
 template <>
 struct std::hash<dp::Device> {
-  size_t operator()(dp::Device d) const noexcept {
-    return std::hash<int>()((static_cast<int>(d.type) << 16) | static_cast<uint16_t>(d.index));
-  }
+  size_t operator()(dp::Device d) const noexcept { return std::hash<int>()((static_cast<int>(d.type) << 16) | static_cast<uint16_t>(d.index)); }
 };

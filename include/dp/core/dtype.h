@@ -30,7 +30,8 @@ inline size_t element_size(DType t) {
   static_assert(static_cast<int>(DType::Int32) == 2 && static_cast<int>(DType::Float16) == 4 && static_cast<int>(DType::Float64) == 7,
                 "element_size's table follows DType's order");
   const auto i = static_cast<size_t>(t);
-  if (i >= sizeof kSizes / sizeof kSizes[0]) [[unlikely]] throw_unknown_dtype("element_size");
+  if (i >= sizeof kSizes / sizeof kSizes[0]) [[unlikely]]
+    throw_unknown_dtype("element_size");
   return kSizes[i];
 }
 // "float32", "int64", ...
@@ -40,32 +41,75 @@ const char* legacy_type_name(DType t);
 std::ostream& operator<<(std::ostream& os, DType t);
 
 inline bool is_floating_point(DType t) { return t >= DType::Float16; }
-inline bool is_integral(DType t, bool include_bool) {
-  return (t >= DType::UInt8 && t <= DType::Int64) || (include_bool && t == DType::Bool);
-}
+inline bool is_integral(DType t, bool include_bool) { return (t >= DType::UInt8 && t <= DType::Int64) || (include_bool && t == DType::Bool); }
 // PyTorch's promote_types: the smallest type both convert to without losing their category.
 DType promote_types(DType a, DType b);
 // The default floating type (float32); integer inputs to floating ops produce it.
 inline DType default_float_dtype() { return DType::Float32; }
 
-template <typename T> struct CppTypeToDType;
-template <> struct CppTypeToDType<bool> { static constexpr DType value = DType::Bool; };
-template <> struct CppTypeToDType<uint8_t> { static constexpr DType value = DType::UInt8; };
-template <> struct CppTypeToDType<int32_t> { static constexpr DType value = DType::Int32; };
-template <> struct CppTypeToDType<int64_t> { static constexpr DType value = DType::Int64; };
-template <> struct CppTypeToDType<Half> { static constexpr DType value = DType::Float16; };
-template <> struct CppTypeToDType<BFloat16> { static constexpr DType value = DType::BFloat16; };
-template <> struct CppTypeToDType<float> { static constexpr DType value = DType::Float32; };
-template <> struct CppTypeToDType<double> { static constexpr DType value = DType::Float64; };
-template <typename T> inline constexpr DType dtype_of = CppTypeToDType<T>::value;
+template <typename T>
+struct CppTypeToDType;
+template <>
+struct CppTypeToDType<bool> {
+  static constexpr DType value = DType::Bool;
+};
+template <>
+struct CppTypeToDType<uint8_t> {
+  static constexpr DType value = DType::UInt8;
+};
+template <>
+struct CppTypeToDType<int32_t> {
+  static constexpr DType value = DType::Int32;
+};
+template <>
+struct CppTypeToDType<int64_t> {
+  static constexpr DType value = DType::Int64;
+};
+template <>
+struct CppTypeToDType<Half> {
+  static constexpr DType value = DType::Float16;
+};
+template <>
+struct CppTypeToDType<BFloat16> {
+  static constexpr DType value = DType::BFloat16;
+};
+template <>
+struct CppTypeToDType<float> {
+  static constexpr DType value = DType::Float32;
+};
+template <>
+struct CppTypeToDType<double> {
+  static constexpr DType value = DType::Float64;
+};
+template <typename T>
+inline constexpr DType dtype_of = CppTypeToDType<T>::value;
 
 // Accumulation type for reductions and 16-bit arithmetic.
-template <typename T> struct AccType { using type = T; };
-template <> struct AccType<Half> { using type = float; };
-template <> struct AccType<BFloat16> { using type = float; };
-template <> struct AccType<bool> { using type = int64_t; };
-template <> struct AccType<uint8_t> { using type = int64_t; };
-template <> struct AccType<int32_t> { using type = int64_t; };
-template <typename T> using acc_t = typename AccType<T>::type;
+template <typename T>
+struct AccType {
+  using type = T;
+};
+template <>
+struct AccType<Half> {
+  using type = float;
+};
+template <>
+struct AccType<BFloat16> {
+  using type = float;
+};
+template <>
+struct AccType<bool> {
+  using type = int64_t;
+};
+template <>
+struct AccType<uint8_t> {
+  using type = int64_t;
+};
+template <>
+struct AccType<int32_t> {
+  using type = int64_t;
+};
+template <typename T>
+using acc_t = typename AccType<T>::type;
 
 }  // namespace dp

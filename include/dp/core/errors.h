@@ -19,15 +19,33 @@ class Error : public std::runtime_error {
  private:
   std::string what_;
 };
-class ShapeError : public Error { using Error::Error; };         // incompatible sizes
-class DTypeError : public Error { using Error::Error; };         // unsupported or mismatched dtype
-class DeviceError : public Error { using Error::Error; };        // wrong or missing device
-class IndexError : public Error { using Error::Error; };         // index / dim out of range
-class ValueError : public Error { using Error::Error; };         // a bad argument value
-class AutogradError : public Error { using Error::Error; };      // misuse of the autograd graph
-class NotImplementedError : public Error { using Error::Error; };
-class OutOfMemory : public Error { using Error::Error; };
-class IOError : public Error { using Error::Error; };            // files: missing, truncated, corrupt
+class ShapeError : public Error {
+  using Error::Error;
+};  // incompatible sizes
+class DTypeError : public Error {
+  using Error::Error;
+};  // unsupported or mismatched dtype
+class DeviceError : public Error {
+  using Error::Error;
+};  // wrong or missing device
+class IndexError : public Error {
+  using Error::Error;
+};  // index / dim out of range
+class ValueError : public Error {
+  using Error::Error;
+};  // a bad argument value
+class AutogradError : public Error {
+  using Error::Error;
+};  // misuse of the autograd graph
+class NotImplementedError : public Error {
+  using Error::Error;
+};
+class OutOfMemory : public Error {
+  using Error::Error;
+};
+class IOError : public Error {
+  using Error::Error;
+};  // files: missing, truncated, corrupt
 
 namespace detail {
 template <typename... Args>
@@ -50,9 +68,9 @@ std::exception_ptr with_context(std::exception_ptr e, const std::string& where);
 }  // namespace dp
 
 // DP_CHECK(cond, ShapeError, "add: sizes ", a, " and ", b, " do not broadcast")
-#define DP_CHECK(cond, ErrorType, ...)                              \
-  do {                                                               \
-    if (__builtin_expect(!(cond), 0)) {                              \
-      throw ::dp::ErrorType(::dp::detail::str(__VA_ARGS__));         \
-    }                                                                \
+#define DP_CHECK(cond, ErrorType, ...)                       \
+  do {                                                       \
+    if (__builtin_expect(!(cond), 0)) {                      \
+      throw ::dp::ErrorType(::dp::detail::str(__VA_ARGS__)); \
+    }                                                        \
   } while (0)

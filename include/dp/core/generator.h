@@ -12,7 +12,7 @@ class Generator {
   explicit Generator(uint64_t seed = 67280421310721ull) : seed_(seed) {}
   void manual_seed(uint64_t seed);
   uint64_t seed() const;
-  uint64_t offset() const;           // how many 128-bit blocks have been consumed
+  uint64_t offset() const;  // how many 128-bit blocks have been consumed
   void set_state(uint64_t seed, uint64_t offset);
   // Reserves n 128-bit blocks (4 uint32 each) and returns the first block's offset; thread-safe.
   uint64_t reserve(uint64_t blocks);

@@ -76,7 +76,10 @@ class OrderedDict {
     rebuild_index();
     return true;
   }
-  void clear() { items_.clear(); index_.clear(); }
+  void clear() {
+    items_.clear();
+    index_.clear();
+  }
 
   Item& operator[](size_t i) { return items_.at(i); }
   const Item& operator[](size_t i) const { return items_.at(i); }

@@ -26,7 +26,9 @@ struct PooledAllocator {
   T* allocate(size_t n) { return static_cast<T*>(pooled_allocate(n * sizeof(T))); }
   void deallocate(T* p, size_t n) noexcept { pooled_deallocate(p, n * sizeof(T)); }
   template <typename U>
-  bool operator==(const PooledAllocator<U>&) const noexcept { return true; }
+  bool operator==(const PooledAllocator<U>&) const noexcept {
+    return true;
+  }
 };
 
 template <typename T, typename... Args>

@@ -26,17 +26,24 @@ class Scalar {
   bool is_bool() const { return kind_ == Kind::Bool; }
   double to_double() const { return kind_ == Kind::Float ? d_ : static_cast<double>(i_); }
   int64_t to_int() const { return kind_ == Kind::Float ? static_cast<int64_t>(d_) : i_; }
-  template <typename T> T to() const {
-    if constexpr (std::is_same_v<T, bool>) return kind_ == Kind::Float ? d_ != 0.0 : i_ != 0;
-    else if constexpr (std::is_integral_v<T>) return static_cast<T>(to_int());
-    else return static_cast<T>(to_double());
+  template <typename T>
+  T to() const {
+    if constexpr (std::is_same_v<T, bool>)
+      return kind_ == Kind::Float ? d_ != 0.0 : i_ != 0;
+    else if constexpr (std::is_integral_v<T>)
+      return static_cast<T>(to_int());
+    else
+      return static_cast<T>(to_double());
   }
   // The dtype a tensor made from this scalar alone would have (bool, int64, float32 default).
   DType dtype() const { return kind_ == Kind::Bool ? kBool : kind_ == Kind::Int ? kInt64 : kFloat64; }
 
  private:
   Kind kind_;
-  union { int64_t i_; double d_; };
+  union {
+    int64_t i_;
+    double d_;
+  };
 };
 
 std::ostream& operator<<(std::ostream& os, const Scalar& s);

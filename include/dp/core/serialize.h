@@ -42,8 +42,7 @@ namespace dp {
 // written: unwritable or missing directory, full disk, short write, failed fsync or rename, or a
 // destination that exists but is not a regular file. A non-IO exception raised while writing (e.g.
 // from a device-to-host copy) is rethrown unchanged after the temporary file is removed.
-void save(const OrderedDict<std::string, Tensor>& tensors, const std::string& path,
-          const std::map<std::string, std::string>& metadata = {});
+void save(const OrderedDict<std::string, Tensor>& tensors, const std::string& path, const std::map<std::string, std::string>& metadata = {});
 
 struct SafetensorsFile {
   OrderedDict<std::string, Tensor> tensors;     // in file order (sorted by data offset)

@@ -35,8 +35,7 @@ class Shape {
   Shape(std::initializer_list<int64_t> l) { assign(l.begin(), l.end()); }
   explicit Shape(size_t n, int64_t v = 0) { assign(n, v); }
   template <typename It>
-    requires(!std::is_integral_v<It>)
-  Shape(It first, It last) { assign(first, last); }
+  requires(!std::is_integral_v<It>) Shape(It first, It last) { assign(first, last); }
   Shape(const std::vector<int64_t>& v) { assign(v.begin(), v.end()); }  // NOLINT: implicit, as a vector would be
   Shape(const Shape& o) { assign(o.begin(), o.end()); }
   Shape(Shape&& o) noexcept { take(o); }
@@ -67,8 +66,14 @@ class Shape {
   const int64_t* data() const noexcept { return data_; }
   int64_t& operator[](size_t i) { return data_[i]; }
   const int64_t& operator[](size_t i) const { return data_[i]; }
-  int64_t& at(size_t i) { check_index(i); return data_[i]; }
-  const int64_t& at(size_t i) const { check_index(i); return data_[i]; }
+  int64_t& at(size_t i) {
+    check_index(i);
+    return data_[i];
+  }
+  const int64_t& at(size_t i) const {
+    check_index(i);
+    return data_[i];
+  }
   int64_t& front() { return data_[0]; }
   const int64_t& front() const { return data_[0]; }
   int64_t& back() { return data_[size_ - 1]; }
@@ -112,8 +117,7 @@ class Shape {
     resize(n, v);
   }
   template <typename It>
-    requires(!std::is_integral_v<It>)
-  void assign(It first, It last) {
+  requires(!std::is_integral_v<It>) void assign(It first, It last) {
     const auto n = static_cast<size_t>(std::distance(first, last));
     size_ = 0;
     reserve(n);
@@ -130,8 +134,7 @@ class Shape {
     return data_ + at;
   }
   template <typename It>
-    requires(!std::is_integral_v<It>)
-  iterator insert(const_iterator pos, It first, It last) {
+  requires(!std::is_integral_v<It>) iterator insert(const_iterator pos, It first, It last) {
     const size_t at = static_cast<size_t>(pos - data_);
     const auto n = static_cast<size_t>(std::distance(first, last));
     Shape copy(first, last);  // the range may alias this container
@@ -153,13 +156,9 @@ class Shape {
     *this = std::move(tmp);
   }
 
-  friend bool operator==(const Shape& a, const Shape& b) noexcept {
-    return a.size_ == b.size_ && std::equal(a.begin(), a.end(), b.begin());
-  }
+  friend bool operator==(const Shape& a, const Shape& b) noexcept { return a.size_ == b.size_ && std::equal(a.begin(), a.end(), b.begin()); }
   friend bool operator!=(const Shape& a, const Shape& b) noexcept { return !(a == b); }
-  friend bool operator<(const Shape& a, const Shape& b) noexcept {
-    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end());
-  }
+  friend bool operator<(const Shape& a, const Shape& b) noexcept { return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end()); }
 
  private:
   bool on_heap() const noexcept { return data_ != inline_; }

@@ -17,7 +17,10 @@ class SmallVector {
   SmallVector(size_t n, T v) { assign(n, v); }
   SmallVector(const SmallVector& o) { copy_from(o); }
   SmallVector& operator=(const SmallVector& o) {
-    if (this != &o) { size_ = 0; copy_from(o); }
+    if (this != &o) {
+      size_ = 0;
+      copy_from(o);
+    }
     return *this;
   }
   ~SmallVector() = default;

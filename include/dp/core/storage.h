@@ -14,7 +14,7 @@ namespace dp {
 // compares it to the version recorded when a tensor was saved for backward.
 class StorageImpl {
  public:
-  StorageImpl(size_t nbytes, Device device);                       // allocates
+  StorageImpl(size_t nbytes, Device device);  // allocates
   StorageImpl(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
   // An alias of `base`'s memory labelled as another device (DataParallel's zero-copy moves between
   // CPU devices, which all share host memory). It keeps `base` alive and shares its version counter,

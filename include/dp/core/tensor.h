@@ -28,7 +28,8 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
   // Copying aliases; during a module clone it re-points to the copy (see dp/core/clone_map.h).
   Tensor(const Tensor& o) : impl_(o.impl_) {
-    if (detail::tls_clone_map != nullptr) [[unlikely]] detail::remap_tensor(impl_);
+    if (detail::tls_clone_map != nullptr) [[unlikely]]
+      detail::remap_tensor(impl_);
   }
   Tensor(Tensor&&) noexcept = default;
   Tensor& operator=(const Tensor&) = default;
@@ -61,8 +62,12 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
   const Storage& storage() const { return impl().storage; }
   void* data_ptr() const;
-  template <typename T> T* data_ptr() const;  // checks that T matches dtype()
-  template <typename T> const T* const_data_ptr() const { return data_ptr<T>(); }
+  template <typename T>
+  T* data_ptr() const;  // checks that T matches dtype()
+  template <typename T>
+  const T* const_data_ptr() const {
+    return data_ptr<T>();
+  }
   // "[15, 5]"
   std::string size_str() const { return shape_str(sizes()); }
   // "torch.FloatTensor [15, 5]"-style description used in error messages.
@@ -71,7 +76,10 @@ class Tensor {
   // ---- autograd ----
   bool requires_grad() const;
   Tensor& requires_grad_(bool on = true);
-  Tensor set_requires_grad(bool on) { requires_grad_(on); return *this; }
+  Tensor set_requires_grad(bool on) {
+    requires_grad_(on);
+    return *this;
+  }
   bool is_leaf() const;
   const std::shared_ptr<autograd::Node>& grad_fn() const;
   uint32_t output_nr() const;
@@ -105,9 +113,13 @@ class Tensor {
   Tensor clone() const;
   Tensor& copy_(const Tensor& src, bool non_blocking = false);
   Scalar item() const;
-  template <typename T> T item() const { return item().to<T>(); }
+  template <typename T>
+  T item() const {
+    return item().to<T>();
+  }
   // Copies the elements (row-major) into a vector of T (converting).
-  template <typename T> std::vector<T> to_vector() const;
+  template <typename T>
+  std::vector<T> to_vector() const;
 
   // ---- views and shape ----
   Tensor view(IntArrayRef sizes) const;
@@ -217,7 +229,8 @@ class Tensor {
  private:
   // Inline: every accessor goes through it (an out-of-line call per sizes(), dtype(), ...).
   TensorImpl& impl() const {
-    if (impl_ == nullptr) [[unlikely]] throw_undefined();
+    if (impl_ == nullptr) [[unlikely]]
+      throw_undefined();
     return *impl_;
   }
   [[noreturn]] static void throw_undefined();

@@ -15,7 +15,7 @@ namespace autograd {
 class Node;
 }
 
-using TensorHook = std::function<Tensor(const Tensor&)>;   // may return an undefined tensor: keep grad
+using TensorHook = std::function<Tensor(const Tensor&)>;  // may return an undefined tensor: keep grad
 using PostAccumulateGradHook = std::function<void(Tensor&)>;
 
 // Autograd state of a tensor; allocated only for tensors that take part in autograd.
@@ -30,7 +30,7 @@ struct AutogradMeta {
   std::vector<std::pair<int, TensorHook>> hooks;   // (handle, hook), run on the gradient in order
   std::vector<std::pair<int, PostAccumulateGradHook>> post_accumulate_hooks;
   int next_hook_id = 0;
-  std::mutex mu;                                   // guards grad accumulation from several workers
+  std::mutex mu;  // guards grad accumulation from several workers
 
   // Every tensor with history gets one: recycle them through the per-thread block cache.
   static void* operator new(size_t bytes) { return detail::pooled_allocate(bytes); }

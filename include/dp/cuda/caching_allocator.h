@@ -70,12 +70,12 @@ struct CachingAllocatorStats {
   int64_t reserved = 0;        // bytes in segments obtained from the backend (memory_reserved)
   int64_t peak_allocated = 0;  // since construction or reset_peak()
   int64_t peak_reserved = 0;
-  int64_t num_allocs = 0;         // successful allocations
+  int64_t num_allocs = 0;  // successful allocations
   int64_t num_frees = 0;
-  int64_t num_ooms = 0;           // OutOfMemory errors thrown
-  int64_t num_alloc_retries = 0;  // allocations that had to release the cache and retry
-  int64_t segments = 0;           // segments held
-  int64_t cached_segments = 0;    // of them wholly unused (what empty_cache() would release)
+  int64_t num_ooms = 0;              // OutOfMemory errors thrown
+  int64_t num_alloc_retries = 0;     // allocations that had to release the cache and retry
+  int64_t segments = 0;              // segments held
+  int64_t cached_segments = 0;       // of them wholly unused (what empty_cache() would release)
   int64_t pending_event_blocks = 0;  // freed blocks waiting for their record_stream uses
   int64_t private_pools = 0;         // live private pools (CUDA graphs)
   int64_t private_pool_free = 0;     // bytes in free blocks kept for private pools
@@ -85,9 +85,9 @@ struct CachingAllocatorStats {
 class CachingAllocatorCore {
  public:
   static constexpr size_t kMinBlockSize = 512;
-  static constexpr size_t kSmallSize = size_t(1) << 20;       // largest request of the small pool
-  static constexpr size_t kSmallBuffer = size_t(2) << 20;     // small-pool segment size
-  static constexpr size_t kLargeBuffer = size_t(20) << 20;    // large-pool segment for requests < kMinLargeAlloc
+  static constexpr size_t kSmallSize = size_t(1) << 20;     // largest request of the small pool
+  static constexpr size_t kSmallBuffer = size_t(2) << 20;   // small-pool segment size
+  static constexpr size_t kLargeBuffer = size_t(20) << 20;  // large-pool segment for requests < kMinLargeAlloc
   static constexpr size_t kMinLargeAlloc = size_t(10) << 20;
   static constexpr size_t kRoundLarge = size_t(2) << 20;
 
@@ -152,12 +152,12 @@ class CachingAllocatorCore {
 
   Pool& pool_for(bool small) { return small ? small_pool_ : large_pool_; }
   Block* find_free_block(bool small, PoolId pool, StreamId stream, size_t size);
-  void free_block(Block* b);           // back into its pool, merged with free neighbours of that pool
+  void free_block(Block* b);  // back into its pool, merged with free neighbours of that pool
   bool mergeable(const Block* b, PoolId pool) const;
-  void record_free_events(Block* b);   // one event per stream use; the block is free once all completed
-  void process_events();               // blocks whose events completed go back to the pools
+  void record_free_events(Block* b);  // one event per stream use; the block is free once all completed
+  void process_events();              // blocks whose events completed go back to the pools
   void synchronize_and_free_events();
-  void release_cached_segments();      // of the default pool
+  void release_cached_segments();        // of the default pool
   void return_pool_blocks(PoolId pool);  // a released pool's free blocks into the default pool
   [[noreturn]] void throw_oom(size_t nbytes, size_t segment_bytes);
 
@@ -167,8 +167,8 @@ class CachingAllocatorCore {
   Pool small_pool_, large_pool_;
   std::unordered_map<void*, Block*> live_;
   std::deque<std::pair<EventId, Block*>> events_;
-  std::vector<Block*> deferred_;                  // freed during a capture, waiting to record events
-  std::unordered_map<PoolId, int> pools_;         // live private pools and their use counts
+  std::vector<Block*> deferred_;                   // freed during a capture, waiting to record events
+  std::unordered_map<PoolId, int> pools_;          // live private pools and their use counts
   std::unordered_map<StreamId, PoolId> captures_;  // capturing streams and their pools
   PoolId next_pool_ = 1;
   CachingAllocatorStats stats_;

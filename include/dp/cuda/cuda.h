@@ -112,8 +112,7 @@ class Stream {
   friend bool operator!=(const Stream& a, const Stream& b) { return !(a == b); }
 
  private:
-  Stream(int device, CUstream_st* handle, std::shared_ptr<CUstream_st> owner)
-      : device_(device), handle_(handle), owner_(std::move(owner)) {}
+  Stream(int device, CUstream_st* handle, std::shared_ptr<CUstream_st> owner) : device_(device), handle_(handle), owner_(std::move(owner)) {}
   int device_;
   CUstream_st* handle_;
   std::shared_ptr<CUstream_st> owner_;  // null for the default stream

@@ -119,7 +119,6 @@ class GraphCapture {
 // state outside the graph; these are real steps), captures one call into a graph, and returns a
 // function that replays it on the current stream (the capture itself does not run the step).
 // Inputs must be static tensors the step reads, updated in place between calls.
-std::function<void()> make_graphed_step(const std::function<void()>& step, int warmup_iters = 1,
-                                        CaptureMode mode = CaptureMode::ThreadLocal);
+std::function<void()> make_graphed_step(const std::function<void()>& step, int warmup_iters = 1, CaptureMode mode = CaptureMode::ThreadLocal);
 
 }  // namespace dp::cuda

@@ -48,14 +48,32 @@ namespace dp::data {
 struct DataLoaderOptions {
   explicit DataLoaderOptions(int64_t batch_size = 1) : batch_size_(batch_size) {}
 
-  DataLoaderOptions& batch_size(int64_t v) { batch_size_ = v; return *this; }      // >= 1
-  DataLoaderOptions& shuffle(bool v) { shuffle_ = v; return *this; }               // RandomSampler
+  DataLoaderOptions& batch_size(int64_t v) {
+    batch_size_ = v;
+    return *this;
+  }  // >= 1
+  DataLoaderOptions& shuffle(bool v) {
+    shuffle_ = v;
+    return *this;
+  }  // RandomSampler
   // Seed of the shuffle. Unset: drawn from the CPU default generator when the loader is built
   // (so dp::manual_seed before building makes it reproducible, as torch.manual_seed does).
-  DataLoaderOptions& seed(uint64_t v) { seed_ = v; return *this; }
-  DataLoaderOptions& drop_last(bool v) { drop_last_ = v; return *this; }           // drop a short last batch
-  DataLoaderOptions& num_workers(int64_t v) { num_workers_ = v; return *this; }    // >= 0 background threads
-  DataLoaderOptions& prefetch(int64_t v) { prefetch_ = v; return *this; }          // >= 1 batches per worker
+  DataLoaderOptions& seed(uint64_t v) {
+    seed_ = v;
+    return *this;
+  }
+  DataLoaderOptions& drop_last(bool v) {
+    drop_last_ = v;
+    return *this;
+  }  // drop a short last batch
+  DataLoaderOptions& num_workers(int64_t v) {
+    num_workers_ = v;
+    return *this;
+  }  // >= 0 background threads
+  DataLoaderOptions& prefetch(int64_t v) {
+    prefetch_ = v;
+    return *this;
+  }  // >= 1 batches per worker
 
   int64_t batch_size() const { return batch_size_; }
   bool shuffle() const { return shuffle_; }
@@ -82,11 +100,10 @@ class DataLoader {
   // `sampler` replaces the default one (SequentialSampler, or RandomSampler(seed) with shuffle);
   // giving both a sampler and shuffle(true) is a ValueError, as in PyTorch. Bad options are
   // ValueErrors naming the option.
-  explicit DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options = DataLoaderOptions(),
-                      std::shared_ptr<Sampler> sampler = nullptr);
+  explicit DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options = DataLoaderOptions(), std::shared_ptr<Sampler> sampler = nullptr);
   // Takes a dataset by value: DataLoader(TensorDataset(x, y), options).
   template <typename D>
-    requires std::is_base_of_v<Dataset, std::decay_t<D>>
+  requires std::is_base_of_v<Dataset, std::decay_t<D>>
   explicit DataLoader(D&& dataset, DataLoaderOptions options = DataLoaderOptions(), std::shared_ptr<Sampler> sampler = nullptr)
       : DataLoader(std::make_shared<std::decay_t<D>>(std::forward<D>(dataset)), std::move(options), std::move(sampler)) {}
 

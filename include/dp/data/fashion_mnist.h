@@ -25,8 +25,8 @@ class FashionMNIST : public TensorDataset {
   static constexpr const char* kDefaultRoot = "/usr/share/datasets/fashion-mnist";
   static constexpr int64_t kRows = 28;
   static constexpr int64_t kCols = 28;
-  static constexpr std::array<const char*, 10> kClasses = {
-      "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+  static constexpr std::array<const char*, 10> kClasses = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                           "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
   explicit FashionMNIST(const std::string& root = kDefaultRoot, bool train = true);
 

@@ -34,8 +34,7 @@ namespace dp::data {
 class MapDataset : public Dataset {
  public:
   // Null dataset or transform: ValueError.
-  MapDataset(std::shared_ptr<Dataset> dataset, std::shared_ptr<const transforms::Transform> transform,
-             std::optional<uint64_t> seed = std::nullopt);
+  MapDataset(std::shared_ptr<Dataset> dataset, std::shared_ptr<const transforms::Transform> transform, std::optional<uint64_t> seed = std::nullopt);
 
   // The transformed sample `index` (IndexError out of range, as the wrapped dataset's get).
   Example get(size_t index) override;
@@ -57,11 +56,15 @@ class MapDataset : public Dataset {
 template <typename D, typename T>
 MapDataset map(D&& dataset, T&& transform, std::optional<uint64_t> seed = std::nullopt) {
   std::shared_ptr<Dataset> ds;
-  if constexpr (std::is_convertible_v<std::decay_t<D>, std::shared_ptr<Dataset>>) ds = std::forward<D>(dataset);
-  else ds = std::make_shared<std::decay_t<D>>(std::forward<D>(dataset));
+  if constexpr (std::is_convertible_v<std::decay_t<D>, std::shared_ptr<Dataset>>)
+    ds = std::forward<D>(dataset);
+  else
+    ds = std::make_shared<std::decay_t<D>>(std::forward<D>(dataset));
   std::shared_ptr<const transforms::Transform> tr;
-  if constexpr (std::is_convertible_v<std::decay_t<T>, std::shared_ptr<const transforms::Transform>>) tr = std::forward<T>(transform);
-  else tr = std::make_shared<const std::decay_t<T>>(std::forward<T>(transform));
+  if constexpr (std::is_convertible_v<std::decay_t<T>, std::shared_ptr<const transforms::Transform>>)
+    tr = std::forward<T>(transform);
+  else
+    tr = std::make_shared<const std::decay_t<T>>(std::forward<T>(transform));
   return MapDataset(std::move(ds), std::move(tr), seed);
 }
 

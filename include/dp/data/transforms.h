@@ -130,8 +130,8 @@ class Compose : public Transform {
  public:
   explicit Compose(std::vector<std::shared_ptr<const Transform>> transforms);
   template <typename... Ts>
-    requires(sizeof...(Ts) > 0 && (!std::is_same_v<std::decay_t<Ts>, Compose> && ...))
-  explicit Compose(Ts&&... transforms) : Compose(std::vector<std::shared_ptr<const Transform>>{hold(std::forward<Ts>(transforms))...}) {}
+  requires(sizeof...(Ts) > 0 && (!std::is_same_v<std::decay_t<Ts>, Compose> && ...)) explicit Compose(Ts&&... transforms)
+      : Compose(std::vector<std::shared_ptr<const Transform>>{hold(std::forward<Ts>(transforms))...}) {}
   using Transform::operator();
   Example apply(Example example, Generator& gen) const override;
   size_t size() const { return transforms_.size(); }

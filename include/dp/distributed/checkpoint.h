@@ -43,8 +43,8 @@
 namespace dp::distributed {
 
 struct CheckpointOptions {
-  int root = 0;                 // the rank that writes the file
-  bool verify_identical = true;  // check that every rank's state equals root's before writing
+  int root = 0;                                 // the rank that writes the file
+  bool verify_identical = true;                 // check that every rank's state equals root's before writing
   std::map<std::string, std::string> metadata;  // the file's "__metadata__" (as dp::save's)
 };
 
@@ -59,8 +59,7 @@ class StateMismatch : public DistributedError {
 };
 
 void save_checkpoint(ProcessGroup& pg, const OrderedDict<std::string, Tensor>& state, const std::string& path, int root = 0);
-void save_checkpoint(ProcessGroup& pg, const OrderedDict<std::string, Tensor>& state, const std::string& path,
-                     const CheckpointOptions& options);
+void save_checkpoint(ProcessGroup& pg, const OrderedDict<std::string, Tensor>& state, const std::string& path, const CheckpointOptions& options);
 
 // The file's tensors (CPU, in file order) on every rank.
 OrderedDict<std::string, Tensor> load_checkpoint(ProcessGroup& pg, const std::string& path, int root = 0);

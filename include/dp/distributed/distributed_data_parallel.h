@@ -142,7 +142,7 @@ class DistributedDataParallelImpl : public nn::Module {
     timeline::Scope span("forward and loss", "ddp");
     core_->before_forward();
     parallel::LossPart part;
-    if constexpr (requires(M& m, Criterion& c, const Target& t, std::decay_t<Args>&... a) { m.forward_loss_part(c, t, a...); }) {
+    if constexpr (requires(M & m, Criterion & c, const Target& t, std::decay_t<Args>&... a) { m.forward_loss_part(c, t, a...); }) {
       part = module_->forward_loss_part(criterion, target, std::forward<Args>(args)...);
     } else {
       auto out = nn::call(*module_, std::forward<Args>(args)...);
@@ -185,7 +185,7 @@ class DistributedDataParallel : public ModuleHolder<distributed::DistributedData
 
  public:
   using Base::Base;
-  DistributedDataParallel(std::nullptr_t) : Base(nullptr) {}  // NOLINT
+  DistributedDataParallel(std::nullptr_t) : Base(nullptr) {}         // NOLINT
   DistributedDataParallel(Base holder) : Base(std::move(holder)) {}  // NOLINT: register_module's return value
   DistributedDataParallel(std::shared_ptr<M> module, distributed::ProcessGroupPtr group, distributed::DistributedDataParallelOptions options = {})
       : Base(std::make_shared<distributed::DistributedDataParallelImpl<M>>(std::move(module), std::move(group), options)) {}

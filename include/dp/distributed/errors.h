@@ -35,8 +35,7 @@ class PeerLostError : public DistributedError {
 // had not reached it (from the progress every rank publishes in the store; empty when unknown).
 class CollectiveTimeout : public DistributedError {
  public:
-  CollectiveTimeout(const std::string& msg, std::string operation, uint64_t sequence, std::chrono::milliseconds waited,
-                    std::vector<int> ranks_behind)
+  CollectiveTimeout(const std::string& msg, std::string operation, uint64_t sequence, std::chrono::milliseconds waited, std::vector<int> ranks_behind)
       : DistributedError(msg), operation_(std::move(operation)), sequence_(sequence), waited_(waited), ranks_behind_(std::move(ranks_behind)) {}
   const std::string& operation() const { return operation_; }
   uint64_t sequence() const { return sequence_; }

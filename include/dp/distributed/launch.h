@@ -24,10 +24,10 @@ std::string run_id();
 
 // An error as a worker recorded it.
 struct RecordedError {
-  std::string type;      // "PeerLostError", "CollectiveTimeout", "ValueError", ... ("std::exception" for others)
-  std::string message;   // what()
-  int rank = -1;         // RANK of the worker that wrote it (-1 unknown)
-  int64_t unix_ms = 0;   // when
+  std::string type;     // "PeerLostError", "CollectiveTimeout", "ValueError", ... ("std::exception" for others)
+  std::string message;  // what()
+  int rank = -1;        // RANK of the worker that wrote it (-1 unknown)
+  int64_t unix_ms = 0;  // when
 };
 
 // Writes the error to the file named by DP_ERROR_FILE (torchrun: TORCHELASTIC_ERROR_FILE), replacing

@@ -34,9 +34,9 @@ enum class GradReduction { Mean, Sum };
 
 // One bucket handed to a comm hook.
 struct GradBucket {
-  size_t index = 0;            // position in launch order
+  size_t index = 0;  // position in launch order
   bool is_last = false;
-  Tensor buffer;               // the flat gradients of `parameters` (each .grad is a view into it)
+  Tensor buffer;  // the flat gradients of `parameters` (each .grad is a view into it)
   std::vector<Tensor> parameters;
   std::vector<int64_t> offsets;  // each parameter's first element in `buffer`
   ReduceOp op = ReduceOp::Avg;   // what the hook must compute: Avg (mean over ranks) or Sum
@@ -54,10 +54,10 @@ struct ReducerOptions {
 // Timings of the last synchronised backward pass, for benchmarks and the overlap report.
 struct ReducerStats {
   int buckets = 0;
-  int64_t bytes = 0;           // gradient bytes reduced
-  double backward_ms = 0;      // first gradient ready -> end of the pass's nodes
-  double communication_ms = 0; // first bucket launched -> last bucket reduced
-  double exposed_ms = 0;       // end of the pass's nodes -> every bucket reduced (backward() waited)
+  int64_t bytes = 0;            // gradient bytes reduced
+  double backward_ms = 0;       // first gradient ready -> end of the pass's nodes
+  double communication_ms = 0;  // first bucket launched -> last bucket reduced
+  double exposed_ms = 0;        // end of the pass's nodes -> every bucket reduced (backward() waited)
   // The share of communication that ran while backward still computed: 1 - exposed / communication.
   double hidden_fraction() const { return communication_ms > 0 ? 1.0 - exposed_ms / communication_ms : 0.0; }
 };

@@ -151,7 +151,7 @@ class TCPStoreServer {
 };
 
 struct TCPStoreOptions {
-  bool is_server = false;  // host a TCPStoreServer on `port` in this process (rank 0)
+  bool is_server = false;                                      // host a TCPStoreServer on `port` in this process (rank 0)
   std::chrono::milliseconds timeout = Store::kDefaultTimeout;  // every operation, and connecting
   // The server: the clients retry connecting until `timeout` (the server may start after them).
 };

@@ -41,7 +41,7 @@ class Work : public std::enable_shared_from_this<Work> {
   std::shared_ptr<Work> then(std::function<void()> fn);
 
   const std::string& operation() const { return operation_; }  // "allreduce", "broadcast", ...
-  uint64_t sequence() const { return sequence_; }             // the group's collective number
+  uint64_t sequence() const { return sequence_; }              // the group's collective number
 
   // ---- for backends ----
   void set_outputs(std::vector<Tensor> outputs) { outputs_ = std::move(outputs); }

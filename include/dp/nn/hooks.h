@@ -111,9 +111,12 @@ class HookRegistry {
 template <typename R>
 std::optional<TensorList> as_list_result(R&& r) {
   using D = std::decay_t<R>;
-  if constexpr (std::is_same_v<D, std::optional<TensorList>>) return std::forward<R>(r);
-  else if constexpr (std::is_same_v<D, TensorList>) return std::optional<TensorList>(std::forward<R>(r));
-  else static_assert(sizeof(R) == 0, "a module hook must return void, std::optional<dp::nn::TensorList> or dp::nn::TensorList");
+  if constexpr (std::is_same_v<D, std::optional<TensorList>>)
+    return std::forward<R>(r);
+  else if constexpr (std::is_same_v<D, TensorList>)
+    return std::optional<TensorList>(std::forward<R>(r));
+  else
+    static_assert(sizeof(R) == 0, "a module hook must return void, std::optional<dp::nn::TensorList> or dp::nn::TensorList");
 }
 
 // Adapts a (Module&, const TensorList&) callable (pre-hooks).

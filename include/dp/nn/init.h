@@ -23,9 +23,9 @@ Tensor& ones_(Tensor& t);
 Tensor& xavier_uniform_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
 Tensor& xavier_normal_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
 // Defaults as PyTorch's: a = 0, fan_in, leaky_relu. nn.Linear/Conv use a = sqrt(5).
-Tensor& kaiming_uniform_(Tensor& t, double a = 0.0, FanMode mode = FanMode::FanIn,
-                         Nonlinearity nonlinearity = Nonlinearity::LeakyReLU, Generator* gen = nullptr);
-Tensor& kaiming_normal_(Tensor& t, double a = 0.0, FanMode mode = FanMode::FanIn,
-                        Nonlinearity nonlinearity = Nonlinearity::LeakyReLU, Generator* gen = nullptr);
+Tensor& kaiming_uniform_(Tensor& t, double a = 0.0, FanMode mode = FanMode::FanIn, Nonlinearity nonlinearity = Nonlinearity::LeakyReLU,
+                         Generator* gen = nullptr);
+Tensor& kaiming_normal_(Tensor& t, double a = 0.0, FanMode mode = FanMode::FanIn, Nonlinearity nonlinearity = Nonlinearity::LeakyReLU,
+                        Generator* gen = nullptr);
 
 }  // namespace dp::nn::init

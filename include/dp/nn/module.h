@@ -34,7 +34,8 @@
 namespace dp::nn {
 
 class Module;
-template <typename Impl> class ModuleHolder;
+template <typename Impl>
+class ModuleHolder;
 using ModulePtr = std::shared_ptr<Module>;
 using TensorDict = OrderedDict<std::string, Tensor>;
 
@@ -225,10 +226,11 @@ class Module : public std::enable_shared_from_this<Module> {
   void add_child(std::string name, ModulePtr module);
   RemovableHandle add_hook(detail::HookKind kind, detail::HookFn fn, const std::string& name);
   void check_new_name(const std::string& kind, const std::string& name) const;
-  void collect_named_modules(const std::string& prefix, OrderedDict<std::string, ModulePtr>& out,
-                             std::vector<const Module*>& seen, bool include_self) const;
+  void collect_named_modules(const std::string& prefix, OrderedDict<std::string, ModulePtr>& out, std::vector<const Module*>& seen,
+                             bool include_self) const;
   void collect_state(const std::string& prefix, TensorDict& out) const;
-  template <typename Fn> void for_each_tensor(Fn&& fn);
+  template <typename Fn>
+  void for_each_tensor(Fn&& fn);
 
   mutable std::string name_;
   bool training_ = true;

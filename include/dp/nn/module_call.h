@@ -19,17 +19,28 @@ namespace dp::nn {
 
 namespace detail {
 
-template <typename T> struct hook_is_sequence : std::false_type {};
-template <typename V, typename A> struct hook_is_sequence<std::vector<V, A>> : std::true_type {};
-template <typename V, size_t N> struct hook_is_sequence<std::array<V, N>> : std::true_type {};
-template <typename T> struct hook_is_tuple : std::false_type {};
-template <typename... Ts> struct hook_is_tuple<std::tuple<Ts...>> : std::true_type {};
-template <typename A, typename B> struct hook_is_tuple<std::pair<A, B>> : std::true_type {};
-template <typename T> struct hook_is_map : std::false_type {};
-template <typename K, typename V, typename C, typename A> struct hook_is_map<std::map<K, V, C, A>> : std::true_type {};
-template <typename K, typename V, typename H, typename E, typename A> struct hook_is_map<std::unordered_map<K, V, H, E, A>> : std::true_type {};
-template <typename T> struct hook_is_optional : std::false_type {};
-template <typename V> struct hook_is_optional<std::optional<V>> : std::true_type {};
+template <typename T>
+struct hook_is_sequence : std::false_type {};
+template <typename V, typename A>
+struct hook_is_sequence<std::vector<V, A>> : std::true_type {};
+template <typename V, size_t N>
+struct hook_is_sequence<std::array<V, N>> : std::true_type {};
+template <typename T>
+struct hook_is_tuple : std::false_type {};
+template <typename... Ts>
+struct hook_is_tuple<std::tuple<Ts...>> : std::true_type {};
+template <typename A, typename B>
+struct hook_is_tuple<std::pair<A, B>> : std::true_type {};
+template <typename T>
+struct hook_is_map : std::false_type {};
+template <typename K, typename V, typename C, typename A>
+struct hook_is_map<std::map<K, V, C, A>> : std::true_type {};
+template <typename K, typename V, typename H, typename E, typename A>
+struct hook_is_map<std::unordered_map<K, V, H, E, A>> : std::true_type {};
+template <typename T>
+struct hook_is_optional : std::false_type {};
+template <typename V>
+struct hook_is_optional<std::optional<V>> : std::true_type {};
 
 // Calls f(t) on every defined tensor inside v, by reference, in a fixed order. The same types as
 // DataParallel's scatter (dp/parallel/scatter_gather.h) except Fields<T> specialisations; written
@@ -47,7 +58,7 @@ void for_each_hook_tensor(T& v, F& f) {
     for (auto& kv : v) for_each_hook_tensor(kv.second, f);
   } else if constexpr (hook_is_optional<D>::value) {
     if (v) for_each_hook_tensor(*v, f);
-  } else if constexpr (requires(D& x) { x.dp_fields(); }) {
+  } else if constexpr (requires(D & x) { x.dp_fields(); }) {
     auto fields = v.dp_fields();
     std::apply([&](auto&... e) { (for_each_hook_tensor(e, f), ...); }, fields);
   }
@@ -87,7 +98,7 @@ void setup_backward_hook_outputs(const std::shared_ptr<BackwardHookState>& state
 // replace their tensors) and calls forward with the copies as lvalues, as parallel_apply does.
 template <typename M, typename R, typename... Args>
 concept hookable_call = (std::is_copy_constructible_v<std::decay_t<Args>> && ...) && requires(M& m, std::decay_t<Args>&... a) {
-  { m.forward(a...) };
+  {m.forward(a...)};
   requires std::is_same_v<std::decay_t<decltype(m.forward(a...))>, R>;
 };
 [[noreturn]] void throw_unhookable_call(const Module& m);
@@ -128,13 +139,14 @@ R call_with_hooks(M& module, Args&&... args) {
 
 // module(args...) with hooks: forward pre-hooks, forward, forward hooks, backward hook wiring.
 template <typename M, typename... Args>
-  requires(!std::is_const_v<M>)
-auto call(M& module, Args&&... args) -> std::decay_t<decltype(module.forward(std::forward<Args>(args)...))> {
+requires(!std::is_const_v<M>) auto call(M& module, Args&&... args) -> std::decay_t<decltype(module.forward(std::forward<Args>(args)...))> {
   using R = std::decay_t<decltype(module.forward(std::forward<Args>(args)...))>;
   if constexpr (std::is_base_of_v<Module, M>) {
     if (static_cast<const Module&>(module).has_hooks()) [[unlikely]] {
-      if constexpr (detail::hookable_call<M, R, Args...>) return detail::call_with_hooks<R>(module, std::forward<Args>(args)...);
-      else detail::throw_unhookable_call(module);
+      if constexpr (detail::hookable_call<M, R, Args...>)
+        return detail::call_with_hooks<R>(module, std::forward<Args>(args)...);
+      else
+        detail::throw_unhookable_call(module);
     }
   }
   return module.forward(std::forward<Args>(args)...);

@@ -25,9 +25,9 @@ class ModuleHolder {
   ModuleHolder() requires std::is_default_constructible_v<Impl> : impl_(std::make_shared<Impl>()) { impl_->template remember_type<Impl>(); }
   // Constructs the module from the arguments (`Linear(5, 2)`).
   template <typename Head, typename... Tail>
-    requires(!std::is_same_v<std::decay_t<Head>, ModuleHolder> && !std::is_same_v<std::decay_t<Head>, std::nullptr_t> &&
-             !std::is_same_v<std::decay_t<Head>, std::shared_ptr<Impl>> && std::is_constructible_v<Impl, Head, Tail...>)
-  explicit ModuleHolder(Head&& head, Tail&&... tail)
+  requires(!std::is_same_v<std::decay_t<Head>, ModuleHolder> && !std::is_same_v<std::decay_t<Head>, std::nullptr_t> &&
+           !std::is_same_v<std::decay_t<Head>, std::shared_ptr<Impl>> &&
+           std::is_constructible_v<Impl, Head, Tail...>) explicit ModuleHolder(Head&& head, Tail&&... tail)
       : impl_(std::make_shared<Impl>(std::forward<Head>(head), std::forward<Tail>(tail)...)) {
     impl_->template remember_type<Impl>();
   }

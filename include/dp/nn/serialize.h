@@ -22,16 +22,17 @@ nn::LoadResult load(nn::Module& module, const std::string& path, bool strict = t
 // The shared_ptr overloads take modules only, so dp/optim/serialize.h's optimizer overloads never
 // compete with them (dp::load(std::shared_ptr<Adam>, path) is not ambiguous).
 template <typename M>
-  requires std::derived_from<M, nn::Module>
+requires std::derived_from<M, nn::Module>
 void save(const std::shared_ptr<M>& module, const std::string& path) {
   DP_CHECK(module != nullptr, ValueError, "save: null module");
   save(static_cast<const nn::Module&>(*module), path);
 }
 template <typename M>
-void save(const nn::ModuleHolder<M>& module, const std::string& path) { save(module.ptr(), path); }
+void save(const nn::ModuleHolder<M>& module, const std::string& path) {
+  save(module.ptr(), path);
+}
 template <typename M>
-  requires std::derived_from<M, nn::Module>
-nn::LoadResult load(const std::shared_ptr<M>& module, const std::string& path, bool strict = true) {
+requires std::derived_from<M, nn::Module> nn::LoadResult load(const std::shared_ptr<M>& module, const std::string& path, bool strict = true) {
   DP_CHECK(module != nullptr, ValueError, "load: null module");
   return load(static_cast<nn::Module&>(*module), path, strict);
 }

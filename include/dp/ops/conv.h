@@ -14,16 +14,16 @@
 
 namespace dp {
 
-Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), IntArrayRef stride = {1, 1},
-              IntArrayRef padding = {0, 0}, IntArrayRef dilation = {1, 1}, int64_t groups = 1);
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), IntArrayRef stride = {1, 1}, IntArrayRef padding = {0, 0},
+              IntArrayRef dilation = {1, 1}, int64_t groups = 1);
 
 // The two halves of conv2d's backward, exposed for tests and for ops built on them (a transposed
 // convolution is conv2d_backward_input). Both are differentiable.
 //   conv2d_backward_input:  d(sum(conv2d(x, w) * grad_output)) / dx, x of size input_size [N, C, H, W]
 //   conv2d_backward_weight: d(sum(conv2d(x, w) * grad_output)) / dw, w of size weight_size
-Tensor conv2d_backward_input(IntArrayRef input_size, const Tensor& grad_output, const Tensor& weight, IntArrayRef stride,
-                             IntArrayRef padding, IntArrayRef dilation, int64_t groups);
-Tensor conv2d_backward_weight(IntArrayRef weight_size, const Tensor& input, const Tensor& grad_output, IntArrayRef stride,
-                              IntArrayRef padding, IntArrayRef dilation, int64_t groups);
+Tensor conv2d_backward_input(IntArrayRef input_size, const Tensor& grad_output, const Tensor& weight, IntArrayRef stride, IntArrayRef padding,
+                             IntArrayRef dilation, int64_t groups);
+Tensor conv2d_backward_weight(IntArrayRef weight_size, const Tensor& input, const Tensor& grad_output, IntArrayRef stride, IntArrayRef padding,
+                              IntArrayRef dilation, int64_t groups);
 
 }  // namespace dp

@@ -18,7 +18,7 @@ Tensor sub(const Tensor& a, const Scalar& b, const Scalar& alpha = 1);
 Tensor rsub(const Tensor& a, const Scalar& b);  // b - a
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Scalar& b);
-Tensor div(const Tensor& a, const Tensor& b);   // true division: integers give float32
+Tensor div(const Tensor& a, const Tensor& b);  // true division: integers give float32
 Tensor div(const Tensor& a, const Scalar& b);
 Tensor div(const Scalar& a, const Tensor& b);
 Tensor neg(const Tensor& a);

@@ -13,12 +13,24 @@ struct TensorOptions {
   Device device_ = Device::cpu();
   bool requires_grad_ = false;
   TensorOptions() = default;
-  TensorOptions(DType d) : dtype_(d) {}       // NOLINT: zeros({2}, kInt64) as in libtorch
-  TensorOptions(Device d) : device_(d) {}     // NOLINT
+  TensorOptions(DType d) : dtype_(d) {}         // NOLINT: zeros({2}, kInt64) as in libtorch
+  TensorOptions(Device d) : device_(d) {}       // NOLINT
   TensorOptions(const char* d) : device_(d) {}  // NOLINT
-  TensorOptions dtype(DType d) const { auto o = *this; o.dtype_ = d; return o; }
-  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
-  TensorOptions requires_grad(bool r = true) const { auto o = *this; o.requires_grad_ = r; return o; }
+  TensorOptions dtype(DType d) const {
+    auto o = *this;
+    o.dtype_ = d;
+    return o;
+  }
+  TensorOptions device(Device d) const {
+    auto o = *this;
+    o.device_ = d;
+    return o;
+  }
+  TensorOptions requires_grad(bool r = true) const {
+    auto o = *this;
+    o.requires_grad_ = r;
+    return o;
+  }
 };
 // Options of an existing tensor (dtype and device).
 TensorOptions options_of(const Tensor& t);
@@ -50,8 +62,8 @@ Tensor tensor(std::initializer_list<double> data, TensorOptions opts = {});
 Tensor from_blob_copy(const void* data, IntArrayRef sizes, DType dtype, Device device = Device::cpu());
 
 // Random tensors; gen = nullptr uses the device's default generator (seeded by manual_seed).
-Tensor rand(IntArrayRef sizes, TensorOptions opts = {}, Generator* gen = nullptr);    // U[0, 1)
-Tensor randn(IntArrayRef sizes, TensorOptions opts = {}, Generator* gen = nullptr);   // N(0, 1)
+Tensor rand(IntArrayRef sizes, TensorOptions opts = {}, Generator* gen = nullptr);   // U[0, 1)
+Tensor randn(IntArrayRef sizes, TensorOptions opts = {}, Generator* gen = nullptr);  // N(0, 1)
 Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts = kInt64, Generator* gen = nullptr);
 Tensor randperm(int64_t n, TensorOptions opts = kInt64, Generator* gen = nullptr);
 Tensor rand_like(const Tensor& t, Generator* gen = nullptr);

@@ -7,9 +7,9 @@
 
 namespace dp {
 
-Tensor mm(const Tensor& a, const Tensor& b);                  // [n,k] @ [k,m]
-Tensor bmm(const Tensor& a, const Tensor& b);                 // [B,n,k] @ [B,k,m]
-Tensor matmul(const Tensor& a, const Tensor& b);              // torch.matmul rules (1-D, batched, broadcast)
+Tensor mm(const Tensor& a, const Tensor& b);      // [n,k] @ [k,m]
+Tensor bmm(const Tensor& a, const Tensor& b);     // [B,n,k] @ [B,k,m]
+Tensor matmul(const Tensor& a, const Tensor& b);  // torch.matmul rules (1-D, batched, broadcast)
 // beta*self + alpha*(a @ b); self broadcasts to [n, m] (a bias row, as Linear uses it).
 Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
 // x @ w^T + b, as torch.nn.functional.linear (b may be undefined).

@@ -21,15 +21,14 @@ const char* reduction_name(Reduction r);
 // -weight * (target * max(log(input), -100) + (1 - target) * max(log(1 - input), -100)).
 // input and target have the same shape (different sizes are an error, as in PyTorch); every input
 // element must lie in [0, 1] (else ValueError); weight broadcasts to input's shape.
-Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
-                            Reduction reduction = Reduction::Mean);
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {}, Reduction reduction = Reduction::Mean);
 
 // binary_cross_entropy(sigmoid(input), target) computed stably from logits:
 // weight * ((1 - target) * input + (1 + (pos_weight - 1) * target) * softplus(-input)).
 // input and target have the same shape; weight and pos_weight broadcast to it (pos_weight is
 // typically [C], one weight for the positives of each class along the last dim).
-Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = {},
-                                        const Tensor& pos_weight = {}, Reduction reduction = Reduction::Mean);
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = {}, const Tensor& pos_weight = {},
+                                        Reduction reduction = Reduction::Mean);
 
 // (input - target)^2 and |input - target|. input and target must have the same shape: PyTorch
 // broadcasts different shapes with a warning ("this will likely lead to incorrect results"); here

@@ -26,7 +26,7 @@ Tensor layer_norm(const Tensor& input, IntArrayRef normalized_shape, const Tenso
 // DTypeError; the output and the input gradient are bfloat16, the weight and bias gradients have
 // the weight's and bias's dtype, and the statistics are computed in float64 either way.
 // Safe to call concurrently from several threads on different tensors.
-Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight, const Tensor& bias,
-                  bool training, double momentum = 0.1, double eps = 1e-5);
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
+                  double momentum = 0.1, double eps = 1e-5);
 
 }  // namespace dp

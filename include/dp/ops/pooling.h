@@ -13,17 +13,17 @@
 namespace dp {
 
 // The gradient goes to the (first) maximum of each window.
-Tensor max_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = {0, 0},
-                  IntArrayRef dilation = {1, 1}, bool ceil_mode = false);
+Tensor max_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = {0, 0}, IntArrayRef dilation = {1, 1},
+                  bool ceil_mode = false);
 // Also returns the int64 indices of the maxima, flattened over each input plane (h * W + w), as
 // PyTorch's return_indices=True.
-std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride = {},
-                                                  IntArrayRef padding = {0, 0}, IntArrayRef dilation = {1, 1}, bool ceil_mode = false);
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = {0, 0},
+                                                  IntArrayRef dilation = {1, 1}, bool ceil_mode = false);
 
 // Windows overlapping the padding divide by the window clipped to the padded input
 // (count_include_pad) or by the number of input elements in it; divisor_override replaces both.
-Tensor avg_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = {0, 0},
-                  bool ceil_mode = false, bool count_include_pad = true, std::optional<int64_t> divisor_override = std::nullopt);
+Tensor avg_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = {0, 0}, bool ceil_mode = false,
+                  bool count_include_pad = true, std::optional<int64_t> divisor_override = std::nullopt);
 
 // Output cell i averages input rows floor(i * H / OH) .. ceil((i + 1) * H / OH) - 1 (same for columns).
 Tensor adaptive_avg_pool2d(const Tensor& input, IntArrayRef output_size);

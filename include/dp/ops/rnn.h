@@ -25,8 +25,8 @@ namespace dp {
 // input and weights are one GEMM each over the whole sequence, the biases one column sum. Under
 // create_graph the backward is computed with dp ops instead (lstm_layer_composite's graph), so it
 // is differentiable again.
-std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
-                                              const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, bool reverse = false);
+std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
+                                              const Tensor& b_ih, const Tensor& b_hh, bool reverse = false);
 
 // The same computation written with ordinary differentiable dp ops (a few nodes per step). Slower;
 // it is the reference the fused op is tested against, and the graph its create_graph backward uses.

@@ -6,15 +6,15 @@
 
 namespace dp {
 
-Tensor view(const Tensor& t, IntArrayRef sizes);       // one size may be -1; needs compatible strides
-Tensor reshape(const Tensor& t, IntArrayRef sizes);    // a view when possible, else a copy
+Tensor view(const Tensor& t, IntArrayRef sizes);     // one size may be -1; needs compatible strides
+Tensor reshape(const Tensor& t, IntArrayRef sizes);  // a view when possible, else a copy
 Tensor as_strided(const Tensor& t, IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> offset = std::nullopt);
 Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length);
 Tensor slice(const Tensor& t, int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step = 1);
 Tensor select(const Tensor& t, int64_t dim, int64_t index);
 Tensor transpose(const Tensor& t, int64_t dim0, int64_t dim1);
 Tensor permute(const Tensor& t, IntArrayRef dims);
-Tensor expand(const Tensor& t, IntArrayRef sizes);     // -1 keeps a size; new leading dims allowed
+Tensor expand(const Tensor& t, IntArrayRef sizes);  // -1 keeps a size; new leading dims allowed
 Tensor squeeze(const Tensor& t);
 Tensor squeeze(const Tensor& t, int64_t dim);
 Tensor unsqueeze(const Tensor& t, int64_t dim);

@@ -66,8 +66,7 @@ class Adam : public Optimizer {
 
  protected:
   void check_options(const OptimizerOptions& options) const override;
-  std::unique_ptr<OptimizerParamState> load_param_state(const Tensor& param, size_t index,
-                                                        const std::map<std::string, Tensor>& saved) const override;
+  std::unique_ptr<OptimizerParamState> load_param_state(const Tensor& param, size_t index, const std::map<std::string, Tensor>& saved) const override;
 };
 
 class AdamW : public Optimizer {
@@ -80,8 +79,7 @@ class AdamW : public Optimizer {
 
  protected:
   void check_options(const OptimizerOptions& options) const override;
-  std::unique_ptr<OptimizerParamState> load_param_state(const Tensor& param, size_t index,
-                                                        const std::map<std::string, Tensor>& saved) const override;
+  std::unique_ptr<OptimizerParamState> load_param_state(const Tensor& param, size_t index, const std::map<std::string, Tensor>& saved) const override;
 };
 
 }  // namespace dp::optim

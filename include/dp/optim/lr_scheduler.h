@@ -26,9 +26,9 @@ namespace dp::optim {
 // Everything a scheduler needs to resume (torch's scheduler state_dict).
 struct LRSchedulerState {
   int64_t last_epoch = -1;
-  int64_t step_count = 0;         // step() calls, the initial one included
-  std::vector<double> base_lrs;   // the groups' learning rates when the scheduler was made
-  std::vector<double> last_lrs;   // what get_last_lr() returns
+  int64_t step_count = 0;        // step() calls, the initial one included
+  std::vector<double> base_lrs;  // the groups' learning rates when the scheduler was made
+  std::vector<double> last_lrs;  // what get_last_lr() returns
   // The scheduler's class ("StepLR", ...) and its settings by name, each a list of numbers
   // ({"step_size": {30}, "gamma": {0.1}}, {"milestones": {30, 80}, ...}). As PyTorch's
   // load_state_dict, loading adopts the saved settings. A state with no scheduler name (the four

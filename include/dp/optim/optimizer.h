@@ -40,16 +40,16 @@ struct OptionArg {
 
 // Declares a chainable hyper-parameter, as libtorch's TORCH_ARG: `opts.momentum(0.9)` sets it
 // (and returns the options), `opts.momentum()` reads it.
-#define DP_OPTIM_ARG(T, name, default_value)                      \
- public:                                                          \
-  auto name(const T& new_value)->decltype(*this) {                \
-    name##_ = {new_value, true};                                  \
-    return *this;                                                 \
-  }                                                               \
-  const T& name() const noexcept { return name##_.value; }        \
-  bool name##_is_set() const noexcept { return name##_.is_set; }  \
-                                                                  \
- private:                                                         \
+#define DP_OPTIM_ARG(T, name, default_value)                     \
+ public:                                                         \
+  auto name(const T& new_value)->decltype(*this) {               \
+    name##_ = {new_value, true};                                 \
+    return *this;                                                \
+  }                                                              \
+  const T& name() const noexcept { return name##_.value; }       \
+  bool name##_is_set() const noexcept { return name##_.is_set; } \
+                                                                 \
+ private:                                                        \
   ::dp::optim::detail::OptionArg<T> name##_ { default_value, false }
 
 // Hyper-parameters of one parameter group.
@@ -68,9 +68,7 @@ class OptimizerOptions {
 template <typename Derived>
 class OptimizerCloneableOptions : public OptimizerOptions {
  public:
-  std::unique_ptr<OptimizerOptions> clone() const override {
-    return std::make_unique<Derived>(static_cast<const Derived&>(*this));
-  }
+  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<Derived>(static_cast<const Derived&>(*this)); }
 };
 
 // Per-parameter state (momentum buffers, Adam moments, ...).
@@ -88,8 +86,7 @@ class OptimizerParamGroup {
   OptimizerParamGroup(std::vector<Tensor> params);  // NOLINT: every option from the defaults
   OptimizerParamGroup(std::vector<Tensor> params, std::unique_ptr<OptimizerOptions> options);
   template <typename Options, std::enable_if_t<std::is_base_of_v<OptimizerOptions, Options>, int> = 0>
-  OptimizerParamGroup(std::vector<Tensor> params, const Options& options)
-      : params_(std::move(params)), options_(options.clone()) {}
+  OptimizerParamGroup(std::vector<Tensor> params, const Options& options) : params_(std::move(params)), options_(options.clone()) {}
   OptimizerParamGroup(const OptimizerParamGroup& o);
   OptimizerParamGroup& operator=(const OptimizerParamGroup& o);
   OptimizerParamGroup(OptimizerParamGroup&&) noexcept = default;

@@ -42,13 +42,13 @@ void load(optim::Optimizer& optimizer, optim::LRScheduler& scheduler, const std:
 // Through a shared_ptr too: dp::save(std::make_shared<SGD>(...), path), dp::load(optimizer, path).
 // (dp/nn/serialize.h's shared_ptr overloads take modules only, so these never compete with them.)
 template <typename O>
-  requires std::derived_from<O, optim::Optimizer>
+requires std::derived_from<O, optim::Optimizer>
 void save(const std::shared_ptr<O>& optimizer, const std::string& path) {
   DP_CHECK(optimizer != nullptr, ValueError, "save: null optimizer");
   save(static_cast<const optim::Optimizer&>(*optimizer), path);
 }
 template <typename O>
-  requires std::derived_from<O, optim::Optimizer>
+requires std::derived_from<O, optim::Optimizer>
 void load(const std::shared_ptr<O>& optimizer, const std::string& path) {
   DP_CHECK(optimizer != nullptr, ValueError, "load: null optimizer");
   load(static_cast<optim::Optimizer&>(*optimizer), path);

@@ -40,8 +40,7 @@ class SGD : public Optimizer {
 
  protected:
   void check_options(const OptimizerOptions& options) const override;
-  std::unique_ptr<OptimizerParamState> load_param_state(const Tensor& param, size_t index,
-                                                        const std::map<std::string, Tensor>& saved) const override;
+  std::unique_ptr<OptimizerParamState> load_param_state(const Tensor& param, size_t index, const std::map<std::string, Tensor>& saved) const override;
 };
 
 }  // namespace dp::optim

@@ -58,8 +58,7 @@ std::vector<Tensor> broadcast(const Tensor& tensor, const std::vector<Device>& d
 // CUDA inputs are packed into buckets as in broadcast_coalesced and summed on the destination by
 // NCCL (distinct GPUs) or a sum kernel; the results are views into one buffer per bucket.
 // Not differentiable.
-std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>& inputs, Device destination,
-                                         size_t buffer_size = kDefaultBufferSize);
+std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>& inputs, Device destination, size_t buffer_size = kDefaultBufferSize);
 // One tensor from each device.
 Tensor reduce_add(const std::vector<Tensor>& inputs, Device destination);
 

@@ -62,15 +62,33 @@ struct DataParallelOptions {
   DataParallelOptions() = default;
   explicit DataParallelOptions(std::vector<Device> device_ids) : device_ids_(std::move(device_ids)) {}
 
-  DataParallelOptions& device_ids(std::vector<Device> ids) { device_ids_ = std::move(ids); return *this; }
-  DataParallelOptions& output_device(Device d) { output_device_ = d; return *this; }
-  DataParallelOptions& dim(int64_t d) { dim_ = d; return *this; }
-  DataParallelOptions& split(SplitPolicy p) { split_ = p; return *this; }
+  DataParallelOptions& device_ids(std::vector<Device> ids) {
+    device_ids_ = std::move(ids);
+    return *this;
+  }
+  DataParallelOptions& output_device(Device d) {
+    output_device_ = d;
+    return *this;
+  }
+  DataParallelOptions& dim(int64_t d) {
+    dim_ = d;
+    return *this;
+  }
+  DataParallelOptions& split(SplitPolicy p) {
+    split_ = p;
+    return *this;
+  }
   // Rows per device for every forward (must sum to the batch size).
-  DataParallelOptions& chunk_sizes(std::vector<int64_t> sizes) { chunk_sizes_ = std::move(sizes); return *this; }
+  DataParallelOptions& chunk_sizes(std::vector<int64_t> sizes) {
+    chunk_sizes_ = std::move(sizes);
+    return *this;
+  }
   // false: replicas are rebuilt at every forward, as PyTorch does (slower; for modules whose plain
   // members change between steps).
-  DataParallelOptions& keep_replicas(bool on) { keep_replicas_ = on; return *this; }
+  DataParallelOptions& keep_replicas(bool on) {
+    keep_replicas_ = on;
+    return *this;
+  }
 
   const std::optional<std::vector<Device>>& device_ids() const { return device_ids_; }
   const std::optional<Device>& output_device() const { return output_device_; }
@@ -115,14 +133,25 @@ class DataParallelCore {
   std::unique_ptr<ReplicaSet> replicas_;
 };
 
-template <typename T> struct unwrap_module { using type = void; };
-template <typename M> struct unwrap_module<std::shared_ptr<M>> { using type = M; };
-template <typename M> struct unwrap_module<nn::ModuleHolder<M>> { using type = M; };
+template <typename T>
+struct unwrap_module {
+  using type = void;
+};
+template <typename M>
+struct unwrap_module<std::shared_ptr<M>> {
+  using type = M;
+};
+template <typename M>
+struct unwrap_module<nn::ModuleHolder<M>> {
+  using type = M;
+};
 
 template <typename C>
 decltype(auto) criterion_ref(C& c) {
-  if constexpr (!std::is_void_v<typename unwrap_module<std::decay_t<C>>::type>) return *c;
-  else return (c);
+  if constexpr (!std::is_void_v<typename unwrap_module<std::decay_t<C>>::type>)
+    return *c;
+  else
+    return (c);
 }
 
 // One replica's loss part from any supported criterion.
@@ -130,7 +159,7 @@ template <typename C, typename Out, typename Target>
 LossPart make_loss_part(C& criterion, const Out& output, const Target& target, int64_t dim) {
   auto& fn = criterion_ref(criterion);
   using Fn = std::remove_reference_t<decltype(fn)>;
-  if constexpr (requires(Fn& f, const Out& o, const Target& t) { loss_part(f, o, t); }) {
+  if constexpr (requires(Fn & f, const Out& o, const Target& t) { loss_part(f, o, t); }) {
     return loss_part(fn, output, target);
   } else {
     using Result = std::decay_t<decltype(fn(output, target))>;
@@ -142,7 +171,8 @@ LossPart make_loss_part(C& criterion, const Out& output, const Target& target, i
       std::vector<Tensor> ts;
       auto collect = [&ts](const Tensor& t) { ts.push_back(t); };
       Walk<Target>::tensors(target, collect);
-      DP_CHECK(!ts.empty(), ValueError, "forward_loss: the target holds no tensor, so its rows can't be counted; return a LossPart from the criterion");
+      DP_CHECK(!ts.empty(), ValueError,
+               "forward_loss: the target holds no tensor, so its rows can't be counted; return a LossPart from the criterion");
       const int64_t d = dim < 0 ? dim + ts[0].dim() : dim;
       Tensor rows = full({}, static_cast<double>(ts[0].size(d)), TensorOptions().dtype(mean.dtype()).device(mean.device()));
       return {mean * rows, rows};
@@ -161,12 +191,16 @@ auto run_data_parallel(DataParallelCore& core, const std::shared_ptr<M>& module,
   using R = std::invoke_result_t<Run&, M&, Packed&, Device>;
   core.check_location(module);
   std::vector<Packed> inputs;
-  if constexpr (std::tuple_size_v<Packed> == 0) inputs.emplace_back();  // zero arguments: one run, on device_ids[0]
-  else inputs = scatter_args(packed, core.split());
+  if constexpr (std::tuple_size_v<Packed> == 0)
+    inputs.emplace_back();  // zero arguments: one run, on device_ids[0]
+  else
+    inputs = scatter_args(packed, core.split());
   const std::vector<Device> used(core.device_ids().begin(), core.device_ids().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
   if (core.device_ids().size() == 1) {
-    if constexpr (std::is_void_v<R>) return run(*module, inputs[0], used[0]);
-    else return std::vector<R>{run(*module, inputs[0], used[0])};
+    if constexpr (std::is_void_v<R>)
+      return run(*module, inputs[0], used[0]);
+    else
+      return std::vector<R>{run(*module, inputs[0], used[0])};
   }
   const std::vector<nn::ModulePtr> replicas = core.replicas(module, inputs.size());
   const std::vector<std::string> notes = slice_notes(packed, inputs, core.dim());
@@ -223,16 +257,13 @@ class DataParallelImpl : public nn::Module {
     if (core_.device_ids().size() == 1) module_->to(core_.device_ids()[0]);
     if (core_.device_ids().size() > 1) check_balance(core_.device_ids());
   }
-  DataParallelImpl(std::shared_ptr<M> module, std::vector<Device> device_ids, std::optional<Device> output_device = std::nullopt,
-                   int64_t dim = 0)
+  DataParallelImpl(std::shared_ptr<M> module, std::vector<Device> device_ids, std::optional<Device> output_device = std::nullopt, int64_t dim = 0)
       : DataParallelImpl(std::move(module), make_options(std::move(device_ids), output_device, dim)) {}
   DataParallelImpl(nn::ModuleHolder<M> module, DataParallelOptions options = {}) : DataParallelImpl(module.ptr(), std::move(options)) {}
-  DataParallelImpl(nn::ModuleHolder<M> module, std::vector<Device> device_ids, std::optional<Device> output_device = std::nullopt,
-                   int64_t dim = 0)
+  DataParallelImpl(nn::ModuleHolder<M> module, std::vector<Device> device_ids, std::optional<Device> output_device = std::nullopt, int64_t dim = 0)
       : DataParallelImpl(module.ptr(), std::move(device_ids), output_device, dim) {}
   // A copy (module clone) wraps the clone of the module with the same options and new replicas.
-  DataParallelImpl(const DataParallelImpl& other)
-      : nn::Module(other), module_(other.module_), core_(module_.ptr(), other.core_.options()) {}
+  DataParallelImpl(const DataParallelImpl& other) : nn::Module(other), module_(other.module_), core_(module_.ptr(), other.core_.options()) {}
 
   // Splits the arguments, runs the replicas in parallel and gathers their outputs.
   template <typename... Args>
@@ -241,8 +272,10 @@ class DataParallelImpl : public nn::Module {
     if (core_.no_device()) return static_cast<R>(nn::call(*module_, std::forward<Args>(args)...));
     const std::tuple<std::decay_t<Args>...> packed(std::forward<Args>(args)...);
     auto run = [](M& m, std::tuple<std::decay_t<Args>...>& slice, Device d) { return detail::call_on_slice(m, slice, d); };
-    if constexpr (std::is_void_v<R>) detail::run_data_parallel(core_, module_.ptr(), packed, run);
-    else return detail::finish_outputs(detail::run_data_parallel(core_, module_.ptr(), packed, run), core_);
+    if constexpr (std::is_void_v<R>)
+      detail::run_data_parallel(core_, module_.ptr(), packed, run);
+    else
+      return detail::finish_outputs(detail::run_data_parallel(core_, module_.ptr(), packed, run), core_);
   }
 
   // The loss computed on the replicas (see parallel_loss.h): `target` is split like the inputs,
@@ -324,8 +357,10 @@ auto data_parallel(const std::shared_ptr<M>& module, const std::tuple<Args...>& 
            "data_parallel: no device_ids given and no CUDA device is visible; pass device_ids (e.g. {\"cpu:0\", \"cpu:1\"}) or call the module");
   using R = std::decay_t<decltype(std::declval<M&>().forward(std::declval<Args&>()...))>;
   auto run = [](M& m, std::tuple<Args...>& slice, Device d) { return detail::call_on_slice(m, slice, d); };
-  if constexpr (std::is_void_v<R>) detail::run_data_parallel(core, module, inputs, run);
-  else return detail::finish_outputs(detail::run_data_parallel(core, module, inputs, run), core);
+  if constexpr (std::is_void_v<R>)
+    detail::run_data_parallel(core, module, inputs, run);
+  else
+    return detail::finish_outputs(detail::run_data_parallel(core, module, inputs, run), core);
 }
 // One tensor input (libtorch's signature).
 template <typename M>
@@ -345,7 +380,7 @@ class DataParallel : public ModuleHolder<parallel::DataParallelImpl<M>> {
 
  public:
   using Base::Base;
-  DataParallel(std::nullptr_t) : Base(nullptr) {}  // NOLINT
+  DataParallel(std::nullptr_t) : Base(nullptr) {}         // NOLINT
   DataParallel(Base holder) : Base(std::move(holder)) {}  // NOLINT: register_module's return value
   DataParallel(std::shared_ptr<M> module, parallel::DataParallelOptions options = {})
       : Base(std::make_shared<parallel::DataParallelImpl<M>>(std::move(module), std::move(options))) {}

@@ -49,8 +49,8 @@
 #include "dp/core/tensor.h"
 
 // Inside a struct: the fields DataParallel scatters and gathers.
-#define DP_FIELDS(...)                                            \
-  auto dp_fields() { return std::tie(__VA_ARGS__); }              \
+#define DP_FIELDS(...)                               \
+  auto dp_fields() { return std::tie(__VA_ARGS__); } \
   auto dp_fields() const { return std::tie(__VA_ARGS__); }
 
 namespace dp::parallel {
@@ -76,8 +76,10 @@ std::vector<int64_t> split_sizes(const SplitOptions& options, int64_t batch);
 // default uses the DP_FIELDS member; specialise it for types you can't edit.
 template <typename T>
 struct Fields {
-  static auto tie(T& v) requires requires(T& x) { x.dp_fields(); } { return v.dp_fields(); }
-  static auto tie(const T& v) requires requires(const T& x) { x.dp_fields(); } { return v.dp_fields(); }
+  static auto tie(T& v) requires requires(T& x) { x.dp_fields(); }
+  { return v.dp_fields(); }
+  static auto tie(const T& v) requires requires(const T& x) { x.dp_fields(); }
+  { return v.dp_fields(); }
 };
 
 namespace detail {
@@ -88,26 +90,42 @@ concept has_fields = requires(T& v, const T& c) {
   Fields<T>::tie(c);
 };
 
-template <typename T> struct is_vector : std::false_type {};
-template <typename V, typename A> struct is_vector<std::vector<V, A>> : std::true_type {};
-template <typename T> struct is_array : std::false_type {};
-template <typename V, size_t N> struct is_array<std::array<V, N>> : std::true_type {};
-template <typename T> struct is_tuple_like : std::false_type {};
-template <typename... Ts> struct is_tuple_like<std::tuple<Ts...>> : std::true_type {};
-template <typename A, typename B> struct is_tuple_like<std::pair<A, B>> : std::true_type {};
-template <typename T> struct is_map : std::false_type {};
-template <typename K, typename V, typename C, typename A> struct is_map<std::map<K, V, C, A>> : std::true_type {};
-template <typename K, typename V, typename H, typename E, typename A> struct is_map<std::unordered_map<K, V, H, E, A>> : std::true_type {};
-template <typename T> struct is_optional : std::false_type {};
-template <typename V> struct is_optional<std::optional<V>> : std::true_type {};
-template <typename T> inline constexpr bool always_false = false;
+template <typename T>
+struct is_vector : std::false_type {};
+template <typename V, typename A>
+struct is_vector<std::vector<V, A>> : std::true_type {};
+template <typename T>
+struct is_array : std::false_type {};
+template <typename V, size_t N>
+struct is_array<std::array<V, N>> : std::true_type {};
+template <typename T>
+struct is_tuple_like : std::false_type {};
+template <typename... Ts>
+struct is_tuple_like<std::tuple<Ts...>> : std::true_type {};
+template <typename A, typename B>
+struct is_tuple_like<std::pair<A, B>> : std::true_type {};
+template <typename T>
+struct is_map : std::false_type {};
+template <typename K, typename V, typename C, typename A>
+struct is_map<std::map<K, V, C, A>> : std::true_type {};
+template <typename K, typename V, typename H, typename E, typename A>
+struct is_map<std::unordered_map<K, V, H, E, A>> : std::true_type {};
+template <typename T>
+struct is_optional : std::false_type {};
+template <typename V>
+struct is_optional<std::optional<V>> : std::true_type {};
+template <typename T>
+inline constexpr bool always_false = false;
 
 // A printable key for error messages.
 template <typename K>
 std::string key_str(const K& k) {
-  if constexpr (std::is_convertible_v<const K&, std::string>) return "'" + std::string(k) + "'";
-  else if constexpr (std::is_arithmetic_v<K>) return std::to_string(k);
-  else return "<key>";
+  if constexpr (std::is_convertible_v<const K&, std::string>)
+    return "'" + std::string(k) + "'";
+  else if constexpr (std::is_arithmetic_v<K>)
+    return std::to_string(k);
+  else
+    return "<key>";
 }
 
 // Where in an output structure a gather is ("output", "output[1]", "output['logits'].first").
@@ -205,7 +223,8 @@ struct Walk {
       auto dst = Fields<T>::tie(out);
       [&]<size_t... I>(std::index_sequence<I...>) {
         ((std::get<I>(dst) = Walk<std::decay_t<std::tuple_element_t<I, decltype(src)>>>::rebuild(std::get<I>(src), next)), ...);
-      }(std::make_index_sequence<std::tuple_size_v<decltype(src)>>{});
+      }
+      (std::make_index_sequence<std::tuple_size_v<decltype(src)>>{});
       return out;
     } else {
       return v;  // not scattered: every replica gets a copy
@@ -245,9 +264,8 @@ struct Walk {
       }
       return out;
     } else if constexpr (is_tuple_like<T>::value) {
-      return [&]<size_t... I>(std::index_sequence<I...>) {
-        return T{gather_element<I>(parts, g)...};
-      }(std::make_index_sequence<std::tuple_size_v<T>>{});
+      return [&]<size_t... I>(std::index_sequence<I...>) { return T{gather_element<I>(parts, g)...}; }
+      (std::make_index_sequence<std::tuple_size_v<T>>{});
     } else if constexpr (is_map<T>::value) {
       using V = typename T::mapped_type;
       for (size_t i = 1; i < parts.size(); ++i) {
@@ -281,9 +299,8 @@ struct Walk {
     } else if constexpr (has_fields<T>) {
       T out = parts[0];
       auto dst = Fields<T>::tie(out);
-      [&]<size_t... I>(std::index_sequence<I...>) {
-        ((std::get<I>(dst) = gather_field<I>(parts, g)), ...);
-      }(std::make_index_sequence<std::tuple_size_v<decltype(dst)>>{});
+      [&]<size_t... I>(std::index_sequence<I...>) { ((std::get<I>(dst) = gather_field<I>(parts, g)), ...); }
+      (std::make_index_sequence<std::tuple_size_v<decltype(dst)>>{});
       return out;
     } else if constexpr (std::equality_comparable<T>) {
       for (size_t i = 1; i < parts.size(); ++i)

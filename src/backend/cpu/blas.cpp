@@ -289,8 +289,8 @@ inline T ordered_dot(const T* x, int64_t incx, const T* y, int64_t incy, int64_t
 }
 
 template <bool kUnit, typename T>
-void tiny_gemm_loop(int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t a_row, int64_t a_col, const T* b, int64_t b_row,
-                    int64_t b_col, T beta, T* c, int64_t ldc) {
+void tiny_gemm_loop(int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t a_row, int64_t a_col, const T* b, int64_t b_row, int64_t b_col,
+                    T beta, T* c, int64_t ldc) {
   for (int64_t i = 0; i < m; ++i) {
     const T* ai = a + i * a_row;
     T* ci = c + i * ldc;
@@ -302,13 +302,15 @@ void tiny_gemm_loop(int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_
 }
 
 template <typename T>
-void tiny_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
-               T* c, int64_t ldc) {
+void tiny_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
+               int64_t ldc) {
   // op(A)(i, p) = a[i * a_row + p * a_col], op(B)(p, j) = b[p * b_row + j * b_col] (storage as in blas.h).
   const int64_t a_row = ta ? 1 : lda, a_col = ta ? lda : 1;
   const int64_t b_row = tb ? 1 : ldb, b_col = tb ? ldb : 1;
-  if (a_col == 1 && b_row == 1) tiny_gemm_loop<true>(m, n, k, alpha, a, a_row, a_col, b, b_row, b_col, beta, c, ldc);  // x @ w.t()
-  else tiny_gemm_loop<false>(m, n, k, alpha, a, a_row, a_col, b, b_row, b_col, beta, c, ldc);
+  if (a_col == 1 && b_row == 1)
+    tiny_gemm_loop<true>(m, n, k, alpha, a, a_row, a_col, b, b_row, b_col, beta, c, ldc);  // x @ w.t()
+  else
+    tiny_gemm_loop<false>(m, n, k, alpha, a, a_row, a_col, b, b_row, b_col, beta, c, ldc);
 }
 
 // Whether a product is worth the pool: from a host thread set to more than one thread, and large.
@@ -344,8 +346,8 @@ void gemm_tile(bool ta, bool tb, Dims d, const GemmTiles& g, int64_t i, T alpha,
 }
 
 template <typename T>
-void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
-               T* c, int64_t ldc) {
+void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
+               int64_t ldc) {
   if (m == 0 || n == 0) return;
   Dims d = check_dims(m, n, k, lda, ldb, ldc);
   if (is_tiny(m, n, k)) return tiny_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -356,8 +358,8 @@ void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
 }
 
 template <typename T>
-void gemm_batched_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* const* a, int64_t lda, const T* const* b,
-                       int64_t ldb, T beta, T* const* c, int64_t ldc, int64_t count) {
+void gemm_batched_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* const* a, int64_t lda, const T* const* b, int64_t ldb,
+                       T beta, T* const* c, int64_t ldc, int64_t count) {
   if (m == 0 || n == 0 || count == 0) return;
   Dims d = check_dims(m, n, k, lda, ldb, ldc);
   if (is_tiny(m, n, k)) {
@@ -373,26 +375,27 @@ void gemm_batched_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alph
     for (int64_t i = 0; i < count; ++i) raw_gemm(ta, tb, d, alpha, a[i], b[i], beta, c[i]);
     return;
   }
-  run_tasks(count * g.t.count, threads,
-            [&](int64_t task) { gemm_tile(ta, tb, d, g, task % g.t.count, alpha, a[task / g.t.count], b[task / g.t.count], beta, c[task / g.t.count]); });
+  run_tasks(count * g.t.count, threads, [&](int64_t task) {
+    gemm_tile(ta, tb, d, g, task % g.t.count, alpha, a[task / g.t.count], b[task / g.t.count], beta, c[task / g.t.count]);
+  });
 }
 
 }  // namespace
 
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float beta, float* c, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+          float* c, int64_t ldc) {
   gemm_impl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
-          double beta, double* c, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda, const double* b, int64_t ldb, double beta,
+          double* c, int64_t ldc) {
   gemm_impl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-void gemm_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* const* a, int64_t lda,
-                  const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc, int64_t count) {
+void gemm_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* const* a, int64_t lda, const float* const* b,
+                  int64_t ldb, float beta, float* const* c, int64_t ldc, int64_t count) {
   gemm_batched_impl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, count);
 }
-void gemm_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* const* a, int64_t lda,
-                  const double* const* b, int64_t ldb, double beta, double* const* c, int64_t ldc, int64_t count) {
+void gemm_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* const* a, int64_t lda, const double* const* b,
+                  int64_t ldb, double beta, double* const* c, int64_t ldc, int64_t count) {
   gemm_batched_impl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, count);
 }
 
@@ -429,7 +432,8 @@ const char* coretype_suggestion() {
                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd");
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     // OpenBLAS's x86-64 fallbacks for a CPU it cannot place, and cores older than AVX2.
-    static const char* const kOld[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Sandybridge", "Atom", "Katmai", "Coppermine", "Northwood", "Banias"};
+    static const char* const kOld[] = {"Prescott", "Core2",  "Penryn",     "Dunnington", "Nehalem", "Sandybridge",
+                                       "Atom",     "Katmai", "Coppermine", "Northwood",  "Banias"};
     const bool old = std::find(std::begin(kOld), std::end(kOld), core) != std::end(kOld);
     if (avx512 && old) return "SkylakeX";
     if (avx2 && old) return "Haswell";

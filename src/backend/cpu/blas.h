@@ -18,14 +18,14 @@
 namespace dp::kernels::blas {
 
 // C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C. With beta == 0, C need not be initialised.
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
-          const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float beta, float* c, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
+          double beta, double* c, int64_t ldc);
 
 // `count` GEMMs of one shape under one policy decision: C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i].
-void gemm_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* const* a, int64_t lda,
-                  const float* const* b, int64_t ldb, float beta, float* const* c, int64_t ldc, int64_t count);
+void gemm_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* const* a, int64_t lda, const float* const* b,
+                  int64_t ldb, float beta, float* const* c, int64_t ldc, int64_t count);
 void gemm_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* const* a, int64_t lda,
                   const double* const* b, int64_t ldb, double beta, double* const* c, int64_t ldc, int64_t count);
 

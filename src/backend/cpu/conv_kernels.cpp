@@ -322,17 +322,23 @@ void check_dtype(const char* op, DType dt) {
 
 void conv2d_forward_kernel_cpu(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
   check_dtype("conv2d", input.dtype());
-  if (input.dtype() == kFloat32) forward_impl<float>(out, input, weight, bias, g);
-  else if (input.dtype() == kFloat64) forward_impl<double>(out, input, weight, bias, g);
-  else forward_impl<BFloat16>(out, input, weight, bias, g);
+  if (input.dtype() == kFloat32)
+    forward_impl<float>(out, input, weight, bias, g);
+  else if (input.dtype() == kFloat64)
+    forward_impl<double>(out, input, weight, bias, g);
+  else
+    forward_impl<BFloat16>(out, input, weight, bias, g);
 }
 
 void conv2d_backward_kernel_cpu(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input,
-                            const Tensor& weight, const Tensor& grad_output, const Conv2dGeometry& g) {
+                                const Tensor& weight, const Tensor& grad_output, const Conv2dGeometry& g) {
   check_dtype("conv2d backward", grad_output.dtype());
-  if (grad_output.dtype() == kFloat32) backward_impl<float>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
-  else if (grad_output.dtype() == kFloat64) backward_impl<double>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
-  else backward_impl<BFloat16>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
+  if (grad_output.dtype() == kFloat32)
+    backward_impl<float>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
+  else if (grad_output.dtype() == kFloat64)
+    backward_impl<double>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
+  else
+    backward_impl<BFloat16>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
 }
 
 }  // namespace dp::kernels

@@ -10,8 +10,8 @@ namespace dp::kernels {
 
 // CpuLaunch's refusal of a device operand (backend/cpu/elementwise_loops.h).
 void throw_cuda_operand_on_cpu(const Tensor& out, const Tensor& in) {
-  throw DeviceError(::dp::detail::str("expected all tensors to be on the same device, but found at least two devices, ", out.device().str(),
-                                      " and ", in.device().str(), "!"));
+  throw DeviceError(::dp::detail::str("expected all tensors to be on the same device, but found at least two devices, ", out.device().str(), " and ",
+                                      in.device().str(), "!"));
 }
 
 }  // namespace dp::kernels

@@ -57,9 +57,8 @@ DP_FLATTEN void row_loop(char** p, const int64_t* s, int64_t n, const F& fn) {
       ((dense = dense && s[k] == static_cast<int64_t>(sizeof(In)), ++k), ...);
     }
     if (dense) {
-      [&]<size_t... I>(std::index_sequence<I...>) {
-        dense_loop(out, n, f, reinterpret_cast<const In*>(p[I + 1])...);
-      }(std::make_index_sequence<N>{});
+      [&]<size_t... I>(std::index_sequence<I...>) { dense_loop(out, n, f, reinterpret_cast<const In*>(p[I + 1])...); }
+      (std::make_index_sequence<N>{});
       return;
     }
     if constexpr (N == 1) {
@@ -74,12 +73,14 @@ DP_FLATTEN void row_loop(char** p, const int64_t* s, int64_t n, const F& fn) {
       using B = std::tuple_element_t<1, std::tuple<In...>>;
       if (s[1] == static_cast<int64_t>(sizeof(A)) && s[2] == 0) {
         const B b = *reinterpret_cast<const B*>(p[2]);
-        dense_loop(out, n, [&f, b](A a) { return f(a, b); }, reinterpret_cast<const A*>(p[1]));
+        dense_loop(
+            out, n, [&f, b](A a) { return f(a, b); }, reinterpret_cast<const A*>(p[1]));
         return;
       }
       if (s[1] == 0 && s[2] == static_cast<int64_t>(sizeof(B))) {
         const A a = *reinterpret_cast<const A*>(p[1]);
-        dense_loop(out, n, [&f, a](B b) { return f(a, b); }, reinterpret_cast<const B*>(p[2]));
+        dense_loop(
+            out, n, [&f, a](B b) { return f(a, b); }, reinterpret_cast<const B*>(p[2]));
         return;
       }
     } else if constexpr (N == 3) {
@@ -90,7 +91,8 @@ DP_FLATTEN void row_loop(char** p, const int64_t* s, int64_t n, const F& fn) {
       if (s[1] == static_cast<int64_t>(sizeof(A)) && s[2] == 0 && s[3] == 0) {
         const B b = *reinterpret_cast<const B*>(p[2]);
         const C c = *reinterpret_cast<const C*>(p[3]);
-        dense_loop(out, n, [&f, b, c](A a) { return f(a, b, c); }, reinterpret_cast<const A*>(p[1]));
+        dense_loop(
+            out, n, [&f, b, c](A a) { return f(a, b, c); }, reinterpret_cast<const A*>(p[1]));
         return;
       }
     }
@@ -103,7 +105,8 @@ DP_FLATTEN void row_loop(char** p, const int64_t* s, int64_t n, const F& fn) {
       o += s[0];
       ((q[I] += s[I + 1]), ...);
     }
-  }(std::make_index_sequence<N>{});
+  }
+  (std::make_index_sequence<N>{});
 }
 
 // out[i] = f(in[i]...), inputs broadcast to out's shape (the caller has checked that they do).

@@ -33,14 +33,25 @@ namespace {
 // Calls f(std::integral_constant<bool, b>) so a runtime flag becomes a template argument.
 template <typename F>
 void with_flag(bool b, F&& f) {
-  if (b) f(std::true_type{});
-  else f(std::false_type{});
+  if (b)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
 }
 
 // The type an element is computed in: itself for float/double, float32 for the 16-bit types.
-template <typename S> struct ComputeOf { using type = S; };
-template <> struct ComputeOf<BFloat16> { using type = float; };
-template <> struct ComputeOf<Half> { using type = float; };
+template <typename S>
+struct ComputeOf {
+  using type = S;
+};
+template <>
+struct ComputeOf<BFloat16> {
+  using type = float;
+};
+template <>
+struct ComputeOf<Half> {
+  using type = float;
+};
 
 // One element at a time: the reference semantics (and the loop tails). S is the stored type, T the
 // computed one (load widens, store rounds; both no-ops when S == T).
@@ -141,8 +152,8 @@ struct AdamConsts {
 
 // Elements [i, i + L::kWidth), stored as S, computed as T (L's lanes: S == T except in Lane1).
 template <typename L, typename S, bool kMaximize, bool kL2, bool kDecoupled, bool kAmsgrad>
-inline void adam_elements(int64_t i, S* __restrict param, const S* __restrict grad, S* __restrict exp_avg,
-                          S* __restrict exp_avg_sq, S* __restrict max_exp_avg_sq, const AdamConsts& c) {
+inline void adam_elements(int64_t i, S* __restrict param, const S* __restrict grad, S* __restrict exp_avg, S* __restrict exp_avg_sq,
+                          S* __restrict max_exp_avg_sq, const AdamConsts& c) {
   using V = typename L::V;
   using T = typename ComputeOf<S>::type;
   const V neg_step_size = L::set1(static_cast<T>(c.neg_step_size));
@@ -169,8 +180,8 @@ inline void adam_elements(int64_t i, S* __restrict param, const S* __restrict gr
 // adam_loop's vector part (S float or double): whole vectors from 0; returns where it stopped.
 // Everything it calls is inlined into it (flatten), so all of it is compiled for AVX2 + FMA.
 template <typename S, bool kMaximize, bool kL2, bool kDecoupled, bool kAmsgrad>
-DP_TARGET_AVX2 __attribute__((flatten)) int64_t adam_loop_avx(S* param, const S* grad, S* exp_avg, S* exp_avg_sq,
-                                                              S* max_exp_avg_sq, int64_t n, const AdamConsts& c) {
+DP_TARGET_AVX2 __attribute__((flatten)) int64_t adam_loop_avx(S* param, const S* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_avg_sq, int64_t n,
+                                                              const AdamConsts& c) {
   using LV = LaneAvx<S>;
   int64_t i = 0;
   for (; i + LV::kWidth <= n; i += LV::kWidth)
@@ -207,8 +218,7 @@ void adam_loop(S* param, const S* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_av
       i = adam_loop_avx<S, kMaximize, kL2, kDecoupled, kAmsgrad>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, c);
   }
 #endif
-  for (; i < n; ++i)
-    adam_elements<Lane1<T, S>, S, kMaximize, kL2, kDecoupled, kAmsgrad>(i, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c);
+  for (; i < n; ++i) adam_elements<Lane1<T, S>, S, kMaximize, kL2, kDecoupled, kAmsgrad>(i, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c);
 }
 
 template <typename T>
@@ -222,7 +232,8 @@ void adam_dispatch(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, T* max_ex
         with_flag(s.amsgrad, [&](auto ams) {
           constexpr bool L = std::decay_t<decltype(l2c)>::value, D = std::decay_t<decltype(dec)>::value;
           if constexpr (!(L && D))
-            adam_loop<T, std::decay_t<decltype(mx)>::value, L, D, std::decay_t<decltype(ams)>::value>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, s);
+            adam_loop<T, std::decay_t<decltype(mx)>::value, L, D, std::decay_t<decltype(ams)>::value>(param, grad, exp_avg, exp_avg_sq,
+                                                                                                      max_exp_avg_sq, n, s);
         });
       });
     });
@@ -237,12 +248,10 @@ void sgd_update(float* param, const float* grad, float* momentum_buffer, bool bu
 void sgd_update(double* param, const double* grad, double* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s) {
   sgd_dispatch(param, grad, momentum_buffer, buffer_initialized, n, s);
 }
-void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, int64_t n,
-                 const AdamScalars& s) {
+void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, int64_t n, const AdamScalars& s) {
   adam_dispatch(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, s);
 }
-void adam_update(double* param, const double* grad, double* exp_avg, double* exp_avg_sq, double* max_exp_avg_sq,
-                 int64_t n, const AdamScalars& s) {
+void adam_update(double* param, const double* grad, double* exp_avg, double* exp_avg_sq, double* max_exp_avg_sq, int64_t n, const AdamScalars& s) {
   adam_dispatch(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, s);
 }
 void sgd_update(BFloat16* param, const BFloat16* grad, BFloat16* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s) {
@@ -251,12 +260,11 @@ void sgd_update(BFloat16* param, const BFloat16* grad, BFloat16* momentum_buffer
 void sgd_update(Half* param, const Half* grad, Half* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s) {
   sgd_dispatch(param, grad, momentum_buffer, buffer_initialized, n, s);
 }
-void adam_update(BFloat16* param, const BFloat16* grad, BFloat16* exp_avg, BFloat16* exp_avg_sq, BFloat16* max_exp_avg_sq,
-                 int64_t n, const AdamScalars& s) {
+void adam_update(BFloat16* param, const BFloat16* grad, BFloat16* exp_avg, BFloat16* exp_avg_sq, BFloat16* max_exp_avg_sq, int64_t n,
+                 const AdamScalars& s) {
   adam_dispatch(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, s);
 }
-void adam_update(Half* param, const Half* grad, Half* exp_avg, Half* exp_avg_sq, Half* max_exp_avg_sq, int64_t n,
-                 const AdamScalars& s) {
+void adam_update(Half* param, const Half* grad, Half* exp_avg, Half* exp_avg_sq, Half* max_exp_avg_sq, int64_t n, const AdamScalars& s) {
   adam_dispatch(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, s);
 }
 

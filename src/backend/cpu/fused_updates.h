@@ -23,7 +23,6 @@ namespace dp::optim::kernels {
 using backend::AdamScalars;
 using backend::SgdScalars;
 
-
 // param -= lr * d, d = grad (+ weight decay, momentum, Nesterov). momentum_buffer: n elements,
 // unused when momentum == 0; when !buffer_initialized it is overwritten with d (PyTorch's
 // first-step clone) instead of being decayed.
@@ -32,15 +31,11 @@ void sgd_update(double* param, const double* grad, double* momentum_buffer, bool
 void sgd_update(BFloat16* param, const BFloat16* grad, BFloat16* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s);
 void sgd_update(Half* param, const Half* grad, Half* momentum_buffer, bool buffer_initialized, int64_t n, const SgdScalars& s);
 
-
 // One Adam/AdamW update. max_exp_avg_sq is used only with amsgrad.
-void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, int64_t n,
+void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, int64_t n, const AdamScalars& s);
+void adam_update(double* param, const double* grad, double* exp_avg, double* exp_avg_sq, double* max_exp_avg_sq, int64_t n, const AdamScalars& s);
+void adam_update(BFloat16* param, const BFloat16* grad, BFloat16* exp_avg, BFloat16* exp_avg_sq, BFloat16* max_exp_avg_sq, int64_t n,
                  const AdamScalars& s);
-void adam_update(double* param, const double* grad, double* exp_avg, double* exp_avg_sq, double* max_exp_avg_sq,
-                 int64_t n, const AdamScalars& s);
-void adam_update(BFloat16* param, const BFloat16* grad, BFloat16* exp_avg, BFloat16* exp_avg_sq, BFloat16* max_exp_avg_sq,
-                 int64_t n, const AdamScalars& s);
-void adam_update(Half* param, const Half* grad, Half* exp_avg, Half* exp_avg_sq, Half* max_exp_avg_sq, int64_t n,
-                 const AdamScalars& s);
+void adam_update(Half* param, const Half* grad, Half* exp_avg, Half* exp_avg_sq, Half* max_exp_avg_sq, int64_t n, const AdamScalars& s);
 
 }  // namespace dp::optim::kernels

@@ -27,10 +27,14 @@ Tensor raw_select(const Tensor& t, int64_t dim, int64_t i) {
 
 template <typename T>
 inline T add_values(T x, T y) {
-  if constexpr (std::is_same_v<T, bool>) return x || y;
-  else if constexpr (kernels::is_reduced_float_v<T>) return T(static_cast<float>(x) + static_cast<float>(y));
-  else if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(x)) + static_cast<uint64_t>(static_cast<int64_t>(y)));
-  else return x + y;
+  if constexpr (std::is_same_v<T, bool>)
+    return x || y;
+  else if constexpr (kernels::is_reduced_float_v<T>)
+    return T(static_cast<float>(x) + static_cast<float>(y));
+  else if constexpr (std::is_integral_v<T>)
+    return static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(x)) + static_cast<uint64_t>(static_cast<int64_t>(y)));
+  else
+    return x + y;
 }
 
 template <typename T>
@@ -44,10 +48,18 @@ T scalar_to(const Scalar& s) {
 template <typename F>
 void dispatch_width(size_t width, F&& f) {
   switch (width) {
-    case 1: f.template operator()<uint8_t>(); return;
-    case 2: f.template operator()<uint16_t>(); return;
-    case 4: f.template operator()<uint32_t>(); return;
-    default: f.template operator()<uint64_t>(); return;
+    case 1:
+      f.template operator()<uint8_t>();
+      return;
+    case 2:
+      f.template operator()<uint16_t>();
+      return;
+    case 4:
+      f.template operator()<uint32_t>();
+      return;
+    default:
+      f.template operator()<uint64_t>();
+      return;
   }
 }
 
@@ -105,7 +117,8 @@ void gather_cpu(const char* op, const Tensor& out, const Tensor& a, int64_t dim,
   dispatch_width(a.element_size(), [&]<typename W>() {
     const W* pa = static_cast<const W*>(a.data_ptr());
     W* po = static_cast<W*>(out.data_ptr());
-    strided_walk<2>(index.sizes(), {out.strides(), a_st}, [&](int64_t i, const std::array<int64_t, 2>& off) { po[off[0]] = pa[off[1] + idx[i] * step]; });
+    strided_walk<2>(index.sizes(), {out.strides(), a_st},
+                    [&](int64_t i, const std::array<int64_t, 2>& off) { po[off[0]] = pa[off[1] + idx[i] * step]; });
   });
 }
 

@@ -147,8 +147,10 @@ void scale_inplace(const Tensor& C, const Scalar& s) {
 void matmul_cpu(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar& alpha, const Scalar& beta, const char* op, bool /*tf32_ok*/) {
   if (C.numel() == 0) return;
   if (A.size(-1) == 0) {  // empty sum: beta * C
-    if (is_zero(beta)) kernels::fill_kernel(C, 0);
-    else if (!is_one(beta)) scale_inplace(C, beta);
+    if (is_zero(beta))
+      kernels::fill_kernel(C, 0);
+    else if (!is_one(beta))
+      scale_inplace(C, beta);
     return;
   }
   switch (C.dtype()) {
@@ -162,8 +164,7 @@ void matmul_cpu(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar&
     case kBFloat16: {
       Tensor Cf = make_empty(C.sizes(), kFloat32, C.device());
       if (!is_zero(beta)) kernels::copy_kernel(Cf, C);
-      gemm_blas<float>(Cf, raw_copy(A, kFloat32), raw_copy(B, kFloat32), static_cast<float>(alpha.to_double()),
-                       static_cast<float>(beta.to_double()));
+      gemm_blas<float>(Cf, raw_copy(A, kFloat32), raw_copy(B, kFloat32), static_cast<float>(alpha.to_double()), static_cast<float>(beta.to_double()));
       kernels::copy_kernel(C, Cf);
       return;
     }

@@ -20,7 +20,8 @@ void ElementwiseIter::init(const Tensor* const* operands, int n, IntArrayRef sha
     for (int d = 0; d < td; ++d) {
       int64_t sz = t.sizes()[d];
       int od = d + nd - td;
-      DP_CHECK(sz == shape[od] || sz == 1, ShapeError, "ElementwiseIter: operand ", k, " has shape ", t.size_str(), " which does not broadcast to ", shape_str(shape));
+      DP_CHECK(sz == shape[od] || sz == 1, ShapeError, "ElementwiseIter: operand ", k, " has shape ", t.size_str(), " which does not broadcast to ",
+               shape_str(shape));
       st[k][od] = (sz == 1 && shape[od] != 1) ? 0 : t.strides()[d] * es;
     }
     base_[k] = static_cast<char*>(t.data_ptr());
@@ -50,9 +51,7 @@ void ElementwiseIter::init(const Tensor* const* operands, int n, IntArrayRef sha
 void copy_kernel_cpu(const Tensor& dst, const Tensor& src) {
   ElementwiseIter it({&dst, &src}, dst.sizes());
   dispatch_all(dst.dtype(), "copy_", [&]<typename D>() {
-    dispatch_all(src.dtype(), "copy_", [&]<typename S>() {
-      cpu_kernel<D, S>(it, [](S v) { return convert<D>(v); });
-    });
+    dispatch_all(src.dtype(), "copy_", [&]<typename S>() { cpu_kernel<D, S>(it, [](S v) { return convert<D>(v); }); });
   });
 }
 

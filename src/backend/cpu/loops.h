@@ -22,7 +22,9 @@ constexpr int kMaxOperands = 5;
 class ElementwiseIter {
  public:
   // operands[0] is the output; inputs are broadcast to `shape` (output's sizes).
-  ElementwiseIter(std::initializer_list<const Tensor*> operands, IntArrayRef shape) { init(operands.begin(), static_cast<int>(operands.size()), shape); }
+  ElementwiseIter(std::initializer_list<const Tensor*> operands, IntArrayRef shape) {
+    init(operands.begin(), static_cast<int>(operands.size()), shape);
+  }
   ElementwiseIter(const std::vector<const Tensor*>& operands, IntArrayRef shape) { init(operands.data(), static_cast<int>(operands.size()), shape); }
   // Calls f(char** ptrs, const int64_t* inner_strides_bytes, int64_t n) for each run of the
   // innermost dimension, or for several disjoint ranges in parallel when `grain` allows.

@@ -22,8 +22,10 @@ void dispatch_real(DType d, const char* op, F&& f) {
 template <typename F>
 void dispatch_index(DType x, DType t, const char* op, F&& f) {
   dispatch_real(x, op, [&]<typename T>() {
-    if (t == kUInt8) f.template operator()<T, uint8_t>();
-    else f.template operator()<T, int64_t>();
+    if (t == kUInt8)
+      f.template operator()<T, uint8_t>();
+    else
+      f.template operator()<T, int64_t>();
   });
 }
 

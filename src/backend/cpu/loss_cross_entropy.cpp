@@ -60,15 +60,15 @@ bool index_forward(const T* x, const I* tg, const T* w, T wsum, const Params& p,
         lse[i] = T(0);
         continue;
       }
-      if (t < 0 || t >= C) [[unlikely]] return false;
+      if (t < 0 || t >= C) [[unlikely]]
+        return false;
       const T* xr = x + i * C;
       const T m = row_max(xr, C);
       const T ls = std::log(exp_diff<T, true>(xr, nullptr, m, scratch.data(), C));
       const T wt = w ? w[t] : T(1);
       T v = keep * wt * ((m - xr[t]) + ls);
       if (eps > T(0)) {
-        const T sd = w ? lane_sum<T>(C, [&](int64_t c) { return w[c] * (m - xr[c]); })
-                       : lane_sum<T>(C, [&](int64_t c) { return m - xr[c]; });
+        const T sd = w ? lane_sum<T>(C, [&](int64_t c) { return w[c] * (m - xr[c]); }) : lane_sum<T>(C, [&](int64_t c) { return m - xr[c]; });
         v += per_class * (sd + ls * wsum);
       }
       lse[i] = m + ls;
@@ -107,7 +107,8 @@ bool index_forward(const T* x, const I* tg, const T* w, T wsum, const Params& p,
             if (out) out[i] = T(0);
             continue;
           }
-          if (t < 0 || t >= C) [[unlikely]] return false;
+          if (t < 0 || t >= C) [[unlikely]]
+            return false;
           const T wt = w ? w[t] : T(1);
           T v = keep * wt * ((mx[j] - xb[t * S + j]) + ls);
           if (eps > T(0)) v += per_class * (static_cast<T>(sd[j]) + ls * wsum);
@@ -358,14 +359,14 @@ bool index_forward_cpu(const Tensor& out, Reduction red, const Tensor& total_wei
   return !ok;
 }
 
-void index_backward_cpu(const Tensor& gi, const LossGrad& g, const Tensor& x, const Tensor& target, const Tensor& w, const Tensor& lse,
-                        ClassShape cs, int64_t ignore, double eps) {
+void index_backward_cpu(const Tensor& gi, const LossGrad& g, const Tensor& x, const Tensor& target, const Tensor& w, const Tensor& lse, ClassShape cs,
+                        int64_t ignore, double eps) {
   const Params p = params(cs, ignore, eps);
   cpu_loss::dispatch_index(x.dtype(), target.dtype(), kOp, [&]<typename T, typename I>() {
     const Incoming<T> in = incoming<T>(g);
     index_backward<T, I>(static_cast<T*>(gi.data_ptr()), static_cast<const T*>(x.data_ptr()), static_cast<const I*>(target.data_ptr()),
-                         ptr_or_null<T>(w), weight_sum(ptr_or_null<T>(w), cs.c, eps), p, static_cast<const T*>(lse.data_ptr()),
-                         in.per_sample, in.value);
+                         ptr_or_null<T>(w), weight_sum(ptr_or_null<T>(w), cs.c, eps), p, static_cast<const T*>(lse.data_ptr()), in.per_sample,
+                         in.value);
   });
 }
 
@@ -373,21 +374,20 @@ void prob_forward_cpu(const Tensor& out, bool reduced, double scale, const Tenso
                       const Tensor& w, ClassShape cs, double eps) {
   const Params p = params(cs, -100, eps);
   cpu_loss::dispatch_real(x.dtype(), kOp, [&]<typename T>() {
-    const double total = prob_forward<T>(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(tq.data_ptr()), ptr_or_null<T>(w), p,
-                                         reduced ? nullptr : static_cast<T*>(out.data_ptr()), static_cast<T*>(lse.data_ptr()),
-                                         static_cast<T*>(rs.data_ptr()));
+    const double total =
+        prob_forward<T>(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(tq.data_ptr()), ptr_or_null<T>(w), p,
+                        reduced ? nullptr : static_cast<T*>(out.data_ptr()), static_cast<T*>(lse.data_ptr()), static_cast<T*>(rs.data_ptr()));
     if (reduced) static_cast<T*>(out.data_ptr())[0] = static_cast<T>(total * scale);
   });
 }
 
-void prob_backward_cpu(const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& tq, const Tensor& w,
-                       const Tensor& lse, const Tensor& rs, ClassShape cs, double eps) {
+void prob_backward_cpu(const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& tq, const Tensor& w, const Tensor& lse,
+                       const Tensor& rs, ClassShape cs, double eps) {
   const Params p = params(cs, -100, eps);
   cpu_loss::dispatch_real(x.dtype(), kOp, [&]<typename T>() {
     const Incoming<T> in = incoming<T>(g);
     prob_backward<T>(mut_or_null<T>(gi), mut_or_null<T>(gt), static_cast<const T*>(x.data_ptr()), static_cast<const T*>(tq.data_ptr()),
-                     ptr_or_null<T>(w), p, static_cast<const T*>(lse.data_ptr()), static_cast<const T*>(rs.data_ptr()), in.per_sample,
-                     in.value);
+                     ptr_or_null<T>(w), p, static_cast<const T*>(lse.data_ptr()), static_cast<const T*>(rs.data_ptr()), in.per_sample, in.value);
   });
 }
 

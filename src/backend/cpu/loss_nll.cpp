@@ -31,7 +31,8 @@ bool nll_forward(const T* x, const I* tg, const T* w, T* out, ClassShape cs, int
         if (out) out[i] = T(0);
         continue;
       }
-      if (t < 0 || t >= C) [[unlikely]] return false;
+      if (t < 0 || t >= C) [[unlikely]]
+        return false;
       const T wt = w ? w[t] : T(1);
       const T v = -wt * xn[t * S + s];
       if (out) out[i] = v;
@@ -78,8 +79,8 @@ void nll_loss_backward_cpu(const Tensor& gi, const LossGrad& g, const Tensor& ta
   if (gi.numel() > 0) std::memset(gi.data_ptr(), 0, gi.nbytes());
   cpu_loss::dispatch_index(gi.dtype(), target.dtype(), kOp, [&]<typename T, typename I>() {
     const Incoming<T> in = incoming<T>(g);
-    nll_backward<T, I>(static_cast<T*>(gi.data_ptr()), static_cast<const I*>(target.data_ptr()), ptr_or_null<T>(w), in.per_sample, in.value,
-                       cs, ignore);
+    nll_backward<T, I>(static_cast<T*>(gi.data_ptr()), static_cast<const I*>(target.data_ptr()), ptr_or_null<T>(w), in.per_sample, in.value, cs,
+                       ignore);
   });
 }
 

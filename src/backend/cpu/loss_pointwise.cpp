@@ -221,8 +221,7 @@ double forward_kernel(const Tensor& out, const Tensor& x, const Tensor& t, const
 // gi = G * W * dloss/dx, gt = G * W * dloss/dt with G = g[j] (None: g has the input's shape) or
 // gs (g undefined: a reduced gradient, already scaled). gi / gt may be undefined (not needed).
 template <Kind K, typename T>
-void backward_kernel(const Tensor& gi, const Tensor& gt, const Tensor& g, T gs, const Tensor& x, const Tensor& t,
-                     const Tensor& w, const Tensor& pw) {
+void backward_kernel(const Tensor& gi, const Tensor& gt, const Tensor& g, T gs, const Tensor& x, const Tensor& t, const Tensor& w, const Tensor& pw) {
   const T* xp = static_cast<const T*>(x.data_ptr());
   const T* tp = static_cast<const T*>(t.data_ptr());
   const T* gp = g.defined() ? static_cast<const T*>(g.data_ptr()) : nullptr;
@@ -251,8 +250,10 @@ void backward_kernel(const Tensor& gi, const Tensor& gt, const Tensor& g, T gs, 
             for (int64_t j = 0; j < n; ++j) b[j] = G[j] * W[j] * elem_dt<K, T>(xr[j], tr[j], P[j]);
           }
         };
-        if (gp == nullptr) run(Val<T>{gs});
-        else run(Ptr<T>{gp + m});
+        if (gp == nullptr)
+          run(Val<T>{gs});
+        else
+          run(Ptr<T>{gp + m});
       });
     });
   });
@@ -265,26 +266,42 @@ bool pointwise_loss_forward_cpu(Kind k, const Tensor& out, bool reduced, double 
   cpu_loss::dispatch_real(x.dtype(), pointwise_loss_name(k), [&]<typename T>() {
     double total = 0;
     switch (k) {
-      case Kind::Mse: total = forward_kernel<Kind::Mse, T>(per_element, x, t, w, pw, bad); break;
-      case Kind::L1: total = forward_kernel<Kind::L1, T>(per_element, x, t, w, pw, bad); break;
-      case Kind::Bce: total = forward_kernel<Kind::Bce, T>(per_element, x, t, w, pw, bad); break;
-      case Kind::BceLogits: total = forward_kernel<Kind::BceLogits, T>(per_element, x, t, w, pw, bad); break;
+      case Kind::Mse:
+        total = forward_kernel<Kind::Mse, T>(per_element, x, t, w, pw, bad);
+        break;
+      case Kind::L1:
+        total = forward_kernel<Kind::L1, T>(per_element, x, t, w, pw, bad);
+        break;
+      case Kind::Bce:
+        total = forward_kernel<Kind::Bce, T>(per_element, x, t, w, pw, bad);
+        break;
+      case Kind::BceLogits:
+        total = forward_kernel<Kind::BceLogits, T>(per_element, x, t, w, pw, bad);
+        break;
     }
     if (reduced) static_cast<T*>(out.data_ptr())[0] = static_cast<T>(total * scale);
   });
   return bad;
 }
 
-void pointwise_loss_backward_cpu(Kind k, const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& t,
-                                 const Tensor& w, const Tensor& pw) {
+void pointwise_loss_backward_cpu(Kind k, const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& t, const Tensor& w,
+                                 const Tensor& pw) {
   cpu_loss::dispatch_real(x.dtype(), pointwise_loss_name(k), [&]<typename T>() {
     const cpu_loss::Incoming<T> in = cpu_loss::incoming<T>(g);
     const Tensor gfull = g.per_sample ? g.g : Tensor();
     switch (k) {
-      case Kind::Mse: backward_kernel<Kind::Mse, T>(gi, gt, gfull, in.value, x, t, w, pw); break;
-      case Kind::L1: backward_kernel<Kind::L1, T>(gi, gt, gfull, in.value, x, t, w, pw); break;
-      case Kind::Bce: backward_kernel<Kind::Bce, T>(gi, gt, gfull, in.value, x, t, w, pw); break;
-      case Kind::BceLogits: backward_kernel<Kind::BceLogits, T>(gi, gt, gfull, in.value, x, t, w, pw); break;
+      case Kind::Mse:
+        backward_kernel<Kind::Mse, T>(gi, gt, gfull, in.value, x, t, w, pw);
+        break;
+      case Kind::L1:
+        backward_kernel<Kind::L1, T>(gi, gt, gfull, in.value, x, t, w, pw);
+        break;
+      case Kind::Bce:
+        backward_kernel<Kind::Bce, T>(gi, gt, gfull, in.value, x, t, w, pw);
+        break;
+      case Kind::BceLogits:
+        backward_kernel<Kind::BceLogits, T>(gi, gt, gfull, in.value, x, t, w, pw);
+        break;
     }
   });
 }

@@ -65,8 +65,7 @@ void gates_forward(int64_t B, int64_t H, T* gates, const T* c_prev, T* c_out, T*
 // output's gradient at t (HasDOut), the running dh (gradient w.r.t. h_t from later steps) and dc.
 // Out: the gate pre-activation gradients (4 blocks); dc becomes the gradient w.r.t. c_{t-1}.
 template <typename T, bool HasDOut>
-DP_RNN_ROW void gates_backward_row(int64_t H, const T* acts, const T* c_cur, const T* c_prev, const T* d_out, const T* dh, T* dc,
-                                   T* dgates) {
+DP_RNN_ROW void gates_backward_row(int64_t H, const T* acts, const T* c_cur, const T* c_prev, const T* d_out, const T* dh, T* dc, T* dgates) {
   const T* ai = acts;
   const T* af = acts + H;
   const T* ag = acts + 2 * H;
@@ -93,8 +92,8 @@ DP_RNN_ROW void gates_backward_row(int64_t H, const T* acts, const T* c_cur, con
 template <typename T, bool HasDOut>
 void gates_backward(int64_t B, int64_t H, const T* acts, const T* c_cur, const T* c_prev, const T* d_out, const T* dh, T* dc, T* dgates) {
   for (int64_t b = 0; b < B; ++b)
-    gates_backward_row<T, HasDOut>(H, acts + b * 4 * H, c_cur + b * H, c_prev + b * H, HasDOut ? d_out + b * H : nullptr, dh + b * H,
-                                   dc + b * H, dgates + b * 4 * H);
+    gates_backward_row<T, HasDOut>(H, acts + b * 4 * H, c_cur + b * H, c_prev + b * H, HasDOut ? d_out + b * H : nullptr, dh + b * H, dc + b * H,
+                                   dgates + b * 4 * H);
 }
 
 // out[j] = sum over rows of m[rows, n] (the bias gradient).
@@ -109,8 +108,8 @@ void column_sums(int64_t rows, int64_t n, const T* m, T* out) {
 }
 
 template <typename T>
-void forward_impl(const LstmDims& d, bool reverse, const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
-                  const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, ForwardBuffers& buf) {
+void forward_impl(const LstmDims& d, bool reverse, const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
+                  const Tensor& b_ih, const Tensor& b_hh, ForwardBuffers& buf) {
   const int64_t H = d.H, B = d.B, G = 4 * H, BH = B * H, BG = B * G, rows = d.T * B;
   T* gates = buf.gates.data_ptr<T>();
   T* out = buf.out.data_ptr<T>();
@@ -148,10 +147,14 @@ void backward_impl(const LstmDims& d, bool reverse, BackwardArgs& a) {
   T* dG = dgates_t.data_ptr<T>();
   T* dh = a.dh0.data_ptr<T>();
   T* dc = a.dc0.data_ptr<T>();
-  if (a.d_hn.defined()) std::copy_n(a.d_hn.data_ptr<T>(), BH, dh);
-  else std::fill(dh, dh + BH, T(0));
-  if (a.d_cn.defined()) std::copy_n(a.d_cn.data_ptr<T>(), BH, dc);
-  else std::fill(dc, dc + BH, T(0));
+  if (a.d_hn.defined())
+    std::copy_n(a.d_hn.data_ptr<T>(), BH, dh);
+  else
+    std::fill(dh, dh + BH, T(0));
+  if (a.d_cn.defined())
+    std::copy_n(a.d_cn.data_ptr<T>(), BH, dc);
+  else
+    std::fill(dc, dc + BH, T(0));
   const T* acts = a.acts.data_ptr<T>();
   const T* cells = a.cells.data_ptr<T>();
   const T* d_out = a.d_out.defined() ? a.d_out.data_ptr<T>() : nullptr;
@@ -161,8 +164,10 @@ void backward_impl(const LstmDims& d, bool reverse, BackwardArgs& a) {
     const int64_t t = reverse ? d.T - 1 - s : s;
     const int64_t tp = reverse ? t + 1 : t - 1;
     const T* cp = s == 0 ? c0 : cells + tp * BH;
-    if (d_out) gates_backward<T, true>(B, H, acts + t * BG, cells + t * BH, cp, d_out + t * BH, dh, dc, dG + t * BG);
-    else gates_backward<T, false>(B, H, acts + t * BG, cells + t * BH, cp, nullptr, dh, dc, dG + t * BG);
+    if (d_out)
+      gates_backward<T, true>(B, H, acts + t * BG, cells + t * BH, cp, d_out + t * BH, dh, dc, dG + t * BG);
+    else
+      gates_backward<T, false>(B, H, acts + t * BG, cells + t * BH, cp, nullptr, dh, dc, dG + t * BG);
     if (s > 0 || a.need_dh0) gemm<T>(false, false, B, H, G, dG + t * BG, G, whh, H, T(0), dh, H);
   }
   if (a.dx.defined()) gemm<T>(false, false, rows, d.I, G, dG, G, a.w_ih.data_ptr<T>(), d.I, T(0), a.dx.data_ptr<T>(), d.I);

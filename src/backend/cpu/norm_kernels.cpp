@@ -89,9 +89,14 @@ T* mut_ptr_or_null(const Tensor& t) {
 template <typename F>
 void dispatch_norm(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::Float32: f.template operator()<float>(); return;
-    case DType::Float64: f.template operator()<double>(); return;
-    default: unsupported_dtype(op, t, "float32, float64");
+    case DType::Float32:
+      f.template operator()<float>();
+      return;
+    case DType::Float64:
+      f.template operator()<double>();
+      return;
+    default:
+      unsupported_dtype(op, t, "float32, float64");
   }
 }
 
@@ -107,10 +112,17 @@ void dispatch_batch_norm(DType input, DType param, const char* op, F&& f) {
   DP_CHECK(param == input, DTypeError, op, ": unsupported weight/bias dtype ", dtype_name(param), " for a ", dtype_name(input),
            " input (supported: the input's dtype, or float32 for a bfloat16 input)");
   switch (input) {
-    case DType::Float32: f.template operator()<float, float>(); return;
-    case DType::Float64: f.template operator()<double, double>(); return;
-    case DType::BFloat16: f.template operator()<BFloat16, BFloat16>(); return;
-    default: unsupported_dtype(op, input, "float32, float64, bfloat16");
+    case DType::Float32:
+      f.template operator()<float, float>();
+      return;
+    case DType::Float64:
+      f.template operator()<double, double>();
+      return;
+    case DType::BFloat16:
+      f.template operator()<BFloat16, BFloat16>();
+      return;
+    default:
+      unsupported_dtype(op, input, "float32, float64, bfloat16");
   }
 }
 
@@ -131,10 +143,12 @@ void layer_norm_impl(const T* x, const T* w, const T* b, int64_t M, int64_t N, d
       const T* xr = x + r * N;
       T* yr = y + r * N;
       const double mu = sum8(N, [xr](int64_t i) { return static_cast<double>(xr[i]); }) * inv_n;
-      const double var = sum8(N, [xr, mu](int64_t i) {
-                           const double d = static_cast<double>(xr[i]) - mu;
-                           return d * d;
-                         }) * inv_n;
+      const double var = sum8(N,
+                              [xr, mu](int64_t i) {
+                                const double d = static_cast<double>(xr[i]) - mu;
+                                return d * d;
+                              }) *
+                         inv_n;
       const double rs = 1.0 / std::sqrt(var + eps);
       mean[r] = mu;
       rstd[r] = rs;
@@ -153,8 +167,8 @@ void layer_norm_impl(const T* x, const T* w, const T* b, int64_t M, int64_t N, d
 }
 
 template <typename T>
-void layer_norm_backward_impl(const T* dy, const T* x, const double* mean, const double* rstd, const T* w, int64_t M, int64_t N, T* dx,
-                              T* dw, T* db) {
+void layer_norm_backward_impl(const T* dy, const T* x, const double* mean, const double* rstd, const T* w, int64_t M, int64_t N, T* dx, T* dw,
+                              T* db) {
   const bool want_wb = dw || db;
   const int64_t threads = plan_threads(M, N);
   // Per-thread partial sums of dw and db over its rows, combined at the end in thread order.
@@ -180,9 +194,8 @@ void layer_norm_backward_impl(const T* dy, const T* x, const double* mean, const
         double sg, sgx;
         if (w) {
           sg = sum8(N, [gr, w](int64_t i) { return static_cast<double>(gr[i]) * static_cast<double>(w[i]); });
-          sgx = sum8(N, [gr, w, xr, mu](int64_t i) {
-            return static_cast<double>(gr[i]) * static_cast<double>(w[i]) * (static_cast<double>(xr[i]) - mu);
-          });
+          sgx = sum8(
+              N, [gr, w, xr, mu](int64_t i) { return static_cast<double>(gr[i]) * static_cast<double>(w[i]) * (static_cast<double>(xr[i]) - mu); });
         } else {
           sg = sum8(N, [gr](int64_t i) { return static_cast<double>(gr[i]); });
           sgx = sum8(N, [gr, xr, mu](int64_t i) { return static_cast<double>(gr[i]) * (static_cast<double>(xr[i]) - mu); });
@@ -303,8 +316,8 @@ void bn_apply_impl(const T* x, const double* mean, const double* invstd, const P
 }
 
 template <typename T, typename P>
-void bn_backward_impl(const T* dy, const T* x, const double* mean, const double* invstd, const P* w, bool training, int64_t B, int64_t C,
-                      int64_t L, T* dx, P* dw, P* db) {
+void bn_backward_impl(const T* dy, const T* x, const double* mean, const double* invstd, const P* w, bool training, int64_t B, int64_t C, int64_t L,
+                      T* dx, P* dw, P* db) {
   const bool need_sums = dw || db || (dx && training);
   const double inv_m = B * L > 0 ? 1.0 / static_cast<double>(B * L) : 0.0;
   run_ranges(C, plan_threads(C, B * L), [&](int64_t c0, int64_t c1, int64_t) {
@@ -359,8 +372,7 @@ void bn_backward_impl(const T* dy, const T* x, const double* mean, const double*
         const T* gb = dy + bi * C + c0;
         const T* xb = x + bi * C + c0;
         T* ob = dx + bi * C + c0;
-        for (int64_t k = 0; k < n; ++k)
-          ob[k] = convert<T>((convert<double>(gb[k]) - a[k] - (convert<double>(xb[k]) - mu[k]) * p[k]) * kk[k]);
+        for (int64_t k = 0; k < n; ++k) ob[k] = convert<T>((convert<double>(gb[k]) - a[k] - (convert<double>(xb[k]) - mu[k]) * p[k]) * kk[k]);
       }
       return;
     }
@@ -371,8 +383,7 @@ void bn_backward_impl(const T* dy, const T* x, const double* mean, const double*
         T* orow = dx + (bi * C + c) * L;
         const double mu = mean[c], ak = a[c - c0], pk = p[c - c0], k2 = kk[c - c0];
         if (training) {
-          for (int64_t i = 0; i < L; ++i)
-            orow[i] = convert<T>((convert<double>(gr[i]) - ak - (convert<double>(xr[i]) - mu) * pk) * k2);
+          for (int64_t i = 0; i < L; ++i) orow[i] = convert<T>((convert<double>(gr[i]) - ak - (convert<double>(xr[i]) - mu) * pk) * k2);
         } else {
           for (int64_t i = 0; i < L; ++i) orow[i] = convert<T>(convert<double>(gr[i]) * k2);
         }
@@ -383,16 +394,16 @@ void bn_backward_impl(const T* dy, const T* x, const double* mean, const double*
 
 }  // namespace
 
-void layer_norm_kernel_cpu(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out,
-                       const Tensor& mean, const Tensor& rstd) {
+void layer_norm_kernel_cpu(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out, const Tensor& mean,
+                           const Tensor& rstd) {
   dispatch_norm(x.dtype(), "layer_norm", [&]<typename T>() {
     layer_norm_impl<T>(x.data_ptr<T>(), ptr_or_null<T>(w), ptr_or_null<T>(b), M, N, eps, out.data_ptr<T>(), mean.data_ptr<double>(),
                        rstd.data_ptr<double>());
   });
 }
 
-void layer_norm_backward_kernel_cpu(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M,
-                                int64_t N, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+void layer_norm_backward_kernel_cpu(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M, int64_t N,
+                                    const Tensor& dx, const Tensor& dw, const Tensor& db) {
   dispatch_norm(x.dtype(), "layer_norm_backward", [&]<typename T>() {
     layer_norm_backward_impl<T>(dy.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<double>(), rstd.data_ptr<double>(), ptr_or_null<T>(w), M, N,
                                 mut_ptr_or_null<T>(dx), mut_ptr_or_null<T>(dw), mut_ptr_or_null<T>(db));
@@ -400,30 +411,29 @@ void layer_norm_backward_kernel_cpu(const Tensor& dy, const Tensor& x, const Ten
 }
 
 void batch_norm_stats_kernel_cpu(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var) {
-  dispatch_batch_norm(x.dtype(), x.dtype(), "batch_norm", [&]<typename T, typename>() {
-    bn_stats_impl<T>(x.data_ptr<T>(), B, C, L, mean.data_ptr<double>(), var.data_ptr<double>());
-  });
+  dispatch_batch_norm(x.dtype(), x.dtype(), "batch_norm",
+                      [&]<typename T, typename>() { bn_stats_impl<T>(x.data_ptr<T>(), B, C, L, mean.data_ptr<double>(), var.data_ptr<double>()); });
 }
 
-void batch_norm_apply_kernel_cpu(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B,
-                             int64_t C, int64_t L, const Tensor& out) {
-  DP_CHECK(!w.defined() || !b.defined() || w.dtype() == b.dtype(), DTypeError, "batch_norm: weight (", w.describe(), ") and bias (",
-           b.describe(), ") must have one dtype");
+void batch_norm_apply_kernel_cpu(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B, int64_t C,
+                                 int64_t L, const Tensor& out) {
+  DP_CHECK(!w.defined() || !b.defined() || w.dtype() == b.dtype(), DTypeError, "batch_norm: weight (", w.describe(), ") and bias (", b.describe(),
+           ") must have one dtype");
   dispatch_batch_norm(x.dtype(), first_dtype({&w, &b}, x.dtype()), "batch_norm", [&]<typename T, typename P>() {
     bn_apply_impl<T, P>(x.data_ptr<T>(), mean.data_ptr<double>(), invstd.data_ptr<double>(), ptr_or_null<P>(w), ptr_or_null<P>(b), B, C, L,
                         out.data_ptr<T>());
   });
 }
 
-void batch_norm_backward_kernel_cpu(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w,
-                                bool training, int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+void batch_norm_backward_kernel_cpu(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, bool training,
+                                    int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   const DType param = first_dtype({&w, &dw, &db}, x.dtype());
   for (const Tensor* t : {&w, &dw, &db})
     DP_CHECK(!t->defined() || t->dtype() == param, DTypeError, "batch_norm_backward: weight, grad_weight and grad_bias must have one dtype, got ",
              t->describe(), " besides ", dtype_name(param));
   dispatch_batch_norm(x.dtype(), param, "batch_norm_backward", [&]<typename T, typename P>() {
-    bn_backward_impl<T, P>(dy.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<double>(), invstd.data_ptr<double>(), ptr_or_null<P>(w), training,
-                           B, C, L, mut_ptr_or_null<T>(dx), mut_ptr_or_null<P>(dw), mut_ptr_or_null<P>(db));
+    bn_backward_impl<T, P>(dy.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<double>(), invstd.data_ptr<double>(), ptr_or_null<P>(w), training, B, C,
+                           L, mut_ptr_or_null<T>(dx), mut_ptr_or_null<P>(dw), mut_ptr_or_null<P>(db));
   });
 }
 
@@ -448,8 +458,7 @@ void dropout_apply_kernel(const Tensor& x, const Tensor& mask, double scale, con
   });
 }
 
-void dropout_forward_kernel(const Tensor& x, double keep, double scale, uint64_t seed, uint64_t first_block, const Tensor& mask,
-                            const Tensor& out) {
+void dropout_forward_kernel(const Tensor& x, double keep, double scale, uint64_t seed, uint64_t first_block, const Tensor& mask, const Tensor& out) {
   const int64_t n = x.numel();
   if (n == 0) return;
   // keep <=> word < keep * 2^32 (keep < 1 here, so the threshold fits in 32 bits).

@@ -9,8 +9,8 @@ void sgd_update_cpu(DType dtype, int /*device*/, const std::vector<SgdTensor>& l
   with_param_type(dtype, "SGD", [&](auto tag) {
     using S = decltype(tag);
     for (const SgdTensor& t : list)
-      optim::kernels::sgd_update(static_cast<S*>(t.param), static_cast<const S*>(t.grad), static_cast<S*>(t.momentum_buffer),
-                                 t.buffer_initialized, t.n, s);
+      optim::kernels::sgd_update(static_cast<S*>(t.param), static_cast<const S*>(t.grad), static_cast<S*>(t.momentum_buffer), t.buffer_initialized,
+                                 t.n, s);
   });
 }
 
@@ -20,8 +20,8 @@ void adam_update_cpu(DType dtype, int /*device*/, const std::vector<AdamTensor>&
     AdamScalars s = scalars;
     for (const AdamTensor& t : list) {
       s.step = t.step;
-      optim::kernels::adam_update(static_cast<S*>(t.param), static_cast<const S*>(t.grad), static_cast<S*>(t.exp_avg),
-                                  static_cast<S*>(t.exp_avg_sq), static_cast<S*>(t.max_exp_avg_sq), t.n, s);
+      optim::kernels::adam_update(static_cast<S*>(t.param), static_cast<const S*>(t.grad), static_cast<S*>(t.exp_avg), static_cast<S*>(t.exp_avg_sq),
+                                  static_cast<S*>(t.max_exp_avg_sq), t.n, s);
     }
   });
 }

@@ -16,10 +16,14 @@ namespace {
 
 template <typename F>
 void dispatch(DType dt, const char* op, F&& f) {
-  if (dt == kFloat32) f.template operator()<float>();
-  else if (dt == kFloat64) f.template operator()<double>();
-  else if (dt == kBFloat16) f.template operator()<BFloat16>();
-  else throw DTypeError(detail::str(op, ": unsupported dtype ", dtype_name(dt), " (supported on the CPU: float32, float64, bfloat16)"));
+  if (dt == kFloat32)
+    f.template operator()<float>();
+  else if (dt == kFloat64)
+    f.template operator()<double>();
+  else if (dt == kBFloat16)
+    f.template operator()<BFloat16>();
+  else
+    throw DTypeError(detail::str(op, ": unsupported dtype ", dtype_name(dt), " (supported on the CPU: float32, float64, bfloat16)"));
 }
 
 // Every kernel computes in A = compute_t<T>: the element type itself for float32 / float64, float32
@@ -30,8 +34,10 @@ void dispatch(DType dt, const char* op, F&& f) {
 // upper half of its float32 bits, no rounding step needed.
 template <typename T, typename A>
 inline T exact_back(A v) {
-  if constexpr (std::is_same_v<T, BFloat16>) return BFloat16::from_bits(static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16));
-  else return v;
+  if constexpr (std::is_same_v<T, BFloat16>)
+    return BFloat16::from_bits(static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16));
+  else
+    return v;
 }
 
 template <typename A>
@@ -100,8 +106,7 @@ void max_pool_2x2(const T* x, T* out, int64_t* ind, const Pool2dGeometry& g) {
 template <typename T>
 void max_pool_impl(const T* x, T* out, int64_t* ind, const Pool2dGeometry& g) {
   using A = compute_t<T>;
-  if (g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 && g.dh == 1 && g.dw == 1 && 2 * g.OH <= g.H &&
-      2 * g.OW <= g.W) {
+  if (g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 && g.dh == 1 && g.dw == 1 && 2 * g.OH <= g.H && 2 * g.OW <= g.W) {
     max_pool_2x2(x, out, ind, g);
     return;
   }
@@ -163,9 +168,12 @@ inline AvgWindow avg_window(const Pool2dGeometry& g, int64_t oh, int64_t ow, boo
   ih1 = std::min(ih1, g.H);
   iw1 = std::min(iw1, g.W);
   int64_t divisor;
-  if (divisor_override) divisor = *divisor_override;
-  else if (count_include_pad) divisor = pool_size;
-  else divisor = (ih1 - ih0) * (iw1 - iw0);
+  if (divisor_override)
+    divisor = *divisor_override;
+  else if (count_include_pad)
+    divisor = pool_size;
+  else
+    divisor = (ih1 - ih0) * (iw1 - iw0);
   return {ih0, ih1, iw0, iw1, divisor};
 }
 
@@ -261,29 +269,24 @@ T* out_ptr(const Tensor& t) {
 }  // namespace
 
 void max_pool2d_kernel_cpu(const Tensor& out, const Tensor& indices, const Tensor& input, const Pool2dGeometry& g) {
-  dispatch(input.dtype(), "max_pool2d", [&]<typename T>() {
-    max_pool_impl<T>(in_ptr<T>(input), out_ptr<T>(out), out_ptr<int64_t>(indices), g);
-  });
+  dispatch(input.dtype(), "max_pool2d", [&]<typename T>() { max_pool_impl<T>(in_ptr<T>(input), out_ptr<T>(out), out_ptr<int64_t>(indices), g); });
 }
 
 void max_pool2d_backward_kernel_cpu(const Tensor& grad_input, const Tensor& grad_output, const Tensor& indices, const Pool2dGeometry& g) {
-  dispatch(grad_output.dtype(), "max_pool2d backward", [&]<typename T>() {
-    max_pool_backward_impl<T>(out_ptr<T>(grad_input), in_ptr<T>(grad_output), in_ptr<int64_t>(indices), g);
-  });
+  dispatch(grad_output.dtype(), "max_pool2d backward",
+           [&]<typename T>() { max_pool_backward_impl<T>(out_ptr<T>(grad_input), in_ptr<T>(grad_output), in_ptr<int64_t>(indices), g); });
 }
 
 void avg_pool2d_kernel_cpu(const Tensor& out, const Tensor& input, const Pool2dGeometry& g, bool count_include_pad,
-                       std::optional<int64_t> divisor_override) {
-  dispatch(input.dtype(), "avg_pool2d", [&]<typename T>() {
-    avg_pool_impl<T>(in_ptr<T>(input), out_ptr<T>(out), g, count_include_pad, divisor_override);
-  });
+                           std::optional<int64_t> divisor_override) {
+  dispatch(input.dtype(), "avg_pool2d",
+           [&]<typename T>() { avg_pool_impl<T>(in_ptr<T>(input), out_ptr<T>(out), g, count_include_pad, divisor_override); });
 }
 
 void avg_pool2d_backward_kernel_cpu(const Tensor& grad_input, const Tensor& grad_output, const Pool2dGeometry& g, bool count_include_pad,
-                                std::optional<int64_t> divisor_override) {
-  dispatch(grad_output.dtype(), "avg_pool2d backward", [&]<typename T>() {
-    avg_pool_backward_impl<T>(out_ptr<T>(grad_input), in_ptr<T>(grad_output), g, count_include_pad, divisor_override);
-  });
+                                    std::optional<int64_t> divisor_override) {
+  dispatch(grad_output.dtype(), "avg_pool2d backward",
+           [&]<typename T>() { avg_pool_backward_impl<T>(out_ptr<T>(grad_input), in_ptr<T>(grad_output), g, count_include_pad, divisor_override); });
 }
 
 void adaptive_avg_pool2d_kernel_cpu(const Tensor& out, const Tensor& input, const Pool2dGeometry& g) {
@@ -291,9 +294,8 @@ void adaptive_avg_pool2d_kernel_cpu(const Tensor& out, const Tensor& input, cons
 }
 
 void adaptive_avg_pool2d_backward_kernel_cpu(const Tensor& grad_input, const Tensor& grad_output, const Pool2dGeometry& g) {
-  dispatch(grad_output.dtype(), "adaptive_avg_pool2d backward", [&]<typename T>() {
-    adaptive_avg_backward_impl<T>(out_ptr<T>(grad_input), in_ptr<T>(grad_output), g);
-  });
+  dispatch(grad_output.dtype(), "adaptive_avg_pool2d backward",
+           [&]<typename T>() { adaptive_avg_backward_impl<T>(out_ptr<T>(grad_input), in_ptr<T>(grad_output), g); });
 }
 
 }  // namespace dp::kernels

@@ -23,10 +23,14 @@ void uniform(T* p, int64_t count, uint64_t seed, uint64_t first, double from, do
     const double range = to - from;
     for_blocks(seed, first, count, per_block, [&](int64_t i, const uint32_t* w, int k) {
       double u;
-      if constexpr (std::is_same_v<T, double>) u = u53(word64(w, k));
-      else if constexpr (std::is_same_v<T, float>) u = static_cast<double>(w[k] >> 8) * (1.0 / 16777216.0);
-      else if constexpr (std::is_same_v<T, Half>) u = static_cast<double>(w[k] >> 21) * (1.0 / 2048.0);
-      else u = static_cast<double>(w[k] >> 24) * (1.0 / 256.0);
+      if constexpr (std::is_same_v<T, double>)
+        u = u53(word64(w, k));
+      else if constexpr (std::is_same_v<T, float>)
+        u = static_cast<double>(w[k] >> 8) * (1.0 / 16777216.0);
+      else if constexpr (std::is_same_v<T, Half>)
+        u = static_cast<double>(w[k] >> 21) * (1.0 / 2048.0);
+      else
+        u = static_cast<double>(w[k] >> 24) * (1.0 / 256.0);
       p[i] = kernels::convert<T>(from + range * u);
     });
   }
@@ -60,9 +64,15 @@ void random_fill_cpu(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t f
     T* p = t.numel() ? t.data_ptr<T>() : nullptr;
     const int64_t n = t.numel();
     switch (kind) {
-      case RandomKind::Uniform: uniform<T>(p, n, seed, first, a, b); return;
-      case RandomKind::Normal: normal<T>(p, n, seed, first, a, b); return;
-      case RandomKind::Bernoulli: bernoulli<T>(p, n, seed, first, a); return;
+      case RandomKind::Uniform:
+        uniform<T>(p, n, seed, first, a, b);
+        return;
+      case RandomKind::Normal:
+        normal<T>(p, n, seed, first, a, b);
+        return;
+      case RandomKind::Bernoulli:
+        bernoulli<T>(p, n, seed, first, a);
+        return;
     }
   });
 }

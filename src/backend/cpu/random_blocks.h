@@ -13,9 +13,7 @@ namespace dp::backend::cpu {
 
 inline constexpr double k2pow53inv = 1.0 / 9007199254740992.0;  // 2^-53
 
-inline uint64_t word64(const uint32_t* w, int half) {
-  return (static_cast<uint64_t>(w[2 * half]) << 32) | w[2 * half + 1];
-}
+inline uint64_t word64(const uint32_t* w, int half) { return (static_cast<uint64_t>(w[2 * half]) << 32) | w[2 * half + 1]; }
 // Uniform in [0, 1) with 53 random bits.
 inline double u53(uint64_t x) { return static_cast<double>(x >> 11) * k2pow53inv; }
 

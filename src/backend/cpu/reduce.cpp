@@ -6,8 +6,7 @@
 
 namespace dp::kernels {
 
-ReducePlan make_reduce_plan(IntArrayRef in_sizes, IntArrayRef in_strides, const std::vector<bool>& reduced,
-                            IntArrayRef out_strides, bool reorder) {
+ReducePlan make_reduce_plan(IntArrayRef in_sizes, IntArrayRef in_strides, const std::vector<bool>& reduced, IntArrayRef out_strides, bool reorder) {
   struct Dim {
     int64_t size, in, out;
   };
@@ -68,8 +67,10 @@ ReducePlan make_reduce_plan(const Tensor& out, const Tensor& in, const std::vect
   std::vector<int64_t> ost(static_cast<size_t>(nd), 0);
   int64_t k = 0;
   for (int64_t d = 0; d < nd; ++d) {
-    if (keepdim) ost[d] = out.strides()[d];
-    else if (!reduced[d]) ost[d] = out.strides()[k++];
+    if (keepdim)
+      ost[d] = out.strides()[d];
+    else if (!reduced[d])
+      ost[d] = out.strides()[k++];
   }
   return make_reduce_plan(in.sizes(), in.strides(), reduced, ost, reorder);
 }
@@ -81,8 +82,10 @@ std::vector<bool> make_dim_mask(IntArrayRef dims, int64_t ndim, const char* op) 
     const int64_t w = wrap_dim(d, ndim, op);
     const bool repeated = ndim == 0 ? seen_scalar_dim : static_cast<bool>(mask[w]);
     DP_CHECK(!repeated, IndexError, op, ": dim ", w, " appears multiple times in the list of dims");
-    if (ndim == 0) seen_scalar_dim = true;
-    else mask[w] = true;
+    if (ndim == 0)
+      seen_scalar_dim = true;
+    else
+      mask[w] = true;
   }
   return mask;
 }
@@ -90,8 +93,10 @@ std::vector<bool> make_dim_mask(IntArrayRef dims, int64_t ndim, const char* op) 
 Shape reduced_shape(IntArrayRef sizes, const std::vector<bool>& mask, bool keepdim) {
   Shape out;
   for (size_t d = 0; d < sizes.size(); ++d) {
-    if (!mask[d]) out.push_back(sizes[d]);
-    else if (keepdim) out.push_back(1);
+    if (!mask[d])
+      out.push_back(sizes[d]);
+    else if (keepdim)
+      out.push_back(1);
   }
   return out;
 }
@@ -105,14 +110,22 @@ int64_t reduced_numel(IntArrayRef sizes, const std::vector<bool>& mask) {
 
 const char* torch_type_name(DType t) {
   switch (t) {
-    case DType::Bool: return "Bool";
-    case DType::UInt8: return "Byte";
-    case DType::Int32: return "Int";
-    case DType::Int64: return "Long";
-    case DType::Float16: return "Half";
-    case DType::BFloat16: return "BFloat16";
-    case DType::Float32: return "Float";
-    case DType::Float64: return "Double";
+    case DType::Bool:
+      return "Bool";
+    case DType::UInt8:
+      return "Byte";
+    case DType::Int32:
+      return "Int";
+    case DType::Int64:
+      return "Long";
+    case DType::Float16:
+      return "Half";
+    case DType::BFloat16:
+      return "BFloat16";
+    case DType::Float32:
+      return "Float";
+    case DType::Float64:
+      return "Double";
   }
   return "Unknown";
 }

@@ -48,8 +48,7 @@ struct ReducePlan {
 // decreasing input stride (broadcast dims first), which changes ridx unless at most one reduced dim
 // has size > 1: fine for ops that ignore ridx (sum, max values, var, ...) and for single-dim index
 // reductions. Without it the reduced dims keep their order, so ridx is the row-major index over them.
-ReducePlan make_reduce_plan(IntArrayRef in_sizes, IntArrayRef in_strides, const std::vector<bool>& reduced,
-                            IntArrayRef out_strides, bool reorder);
+ReducePlan make_reduce_plan(IntArrayRef in_sizes, IntArrayRef in_strides, const std::vector<bool>& reduced, IntArrayRef out_strides, bool reorder);
 
 // The plan for reducing `in` into `out` (contiguous, shaped as the reduction's result with or without
 // the reduced dims kept).
@@ -185,12 +184,15 @@ DP_TARGET_CLONES_FLATTEN void run_reduce(const ReducePlan& p, const T* in, const
 
 template <typename T>
 inline bool is_nan_value(T v) {
-  if constexpr (std::is_floating_point_v<T>) return v != v;
-  else return false;
+  if constexpr (std::is_floating_point_v<T>)
+    return v != v;
+  else
+    return false;
 }
 
 // The value type reductions compute in: 16-bit floats widen to float.
-template <typename T> using compute_t = std::conditional_t<is_reduced_float_v<T>, float, T>;
+template <typename T>
+using compute_t = std::conditional_t<is_reduced_float_v<T>, float, T>;
 
 // PyTorch's short scalar type names used in messages: Float, Double, Long, Int, Byte, Bool, Half, BFloat16.
 const char* torch_type_name(DType t);

@@ -8,19 +8,25 @@ namespace {
 
 template <typename V, bool IsMax>
 constexpr V extreme_identity() {
-  if constexpr (std::numeric_limits<V>::has_infinity) return IsMax ? -std::numeric_limits<V>::infinity() : std::numeric_limits<V>::infinity();
-  else return IsMax ? std::numeric_limits<V>::lowest() : std::numeric_limits<V>::max();
+  if constexpr (std::numeric_limits<V>::has_infinity)
+    return IsMax ? -std::numeric_limits<V>::infinity() : std::numeric_limits<V>::infinity();
+  else
+    return IsMax ? std::numeric_limits<V>::lowest() : std::numeric_limits<V>::max();
 }
 
 // x replaces the running extreme a (NaN sticks once seen).
 template <bool IsMax, typename V>
 inline V pick(V a, V x) {
   if constexpr (std::is_floating_point_v<V>) {
-    if constexpr (IsMax) return (x > a || x != x) ? x : a;
-    else return (x < a || x != x) ? x : a;
+    if constexpr (IsMax)
+      return (x > a || x != x) ? x : a;
+    else
+      return (x < a || x != x) ? x : a;
   } else {
-    if constexpr (IsMax) return x > a ? x : a;
-    else return x < a ? x : a;
+    if constexpr (IsMax)
+      return x > a ? x : a;
+    else
+      return x < a ? x : a;
   }
 }
 

@@ -138,9 +138,12 @@ struct Geometry {
 Geometry geometry(const Tensor& t, int64_t dim) {
   Geometry g;
   for (int64_t d = 0; d < t.dim(); ++d) {
-    if (d < dim) g.outer *= t.sizes()[d];
-    else if (d == dim) g.dsize = t.sizes()[d];
-    else g.inner *= t.sizes()[d];
+    if (d < dim)
+      g.outer *= t.sizes()[d];
+    else if (d == dim)
+      g.dsize = t.sizes()[d];
+    else
+      g.inner *= t.sizes()[d];
   }
   return g;
 }
@@ -151,11 +154,15 @@ void softmax_typed(const Tensor& out, const Tensor& in, int64_t dim, bool log) {
   const T* x = static_cast<const T*>(in.data_ptr());
   T* y = static_cast<T*>(out.data_ptr());
   if (geo.inner == 1) {
-    if (log) softmax_rows<T, true>(x, y, geo.outer, geo.dsize);
-    else softmax_rows<T, false>(x, y, geo.outer, geo.dsize);
+    if (log)
+      softmax_rows<T, true>(x, y, geo.outer, geo.dsize);
+    else
+      softmax_rows<T, false>(x, y, geo.outer, geo.dsize);
   } else {
-    if (log) softmax_cols<T, true>(x, y, geo.outer, geo.dsize, geo.inner);
-    else softmax_cols<T, false>(x, y, geo.outer, geo.dsize, geo.inner);
+    if (log)
+      softmax_cols<T, true>(x, y, geo.outer, geo.dsize, geo.inner);
+    else
+      softmax_cols<T, false>(x, y, geo.outer, geo.dsize, geo.inner);
   }
 }
 
@@ -166,11 +173,15 @@ void softmax_backward_typed(const Tensor& gin, const Tensor& g, const Tensor& y,
   const T* yp = static_cast<const T*>(y.data_ptr());
   T* op = static_cast<T*>(gin.data_ptr());
   if (geo.inner == 1) {
-    if (log) softmax_backward_rows<T, true>(gp, yp, op, geo.outer, geo.dsize);
-    else softmax_backward_rows<T, false>(gp, yp, op, geo.outer, geo.dsize);
+    if (log)
+      softmax_backward_rows<T, true>(gp, yp, op, geo.outer, geo.dsize);
+    else
+      softmax_backward_rows<T, false>(gp, yp, op, geo.outer, geo.dsize);
   } else {
-    if (log) softmax_backward_cols<T, true>(gp, yp, op, geo.outer, geo.dsize, geo.inner);
-    else softmax_backward_cols<T, false>(gp, yp, op, geo.outer, geo.dsize, geo.inner);
+    if (log)
+      softmax_backward_cols<T, true>(gp, yp, op, geo.outer, geo.dsize, geo.inner);
+    else
+      softmax_backward_cols<T, false>(gp, yp, op, geo.outer, geo.dsize, geo.inner);
   }
 }
 

@@ -147,9 +147,12 @@ struct LseOp : ReduceOpBase<LseOp<T>, T, Lse> {
   }
   void store(Lse a, int64_t o) const {
     double r;
-    if (a.m != a.m) r = kNaN;
-    else if (a.m == kInf || a.m == -kInf) r = a.m;
-    else r = a.m + std::log(a.s);
+    if (a.m != a.m)
+      r = kNaN;
+    else if (a.m == kInf || a.m == -kInf)
+      r = a.m;
+    else
+      r = a.m + std::log(a.s);
     out[o] = convert<T>(r);
   }
 };
@@ -167,12 +170,18 @@ struct NormOp : ReduceOpBase<NormOp<T>, T, double> {
   double step(double a, T v, int64_t) const {
     const double x = std::fabs(convert<double>(v));
     switch (kind) {
-      case NormKind::Zero: return a + (x != 0.0 ? 1.0 : 0.0);
-      case NormKind::One: return a + x;
-      case NormKind::Two: return a + x * x;
-      case NormKind::Inf: return (x > a || x != x) ? x : a;
-      case NormKind::NegInf: return (x < a || x != x) ? x : a;
-      case NormKind::General: return a + std::pow(x, p);
+      case NormKind::Zero:
+        return a + (x != 0.0 ? 1.0 : 0.0);
+      case NormKind::One:
+        return a + x;
+      case NormKind::Two:
+        return a + x * x;
+      case NormKind::Inf:
+        return (x > a || x != x) ? x : a;
+      case NormKind::NegInf:
+        return (x < a || x != x) ? x : a;
+      case NormKind::General:
+        return a + std::pow(x, p);
     }
     return a;
   }
@@ -203,8 +212,10 @@ struct NormOp : ReduceOpBase<NormOp<T>, T, double> {
   }
   void store(double a, int64_t o) const {
     double r = a;
-    if (kind == NormKind::Two) r = std::sqrt(a);
-    else if (kind == NormKind::General) r = std::pow(a, 1.0 / p);
+    if (kind == NormKind::Two)
+      r = std::sqrt(a);
+    else if (kind == NormKind::General)
+      r = std::pow(a, 1.0 / p);
     out[o] = convert<T>(r);
   }
 };
@@ -234,8 +245,12 @@ void logsumexp_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector
 void norm_kernel_cpu(const Tensor& out, const Tensor& in, double p) {
   std::vector<bool> reduced(static_cast<size_t>(in.dim()), true);
   ReducePlan plan = make_reduce_plan(out, in, reduced, /*keepdim=*/false, /*reorder=*/true);
-  NormKind kind = p == 0.0 ? NormKind::Zero : p == 1.0 ? NormKind::One : p == 2.0 ? NormKind::Two
-                  : p == kInf ? NormKind::Inf : p == -kInf ? NormKind::NegInf : NormKind::General;
+  NormKind kind = p == 0.0     ? NormKind::Zero
+                  : p == 1.0   ? NormKind::One
+                  : p == 2.0   ? NormKind::Two
+                  : p == kInf  ? NormKind::Inf
+                  : p == -kInf ? NormKind::NegInf
+                               : NormKind::General;
   dispatch_floating(in.dtype(), "norm", [&]<typename T>() {
     NormOp<T> op;
     op.out = out.data_ptr<T>();

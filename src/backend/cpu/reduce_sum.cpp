@@ -5,7 +5,8 @@
 namespace dp::kernels {
 namespace {
 
-template <typename T> using sum_acc_t = std::conditional_t<is_float_v<T>, double, int64_t>;
+template <typename T>
+using sum_acc_t = std::conditional_t<is_float_v<T>, double, int64_t>;
 
 // Sum of n contiguous elements with 16 independent accumulators (vectorised), combined pairwise.
 template <typename A, typename T>
@@ -38,8 +39,10 @@ struct SumOp : ReduceOpBase<SumOp<T, O>, T, sum_acc_t<T>> {
   A row(const T* p, int64_t n, int64_t) const { return sum_row<A>(p, n); }
   void accumulate(A* a, const T* q, int64_t rs, int64_t rows, int64_t n, int64_t) const { add_rows_by_four(a, q, rs, rows, n); }
   void store(A a, int64_t o) const {
-    if constexpr (std::is_same_v<A, double>) out[o] = convert<O>(a / divisor);
-    else out[o] = convert<O>(a);
+    if constexpr (std::is_same_v<A, double>)
+      out[o] = convert<O>(a / divisor);
+    else
+      out[o] = convert<O>(a);
   }
 };
 

@@ -18,9 +18,9 @@ namespace dp::kernels {
 constexpr float kExpLo = -87.3365478515625f;
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr float kLog2eLo = 1.925963033500011e-08f;  // log2(e) - kLog2e
-constexpr float kRound = 12582912.0f + 127.0f;     // 1.5 * 2^23 (rounds to an integer) + the exponent bias
-constexpr float kP0 = 1.535336188319500e-4f, kP1 = 1.339887440266574e-3f, kP2 = 9.618437357674640e-3f,
-                kP3 = 5.550332471162809e-2f, kP4 = 2.402264791363012e-1f, kP5 = 6.931472028550421e-1f;
+constexpr float kRound = 12582912.0f + 127.0f;      // 1.5 * 2^23 (rounds to an integer) + the exponent bias
+constexpr float kP0 = 1.535336188319500e-4f, kP1 = 1.339887440266574e-3f, kP2 = 9.618437357674640e-3f, kP3 = 5.550332471162809e-2f,
+                kP4 = 2.402264791363012e-1f, kP5 = 6.931472028550421e-1f;
 
 inline float exp_f32(float x) {
   if (x != x) return x;

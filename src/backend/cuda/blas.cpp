@@ -44,18 +44,17 @@ using detail::ComputeKind;
 using detail::GemmPlan;
 
 [[noreturn]] void throw_cublas(cublasStatus_t status, const char* call, const std::string& what) {
-  std::string msg = dp::detail::str("cuBLAS error: ", call, " failed with ", cublas_api().GetStatusName(status), " (", cublas_api().GetStatusString(status),
-                                    ") in ", what);
+  std::string msg = dp::detail::str("cuBLAS error: ", call, " failed with ", cublas_api().GetStatusName(status), " (",
+                                    cublas_api().GetStatusString(status), ") in ", what);
   if (status == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemory(msg);
   throw DeviceError(msg);
 }
 
 // `what` is a callable that describes the product; it only runs when the call failed.
-#define DP_CUBLAS_CHECK(call, what)                                                      \
-  do {                                                                                   \
-    const cublasStatus_t dp_cublas_status_ = (call);                                     \
-    if (__builtin_expect(dp_cublas_status_ != CUBLAS_STATUS_SUCCESS, 0))                 \
-      ::dp::cuda::throw_cublas(dp_cublas_status_, #call, (what)());                      \
+#define DP_CUBLAS_CHECK(call, what)                                                                                                    \
+  do {                                                                                                                                 \
+    const cublasStatus_t dp_cublas_status_ = (call);                                                                                   \
+    if (__builtin_expect(dp_cublas_status_ != CUBLAS_STATUS_SUCCESS, 0)) ::dp::cuda::throw_cublas(dp_cublas_status_, #call, (what)()); \
   } while (0)
 
 // ---- handles ----
@@ -165,20 +164,28 @@ struct Context {
 
 cudaDataType_t data_type(DType dt) {
   switch (dt) {
-    case kFloat32: return CUDA_R_32F;
-    case kFloat64: return CUDA_R_64F;
-    case kFloat16: return CUDA_R_16F;
-    case kBFloat16: return CUDA_R_16BF;
-    default: break;
+    case kFloat32:
+      return CUDA_R_32F;
+    case kFloat64:
+      return CUDA_R_64F;
+    case kFloat16:
+      return CUDA_R_16F;
+    case kBFloat16:
+      return CUDA_R_16BF;
+    default:
+      break;
   }
   throw DTypeError(dp::detail::str("cuBLAS: no data type for ", dtype_name(dt)));
 }
 
 cublasComputeType_t compute_type(ComputeKind k) {
   switch (k) {
-    case ComputeKind::F32FastTF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
-    case ComputeKind::F64: return CUBLAS_COMPUTE_64F;
-    case ComputeKind::F32: break;
+    case ComputeKind::F32FastTF32:
+      return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case ComputeKind::F64:
+      return CUBLAS_COMPUTE_64F;
+    case ComputeKind::F32:
+      break;
   }
   return CUBLAS_COMPUTE_32F;
 }
@@ -203,9 +210,9 @@ const char* cptr(const void* p, int64_t elements, size_t es) { return static_cas
 // One plain (count 1) or strided-batched cuBLAS call for the row-major product
 // C = alpha * op(A) @ op(B) + beta * C, `count` times with the given element strides.
 template <typename What>
-void gemm_call(Context& ctx, DType dt, ComputeKind ck, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void* a,
-               int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, double beta, void* c, int64_t ldc,
-               int64_t stride_c, int64_t count, const What& what) {
+void gemm_call(Context& ctx, DType dt, ComputeKind ck, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
+               int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, double beta, void* c, int64_t ldc, int64_t stride_c, int64_t count,
+               const What& what) {
   const ColumnMajorGemm g = detail::column_major(ta, tb, m, n, k, lda, ldb, ldc);
   DP_CHECK(g.m <= INT_MAX && g.n <= INT_MAX && g.k <= INT_MAX && g.ld_first <= INT_MAX && g.ld_second <= INT_MAX && g.ldc <= INT_MAX,
            NotImplementedError, what(), ": a matrix size or leading dimension is beyond cuBLAS's 32-bit sizes");
@@ -217,20 +224,20 @@ void gemm_call(Context& ctx, DType dt, ComputeKind ck, bool ta, bool tb, int64_t
   const size_t es = element_size(dt);
   if (count == 1) {
     DP_CUBLAS_CHECK(cublas_api().GemmEx(h, op_first, op_second, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), sa.get(ck), b, t,
-                                 static_cast<int>(g.ld_first), a, t, static_cast<int>(g.ld_second), sb.get(ck), c, t, static_cast<int>(g.ldc),
-                                 ct, CUBLAS_GEMM_DEFAULT),
+                                        static_cast<int>(g.ld_first), a, t, static_cast<int>(g.ld_second), sb.get(ck), c, t, static_cast<int>(g.ldc),
+                                        ct, CUBLAS_GEMM_DEFAULT),
                     what);
     return;
   }
   // cuBLAS's batch count is an int: a larger batch goes in pieces.
   for (int64_t done = 0; done < count;) {
     const int64_t piece = std::min<int64_t>(count - done, INT_MAX);
-    DP_CUBLAS_CHECK(cublas_api().GemmStridedBatchedEx(h, op_first, op_second, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k),
-                                               sa.get(ck), cptr(b, done * stride_b, es), t, static_cast<int>(g.ld_first), stride_b,
-                                               cptr(a, done * stride_a, es), t, static_cast<int>(g.ld_second), stride_a, sb.get(ck),
-                                               const_cast<char*>(cptr(c, done * stride_c, es)), t, static_cast<int>(g.ldc), stride_c,
-                                               static_cast<int>(piece), ct, CUBLAS_GEMM_DEFAULT),
-                    what);
+    DP_CUBLAS_CHECK(
+        cublas_api().GemmStridedBatchedEx(h, op_first, op_second, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), sa.get(ck),
+                                          cptr(b, done * stride_b, es), t, static_cast<int>(g.ld_first), stride_b, cptr(a, done * stride_a, es), t,
+                                          static_cast<int>(g.ld_second), stride_a, sb.get(ck), const_cast<char*>(cptr(c, done * stride_c, es)), t,
+                                          static_cast<int>(g.ldc), stride_c, static_cast<int>(piece), ct, CUBLAS_GEMM_DEFAULT),
+        what);
     done += piece;
   }
 }
@@ -263,8 +270,7 @@ void run_plan(Context& ctx, const GemmPlan& p, const Tensor& C, const Tensor& A,
     int64_t oa = 0, ob = 0, oc = 0;
     p.offsets(i, oa, ob, oc);
     gemm_call(ctx, C.dtype(), ck, p.a.trans, p.b.trans, p.m, p.n, p.k, alpha, cptr(A.data_ptr(), oa, es), p.a.ld, p.stride_a,
-              cptr(B.data_ptr(), ob, es), p.b.ld, p.stride_b, beta, const_cast<char*>(cptr(C.data_ptr(), oc, es)), p.ldc, p.stride_c, p.count,
-              what);
+              cptr(B.data_ptr(), ob, es), p.b.ld, p.stride_b, beta, const_cast<char*>(cptr(C.data_ptr(), oc, es)), p.ldc, p.stride_c, p.count, what);
   }
 }
 
@@ -322,8 +328,10 @@ bool lt_matmul_bias(Context& ctx, const GemmPlan& p, const Tensor& C, const Tens
   const uint64_t max_ws = static_cast<uint64_t>(workspace_size(ctx.device));
   DP_CUBLAS_CHECK(cublas_api().LtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)), what);
   const uint32_t align_first = alignment_of(B.data_ptr()), align_second = alignment_of(A.data_ptr()), align_c = alignment_of(C.data_ptr());
-  DP_CUBLAS_CHECK(cublas_api().LtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_first, sizeof(uint32_t)), what);
-  DP_CUBLAS_CHECK(cublas_api().LtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_second, sizeof(uint32_t)), what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_first, sizeof(uint32_t)),
+                  what);
+  DP_CUBLAS_CHECK(cublas_api().LtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_second, sizeof(uint32_t)),
+                  what);
   DP_CUBLAS_CHECK(cublas_api().LtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(uint32_t)), what);
   DP_CUBLAS_CHECK(cublas_api().LtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(uint32_t)), what);
   cublasLtMatmulHeuristicResult_t result{};
@@ -333,7 +341,7 @@ bool lt_matmul_bias(Context& ctx, const GemmPlan& p, const Tensor& C, const Tens
   Tensor ws = result.workspaceSize > 0 ? workspace(ctx.device, static_cast<int64_t>(result.workspaceSize)) : Tensor();
   const float one = 1.0f, zero = 0.0f;  // the scale type is fp32 for every dtype taken here
   DP_CUBLAS_CHECK(cublas_api().LtMatmul(lt, desc.p, &one, B.data_ptr(), la.p, A.data_ptr(), lb.p, &zero, C.data_ptr(), lc.p, C.data_ptr(), lc.p,
-                                 &result.algo, ws.defined() ? ws.data_ptr() : nullptr, result.workspaceSize, ctx.stream),
+                                        &result.algo, ws.defined() ? ws.data_ptr() : nullptr, result.workspaceSize, ctx.stream),
                   what);
   return true;
 }
@@ -345,8 +353,10 @@ std::string describe_product(const char* op, const Tensor& C, const Tensor& A, c
 
 // beta * C for an empty sum (k == 0).
 void scale_output(const Tensor& C, double beta) {
-  if (beta == 0.0) fill_kernel(C, 0);
-  else if (beta != 1.0) mul_scalar_kernel(C, C, Scalar(beta));
+  if (beta == 0.0)
+    fill_kernel(C, 0);
+  else if (beta != 1.0)
+    mul_scalar_kernel(C, C, Scalar(beta));
 }
 
 }  // namespace

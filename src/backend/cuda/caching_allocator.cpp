@@ -170,13 +170,14 @@ void CachingAllocatorCore::throw_oom(size_t nbytes, size_t segment_bytes) {
   auto [free_b, total_b] = backend_.memory_info();
   if (free_b >= 0 && total_b >= 0) msg += dp::detail::str("The device has ", bytes_both(free_b), " free of ", bytes_both(total_b), ". ");
   msg += dp::detail::str("dparallel's allocator on ", device_name_, " has ", bytes_both(stats_.allocated), " allocated and ",
-                     bytes_both(stats_.reserved), " reserved, of which ", bytes_both(unallocated),
-                     " is reserved but free (cached blocks in partly used segments); ");
+                         bytes_both(stats_.reserved), " reserved, of which ", bytes_both(unallocated),
+                         " is reserved but free (cached blocks in partly used segments); ");
   if (captures_.empty()) {
     msg += "its unused cached segments were released and the allocation retried once.";
   } else {
-    msg += "a CUDA graph capture is underway on this device, during which the cache is not released (that would "
-           "synchronise the device): capture with more free memory, or empty_cache() before capturing.";
+    msg +=
+        "a CUDA graph capture is underway on this device, during which the cache is not released (that would "
+        "synchronise the device): capture with more free memory, or empty_cache() before capturing.";
   }
   throw OutOfMemory(msg);
 }
@@ -283,7 +284,8 @@ void CachingAllocatorCore::record_stream(void* ptr, StreamId stream) {
 
 void CachingAllocatorCore::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
-  DP_CHECK(captures_.empty(), DeviceError, "empty_cache on ", device_name_, ": a CUDA graph capture is underway on this device; "
+  DP_CHECK(captures_.empty(), DeviceError, "empty_cache on ", device_name_,
+           ": a CUDA graph capture is underway on this device; "
            "releasing cached memory would synchronise the device and invalidate the capture");
   synchronize_and_free_events();
   release_cached_segments();
@@ -356,8 +358,8 @@ void CachingAllocatorCore::begin_capture(StreamId stream, PoolId pool) {
   std::lock_guard<std::mutex> lock(mu_);
   DP_CHECK(pools_.count(pool) != 0, ValueError, "CUDA caching allocator on ", device_name_, ": begin_capture into private pool ", pool,
            ", which does not exist");
-  DP_CHECK(captures_.count(stream) == 0, ValueError, "CUDA caching allocator on ", device_name_, ": stream ",
-           reinterpret_cast<void*>(stream), " is already capturing");
+  DP_CHECK(captures_.count(stream) == 0, ValueError, "CUDA caching allocator on ", device_name_, ": stream ", reinterpret_cast<void*>(stream),
+           " is already capturing");
   captures_.emplace(stream, pool);
 }
 
@@ -384,8 +386,10 @@ CachingAllocatorStats CachingAllocatorCore::stats() const {
   s.cached_segments = 0;
   for (const Pool* pool : {&small_pool_, &large_pool_})
     for (const Block* b : *pool) {
-      if (b->pool != 0) s.private_pool_free += static_cast<int64_t>(b->size);
-      else if (b->prev == nullptr && b->next == nullptr) ++s.cached_segments;
+      if (b->pool != 0)
+        s.private_pool_free += static_cast<int64_t>(b->size);
+      else if (b->prev == nullptr && b->next == nullptr)
+        ++s.cached_segments;
     }
   s.private_pools = static_cast<int64_t>(pools_.size());
   s.captures_underway = static_cast<int64_t>(captures_.size());

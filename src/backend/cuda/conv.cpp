@@ -30,8 +30,8 @@ int64_t conv_batch_chunk(const Conv2dGeometry& g) {
 
 std::string conv_description(const Conv2dGeometry& g, DType dtype, Device device) {
   return dp::detail::str("input [", g.N, ", ", g.C, ", ", g.H, ", ", g.W, "], weight [", g.OC, ", ", g.group_in(), ", ", g.KH, ", ", g.KW,
-                         "], output [", g.N, ", ", g.OC, ", ", g.OH, ", ", g.OW, "], stride [", g.sh, ", ", g.sw, "], padding [", g.ph, ", ",
-                         g.pw, "], dilation [", g.dh, ", ", g.dw, "], groups ", g.groups, ", ", dtype_name(dtype), ", ", device.str());
+                         "], output [", g.N, ", ", g.OC, ", ", g.OH, ", ", g.OW, "], stride [", g.sh, ", ", g.sw, "], padding [", g.ph, ", ", g.pw,
+                         "], dilation [", g.dh, ", ", g.dw, "], groups ", g.groups, ", ", dtype_name(dtype), ", ", device.str());
 }
 
 }  // namespace dp::cuda
@@ -47,9 +47,7 @@ namespace {
 }
 }  // namespace
 
-void conv2d_forward_kernel(const Tensor& out, const Tensor&, const Tensor&, const Tensor&, const Conv2dGeometry& g) {
-  no_cudnn("conv2d", out, g);
-}
+void conv2d_forward_kernel(const Tensor& out, const Tensor&, const Tensor&, const Tensor&, const Conv2dGeometry& g) { no_cudnn("conv2d", out, g); }
 void conv2d_backward_kernel(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor& grad_output,
                             const Conv2dGeometry& g) {
   no_cudnn("conv2d backward", grad_output, g);
@@ -103,18 +101,24 @@ struct ConvCall {
   int64_t n;
   DType dt;
   Device device;
-  bool fp32;           // float32 data
+  bool fp32;                // float32 data
   cudnnDataType_t cdt;      // the data's type
   cudnnDataType_t compute;  // the convolution's: float for the 16-bit types (PyTorch's choice), else the data's
-  bool tf32;           // TF32 allowed for this call
-  std::string context;  // for error messages
+  bool tf32;                // TF32 allowed for this call
+  std::string context;      // for error messages
   TensorDesc x, y;
   FilterDesc w;
   ConvDesc conv;
 
   ConvCall(const Conv2dGeometry& geom, int64_t images, DType dtype, Device dev)
-      : g(geom), n(images), dt(dtype), device(dev), fp32(dtype == kFloat32), cdt(data_type(dtype)),
-        compute(dtype == kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT), tf32(fp32 && cudnn::allow_tf32()),
+      : g(geom),
+        n(images),
+        dt(dtype),
+        device(dev),
+        fp32(dtype == kFloat32),
+        cdt(data_type(dtype)),
+        compute(dtype == kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT),
+        tf32(fp32 && cudnn::allow_tf32()),
         context(conv_description(geom, dtype, dev)) {
     const auto i = [](int64_t v) { return static_cast<int>(v); };
     x.set(cdt, i(n), i(g.C), i(g.H), i(g.W), context);
@@ -125,27 +129,25 @@ struct ConvCall {
   static bool half(DType dt) { return dt == kFloat16 || dt == kBFloat16; }
   static cudnnDataType_t data_type(DType dt) {
     switch (dt) {
-      case kFloat16: return CUDNN_DATA_HALF;
-      case kBFloat16: return CUDNN_DATA_BFLOAT16;
-      case kFloat32: return CUDNN_DATA_FLOAT;
-      default: return CUDNN_DATA_DOUBLE;
+      case kFloat16:
+        return CUDNN_DATA_HALF;
+      case kBFloat16:
+        return CUDNN_DATA_BFLOAT16;
+      case kFloat32:
+        return CUDNN_DATA_FLOAT;
+      default:
+        return CUDNN_DATA_DOUBLE;
     }
   }
   // float32 without TF32: FMA only (CUDNN_DEFAULT_MATH would allow TF32 on Ampere and newer). The
   // 16-bit types ask for tensor cores, as PyTorch does (cuDNN's ranked list says what each
   // algorithm uses; any math type is acceptable for them).
-  cudnnMathType_t requested_math() const {
-    return fp32 && !tf32 ? CUDNN_FMA_MATH : half(dt) ? CUDNN_TENSOR_OP_MATH : CUDNN_DEFAULT_MATH;
-  }
-  bool acceptable(cudnnMathType_t m) const {
-    return !(fp32 && !tf32 && (m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
-  }
+  cudnnMathType_t requested_math() const { return fp32 && !tf32 ? CUDNN_FMA_MATH : half(dt) ? CUDNN_TENSOR_OP_MATH : CUDNN_DEFAULT_MATH; }
+  bool acceptable(cudnnMathType_t m) const { return !(fp32 && !tf32 && (m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)); }
   cudnnMathType_t math_for(cudnnMathType_t m) const { return fp32 && !tf32 ? CUDNN_FMA_MATH : m; }
 };
 
-Tensor workspace(size_t bytes, Device device) {
-  return bytes == 0 ? Tensor() : make_empty({static_cast<int64_t>(bytes)}, kUInt8, device);
-}
+Tensor workspace(size_t bytes, Device device) { return bytes == 0 ? Tensor() : make_empty({static_cast<int64_t>(bytes)}, kUInt8, device); }
 
 // The cached choice for `key`, or the first usable one of cuDNN's ranked list (get_perfs): status
 // success, an acceptable math type, a workspace size cuDNN can report and the allocator can
@@ -253,8 +255,8 @@ void bias_grad(cudnnHandle_t h, const Tensor& gb, const Tensor& go, const Conv2d
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t n = std::min(chunk, g.N - n0);
     ydesc.set(cdt, static_cast<int>(n), static_cast<int>(g.OC), static_cast<int>(g.OH), static_cast<int>(g.OW), context);
-    DP_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, kOne.ptr(fp32), ydesc.get(), at(go, n0 * g.OC * g.OH * g.OW),
-                                                (n0 == 0 ? kZero : kOne).ptr(fp32), bdesc.get(), gb.data_ptr()),
+    DP_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, kOne.ptr(fp32), ydesc.get(), at(go, n0 * g.OC * g.OH * g.OW), (n0 == 0 ? kZero : kOne).ptr(fp32),
+                                                bdesc.get(), gb.data_ptr()),
                    context);
   }
 }
@@ -268,8 +270,10 @@ void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor&
   const int dev = out.device().index;
   DeviceGuard guard(dev);
   if (degenerate(g)) {  // every output sees only zeros: out = bias (or 0)
-    if (bias.defined()) cuda::copy_kernel(out, kernels::restride_nograd(bias, {g.OC, 1, 1}, {1, 0, 0}));
-    else cuda::fill_kernel(out, Scalar(0.0));
+    if (bias.defined())
+      cuda::copy_kernel(out, kernels::restride_nograd(bias, {g.OC, 1, 1}, {1, 0, 0}));
+    else
+      cuda::fill_kernel(out, Scalar(0.0));
     return;
   }
   const int64_t chunk = chunk_or_throw(op, g, input);
@@ -285,8 +289,9 @@ void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor&
         fwd_cache(), make_key(g, n, input.dtype(), dev, call.tf32), call, op,
         [&] {
           return ranked<cudnnConvolutionFwdAlgoPerf_t>([&](int req, int* ret, cudnnConvolutionFwdAlgoPerf_t* p) {
-            DP_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle.get(), call.x.get(), call.w.get(), call.conv.get(), call.y.get(), req, ret, p),
-                           call.context);
+            DP_CUDNN_CHECK(
+                cudnnGetConvolutionForwardAlgorithm_v7(handle.get(), call.x.get(), call.w.get(), call.conv.get(), call.y.get(), req, ret, p),
+                call.context);
           });
         },
         [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
@@ -294,10 +299,10 @@ void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor&
         },
         ws, ws_bytes);
     void* y = at(out, n0 * g.OC * g.OH * g.OW);
-    DP_CUDNN_CHECK(cudnnConvolutionForward(handle.get(), kOne.ptr(fp32), call.x.get(), at(input, n0 * g.C * g.H * g.W), call.w.get(),
-                                           weight.data_ptr(), call.conv.get(), algo, ws.defined() ? ws.data_ptr() : nullptr, ws_bytes,
-                                           kZero.ptr(fp32), call.y.get(), y),
-                   call.context);
+    DP_CUDNN_CHECK(
+        cudnnConvolutionForward(handle.get(), kOne.ptr(fp32), call.x.get(), at(input, n0 * g.C * g.H * g.W), call.w.get(), weight.data_ptr(),
+                                call.conv.get(), algo, ws.defined() ? ws.data_ptr() : nullptr, ws_bytes, kZero.ptr(fp32), call.y.get(), y),
+        call.context);
     if (bias.defined() && !half_bias) {
       TensorDesc bdesc;
       bdesc.set(call.cdt, 1, static_cast<int>(g.OC), 1, 1, call.context);
@@ -309,8 +314,8 @@ void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor&
   if (half_bias) cuda::add_kernel(out, out, kernels::restride_nograd(bias, {g.N, g.OC, g.OH, g.OW}, {0, 1, 0, 0}), Scalar(1.0));
 }
 
-void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input,
-                            const Tensor& weight, const Tensor& grad_output, const Conv2dGeometry& g) {
+void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input, const Tensor& weight,
+                            const Tensor& grad_output, const Conv2dGeometry& g) {
   const char* op = "conv2d backward";
   check_dtype(op, grad_output);
   const int dev = grad_output.device().index;
@@ -342,9 +347,9 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
           bwd_data_cache(), make_key(g, n, grad_output.dtype(), dev, call.tf32), call, "conv2d backward (input)",
           [&] {
             return ranked<cudnnConvolutionBwdDataAlgoPerf_t>([&](int req, int* ret, cudnnConvolutionBwdDataAlgoPerf_t* p) {
-              DP_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle.get(), call.w.get(), call.y.get(), call.conv.get(), call.x.get(), req,
-                                                                         ret, p),
-                             call.context);
+              DP_CUDNN_CHECK(
+                  cudnnGetConvolutionBackwardDataAlgorithm_v7(handle.get(), call.w.get(), call.y.get(), call.conv.get(), call.x.get(), req, ret, p),
+                  call.context);
             });
           },
           [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
@@ -363,9 +368,9 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
           bwd_filter_cache(), make_key(g, n, grad_output.dtype(), dev, call.tf32), call, "conv2d backward (weight)",
           [&] {
             return ranked<cudnnConvolutionBwdFilterAlgoPerf_t>([&](int req, int* ret, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
-              DP_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle.get(), call.x.get(), call.y.get(), call.conv.get(), call.w.get(),
-                                                                           req, ret, p),
-                             call.context);
+              DP_CUDNN_CHECK(
+                  cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle.get(), call.x.get(), call.y.get(), call.conv.get(), call.w.get(), req, ret, p),
+                  call.context);
             });
           },
           [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {

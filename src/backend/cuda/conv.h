@@ -19,8 +19,8 @@
 namespace dp::cuda {
 
 void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias, const kernels::Conv2dGeometry& g);
-void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input,
-                            const Tensor& weight, const Tensor& grad_output, const kernels::Conv2dGeometry& g);
+void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input, const Tensor& weight,
+                            const Tensor& grad_output, const kernels::Conv2dGeometry& g);
 
 // Images per cuDNN call: cuDNN indexes tensors with 32-bit ints, so a batch whose input or output
 // has 2^31 elements or more is cut into chunks of this many images. 0 when even one image (or the

@@ -15,13 +15,27 @@ using detail::kThreads;
 namespace {
 
 // An unsigned type of each element size: same-dtype copies move bits.
-template <size_t S> struct Bits;
-template <> struct Bits<1> { using type = uint8_t; };
-template <> struct Bits<2> { using type = uint16_t; };
-template <> struct Bits<4> { using type = uint32_t; };
-template <> struct Bits<8> { using type = uint64_t; };
+template <size_t S>
+struct Bits;
+template <>
+struct Bits<1> {
+  using type = uint8_t;
+};
+template <>
+struct Bits<2> {
+  using type = uint16_t;
+};
+template <>
+struct Bits<4> {
+  using type = uint32_t;
+};
+template <>
+struct Bits<8> {
+  using type = uint64_t;
+};
 
-template <typename To, typename From> struct ConvertF {
+template <typename To, typename From>
+struct ConvertF {
   DP_HOST_DEVICE DP_INLINE To operator()(From v) const { return kernels::convert<To>(v); }
 };
 
@@ -34,10 +48,18 @@ __global__ void __launch_bounds__(kThreads) convert_kernel(uint32_t n, To* out, 
 // Same dtype, any layout (bits moved).
 void copy_same(const Tensor& dst, const Tensor& src) {
   switch (dst.element_size()) {
-    case 1: CudaLaunch::run<uint8_t, uint8_t>(dst, kernels::impl::IdF<uint8_t>{}, src); return;
-    case 2: CudaLaunch::run<uint16_t, uint16_t>(dst, kernels::impl::IdF<uint16_t>{}, src); return;
-    case 4: CudaLaunch::run<uint32_t, uint32_t>(dst, kernels::impl::IdF<uint32_t>{}, src); return;
-    case 8: CudaLaunch::run<uint64_t, uint64_t>(dst, kernels::impl::IdF<uint64_t>{}, src); return;
+    case 1:
+      CudaLaunch::run<uint8_t, uint8_t>(dst, kernels::impl::IdF<uint8_t>{}, src);
+      return;
+    case 2:
+      CudaLaunch::run<uint16_t, uint16_t>(dst, kernels::impl::IdF<uint16_t>{}, src);
+      return;
+    case 4:
+      CudaLaunch::run<uint32_t, uint32_t>(dst, kernels::impl::IdF<uint32_t>{}, src);
+      return;
+    case 8:
+      CudaLaunch::run<uint64_t, uint64_t>(dst, kernels::impl::IdF<uint64_t>{}, src);
+      return;
   }
 }
 
@@ -96,15 +118,23 @@ void fill_kernel(const Tensor& dst, const Scalar& value) {
   auto run = [&]<typename B>() {
     for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
       const int64_t m = n - i0 < kChunk ? n - i0 : kChunk;
-      fill_bits_kernel<B><<<detail::grid_for(m, dev), kThreads, 0, stream>>>(static_cast<uint32_t>(m), static_cast<B*>(d.data_ptr()) + i0,
-                                                                             static_cast<B>(bits));
+      fill_bits_kernel<B>
+          <<<detail::grid_for(m, dev), kThreads, 0, stream>>>(static_cast<uint32_t>(m), static_cast<B*>(d.data_ptr()) + i0, static_cast<B>(bits));
     }
   };
   switch (dst.element_size()) {
-    case 1: run.template operator()<uint8_t>(); break;
-    case 2: run.template operator()<uint16_t>(); break;
-    case 4: run.template operator()<uint32_t>(); break;
-    default: run.template operator()<uint64_t>(); break;
+    case 1:
+      run.template operator()<uint8_t>();
+      break;
+    case 2:
+      run.template operator()<uint16_t>();
+      break;
+    case 4:
+      run.template operator()<uint32_t>();
+      break;
+    default:
+      run.template operator()<uint64_t>();
+      break;
   }
   DP_CUDA_CHECK(cudaGetLastError());
   if (!d.is_same(dst)) copy_same(dst, d);
@@ -129,10 +159,14 @@ __global__ void __launch_bounds__(kThreads) uniform_kernel(uint64_t n, T* out, u
     kernels::philox4x32_rounds(seed, first + i / per_block, w);
     const int k = static_cast<int>(i % per_block);
     double u;
-    if constexpr (wide) u = u53(word64(w, k));
-    else if constexpr (std::is_same_v<T, float>) u = static_cast<double>(w[k] >> 8) * (1.0 / 16777216.0);
-    else if constexpr (std::is_same_v<T, Half>) u = static_cast<double>(w[k] >> 21) * (1.0 / 2048.0);
-    else u = static_cast<double>(w[k] >> 24) * (1.0 / 256.0);
+    if constexpr (wide)
+      u = u53(word64(w, k));
+    else if constexpr (std::is_same_v<T, float>)
+      u = static_cast<double>(w[k] >> 8) * (1.0 / 16777216.0);
+    else if constexpr (std::is_same_v<T, Half>)
+      u = static_cast<double>(w[k] >> 21) * (1.0 / 2048.0);
+    else
+      u = static_cast<double>(w[k] >> 24) * (1.0 / 256.0);
     out[i] = kernels::convert<T>(from + range * u);
   }
 }
@@ -163,8 +197,8 @@ __global__ void __launch_bounds__(kThreads) bernoulli_kernel(uint64_t n, T* out,
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) dropout_kernel(uint64_t n, const T* x, bool* mask, T* out, uint64_t seed, uint64_t first,
-                                                           uint64_t threshold, kernels::opmath_t<T> scale) {
+__global__ void __launch_bounds__(kThreads)
+    dropout_kernel(uint64_t n, const T* x, bool* mask, T* out, uint64_t seed, uint64_t first, uint64_t threshold, kernels::opmath_t<T> scale) {
   const uint64_t stride = uint64_t(gridDim.x) * kThreads;
   for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     uint32_t w[4];
@@ -175,7 +209,8 @@ __global__ void __launch_bounds__(kThreads) dropout_kernel(uint64_t n, const T* 
   }
 }
 
-template <typename T> struct DropoutApplyF {
+template <typename T>
+struct DropoutApplyF {
   kernels::opmath_t<T> s;
   DP_HOST_DEVICE DP_INLINE T operator()(T x, bool m) const { return kernels::st<T>(kernels::om(x) * (static_cast<kernels::opmath_t<T>>(m) * s)); }
 };
@@ -193,8 +228,8 @@ void dropout_forward(const Tensor& x, double keep, double scale, uint64_t seed, 
   cudaStream_t stream = current_stream(dev).handle();
   kernels::dispatch_floating(x.dtype(), "dropout", [&]<typename T>() {
     dropout_kernel<T><<<detail::grid_for(n, dev), kThreads, 0, stream>>>(static_cast<uint64_t>(n), static_cast<const T*>(x.data_ptr()),
-                                                                         static_cast<bool*>(mask.data_ptr()), static_cast<T*>(out.data_ptr()),
-                                                                         seed, first, threshold, static_cast<kernels::opmath_t<T>>(scale));
+                                                                         static_cast<bool*>(mask.data_ptr()), static_cast<T*>(out.data_ptr()), seed,
+                                                                         first, threshold, static_cast<kernels::opmath_t<T>>(scale));
   });
   DP_CUDA_CHECK(cudaGetLastError());
 }
@@ -220,8 +255,10 @@ void random_fill(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first
     });
   } else {
     kernels::dispatch_floating(t.dtype(), kind == RandomKind::Uniform ? "uniform_" : "normal_", [&]<typename T>() {
-      if (kind == RandomKind::Uniform) uniform_kernel<T><<<blocks, kThreads, 0, stream>>>(un, static_cast<T*>(t.data_ptr()), seed, first, a, b - a);
-      else normal_kernel<T><<<blocks, kThreads, 0, stream>>>(un, static_cast<T*>(t.data_ptr()), seed, first, a, b);
+      if (kind == RandomKind::Uniform)
+        uniform_kernel<T><<<blocks, kThreads, 0, stream>>>(un, static_cast<T*>(t.data_ptr()), seed, first, a, b - a);
+      else
+        normal_kernel<T><<<blocks, kThreads, 0, stream>>>(un, static_cast<T*>(t.data_ptr()), seed, first, a, b);
     });
   }
   DP_CUDA_CHECK(cudaGetLastError());

@@ -18,11 +18,11 @@ struct CublasApi {
   decltype(&::cublasSetStream_v2) SetStream;
   decltype(&::cublasSetWorkspace_v2) SetWorkspace;
   // The C entry points (cublas_api.h also declares C++ overloads taking cudaDataType compute types).
-  cublasStatus_t (*GemmEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*, cudaDataType,
-                           int, const void*, cudaDataType, int, const void*, void*, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
-  cublasStatus_t (*GemmStridedBatchedEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*,
-                                         cudaDataType, int, long long, const void*, cudaDataType, int, long long, const void*, void*,
-                                         cudaDataType, int, long long, int, cublasComputeType_t, cublasGemmAlgo_t);
+  cublasStatus_t (*GemmEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*, cudaDataType, int,
+                           const void*, cudaDataType, int, const void*, void*, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  cublasStatus_t (*GemmStridedBatchedEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*, cudaDataType,
+                                         int, long long, const void*, cudaDataType, int, long long, const void*, void*, cudaDataType, int, long long,
+                                         int, cublasComputeType_t, cublasGemmAlgo_t);
   decltype(&::cublasGetStatusName) GetStatusName;
   decltype(&::cublasGetStatusString) GetStatusString;
   decltype(&::cublasLtCreate) LtCreate;

@@ -90,9 +90,7 @@ void ConvDesc::set(int ph, int pw, int sh, int sw, int dh, int dw, int groups, c
   DP_CUDNN_CHECK(cudnnSetConvolutionGroupCount(desc_, groups), context);
   set_math(math, context);
 }
-void ConvDesc::set_math(cudnnMathType_t math, const std::string& context) {
-  DP_CUDNN_CHECK(cudnnSetConvolutionMathType(desc_, math), context);
-}
+void ConvDesc::set_math(cudnnMathType_t math, const std::string& context) { DP_CUDNN_CHECK(cudnnSetConvolutionMathType(desc_, math), context); }
 
 }  // namespace dp::cuda::cudnn
 #endif

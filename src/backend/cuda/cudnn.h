@@ -33,11 +33,10 @@ namespace dp::cuda::cudnn {
 [[noreturn]] void throw_error(cudnnStatus_t status, const char* call, const std::string& context);
 
 // DP_CUDNN_CHECK(cudnnCall(...), context_string)
-#define DP_CUDNN_CHECK(call, context)                                                     \
-  do {                                                                                    \
-    const cudnnStatus_t dp_cudnn_status_ = (call);                                        \
-    if (__builtin_expect(dp_cudnn_status_ != CUDNN_STATUS_SUCCESS, 0))                    \
-      ::dp::cuda::cudnn::throw_error(dp_cudnn_status_, #call, (context));                 \
+#define DP_CUDNN_CHECK(call, context)                                                                                                      \
+  do {                                                                                                                                     \
+    const cudnnStatus_t dp_cudnn_status_ = (call);                                                                                         \
+    if (__builtin_expect(dp_cudnn_status_ != CUDNN_STATUS_SUCCESS, 0)) ::dp::cuda::cudnn::throw_error(dp_cudnn_status_, #call, (context)); \
   } while (0)
 
 // A cuDNN handle of `device` for the caller's exclusive use during its lifetime, bound to `stream`.
@@ -92,8 +91,7 @@ class ConvDesc {
   ConvDesc(const ConvDesc&) = delete;
   ConvDesc& operator=(const ConvDesc&) = delete;
   // Cross-correlation (PyTorch's convolution) with the given compute type, groups and math type.
-  void set(int ph, int pw, int sh, int sw, int dh, int dw, int groups, cudnnDataType_t compute, cudnnMathType_t math,
-           const std::string& context);
+  void set(int ph, int pw, int sh, int sw, int dh, int dw, int groups, cudnnDataType_t compute, cudnnMathType_t math, const std::string& context);
   void set_math(cudnnMathType_t math, const std::string& context);
   cudnnConvolutionDescriptor_t get() const { return desc_; }
 

@@ -36,8 +36,8 @@ inline int parse_virtual_devices(const char* value) {
   if (value == nullptr || *value == '\0') return 0;
   char* end = nullptr;
   const long n = std::strtol(value, &end, 10);
-  DP_CHECK(end != value && *end == '\0' && n >= 1 && n <= kMaxLogicalDevices, ValueError,
-           "DP_CUDA_VIRTUAL_DEVICES must be an integer in [1, ", kMaxLogicalDevices, "] (the number of logical CUDA devices), got '", value, "'");
+  DP_CHECK(end != value && *end == '\0' && n >= 1 && n <= kMaxLogicalDevices, ValueError, "DP_CUDA_VIRTUAL_DEVICES must be an integer in [1, ",
+           kMaxLogicalDevices, "] (the number of logical CUDA devices), got '", value, "'");
   return static_cast<int>(n);
 }
 

@@ -10,7 +10,9 @@ using detail::CudaLaunch;
 namespace impl = kernels::impl;
 
 void add_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha) { impl::add_kernel<CudaLaunch>(out, a, b, alpha); }
-void add_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s, const Scalar& alpha) { impl::add_scalar_kernel<CudaLaunch>(out, a, s, alpha); }
+void add_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s, const Scalar& alpha) {
+  impl::add_scalar_kernel<CudaLaunch>(out, a, s, alpha);
+}
 void rsub_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s) { impl::rsub_scalar_kernel<CudaLaunch>(out, a, s); }
 void mul_kernel(const Tensor& out, const Tensor& a, const Tensor& b) { impl::mul_kernel<CudaLaunch>(out, a, b); }
 void mul_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s) { impl::mul_scalar_kernel<CudaLaunch>(out, a, s); }

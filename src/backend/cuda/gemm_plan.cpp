@@ -104,8 +104,7 @@ GemmPlan plan_gemm(IntArrayRef a_sizes, IntArrayRef a_strides, IntArrayRef b_siz
   const int64_t count = numel_of(batch);
 
   // B shared by every batch entry and A's rows folding: one GEMM of count*m rows.
-  if (nbatch > 0 && count > 1 && !p.a.trans && std::all_of(sb.begin(), sb.end(), [](int64_t s) { return s == 0; }) &&
-      count * p.m <= INT_MAX) {
+  if (nbatch > 0 && count > 1 && !p.a.trans && std::all_of(sb.begin(), sb.end(), [](int64_t s) { return s == 0; }) && count * p.m <= INT_MAX) {
     if (auto ld = fold_rows(batch, sa, p.m, a_strides[na - 2], p.k)) {
       p.m *= count;
       p.a.ld = *ld;
@@ -161,11 +160,15 @@ ColumnMajorGemm column_major(bool trans_a, bool trans_b, int64_t m, int64_t n, i
 
 std::optional<ComputeKind> compute_kind(DType dtype, bool allow_tf32) {
   switch (dtype) {
-    case DType::Float32: return allow_tf32 ? ComputeKind::F32FastTF32 : ComputeKind::F32;
+    case DType::Float32:
+      return allow_tf32 ? ComputeKind::F32FastTF32 : ComputeKind::F32;
     case DType::Float16:
-    case DType::BFloat16: return ComputeKind::F32;
-    case DType::Float64: return ComputeKind::F64;
-    default: return std::nullopt;
+    case DType::BFloat16:
+      return ComputeKind::F32;
+    case DType::Float64:
+      return ComputeKind::F64;
+    default:
+      return std::nullopt;
   }
 }
 

@@ -11,9 +11,12 @@ namespace {
 
 cudaStreamCaptureMode to_cuda(CaptureMode mode) {
   switch (mode) {
-    case CaptureMode::Global: return cudaStreamCaptureModeGlobal;
-    case CaptureMode::Relaxed: return cudaStreamCaptureModeRelaxed;
-    case CaptureMode::ThreadLocal: break;
+    case CaptureMode::Global:
+      return cudaStreamCaptureModeGlobal;
+    case CaptureMode::Relaxed:
+      return cudaStreamCaptureModeRelaxed;
+    case CaptureMode::ThreadLocal:
+      break;
   }
   return cudaStreamCaptureModeThreadLocal;
 }
@@ -23,11 +26,13 @@ cudaStreamCaptureMode to_cuda(CaptureMode mode) {
 std::optional<Stream> switch_worker_stream(const Stream& stream) {
   Worker* w = worker_for(Device::cuda(stream.device()));
   if (w == nullptr || w->is_current()) return std::nullopt;
-  return w->submit([stream] {
-            Stream previous = current_stream(stream.device());
-            set_current_stream(stream);
-            return previous;
-          }).get();
+  return w
+      ->submit([stream] {
+        Stream previous = current_stream(stream.device());
+        set_current_stream(stream);
+        return previous;
+      })
+      .get();
 }
 
 void restore_worker_stream(const Stream& previous) {
@@ -76,8 +81,8 @@ void CUDAGraph::capture_begin(MempoolId pool, CaptureMode mode) {
   const Stream s = current_stream(dev);
   DP_CHECK(!s.is_default(), DeviceError, "CUDAGraph::capture_begin: the current stream of cuda:", dev,
            " is the default stream, which CUDA cannot capture; capture on a side stream (dp::cuda::GraphCapture makes one)");
-  DP_CHECK(!pool.valid() || pool.device == dev, DeviceError, "CUDAGraph::capture_begin: the memory pool to share belongs to cuda:",
-           pool.device, ", but the capture is on cuda:", dev);
+  DP_CHECK(!pool.valid() || pool.device == dev, DeviceError, "CUDAGraph::capture_begin: the memory pool to share belongs to cuda:", pool.device,
+           ", but the capture is on cuda:", dev);
   detail::CachingAllocatorCore& alloc = caching_allocator(dev);
   detail::PoolId id = 0;
   if (pool.valid()) {
@@ -126,7 +131,8 @@ void CUDAGraph::capture_end() {
     caching_allocator(device_).release_pool(pool_.id);
     pool_ = MempoolId{};
     throw DeviceError(dp::detail::str("CUDAGraph::capture_end on cuda:", device_, ": the capture failed with ", cudaGetErrorName(err), " (",
-                                      cudaGetErrorString(err), "). During a capture nothing may synchronise with the host "
+                                      cudaGetErrorString(err),
+                                      "). During a capture nothing may synchronise with the host "
                                       "(item(), copies to or from the host, synchronize()), use the legacy default stream, or "
                                       "end the capture from another thread (unless CaptureMode::Relaxed)."));
   }
@@ -179,10 +185,7 @@ void CUDAGraph::reset() {
 // ---------------------------------------------------------------- GraphCapture
 
 GraphCapture::GraphCapture(CUDAGraph& graph, MempoolId pool, CaptureMode mode, std::optional<Stream> stream)
-    : graph_(graph),
-      previous_(current_stream()),
-      side_(stream ? *stream : Stream::create(current_device())),
-      uncaught_(std::uncaught_exceptions()) {
+    : graph_(graph), previous_(current_stream()), side_(stream ? *stream : Stream::create(current_device())), uncaught_(std::uncaught_exceptions()) {
   DP_CHECK(side_.device() == previous_.device(), DeviceError, "GraphCapture: the capture stream is on cuda:", side_.device(),
            " but the current device is cuda:", previous_.device());
   // The captured work may read what the current stream produced (weights, inputs).

@@ -124,8 +124,8 @@ __device__ DP_INLINE void atomic_add(T* p, T v) {
 
 // Operands: 0 the output (or self), 1 the source, 2 the index; offsets in bytes. step in bytes.
 template <typename W, typename I>
-__global__ void __launch_bounds__(kThreads) gather_kernel(uint32_t n, Pointers<3> p, OffsetCalculator<3, uint32_t> oc, int64_t step,
-                                                          int64_t bound, int* bad) {
+__global__ void __launch_bounds__(kThreads)
+    gather_kernel(uint32_t n, Pointers<3> p, OffsetCalculator<3, uint32_t> oc, int64_t step, int64_t bound, int* bad) {
   const uint32_t stride = gridDim.x * kThreads;
   for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < n; i += stride) {
     const auto o = oc.get(i);
@@ -141,8 +141,8 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(uint32_t n, Pointers<3
 }
 
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads) scatter_add_kernel(uint32_t n, Pointers<3> p, OffsetCalculator<3, uint32_t> oc, int64_t step,
-                                                               int64_t bound, int64_t skip, int* bad) {
+__global__ void __launch_bounds__(kThreads)
+    scatter_add_kernel(uint32_t n, Pointers<3> p, OffsetCalculator<3, uint32_t> oc, int64_t step, int64_t bound, int64_t skip, int* bad) {
   const uint32_t stride = gridDim.x * kThreads;
   for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < n; i += stride) {
     const auto o = oc.get(i);
@@ -203,10 +203,18 @@ Launch prepare(const char* op, const Tensor& iter, const Tensor& src, const Tens
 template <typename F>
 void dispatch_width(size_t width, F&& f) {
   switch (width) {
-    case 1: f.template operator()<uint8_t>(); return;
-    case 2: f.template operator()<uint16_t>(); return;
-    case 4: f.template operator()<uint32_t>(); return;
-    default: f.template operator()<uint64_t>(); return;
+    case 1:
+      f.template operator()<uint8_t>();
+      return;
+    case 2:
+      f.template operator()<uint16_t>();
+      return;
+    case 4:
+      f.template operator()<uint32_t>();
+      return;
+    default:
+      f.template operator()<uint64_t>();
+      return;
   }
 }
 

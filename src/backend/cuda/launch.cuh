@@ -127,7 +127,8 @@ struct CudaLaunch {
         Pointers<N> p{{static_cast<char*>(out.data_ptr()), static_cast<char*>(ins[K].data_ptr())...}};
         strided_kernel<Out><<<blocks, kThreads, 0, stream>>>(static_cast<uint32_t>(n), f, p, offsets_for<N, uint32_t>(out, ops), Types<In...>{});
       }
-    }(std::make_index_sequence<N - 1>{});
+    }
+    (std::make_index_sequence<N - 1>{});
     DP_CUDA_CHECK(cudaGetLastError());
   }
 };

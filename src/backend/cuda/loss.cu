@@ -18,7 +18,8 @@ using detail::OffsetCalculator;
 
 namespace {
 
-template <typename T> using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template <typename T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // ---- device helpers ----
 
@@ -30,7 +31,10 @@ __device__ DP_INLINE float d_log1p(float x) { return log1pf(x); }
 __device__ DP_INLINE double d_log1p(double x) { return log1p(x); }
 __device__ DP_INLINE float d_abs(float x) { return fabsf(x); }
 __device__ DP_INLINE double d_abs(double x) { return fabs(x); }
-template <typename A> __device__ DP_INLINE A d_neg_inf() { return -static_cast<A>(INFINITY); }
+template <typename A>
+__device__ DP_INLINE A d_neg_inf() {
+  return -static_cast<A>(INFINITY);
+}
 
 template <typename A, typename T>
 __device__ DP_INLINE A ld(const T* p, int64_t i) {
@@ -39,9 +43,12 @@ __device__ DP_INLINE A ld(const T* p, int64_t i) {
 
 template <typename T, typename A>
 __device__ DP_INLINE T st(A v) {
-  if constexpr (std::is_same_v<T, A>) return v;
-  else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return static_cast<T>(v);
-  else return T(static_cast<float>(v));
+  if constexpr (std::is_same_v<T, A>)
+    return v;
+  else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+    return static_cast<T>(v);
+  else
+    return T(static_cast<float>(v));
 }
 
 template <typename A>
@@ -196,8 +203,8 @@ __device__ DP_INLINE void side_values(const Sides& s, uint32_t i, A& wv, A& pv) 
 
 // out (None) or partials (reduced). bad: Bce's range flag.
 template <PointwiseKind K, typename T>
-__global__ void __launch_bounds__(kThreads) pointwise_forward_kernel(uint32_t n, const T* x, const T* t, Sides s, T* out, acc_t<T>* partials,
-                                                                     int* bad) {
+__global__ void __launch_bounds__(kThreads)
+    pointwise_forward_kernel(uint32_t n, const T* x, const T* t, Sides s, T* out, acc_t<T>* partials, int* bad) {
   using A = acc_t<T>;
   const uint32_t stride = gridDim.x * kThreads;
   A sum = 0;
@@ -208,16 +215,18 @@ __global__ void __launch_bounds__(kThreads) pointwise_forward_kernel(uint32_t n,
     const A xv = ld<A>(x, i), tv = ld<A>(t, i);
     if constexpr (K == PointwiseKind::Bce) outside = outside || !(xv >= A(0) && xv <= A(1));
     const A l = elem_loss<K, A>(xv, tv, pv) * wv;
-    if (out != nullptr) out[i] = st<T>(l);
-    else sum += l;
+    if (out != nullptr)
+      out[i] = st<T>(l);
+    else
+      sum += l;
   }
   if (outside && bad != nullptr) *reinterpret_cast<volatile int*>(bad) = 1;
   if (partials != nullptr) write_partial(Pair<A>{sum, A(0)}, partials);
 }
 
 template <PointwiseKind K, typename T>
-__global__ void __launch_bounds__(kThreads) pointwise_backward_kernel(uint32_t n, const T* x, const T* t, Sides s, GradIn<T, acc_t<T>> g,
-                                                                      T* gi, T* gt) {
+__global__ void __launch_bounds__(kThreads)
+    pointwise_backward_kernel(uint32_t n, const T* x, const T* t, Sides s, GradIn<T, acc_t<T>> g, T* gi, T* gt) {
   using A = acc_t<T>;
   const uint32_t stride = gridDim.x * kThreads;
   const A base = g.base();
@@ -234,8 +243,8 @@ __global__ void __launch_bounds__(kThreads) pointwise_backward_kernel(uint32_t n
 // ---- nll_loss ----
 
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads) nll_forward_kernel(uint32_t ns, int64_t C, int64_t S, const T* x, const I* tg, const T* w,
-                                                               int64_t ignore, T* out, acc_t<T>* partials, int* bad) {
+__global__ void __launch_bounds__(kThreads)
+    nll_forward_kernel(uint32_t ns, int64_t C, int64_t S, const T* x, const I* tg, const T* w, int64_t ignore, T* out, acc_t<T>* partials, int* bad) {
   using A = acc_t<T>;
   const uint32_t stride = gridDim.x * kThreads;
   Pair<A> sum{A(0), A(0)};
@@ -262,8 +271,8 @@ __global__ void __launch_bounds__(kThreads) nll_forward_kernel(uint32_t ns, int6
 
 // gi is zero-filled before.
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads) nll_backward_kernel(uint32_t ns, int64_t C, int64_t S, const I* tg, const T* w, int64_t ignore,
-                                                                GradIn<T, acc_t<T>> g, T* gi) {
+__global__ void __launch_bounds__(kThreads)
+    nll_backward_kernel(uint32_t ns, int64_t C, int64_t S, const I* tg, const T* w, int64_t ignore, GradIn<T, acc_t<T>> g, T* gi) {
   using A = acc_t<T>;
   const uint32_t stride = gridDim.x * kThreads;
   const A base = g.base();
@@ -321,9 +330,9 @@ __device__ DP_INLINE A group_lse(const Groups& gr, Lse<A> l) {
 }
 
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads) ce_index_forward_kernel(uint32_t ns, int64_t C, int64_t S, Groups gr, const T* x, const I* tg,
-                                                                    const T* w, int64_t ignore, acc_t<T> keep, acc_t<T> per_class, T* out,
-                                                                    acc_t<T>* lse_out, acc_t<T>* partials, int* bad) {
+__global__ void __launch_bounds__(kThreads)
+    ce_index_forward_kernel(uint32_t ns, int64_t C, int64_t S, Groups gr, const T* x, const I* tg, const T* w, int64_t ignore, acc_t<T> keep,
+                            acc_t<T> per_class, T* out, acc_t<T>* lse_out, acc_t<T>* partials, int* bad) {
   using A = acc_t<T>;
   const uint32_t lane = gr.lane();
   Pair<A> sum{A(0), A(0)};
@@ -371,9 +380,9 @@ __global__ void __launch_bounds__(kThreads) ce_index_forward_kernel(uint32_t ns,
 
 // gi_c = G * ((keep * w_t + per_class * sum_c w_c) * p_c - per_class * w_c - [c == t] keep * w_t).
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads) ce_index_backward_kernel(uint32_t ns, int64_t C, int64_t S, Groups gr, const T* x, const I* tg,
-                                                                     const T* w, int64_t ignore, acc_t<T> keep, acc_t<T> per_class,
-                                                                     const acc_t<T>* lse_in, GradIn<T, acc_t<T>> g, T* gi) {
+__global__ void __launch_bounds__(kThreads)
+    ce_index_backward_kernel(uint32_t ns, int64_t C, int64_t S, Groups gr, const T* x, const I* tg, const T* w, int64_t ignore, acc_t<T> keep,
+                             acc_t<T> per_class, const acc_t<T>* lse_in, GradIn<T, acc_t<T>> g, T* gi) {
   using A = acc_t<T>;
   const uint32_t lane = gr.lane();
   const A base = g.base();
@@ -405,9 +414,9 @@ __global__ void __launch_bounds__(kThreads) ce_index_backward_kernel(uint32_t ns
 
 // Per sample: loss = lse * sum_c w_c q_c - sum_c w_c q_c x_c, q = keep * target + per_class.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) ce_prob_forward_kernel(uint32_t ns, int64_t C, int64_t S, Groups gr, const T* x, const T* tq,
-                                                                   const T* w, acc_t<T> keep, acc_t<T> per_class, T* out, acc_t<T>* lse_out,
-                                                                   acc_t<T>* rs_out, acc_t<T>* partials) {
+__global__ void __launch_bounds__(kThreads)
+    ce_prob_forward_kernel(uint32_t ns, int64_t C, int64_t S, Groups gr, const T* x, const T* tq, const T* w, acc_t<T> keep, acc_t<T> per_class,
+                           T* out, acc_t<T>* lse_out, acc_t<T>* rs_out, acc_t<T>* partials) {
   using A = acc_t<T>;
   const uint32_t lane = gr.lane();
   A sum = 0;
@@ -430,17 +439,19 @@ __global__ void __launch_bounds__(kThreads) ce_prob_forward_kernel(uint32_t ns, 
     lse_out[i] = lse;
     rs_out[i] = swq;
     const A v = lse * swq - swqx;
-    if (out != nullptr) out[i] = st<T>(v);
-    else sum += v;
+    if (out != nullptr)
+      out[i] = st<T>(v);
+    else
+      sum += v;
   }
   if (partials != nullptr) write_partial(Pair<A>{sum, A(0)}, partials);
 }
 
 // gi_c = G * (rs * p_c - w_c q_c), gt_c = G * keep * w_c * (lse - x_c).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) ce_prob_backward_kernel(uint32_t ns, int64_t C, int64_t S, Groups gr, const T* x, const T* tq,
-                                                                    const T* w, acc_t<T> keep, acc_t<T> per_class, const acc_t<T>* lse_in,
-                                                                    const acc_t<T>* rs_in, GradIn<T, acc_t<T>> g, T* gi, T* gt) {
+__global__ void __launch_bounds__(kThreads)
+    ce_prob_backward_kernel(uint32_t ns, int64_t C, int64_t S, Groups gr, const T* x, const T* tq, const T* w, acc_t<T> keep, acc_t<T> per_class,
+                            const acc_t<T>* lse_in, const acc_t<T>* rs_in, GradIn<T, acc_t<T>> g, T* gi, T* gt) {
   using A = acc_t<T>;
   const uint32_t lane = gr.lane();
   const A base = g.base();
@@ -480,8 +491,10 @@ void dispatch_loss(DType d, const char* op, F&& f) {
 
 template <typename F>
 void dispatch_target(DType d, F&& f) {
-  if (d == kUInt8) f.template operator()<uint8_t>();
-  else f.template operator()<int64_t>();
+  if (d == kUInt8)
+    f.template operator()<uint8_t>();
+  else
+    f.template operator()<int64_t>();
 }
 
 // weight / pos_weight offsets over x's shape (byte strides, 0 where they broadcast or are absent).
@@ -534,7 +547,7 @@ template <typename T>
 void finish(const Plan& p, bool launched, const Tensor& out, double scale, bool by_weight, const Tensor& weight_out) {
   using A = acc_t<T>;
   finish_kernel<T, A><<<1, kThreads, 0, p.stream>>>(cptr<A>(p.partials), launched ? static_cast<int>(p.blocks) : 0, static_cast<A>(scale),
-                                                   by_weight ? 1 : 0, mptr<T>(out), mptr<A>(weight_out));
+                                                    by_weight ? 1 : 0, mptr<T>(out), mptr<A>(weight_out));
 }
 
 Groups groups_for(const ClassShape& cs) { return Groups{cs.s == 1 ? 32 : 1}; }
@@ -564,10 +577,18 @@ bool pointwise_loss_forward(PointwiseKind k, const Tensor& out, bool reduced, do
                                                                             reduced ? nullptr : mptr<T>(out), mptr<A>(p.partials), bad);
     };
     switch (k) {
-      case PointwiseKind::Mse: launch.template operator()<PointwiseKind::Mse>(); break;
-      case PointwiseKind::L1: launch.template operator()<PointwiseKind::L1>(); break;
-      case PointwiseKind::Bce: launch.template operator()<PointwiseKind::Bce>(); break;
-      case PointwiseKind::BceLogits: launch.template operator()<PointwiseKind::BceLogits>(); break;
+      case PointwiseKind::Mse:
+        launch.template operator()<PointwiseKind::Mse>();
+        break;
+      case PointwiseKind::L1:
+        launch.template operator()<PointwiseKind::L1>();
+        break;
+      case PointwiseKind::Bce:
+        launch.template operator()<PointwiseKind::Bce>();
+        break;
+      case PointwiseKind::BceLogits:
+        launch.template operator()<PointwiseKind::BceLogits>();
+        break;
     }
     if (reduced) finish<T>(p, n > 0, out, scale, false, Tensor());
   });
@@ -585,14 +606,22 @@ void pointwise_loss_backward(PointwiseKind k, const Tensor& gi, const Tensor& gt
   const Sides s = make_sides(x, w, pw);
   dispatch_loss(x.dtype(), "loss backward", [&]<typename T>() {
     auto launch = [&]<PointwiseKind K>() {
-      pointwise_backward_kernel<K, T><<<p.blocks, kThreads, 0, p.stream>>>(static_cast<uint32_t>(n), cptr<T>(x), cptr<T>(t), s, grad_in<T>(g),
-                                                                           mptr<T>(gi), mptr<T>(gt));
+      pointwise_backward_kernel<K, T>
+          <<<p.blocks, kThreads, 0, p.stream>>>(static_cast<uint32_t>(n), cptr<T>(x), cptr<T>(t), s, grad_in<T>(g), mptr<T>(gi), mptr<T>(gt));
     };
     switch (k) {
-      case PointwiseKind::Mse: launch.template operator()<PointwiseKind::Mse>(); break;
-      case PointwiseKind::L1: launch.template operator()<PointwiseKind::L1>(); break;
-      case PointwiseKind::Bce: launch.template operator()<PointwiseKind::Bce>(); break;
-      case PointwiseKind::BceLogits: launch.template operator()<PointwiseKind::BceLogits>(); break;
+      case PointwiseKind::Mse:
+        launch.template operator()<PointwiseKind::Mse>();
+        break;
+      case PointwiseKind::L1:
+        launch.template operator()<PointwiseKind::L1>();
+        break;
+      case PointwiseKind::Bce:
+        launch.template operator()<PointwiseKind::Bce>();
+        break;
+      case PointwiseKind::BceLogits:
+        launch.template operator()<PointwiseKind::BceLogits>();
+        break;
     }
   });
   DP_CUDA_CHECK(cudaGetLastError());
@@ -681,8 +710,8 @@ void cross_entropy_index_backward(const Tensor& gi, const LossGrad& g, const Ten
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-void cross_entropy_prob_forward(const Tensor& out, bool reduced, double scale, const Tensor& lse, const Tensor& rs, const Tensor& x,
-                                const Tensor& tq, const Tensor& w, ClassShape cs, double eps) {
+void cross_entropy_prob_forward(const Tensor& out, bool reduced, double scale, const Tensor& lse, const Tensor& rs, const Tensor& x, const Tensor& tq,
+                                const Tensor& w, ClassShape cs, double eps) {
   const int64_t ns = cs.n * cs.s;
   const Groups gr = groups_for(cs);
   check_count("cross_entropy", ns * gr.L);

@@ -38,7 +38,6 @@ void pointwise_loss_backward(PointwiseKind k, const Tensor& gi, const Tensor& gt
 
 // ---- class losses: the input seen as [N, C, S], contiguous ----
 
-
 // Reduced results: out 0-dim = the sum of the per-sample losses, divided by the total weight of
 // the non-ignored samples for Mean; total_weight (0-dim, loss_acc_dtype) gets that total. None:
 // out (N * S elements, contiguous) gets each sample's loss (0 for ignored ones).
@@ -59,8 +58,8 @@ void cross_entropy_index_backward(const Tensor& gi, const LossGrad& g, const Ten
 
 // cross_entropy with class probabilities tq (x's shape and dtype, contiguous). Reduced: out =
 // scale * sum. lse and rs (N * S, loss_acc_dtype) get each sample's log-sum-exp and sum_c w_c q_c.
-void cross_entropy_prob_forward(const Tensor& out, bool reduced, double scale, const Tensor& lse, const Tensor& rs, const Tensor& x,
-                                const Tensor& tq, const Tensor& w, ClassShape cs, double eps);
+void cross_entropy_prob_forward(const Tensor& out, bool reduced, double scale, const Tensor& lse, const Tensor& rs, const Tensor& x, const Tensor& tq,
+                                const Tensor& w, ClassShape cs, double eps);
 // gi / gt (either undefined when not needed).
 void cross_entropy_prob_backward(const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& tq, const Tensor& w,
                                  const Tensor& lse, const Tensor& rs, ClassShape cs, double eps);

@@ -20,8 +20,10 @@ char* at(const Tensor& t, int64_t i) { return static_cast<char*>(t.data_ptr()) +
 void copy_or_zero(void* dst, const void* src, int64_t n, size_t es, const Stream& s) {
   if (n == 0) return;
   const size_t bytes = static_cast<size_t>(n) * es;
-  if (src) DP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s.handle()));
-  else DP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s.handle()));
+  if (src)
+    DP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s.handle()));
+  else
+    DP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s.handle()));
 }
 
 }  // namespace

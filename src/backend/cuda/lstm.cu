@@ -30,8 +30,8 @@ __global__ void __launch_bounds__(kThreads) gates_forward_kernel(uint32_t n, uin
 }
 
 template <typename T, bool HasDOut>
-__global__ void __launch_bounds__(kThreads) gates_backward_kernel(uint32_t n, uint32_t H, const T* acts, const T* c_cur, const T* c_prev,
-                                                                  const T* d_out, const T* dh, T* dc, T* dgates) {
+__global__ void __launch_bounds__(kThreads)
+    gates_backward_kernel(uint32_t n, uint32_t H, const T* acts, const T* c_cur, const T* c_prev, const T* d_out, const T* dh, T* dc, T* dgates) {
   for (uint32_t idx = blockIdx.x * kThreads + threadIdx.x; idx < n; idx += gridDim.x * kThreads) {
     const uint32_t b = idx / H, j = idx - b * H, base = b * 4 * H + j;
     const T i = acts[base], f = acts[base + H], g = acts[base + 2 * H], o = acts[base + 3 * H];
@@ -56,9 +56,12 @@ uint32_t step_elements(const char* what, int64_t B, int64_t H) {
 
 template <typename F>
 void with_type(DType dtype, const char* what, F&& f) {
-  if (dtype == kFloat32) f(float{});
-  else if (dtype == kFloat64) f(double{});
-  else throw DTypeError(dp::detail::str(what, ": expected float32 or float64, got ", dtype_name(dtype)));
+  if (dtype == kFloat32)
+    f(float{});
+  else if (dtype == kFloat64)
+    f(double{});
+  else
+    throw DTypeError(dp::detail::str(what, ": expected float32 or float64, got ", dtype_name(dtype)));
 }
 
 }  // namespace
@@ -83,13 +86,13 @@ void lstm_gates_backward(DType dtype, int64_t B, int64_t H, const void* acts, co
     const unsigned blocks = grid_for(n, stream.device());
     const auto h = static_cast<uint32_t>(H);
     if (d_out)
-      gates_backward_kernel<T, true><<<blocks, kThreads, 0, stream.handle()>>>(n, h, static_cast<const T*>(acts), static_cast<const T*>(c_cur),
-                                                                              static_cast<const T*>(c_prev), static_cast<const T*>(d_out),
-                                                                              static_cast<const T*>(dh), static_cast<T*>(dc), static_cast<T*>(dgates));
+      gates_backward_kernel<T, true><<<blocks, kThreads, 0, stream.handle()>>>(
+          n, h, static_cast<const T*>(acts), static_cast<const T*>(c_cur), static_cast<const T*>(c_prev), static_cast<const T*>(d_out),
+          static_cast<const T*>(dh), static_cast<T*>(dc), static_cast<T*>(dgates));
     else
       gates_backward_kernel<T, false><<<blocks, kThreads, 0, stream.handle()>>>(n, h, static_cast<const T*>(acts), static_cast<const T*>(c_cur),
-                                                                               static_cast<const T*>(c_prev), nullptr, static_cast<const T*>(dh),
-                                                                               static_cast<T*>(dc), static_cast<T*>(dgates));
+                                                                                static_cast<const T*>(c_prev), nullptr, static_cast<const T*>(dh),
+                                                                                static_cast<T*>(dc), static_cast<T*>(dgates));
   });
   DP_CUDA_CHECK(cudaGetLastError());
 }

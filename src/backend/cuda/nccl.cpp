@@ -26,20 +26,25 @@ bool distinct(std::vector<int> v) {
   return std::adjacent_find(v.begin(), v.end()) == v.end();
 }
 
-void check(ncclResult_t r, const char* call) {
-  DP_CHECK(r == ncclSuccess, DeviceError, "NCCL error: ", call, " failed: ", ncclGetErrorString(r));
-}
+void check(ncclResult_t r, const char* call) { DP_CHECK(r == ncclSuccess, DeviceError, "NCCL error: ", call, " failed: ", ncclGetErrorString(r)); }
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
     case DType::Bool:
-    case DType::UInt8: return ncclUint8;
-    case DType::Int32: return ncclInt32;
-    case DType::Int64: return ncclInt64;
-    case DType::Float16: return ncclFloat16;
-    case DType::BFloat16: return ncclBfloat16;
-    case DType::Float32: return ncclFloat32;
-    case DType::Float64: return ncclFloat64;
+    case DType::UInt8:
+      return ncclUint8;
+    case DType::Int32:
+      return ncclInt32;
+    case DType::Int64:
+      return ncclInt64;
+    case DType::Float16:
+      return ncclFloat16;
+    case DType::BFloat16:
+      return ncclBfloat16;
+    case DType::Float32:
+      return ncclFloat32;
+    case DType::Float64:
+      return ncclFloat64;
   }
   throw DTypeError(::dp::detail::str("NCCL: unsupported dtype ", dtype_name(t)));
 }
@@ -79,8 +84,8 @@ void grouped(const std::vector<int>& devices, const char* what, F&& per_rank) {
 bool usable(const std::vector<int>& devices) { return devices.size() >= 2 && distinct(physical_of(devices)); }
 
 void broadcast(const std::vector<void*>& buffers, int64_t count, DType dtype, const std::vector<int>& devices, size_t root) {
-  DP_CHECK(buffers.size() == devices.size() && root < devices.size(), ValueError, "NCCL broadcast: ", buffers.size(), " buffers for ",
-           devices.size(), " devices, root ", root);
+  DP_CHECK(buffers.size() == devices.size() && root < devices.size(), ValueError, "NCCL broadcast: ", buffers.size(), " buffers for ", devices.size(),
+           " devices, root ", root);
   if (count <= 0) return;
   const ncclDataType_t type = nccl_type(dtype);
   grouped(devices, "ncclBroadcast", [&](size_t i, ncclComm_t comm, cudaStream_t stream) {
@@ -89,8 +94,8 @@ void broadcast(const std::vector<void*>& buffers, int64_t count, DType dtype, co
 }
 
 void reduce(const std::vector<const void*>& inputs, void* out, int64_t count, DType dtype, const std::vector<int>& devices, size_t root) {
-  DP_CHECK(inputs.size() == devices.size() && root < devices.size(), ValueError, "NCCL reduce: ", inputs.size(), " inputs for ",
-           devices.size(), " devices, root ", root);
+  DP_CHECK(inputs.size() == devices.size() && root < devices.size(), ValueError, "NCCL reduce: ", inputs.size(), " inputs for ", devices.size(),
+           " devices, root ", root);
   if (count <= 0) return;
   const ncclDataType_t type = nccl_type(dtype);
   const ncclRedOp_t op = dtype == DType::Bool ? ncclMax : ncclSum;  // bool: or (a sum could leave a 2 in a bool)

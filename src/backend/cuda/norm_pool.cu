@@ -26,18 +26,29 @@ using detail::grid_for;
 using detail::kThreads;
 
 // Accumulation type: float for float32, float16 and bfloat16 data, double for float64.
-template <typename T> struct AccOf { using type = float; };
-template <> struct AccOf<double> { using type = double; };
+template <typename T>
+struct AccOf {
+  using type = float;
+};
+template <>
+struct AccOf<double> {
+  using type = double;
+};
 
 // float16/bfloat16 (as PyTorch runs models after .to(bfloat16)): dp::Half/BFloat16 convert to
 // float in every arithmetic expression, so the kernels compute in float and round once on store.
 template <typename F>
 void dispatch_fp(DType dt, const char* op, F&& f) {
-  if (dt == kFloat32) f.template operator()<float>();
-  else if (dt == kFloat64) f.template operator()<double>();
-  else if (dt == kBFloat16) f.template operator()<BFloat16>();
-  else if (dt == kFloat16) f.template operator()<Half>();
-  else kernels::unsupported_dtype(op, dt, "float32, float64, float16, bfloat16");
+  if (dt == kFloat32)
+    f.template operator()<float>();
+  else if (dt == kFloat64)
+    f.template operator()<double>();
+  else if (dt == kBFloat16)
+    f.template operator()<BFloat16>();
+  else if (dt == kFloat16)
+    f.template operator()<Half>();
+  else
+    kernels::unsupported_dtype(op, dt, "float32, float64, float16, bfloat16");
 }
 
 struct Launch {
@@ -49,8 +60,14 @@ Launch launch_on(const Tensor& t) {
   return {dev, current_stream(dev).handle()};
 }
 
-template <typename T> const T* cptr(const Tensor& t) { return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr; }
-template <typename T> T* mptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr; }
+template <typename T>
+const T* cptr(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <typename T>
+T* mptr(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
 
 __device__ DP_INLINE int64_t global_thread() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ DP_INLINE int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
@@ -197,8 +214,10 @@ __global__ void __launch_bounds__(kThreads) adaptive_bwd(const T* go, T* gx, I n
 template <typename F>
 void dispatch_pool(DType dt, const char* op, const Pool2dGeometry& g, int64_t divisor, F&& f) {
   dispatch_fp(dt, op, [&]<typename T>() {
-    if (pool_fits_int32(g, divisor)) f.template operator()<T, int32_t>();
-    else f.template operator()<T, int64_t>();
+    if (pool_fits_int32(g, divisor))
+      f.template operator()<T, int32_t>();
+    else
+      f.template operator()<T, int64_t>();
   });
 }
 
@@ -236,10 +255,16 @@ __device__ DP_INLINE Sums2<A> sums_combine(const Sums2<A>& a, const Sums2<A>& b)
 }
 
 struct WelfordCombine {
-  template <typename A> __device__ Welford<A> operator()(const Welford<A>& a, const Welford<A>& b) const { return welford_combine(a, b); }
+  template <typename A>
+  __device__ Welford<A> operator()(const Welford<A>& a, const Welford<A>& b) const {
+    return welford_combine(a, b);
+  }
 };
 struct SumsCombine {
-  template <typename A> __device__ Sums2<A> operator()(const Sums2<A>& a, const Sums2<A>& b) const { return sums_combine(a, b); }
+  template <typename A>
+  __device__ Sums2<A> operator()(const Sums2<A>& a, const Sums2<A>& b) const {
+    return sums_combine(a, b);
+  }
 };
 
 // Combines the values of the block's n threads (a power of two, thread t = threadIdx.y *
@@ -289,8 +314,8 @@ int row_threads(int64_t n) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) layer_norm_fwd(const T* x, const T* w, const T* b, int64_t M, int64_t N, double eps, T* y,
-                                                          double* mean, double* rstd) {
+__global__ void __launch_bounds__(kThreads)
+    layer_norm_fwd(const T* x, const T* w, const T* b, int64_t M, int64_t N, double eps, T* y, double* mean, double* rstd) {
   using A = typename AccOf<T>::type;
   __shared__ Welford<A> sh[kThreads];
   for (int64_t r = blockIdx.x; r < M; r += gridDim.x) {
@@ -318,8 +343,8 @@ __global__ void __launch_bounds__(kThreads) layer_norm_fwd(const T* x, const T* 
 
 // dx per row: g = dy * w; dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) layer_norm_bwd_dx(const T* dy, const T* x, const double* mean, const double* rstd, const T* w,
-                                                             int64_t M, int64_t N, T* dx) {
+__global__ void __launch_bounds__(kThreads)
+    layer_norm_bwd_dx(const T* dy, const T* x, const double* mean, const double* rstd, const T* w, int64_t M, int64_t N, T* dx) {
   using A = typename AccOf<T>::type;
   __shared__ Sums2<A> sh[kThreads];
   for (int64_t r = blockIdx.x; r < M; r += gridDim.x) {
@@ -346,7 +371,7 @@ __global__ void __launch_bounds__(kThreads) layer_norm_bwd_dx(const T* dy, const
 // split blockIdx.y: s1 = sum(dy), s2 = sum(dy * xhat). part[split * N + col].
 template <typename T>
 __global__ void __launch_bounds__(kThreads) layer_norm_bwd_wb_part(const T* dy, const T* x, const double* mean, const double* rstd, int64_t M,
-                                                                  int64_t N, int64_t rows_per_split, Sums2<typename AccOf<T>::type>* part) {
+                                                                   int64_t N, int64_t rows_per_split, Sums2<typename AccOf<T>::type>* part) {
   using A = typename AccOf<T>::type;
   __shared__ Sums2<A> sh[kTileX * kTileY];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kTileX + threadIdx.x;
@@ -365,8 +390,8 @@ __global__ void __launch_bounds__(kThreads) layer_norm_bwd_wb_part(const T* dy, 
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) layer_norm_bwd_wb_final(const Sums2<typename AccOf<T>::type>* part, int64_t splits, int64_t N, T* dw,
-                                                                   T* db) {
+__global__ void __launch_bounds__(kThreads)
+    layer_norm_bwd_wb_final(const Sums2<typename AccOf<T>::type>* part, int64_t splits, int64_t N, T* dw, T* db) {
   for (int64_t col = global_thread(); col < N; col += grid_threads()) {
     double s1 = 0, s2 = 0;
     for (int64_t k = 0; k < splits; ++k) {
@@ -388,8 +413,8 @@ __global__ void __launch_bounds__(kThreads) layer_norm_bwd_wb_final(const Sums2<
 
 // Per-channel reduction of values f(b, c, offset) over a channel's elements.
 template <typename Acc, typename Add, typename Combine>
-__global__ void __launch_bounds__(kThreads) channel_part_rows(int64_t B, int64_t C, int64_t L, int64_t per_split, Add add, Combine comb,
-                                                             Acc identity, Acc* part) {
+__global__ void __launch_bounds__(kThreads)
+    channel_part_rows(int64_t B, int64_t C, int64_t L, int64_t per_split, Add add, Combine comb, Acc identity, Acc* part) {
   __shared__ Acc sh[kThreads];
   const int64_t c = blockIdx.x, total = B * L;
   const int64_t j0 = static_cast<int64_t>(blockIdx.y) * per_split;
@@ -406,8 +431,8 @@ __global__ void __launch_bounds__(kThreads) channel_part_rows(int64_t B, int64_t
 }
 
 template <typename Acc, typename Add, typename Combine>
-__global__ void __launch_bounds__(kThreads) channel_part_cols(int64_t B, int64_t C, int64_t per_split, Add add, Combine comb, Acc identity,
-                                                             Acc* part) {
+__global__ void __launch_bounds__(kThreads)
+    channel_part_cols(int64_t B, int64_t C, int64_t per_split, Add add, Combine comb, Acc identity, Acc* part) {
   __shared__ Acc sh[kTileX * kTileY];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kTileX + threadIdx.x;
   const int64_t b0 = static_cast<int64_t>(blockIdx.y) * per_split;
@@ -481,7 +506,7 @@ __global__ void __launch_bounds__(kThreads) bn_stats_final(const Welford<A>* par
 // (dy - a - (x - mean) * p) * k (a, p zero in eval: the statistics were constants).
 template <typename T, typename A>
 __global__ void __launch_bounds__(kThreads) bn_bwd_final(const Sums2<A>* part, int64_t splits, int64_t C, double inv_m, const double* invstd,
-                                                        const T* w, bool training, T* dw, T* db, double* coef) {
+                                                         const T* w, bool training, T* dw, T* db, double* coef) {
   for (int64_t c = global_thread(); c < C; c += grid_threads()) {
     double s1 = 0, s2 = 0;
     for (int64_t k = 0; k < splits; ++k) {
@@ -513,8 +538,8 @@ __global__ void __launch_bounds__(kThreads) bn_bwd_dx(const T* dy, const T* x, c
 // y = (x - mean) * scale + shift, in T with scale = invstd * w and shift = b, as the CPU (in float
 // for the 16-bit types, rounded once on store).
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads) bn_apply(const T* x, const double* mean, const double* invstd, const T* w, const T* b, I n, I C, I L,
-                                                    T* y) {
+__global__ void __launch_bounds__(kThreads)
+    bn_apply(const T* x, const double* mean, const double* invstd, const T* w, const T* b, I n, I C, I L, T* y) {
   using A = typename AccOf<T>::type;
   const I stride = static_cast<I>(gridDim.x) * kThreads;
   for (I i = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
@@ -530,8 +555,10 @@ __global__ void __launch_bounds__(kThreads) bn_apply(const T* x, const double* m
 // per-element channel division is then several times cheaper), else int64_t.
 template <typename F>
 void dispatch_index(int64_t n, F&& f) {
-  if (n < (int64_t{1} << 31)) f.template operator()<uint32_t>();
-  else f.template operator()<int64_t>();
+  if (n < (int64_t{1} << 31))
+    f.template operator()<uint32_t>();
+  else
+    f.template operator()<int64_t>();
 }
 
 __global__ void __launch_bounds__(kThreads) bn_invstd(double* v, int64_t C, double eps, bool zero) {
@@ -556,8 +583,8 @@ void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& i
   DeviceGuard guard(out.device().index);
   const Launch ln = launch_on(out);
   dispatch_pool(input.dtype(), "max_pool2d", g, 1, [&]<typename T, typename I>() {
-    max_pool_fwd<T, I><<<grid_for(n, ln.dev), kThreads, 0, ln.stream>>>(cptr<T>(input), mptr<T>(out), mptr<int64_t>(indices), static_cast<I>(n),
-                                                                        dims_of<I>(g));
+    max_pool_fwd<T, I>
+        <<<grid_for(n, ln.dev), kThreads, 0, ln.stream>>>(cptr<T>(input), mptr<T>(out), mptr<int64_t>(indices), static_cast<I>(n), dims_of<I>(g));
   });
   DP_CUDA_CHECK(cudaGetLastError());
 }
@@ -596,9 +623,8 @@ void avg_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_out
   const Launch ln = launch_on(grad_input);
   const int64_t div = divisor_override.value_or(1);
   dispatch_pool(grad_output.dtype(), "avg_pool2d backward", g, div, [&]<typename T, typename I>() {
-    avg_pool_bwd<T, I><<<grid_for(n, ln.dev), kThreads, 0, ln.stream>>>(cptr<T>(grad_output), mptr<T>(grad_input), static_cast<I>(n),
-                                                                        dims_of<I>(g), count_include_pad, divisor_override.has_value(),
-                                                                        static_cast<I>(div));
+    avg_pool_bwd<T, I><<<grid_for(n, ln.dev), kThreads, 0, ln.stream>>>(cptr<T>(grad_output), mptr<T>(grad_input), static_cast<I>(n), dims_of<I>(g),
+                                                                        count_include_pad, divisor_override.has_value(), static_cast<I>(div));
   });
   DP_CUDA_CHECK(cudaGetLastError());
 }
@@ -620,14 +646,13 @@ void adaptive_avg_pool2d_backward_kernel(const Tensor& grad_input, const Tensor&
   DeviceGuard guard(grad_input.device().index);
   const Launch ln = launch_on(grad_input);
   dispatch_pool(grad_output.dtype(), "adaptive_avg_pool2d backward", g, 1, [&]<typename T, typename I>() {
-    adaptive_bwd<T, I><<<grid_for(n, ln.dev), kThreads, 0, ln.stream>>>(cptr<T>(grad_output), mptr<T>(grad_input), static_cast<I>(n),
-                                                                        dims_of<I>(g));
+    adaptive_bwd<T, I><<<grid_for(n, ln.dev), kThreads, 0, ln.stream>>>(cptr<T>(grad_output), mptr<T>(grad_input), static_cast<I>(n), dims_of<I>(g));
   });
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out,
-                       const Tensor& mean, const Tensor& rstd) {
+void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out, const Tensor& mean,
+                       const Tensor& rstd) {
   if (M == 0) return;
   DeviceGuard guard(x.device().index);
   if (N == 0) {  // no values: the CPU's statistics are 0 * NaN
@@ -638,14 +663,14 @@ void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, int64_
   const Launch ln = launch_on(x);
   const unsigned blocks = static_cast<unsigned>(M < 65535 ? M : 65535);
   dispatch_fp(x.dtype(), "layer_norm", [&]<typename T>() {
-    layer_norm_fwd<T><<<blocks, row_threads(N), 0, ln.stream>>>(cptr<T>(x), cptr<T>(w), cptr<T>(b), M, N, eps, mptr<T>(out),
-                                                                mptr<double>(mean), mptr<double>(rstd));
+    layer_norm_fwd<T><<<blocks, row_threads(N), 0, ln.stream>>>(cptr<T>(x), cptr<T>(w), cptr<T>(b), M, N, eps, mptr<T>(out), mptr<double>(mean),
+                                                                mptr<double>(rstd));
   });
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M,
-                                int64_t N, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M, int64_t N,
+                                const Tensor& dx, const Tensor& dw, const Tensor& db) {
   if (N == 0) return;
   DeviceGuard guard(x.device().index);
   if (M == 0) {  // no rows: zero weight and bias gradients, as the CPU's empty sums
@@ -658,8 +683,8 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
     using A = typename AccOf<T>::type;
     if (dx.defined()) {
       const unsigned blocks = static_cast<unsigned>(M < 65535 ? M : 65535);
-      layer_norm_bwd_dx<T><<<blocks, row_threads(N), 0, ln.stream>>>(cptr<T>(dy), cptr<T>(x), cptr<double>(mean), cptr<double>(rstd),
-                                                                     cptr<T>(w), M, N, mptr<T>(dx));
+      layer_norm_bwd_dx<T>
+          <<<blocks, row_threads(N), 0, ln.stream>>>(cptr<T>(dy), cptr<T>(x), cptr<double>(mean), cptr<double>(rstd), cptr<T>(w), M, N, mptr<T>(dx));
       DP_CUDA_CHECK(cudaGetLastError());
     }
     if (!dw.defined() && !db.defined()) return;
@@ -685,14 +710,14 @@ void batch_norm_stats_kernel(const Tensor& x, int64_t B, int64_t C, int64_t L, c
     using A = typename AccOf<T>::type;
     int64_t splits = 1;
     Tensor part = channel_partials(x, B, C, L, StatsAdd<T>{cptr<T>(x)}, WelfordCombine{}, Welford<A>{0, 0, 0}, splits);
-    bn_stats_final<A><<<grid_for(C, ln.dev), kThreads, 0, ln.stream>>>(static_cast<const Welford<A>*>(part.data_ptr()), splits, C,
-                                                                        mptr<double>(mean), mptr<double>(var));
+    bn_stats_final<A><<<grid_for(C, ln.dev), kThreads, 0, ln.stream>>>(static_cast<const Welford<A>*>(part.data_ptr()), splits, C, mptr<double>(mean),
+                                                                       mptr<double>(var));
     DP_CUDA_CHECK(cudaGetLastError());
   });
 }
 
-void batch_norm_apply_kernel(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B,
-                             int64_t C, int64_t L, const Tensor& out) {
+void batch_norm_apply_kernel(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B, int64_t C,
+                             int64_t L, const Tensor& out) {
   const int64_t n = B * C * L;
   if (n == 0) return;
   DeviceGuard guard(x.device().index);
@@ -706,8 +731,8 @@ void batch_norm_apply_kernel(const Tensor& x, const Tensor& mean, const Tensor& 
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w,
-                                bool training, int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, bool training,
+                                int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   if (C == 0) return;
   DeviceGuard guard(x.device().index);
   if (B * L == 0) {  // empty batch: zero sums, as the CPU
@@ -726,8 +751,8 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
       part = channel_partials(x, B, C, L, GradSumsAdd<T>{cptr<T>(dy), cptr<T>(x), cptr<double>(mean)}, SumsCombine{}, Sums2<A>{0, 0}, splits);
     Tensor coef = dx.defined() ? make_empty({3 * C}, kFloat64, x.device()) : Tensor();
     bn_bwd_final<T, A><<<grid_for(C, ln.dev), kThreads, 0, ln.stream>>>(part.defined() ? static_cast<const Sums2<A>*>(part.data_ptr()) : nullptr,
-                                                                         splits, C, 1.0 / static_cast<double>(B * L), cptr<double>(invstd),
-                                                                         cptr<T>(w), training, mptr<T>(dw), mptr<T>(db), mptr<double>(coef));
+                                                                        splits, C, 1.0 / static_cast<double>(B * L), cptr<double>(invstd), cptr<T>(w),
+                                                                        training, mptr<T>(dw), mptr<T>(db), mptr<double>(coef));
     DP_CUDA_CHECK(cudaGetLastError());
     if (dx.defined()) {
       dispatch_index(n, [&]<typename I>() {

@@ -28,15 +28,15 @@ struct OffsetCalculator {
   };
   DP_HOST_DEVICE DP_INLINE Offsets get(I linear) const {
     Offsets o;
-DP_UNROLL
+    DP_UNROLL
     for (int k = 0; k < N; ++k) o.v[k] = 0;
-DP_UNROLL
+    DP_UNROLL
     for (int d = 0; d < kMaxDims; ++d) {
       if (d == dims) break;
       const I q = linear / sizes[d];
       const I r = linear - q * sizes[d];
       linear = q;
-DP_UNROLL
+      DP_UNROLL
       for (int k = 0; k < N; ++k) o.v[k] += static_cast<int64_t>(r) * strides[d][k];
     }
     return o;
@@ -73,8 +73,7 @@ OffsetCalculator<N, I> make_offset_calculator(int ndim, const int64_t* shape, co
     for (int k = 0; k < N; ++k) st[out][k] = st[j][k];
     ++out;
   }
-  DP_CHECK(out <= kMaxDims, NotImplementedError, "CUDA element-wise kernel: ", out, " dims after merging are more than supported (",
-           kMaxDims, ")");
+  DP_CHECK(out <= kMaxDims, NotImplementedError, "CUDA element-wise kernel: ", out, " dims after merging are more than supported (", kMaxDims, ")");
   OffsetCalculator<N, I> oc;
   oc.dims = out;
   for (int d = 0; d < out; ++d) {

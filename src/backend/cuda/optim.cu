@@ -31,13 +31,24 @@ __device__ __forceinline__ double div(double a, double b) { return __ddiv_rn(a, 
 __device__ __forceinline__ double sqrt_rn(double a) { return __dsqrt_rn(a); }
 __device__ __forceinline__ double fma_rn(double a, double b, double c) { return __fma_rn(a, b, c); }
 // The type an element is computed in: itself for float/double, float32 for the 16-bit types.
-template <typename S> struct ComputeOf { using type = S; };
-template <> struct ComputeOf<BFloat16> { using type = float; };
-template <> struct ComputeOf<Half> { using type = float; };
+template <typename S>
+struct ComputeOf {
+  using type = S;
+};
+template <>
+struct ComputeOf<BFloat16> {
+  using type = float;
+};
+template <>
+struct ComputeOf<Half> {
+  using type = float;
+};
 
 // torch.maximum: NaN if either is NaN.
 template <typename T>
-__device__ __forceinline__ T nan_max(T a, T b) { return a != a ? a : (a > b ? a : b); }
+__device__ __forceinline__ T nan_max(T a, T b) {
+  return a != a ? a : (a > b ? a : b);
+}
 
 // The block's tensor and chunk: block_start[k] is tensor k's first block (block_start[count] the
 // total). Empty tensors have no blocks and are stepped over.

@@ -39,16 +39,15 @@ struct MultiTensorLaunch {
 // needing more (2^31 chunks of 8192 elements: none in practice) is an error.
 inline std::vector<MultiTensorLaunch> plan_launches(const std::vector<int64_t>& numels, int max_tensors = kMaxTensorsPerLaunch,
                                                     int64_t chunk = kChunk) {
-  DP_CHECK(max_tensors > 0 && chunk > 0, ValueError, "plan_launches: max_tensors (", max_tensors, ") and chunk (", chunk,
-           ") must be positive");
+  DP_CHECK(max_tensors > 0 && chunk > 0, ValueError, "plan_launches: max_tensors (", max_tensors, ") and chunk (", chunk, ") must be positive");
   constexpr int64_t kMaxBlocks = (int64_t{1} << 31) - 1;
   std::vector<MultiTensorLaunch> out;
   MultiTensorLaunch cur;
   for (size_t i = 0; i < numels.size(); ++i) {
     DP_CHECK(numels[i] >= 0, ValueError, "plan_launches: tensor ", i, " has a negative size ", numels[i]);
     const int64_t blocks = (numels[i] + chunk - 1) / chunk;
-    DP_CHECK(blocks <= kMaxBlocks, ValueError, "CUDA optimizer update: tensor ", i, " has ", numels[i],
-             " elements, more than one launch can cover (", kMaxBlocks, " chunks of ", chunk, ")");
+    DP_CHECK(blocks <= kMaxBlocks, ValueError, "CUDA optimizer update: tensor ", i, " has ", numels[i], " elements, more than one launch can cover (",
+             kMaxBlocks, " chunks of ", chunk, ")");
     if (cur.count == static_cast<size_t>(max_tensors) || cur.blocks + blocks > kMaxBlocks) {
       out.push_back(cur);
       cur = MultiTensorLaunch{i, 0, 0};

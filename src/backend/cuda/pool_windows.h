@@ -15,8 +15,14 @@
 
 namespace dp::cuda::pool {
 
-template <typename I> DP_HOST_DEVICE DP_INLINE I imin(I a, I b) { return a < b ? a : b; }
-template <typename I> DP_HOST_DEVICE DP_INLINE I imax(I a, I b) { return a > b ? a : b; }
+template <typename I>
+DP_HOST_DEVICE DP_INLINE I imin(I a, I b) {
+  return a < b ? a : b;
+}
+template <typename I>
+DP_HOST_DEVICE DP_INLINE I imax(I a, I b) {
+  return a > b ? a : b;
+}
 
 // Max pooling along one dim: output o reads inputs first, first + dilation, ... < end (clipped to
 // [0, size)), as the CPU's `while (i0 < 0) i0 += d` loop.

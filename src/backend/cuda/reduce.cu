@@ -61,8 +61,10 @@ __global__ void __launch_bounds__(detail::kReduceThreads)
       owner = ty == 0;
     }
     if (owner && live) {
-      if (l.splits == 1) op.store(acc, out_off);
-      else partial[w.o * l.splits + split] = acc;
+      if (l.splits == 1)
+        op.store(acc, out_off);
+      else
+        partial[w.o * l.splits + split] = acc;
     }
   }
 }
@@ -196,7 +198,8 @@ void var_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& re
 void logsumexp_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
   check_devices("logsumexp", out, in);
   const kernels::ReducePlan plan = kernels::make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
-  kernels::dispatch_floating(in.dtype(), "logsumexp", [&]<typename T>() { launch_reduce<T>("logsumexp", plan, in, out, detail::LseOp<T>{out.data_ptr<T>()}); });
+  kernels::dispatch_floating(in.dtype(), "logsumexp",
+                             [&]<typename T>() { launch_reduce<T>("logsumexp", plan, in, out, detail::LseOp<T>{out.data_ptr<T>()}); });
 }
 
 void norm_kernel(const Tensor& out, const Tensor& in, double p) {

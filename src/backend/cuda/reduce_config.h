@@ -137,7 +137,7 @@ inline ReduceParams make_reduce_params(const kernels::ReducePlan& plan, const ch
   return p;
 }
 
-constexpr int kReduceThreads = 256;   // threads per block of every reduction kernel
+constexpr int kReduceThreads = 256;    // threads per block of every reduction kernel
 constexpr int64_t kMinPerThread = 16;  // reduced elements a thread should get before the rows are split across blocks
 constexpr int64_t kMaxGridX = INT32_MAX;
 constexpr int64_t kMaxGridY = 65535;
@@ -158,10 +158,10 @@ struct ReduceLaunch {
   // threads split the reduced elements and are combined through shared memory.
   bool rows = true;
   int block_x = 32, block_y = 8;
-  int64_t groups = 1;   // output groups (block_y outputs for rows, block_x for columns)
-  int64_t grid_x = 1;   // blocks along the groups (grid-stride beyond)
-  int64_t splits = 1;   // blocks along the reduced space (grid y); > 1: partials + a combining pass
-  int64_t chunk = 0;    // reduced elements per split (the last may have fewer)
+  int64_t groups = 1;  // output groups (block_y outputs for rows, block_x for columns)
+  int64_t grid_x = 1;  // blocks along the groups (grid-stride beyond)
+  int64_t splits = 1;  // blocks along the reduced space (grid y); > 1: partials + a combining pass
+  int64_t chunk = 0;   // reduced elements per split (the last may have fewer)
 };
 
 // Rows when the innermost reduced dim walks memory more closely than the innermost kept dim (a

@@ -29,9 +29,11 @@ namespace dp::cuda::detail {
 using kernels::convert;
 
 // float32, float16 and bfloat16 accumulate in float32; float64 in float64.
-template <typename T> using facc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template <typename T>
+using facc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 // Values of max / min: 16-bit floats compare as float, everything else as itself.
-template <typename T> using cmp_t = std::conditional_t<kernels::is_reduced_float_v<T>, float, T>;
+template <typename T>
+using cmp_t = std::conditional_t<kernels::is_reduced_float_v<T>, float, T>;
 
 // ---------------------------------------------------------------- math on float / double
 
@@ -47,7 +49,8 @@ DP_HOST_DEVICE DP_INLINE float acc_abs(float x) { return fabsf(x); }
 DP_HOST_DEVICE DP_INLINE double acc_abs(double x) { return ::fabs(x); }
 
 // Infinity and NaN from their bits (std::numeric_limits is host-only in device code).
-template <typename A> DP_HOST_DEVICE DP_INLINE A acc_inf() {
+template <typename A>
+DP_HOST_DEVICE DP_INLINE A acc_inf() {
   if constexpr (std::is_same_v<A, float>) {
     return dp::detail::bits_f32(0x7f800000u);
   } else {
@@ -57,7 +60,8 @@ template <typename A> DP_HOST_DEVICE DP_INLINE A acc_inf() {
     return d;
   }
 }
-template <typename A> DP_HOST_DEVICE DP_INLINE A acc_nan() {
+template <typename A>
+DP_HOST_DEVICE DP_INLINE A acc_nan() {
   if constexpr (std::is_same_v<A, float>) {
     return dp::detail::bits_f32(0x7fc00000u);
   } else {
@@ -121,8 +125,10 @@ struct SumOp {
   DP_HOST_DEVICE DP_INLINE A step(A a, T v, int64_t) const { return a + convert<A>(v); }
   DP_HOST_DEVICE DP_INLINE A combine(A a, A b) const { return a + b; }
   DP_HOST_DEVICE DP_INLINE void store(A a, int64_t o) const {
-    if constexpr (std::is_floating_point_v<A>) out[o] = convert<O>(a / divisor);  // 0 / 0 = nan: mean of nothing
-    else out[o] = convert<O>(a);
+    if constexpr (std::is_floating_point_v<A>)
+      out[o] = convert<O>(a / divisor);  // 0 / 0 = nan: mean of nothing
+    else
+      out[o] = convert<O>(a);
   }
 };
 
@@ -140,8 +146,10 @@ DP_HOST_DEVICE DP_INLINE V pick(bool is_max, V a, V x) {
 // The identity of max (is_max) or min over V (host only: the op carries it to the device).
 template <typename V>
 V extreme_identity(bool is_max) {
-  if constexpr (std::numeric_limits<V>::has_infinity) return is_max ? -std::numeric_limits<V>::infinity() : std::numeric_limits<V>::infinity();
-  else return is_max ? std::numeric_limits<V>::lowest() : std::numeric_limits<V>::max();
+  if constexpr (std::numeric_limits<V>::has_infinity)
+    return is_max ? -std::numeric_limits<V>::infinity() : std::numeric_limits<V>::infinity();
+  else
+    return is_max ? std::numeric_limits<V>::lowest() : std::numeric_limits<V>::max();
 }
 
 template <typename T>
@@ -278,7 +286,12 @@ enum class NormKind { Zero, One, Two, Inf, NegInf, General };
 
 inline NormKind norm_kind(double p) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  return p == 0.0 ? NormKind::Zero : p == 1.0 ? NormKind::One : p == 2.0 ? NormKind::Two : p == kInf ? NormKind::Inf : p == -kInf ? NormKind::NegInf : NormKind::General;
+  return p == 0.0     ? NormKind::Zero
+         : p == 1.0   ? NormKind::One
+         : p == 2.0   ? NormKind::Two
+         : p == kInf  ? NormKind::Inf
+         : p == -kInf ? NormKind::NegInf
+                      : NormKind::General;
 }
 
 template <typename T>
@@ -292,12 +305,18 @@ struct NormOp {
   DP_HOST_DEVICE DP_INLINE A step(A a, T v, int64_t) const {
     const A x = acc_abs(convert<A>(v));
     switch (kind) {
-      case NormKind::Zero: return a + (x != A(0) ? A(1) : A(0));
-      case NormKind::One: return a + x;
-      case NormKind::Two: return a + x * x;
-      case NormKind::Inf: return (x > a || x != x) ? x : a;
-      case NormKind::NegInf: return (x < a || x != x) ? x : a;
-      case NormKind::General: return a + acc_pow(x, p);
+      case NormKind::Zero:
+        return a + (x != A(0) ? A(1) : A(0));
+      case NormKind::One:
+        return a + x;
+      case NormKind::Two:
+        return a + x * x;
+      case NormKind::Inf:
+        return (x > a || x != x) ? x : a;
+      case NormKind::NegInf:
+        return (x < a || x != x) ? x : a;
+      case NormKind::General:
+        return a + acc_pow(x, p);
     }
     return a;
   }
@@ -308,8 +327,10 @@ struct NormOp {
   }
   DP_HOST_DEVICE DP_INLINE void store(A a, int64_t o) const {
     A r = a;
-    if (kind == NormKind::Two) r = acc_sqrt(a);
-    else if (kind == NormKind::General) r = acc_pow(a, A(1) / p);
+    if (kind == NormKind::Two)
+      r = acc_sqrt(a);
+    else if (kind == NormKind::General)
+      r = acc_pow(a, A(1) / p);
     out[o] = convert<T>(r);
   }
 };
@@ -348,8 +369,10 @@ DP_HOST_DEVICE DP_INLINE MaxSum<A> online_combine(MaxSum<A> a, MaxSum<A> b) {
 // The result for element x of a row with (m, s): a row of -inf gives nan (0 / 0), as the CPU.
 template <bool Log, typename A>
 DP_HOST_DEVICE DP_INLINE A softmax_value(A x, MaxSum<A> ms) {
-  if constexpr (Log) return (x - ms.m) - acc_log(ms.s);  // (x - max) - log(sum): no rounding at max's magnitude
-  else return acc_exp(x - ms.m) / ms.s;
+  if constexpr (Log)
+    return (x - ms.m) - acc_log(ms.s);  // (x - max) - log(sum): no rounding at max's magnitude
+  else
+    return acc_exp(x - ms.m) / ms.s;
 }
 
 // Backward, per element given the row's sum t of backward_term:
@@ -357,13 +380,17 @@ DP_HOST_DEVICE DP_INLINE A softmax_value(A x, MaxSum<A> ms) {
 //   log_softmax: t = sum(g),     gi = g - exp(y) * t
 template <bool Log, typename A>
 DP_HOST_DEVICE DP_INLINE A backward_term(A g, A y) {
-  if constexpr (Log) return g;
-  else return g * y;
+  if constexpr (Log)
+    return g;
+  else
+    return g * y;
 }
 template <bool Log, typename A>
 DP_HOST_DEVICE DP_INLINE A backward_value(A g, A y, A t) {
-  if constexpr (Log) return g - acc_exp(y) * t;
-  else return y * (g - t);
+  if constexpr (Log)
+    return g - acc_exp(y) * t;
+  else
+    return y * (g - t);
 }
 
 }  // namespace dp::cuda::detail

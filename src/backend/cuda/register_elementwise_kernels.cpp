@@ -11,8 +11,10 @@ namespace {
 // A copy with a CUDA operand: on one device the CUDA copy kernel, else a transfer (host <-> device,
 // or between devices), which does not wait where it need not.
 void copy_cuda(const Tensor& dst, const Tensor& src) {
-  if (dst.device() == src.device()) cuda::copy_kernel(dst, src);
-  else cuda::copy_across(dst, src, false);
+  if (dst.device() == src.device())
+    cuda::copy_kernel(dst, src);
+  else
+    cuda::copy_across(dst, src, false);
 }
 
 }  // namespace

@@ -133,9 +133,15 @@ void outer_cuda(const Tensor& out, const Tensor& a, const Tensor& b) {
 void random_fill_cuda(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first, double a, double b) {
   cuda::RandomKind k = cuda::RandomKind::Uniform;
   switch (kind) {
-    case RandomKind::Uniform: k = cuda::RandomKind::Uniform; break;
-    case RandomKind::Normal: k = cuda::RandomKind::Normal; break;
-    case RandomKind::Bernoulli: k = cuda::RandomKind::Bernoulli; break;
+    case RandomKind::Uniform:
+      k = cuda::RandomKind::Uniform;
+      break;
+    case RandomKind::Normal:
+      k = cuda::RandomKind::Normal;
+      break;
+    case RandomKind::Bernoulli:
+      k = cuda::RandomKind::Bernoulli;
+      break;
   }
   cuda::random_fill(k, t, seed, first, a, b);
 }

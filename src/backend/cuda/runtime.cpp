@@ -200,9 +200,7 @@ Stream Stream::create(int device, int priority) {
   return Stream(device, s, std::move(owner));
 }
 
-dp::Stream Stream::generic() const {
-  return dp::Stream(Device::cuda(device_), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle_)), owner_);
-}
+dp::Stream Stream::generic() const { return dp::Stream(Device::cuda(device_), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle_)), owner_); }
 
 Stream Stream::from_generic(const dp::Stream& stream) {
   DP_CHECK(stream.device().is_cuda(), DeviceError, "cuda::Stream: ", stream.device().str(), "'s stream is not a CUDA stream");
@@ -258,9 +256,7 @@ void set_current_stream(const Stream& stream) {
   tls_current[static_cast<size_t>(stream.device())] = stream;
 }
 
-StreamGuard::StreamGuard(const Stream& stream) : device_(stream.device()), previous_(current_stream(stream.device())) {
-  set_current_stream(stream);
-}
+StreamGuard::StreamGuard(const Stream& stream) : device_(stream.device()), previous_(current_stream(stream.device())) { set_current_stream(stream); }
 StreamGuard::~StreamGuard() { set_current_stream(previous_); }
 
 // ---- events ----

@@ -39,7 +39,8 @@ struct Plus {
 
 // Rows of n contiguous elements; blockDim (block_x, block_y): block_x threads per row.
 template <typename T, bool Log>
-__global__ void __launch_bounds__(detail::kReduceThreads) softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t n, SoftmaxLaunch l) {
+__global__ void __launch_bounds__(detail::kReduceThreads)
+    softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t n, SoftmaxLaunch l) {
   using A = facc_t<T>;
   __shared__ MaxSum<A> smem[detail::kReduceThreads / 32];
   const int tx = static_cast<int>(threadIdx.x);
@@ -97,8 +98,8 @@ __global__ void __launch_bounds__(detail::kReduceThreads)
 }
 
 template <typename T, bool Log>
-__global__ void __launch_bounds__(detail::kReduceThreads) softmax_backward_rows_kernel(const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ gi,
-                                                                                      int64_t rows, int64_t n, SoftmaxLaunch l) {
+__global__ void __launch_bounds__(detail::kReduceThreads)
+    softmax_backward_rows_kernel(const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ gi, int64_t rows, int64_t n, SoftmaxLaunch l) {
   using A = facc_t<T>;
   __shared__ A smem[detail::kReduceThreads / 32];
   const int tx = static_cast<int>(threadIdx.x);
@@ -113,13 +114,15 @@ __global__ void __launch_bounds__(detail::kReduceThreads) softmax_backward_rows_
     }
     t = detail::group_allreduce(t, l.block_x, smem, Plus<A>{});
     if (live)
-      for (int64_t j = tx; j < n; j += l.block_x) gi[off + j] = convert<T>(detail::backward_value<Log>(convert<A>(g[off + j]), convert<A>(y[off + j]), t));
+      for (int64_t j = tx; j < n; j += l.block_x)
+        gi[off + j] = convert<T>(detail::backward_value<Log>(convert<A>(g[off + j]), convert<A>(y[off + j]), t));
   }
 }
 
 template <typename T, bool Log>
-__global__ void __launch_bounds__(detail::kReduceThreads) softmax_backward_cols_kernel(const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ gi,
-                                                                                      int64_t outer, int64_t n, int64_t inner, SoftmaxLaunch l) {
+__global__ void __launch_bounds__(detail::kReduceThreads)
+    softmax_backward_cols_kernel(const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ gi, int64_t outer, int64_t n, int64_t inner,
+                                 SoftmaxLaunch l) {
   using A = facc_t<T>;
   __shared__ A smem[detail::kReduceThreads];
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
@@ -163,9 +166,12 @@ struct Geometry {
 Geometry geometry(const Tensor& t, int64_t dim) {
   Geometry g;
   for (int64_t d = 0; d < t.dim(); ++d) {
-    if (d < dim) g.outer *= t.sizes()[d];
-    else if (d == dim) g.dsize = t.sizes()[d];
-    else g.inner *= t.sizes()[d];
+    if (d < dim)
+      g.outer *= t.sizes()[d];
+    else if (d == dim)
+      g.dsize = t.sizes()[d];
+    else
+      g.inner *= t.sizes()[d];
   }
   return g;
 }
@@ -192,11 +198,15 @@ void softmax_kernel(const Tensor& out, const Tensor& in, int64_t dim, bool log) 
     const T* x = static_cast<const T*>(in.data_ptr());
     T* y = static_cast<T*>(out.data_ptr());
     if (l.rows) {
-      if (log) softmax_rows_kernel<T, true><<<grid, block, 0, stream>>>(x, y, geo.outer, geo.dsize, l);
-      else softmax_rows_kernel<T, false><<<grid, block, 0, stream>>>(x, y, geo.outer, geo.dsize, l);
+      if (log)
+        softmax_rows_kernel<T, true><<<grid, block, 0, stream>>>(x, y, geo.outer, geo.dsize, l);
+      else
+        softmax_rows_kernel<T, false><<<grid, block, 0, stream>>>(x, y, geo.outer, geo.dsize, l);
     } else {
-      if (log) softmax_cols_kernel<T, true><<<grid, block, 0, stream>>>(x, y, geo.outer, geo.dsize, geo.inner, l);
-      else softmax_cols_kernel<T, false><<<grid, block, 0, stream>>>(x, y, geo.outer, geo.dsize, geo.inner, l);
+      if (log)
+        softmax_cols_kernel<T, true><<<grid, block, 0, stream>>>(x, y, geo.outer, geo.dsize, geo.inner, l);
+      else
+        softmax_cols_kernel<T, false><<<grid, block, 0, stream>>>(x, y, geo.outer, geo.dsize, geo.inner, l);
     }
   });
   DP_CUDA_CHECK(cudaGetLastError());
@@ -217,11 +227,15 @@ void softmax_backward_kernel(const Tensor& gin, const Tensor& g, const Tensor& y
     const T* yp = static_cast<const T*>(y.data_ptr());
     T* op = static_cast<T*>(gin.data_ptr());
     if (l.rows) {
-      if (log) softmax_backward_rows_kernel<T, true><<<grid, block, 0, stream>>>(gp, yp, op, geo.outer, geo.dsize, l);
-      else softmax_backward_rows_kernel<T, false><<<grid, block, 0, stream>>>(gp, yp, op, geo.outer, geo.dsize, l);
+      if (log)
+        softmax_backward_rows_kernel<T, true><<<grid, block, 0, stream>>>(gp, yp, op, geo.outer, geo.dsize, l);
+      else
+        softmax_backward_rows_kernel<T, false><<<grid, block, 0, stream>>>(gp, yp, op, geo.outer, geo.dsize, l);
     } else {
-      if (log) softmax_backward_cols_kernel<T, true><<<grid, block, 0, stream>>>(gp, yp, op, geo.outer, geo.dsize, geo.inner, l);
-      else softmax_backward_cols_kernel<T, false><<<grid, block, 0, stream>>>(gp, yp, op, geo.outer, geo.dsize, geo.inner, l);
+      if (log)
+        softmax_backward_cols_kernel<T, true><<<grid, block, 0, stream>>>(gp, yp, op, geo.outer, geo.dsize, geo.inner, l);
+      else
+        softmax_backward_cols_kernel<T, false><<<grid, block, 0, stream>>>(gp, yp, op, geo.outer, geo.dsize, geo.inner, l);
     }
   });
   DP_CUDA_CHECK(cudaGetLastError());

@@ -44,8 +44,8 @@ unsigned grid_for(int64_t n, int device) {
 
 Tensor on_device_of(const char* what, const Tensor& out, const Tensor& in) {
   if (in.device() == out.device()) return in;
-  DP_CHECK(in.device().is_cpu() && in.numel() == 1, DeviceError, what, ": expected all tensors to be on the same device, but found at least two devices, ",
-           out.device().str(), " and ", in.device().str(), "!");
+  DP_CHECK(in.device().is_cpu() && in.numel() == 1, DeviceError, what,
+           ": expected all tensors to be on the same device, but found at least two devices, ", out.device().str(), " and ", in.device().str(), "!");
   NoGradGuard no_grad;
   Tensor d = make_empty(in.sizes(), in.dtype(), out.device());
   copy_across(d, in, false);
@@ -79,8 +79,7 @@ size_t pinned_cache_cap() {
     if (env == nullptr || *env == '\0') return size_t(256) << 20;
     char* end = nullptr;
     const long long mb = std::strtoll(env, &end, 10);
-    DP_CHECK(end != env && *end == '\0' && mb >= 0, ValueError, "DP_CUDA_PINNED_CACHE_MB must be a whole number of MiB >= 0, got '",
-             env, "'");
+    DP_CHECK(end != env && *end == '\0' && mb >= 0, ValueError, "DP_CUDA_PINNED_CACHE_MB must be a whole number of MiB >= 0, got '", env, "'");
     return static_cast<size_t>(mb) << 20;
   }();
   return cap;

@@ -26,15 +26,11 @@ Tensor gelu(const Tensor& input, const GELUFuncOptions& options) { return dp::ge
 Tensor silu(const Tensor& input) { return dp::silu(input); }
 
 namespace {
-Tensor with_dtype(const Tensor& input, const SoftmaxFuncOptions& options) {
-  return options.dtype() ? input.to(*options.dtype()) : input;
-}
+Tensor with_dtype(const Tensor& input, const SoftmaxFuncOptions& options) { return options.dtype() ? input.to(*options.dtype()) : input; }
 }  // namespace
 
 Tensor softmax(const Tensor& input, const SoftmaxFuncOptions& options) { return dp::softmax(with_dtype(input, options), options.dim()); }
 
-Tensor log_softmax(const Tensor& input, const LogSoftmaxFuncOptions& options) {
-  return dp::log_softmax(with_dtype(input, options), options.dim());
-}
+Tensor log_softmax(const Tensor& input, const LogSoftmaxFuncOptions& options) { return dp::log_softmax(with_dtype(input, options), options.dim()); }
 
 }  // namespace dp::nn::functional

@@ -12,8 +12,8 @@ Tensor pad(const Tensor& input, const PadFuncOptions& options) {
   const std::vector<int64_t>& p = options.pad();
   DP_CHECK(input.defined(), ValueError, "pad: the input is an undefined tensor");
   DP_CHECK(p.size() % 2 == 0, ValueError, "pad: padding length must be divisible by 2, got ", p.size(), " values ", shape_str(p));
-  DP_CHECK(static_cast<int64_t>(p.size()) <= 2 * input.dim(), ValueError, "pad: padding length too large: ", p.size(),
-           " values for a ", input.dim(), "-D input ", input.size_str(), " (at most 2 per dim)");
+  DP_CHECK(static_cast<int64_t>(p.size()) <= 2 * input.dim(), ValueError, "pad: padding length too large: ", p.size(), " values for a ", input.dim(),
+           "-D input ", input.size_str(), " (at most 2 per dim)");
   Tensor out = input;
   for (size_t i = 0; i < p.size() / 2; ++i) {
     const int64_t dim = input.dim() - 1 - static_cast<int64_t>(i);

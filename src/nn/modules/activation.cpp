@@ -26,8 +26,6 @@ Tensor SoftmaxImpl::forward(const Tensor& input) const { return softmax(input, d
 Tensor LogSoftmaxImpl::forward(const Tensor& input) const { return log_softmax(input, dim); }
 
 Tensor FlattenImpl::forward(const Tensor& input) const { return flatten(input, start_dim, end_dim); }
-std::string FlattenImpl::extra_repr() const {
-  return "start_dim=" + std::to_string(start_dim) + ", end_dim=" + std::to_string(end_dim);
-}
+std::string FlattenImpl::extra_repr() const { return "start_dim=" + std::to_string(start_dim) + ", end_dim=" + std::to_string(end_dim); }
 
 }  // namespace dp::nn

@@ -54,8 +54,8 @@ Tensor BatchNormImplBase::forward(const Tensor& input) {
   }
   const bool use_batch_stats = is_training() || (!running_mean.defined() && !running_var.defined());
   const bool pass_running = !is_training() || options.track_running_stats();
-  return batch_norm(input, pass_running ? running_mean : Tensor(), pass_running ? running_var : Tensor(), weight, bias, use_batch_stats,
-                    factor, options.eps());
+  return batch_norm(input, pass_running ? running_mean : Tensor(), pass_running ? running_var : Tensor(), weight, bias, use_batch_stats, factor,
+                    options.eps());
 }
 
 std::string BatchNormImplBase::extra_repr() const {

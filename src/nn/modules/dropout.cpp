@@ -11,9 +11,7 @@ namespace {
 void check_p(const char* module, double p) {
   DP_CHECK(p >= 0.0 && p <= 1.0, ValueError, module, ": dropout probability has to be between 0 and 1, but got ", detail::python_float_repr(p));
 }
-std::string repr_of(const DropoutOptions& o) {
-  return "p=" + detail::python_float_repr(o.p()) + ", inplace=" + (o.inplace() ? "True" : "False");
-}
+std::string repr_of(const DropoutOptions& o) { return "p=" + detail::python_float_repr(o.p()) + ", inplace=" + (o.inplace() ? "True" : "False"); }
 }  // namespace
 
 DropoutImpl::DropoutImpl(const DropoutOptions& opts) : options(opts) { check_p("Dropout", options.p()); }

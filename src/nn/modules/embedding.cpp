@@ -11,8 +11,8 @@ EmbeddingImpl::EmbeddingImpl(const EmbeddingOptions& opts) : options(opts) {
   DP_CHECK(options.num_embeddings() >= 0 && options.embedding_dim() >= 0, ValueError, "Embedding: sizes must be non-negative, got ",
            options.num_embeddings(), " and ", options.embedding_dim());
   if (auto p = options.padding_idx()) {
-    DP_CHECK(*p < options.num_embeddings() && *p >= -options.num_embeddings(), IndexError,
-             "Embedding: padding_idx must be within num_embeddings (", options.num_embeddings(), "), got ", *p);
+    DP_CHECK(*p < options.num_embeddings() && *p >= -options.num_embeddings(), IndexError, "Embedding: padding_idx must be within num_embeddings (",
+             options.num_embeddings(), "), got ", *p);
   }
   weight = register_parameter("weight", empty({options.num_embeddings(), options.embedding_dim()}));
   reset_parameters();

@@ -76,8 +76,6 @@ std::string LazyLinearImpl::extra_repr() const {
          ", bias=" + (options.bias() ? "True" : "False");
 }
 
-void LazyLinearImpl::pretty_print(std::ostream& os) const {
-  os << (initialized_ ? "Linear" : "LazyLinear") << "(" << extra_repr() << ")";
-}
+void LazyLinearImpl::pretty_print(std::ostream& os) const { os << (initialized_ ? "Linear" : "LazyLinear") << "(" << extra_repr() << ")"; }
 
 }  // namespace dp::nn

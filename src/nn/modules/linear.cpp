@@ -8,8 +8,8 @@
 namespace dp::nn {
 
 LinearImpl::LinearImpl(const LinearOptions& opts) : options(opts) {
-  DP_CHECK(options.in_features() >= 0 && options.out_features() >= 0, ValueError,
-           "Linear: in_features and out_features must be non-negative, got ", options.in_features(), " and ", options.out_features());
+  DP_CHECK(options.in_features() >= 0 && options.out_features() >= 0, ValueError, "Linear: in_features and out_features must be non-negative, got ",
+           options.in_features(), " and ", options.out_features());
   weight = register_parameter("weight", empty({options.out_features(), options.in_features()}));
   bias = register_parameter("bias", options.bias() ? empty({options.out_features()}) : Tensor());
   reset_parameters();

@@ -4,9 +4,7 @@
 
 namespace dp::nn {
 
-BCELossImpl::BCELossImpl(BCELossOptions options_) : options(std::move(options_)) {
-  weight = register_buffer("weight", options.weight());
-}
+BCELossImpl::BCELossImpl(BCELossOptions options_) : options(std::move(options_)) { weight = register_buffer("weight", options.weight()); }
 
 Tensor BCELossImpl::forward(const Tensor& input, const Tensor& target) const {
   return binary_cross_entropy(input, target, weight, options.reduction());
@@ -29,9 +27,7 @@ L1LossImpl::L1LossImpl(L1LossOptions options_) : options(options_) {}
 
 Tensor L1LossImpl::forward(const Tensor& input, const Tensor& target) const { return l1_loss(input, target, options.reduction()); }
 
-NLLLossImpl::NLLLossImpl(NLLLossOptions options_) : options(std::move(options_)) {
-  weight = register_buffer("weight", options.weight());
-}
+NLLLossImpl::NLLLossImpl(NLLLossOptions options_) : options(std::move(options_)) { weight = register_buffer("weight", options.weight()); }
 
 Tensor NLLLossImpl::forward(const Tensor& input, const Tensor& target) const {
   return nll_loss(input, target, weight, options.ignore_index(), options.reduction());

@@ -68,9 +68,7 @@ void LayerNormImpl::reset_parameters() {
   if (bias.defined()) init::zeros_(bias);
 }
 
-Tensor LayerNormImpl::forward(const Tensor& input) const {
-  return layer_norm(input, options.normalized_shape(), weight, bias, options.eps());
-}
+Tensor LayerNormImpl::forward(const Tensor& input) const { return layer_norm(input, options.normalized_shape(), weight, bias, options.eps()); }
 
 std::string LayerNormImpl::extra_repr() const {
   // A Python tuple: "(10,)" or "(2, 3)".

@@ -54,8 +54,8 @@ Tensor dropout(const Tensor& x, double p) {
 LSTMImpl::LSTMImpl(const LSTMOptions& opts) : options(opts) {
   const double p = options.dropout();
   DP_CHECK(p >= 0.0 && p <= 1.0, ValueError,
-           "dropout should be a number in range [0, 1] representing the probability of an element being zeroed (LSTM got dropout=",
-           python_float(p), ")");
+           "dropout should be a number in range [0, 1] representing the probability of an element being zeroed (LSTM got dropout=", python_float(p),
+           ")");
   DP_CHECK(options.input_size() >= 0, ValueError, "LSTM: input_size must be non-negative, got ", options.input_size());
   DP_CHECK(options.hidden_size() > 0, ValueError, "hidden_size must be greater than zero (LSTM got ", options.hidden_size(), ")");
   DP_CHECK(options.num_layers() > 0, ValueError, "num_layers must be greater than zero (LSTM got ", options.num_layers(), ")");
@@ -89,13 +89,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> LSTMImpl::layer_weights(int64_t layer
 
 std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTMImpl::forward(const Tensor& input, std::optional<std::tuple<Tensor, Tensor>> hx) const {
   DP_CHECK(input.defined(), ValueError, "LSTM: input is an undefined tensor");
-  DP_CHECK(input.dim() == 2 || input.dim() == 3, ShapeError, "LSTM: Expected input to be 2-D or 3-D but received ", input.dim(),
-           "-D tensor (input ", input.size_str(), ")");
+  DP_CHECK(input.dim() == 2 || input.dim() == 3, ShapeError, "LSTM: Expected input to be 2-D or 3-D but received ", input.dim(), "-D tensor (input ",
+           input.size_str(), ")");
   const DType wdt = flat_weights[0].dtype();
   DP_CHECK(input.dtype() == wdt, DTypeError, "LSTM: input must have the type ", torch_dtype_name(wdt), ", got type ",
            torch_dtype_name(input.dtype()));
-  DP_CHECK(input.size(-1) == options.input_size(), ShapeError, "input.size(-1) must be equal to input_size. Expected ",
-           options.input_size(), ", got ", input.size(-1));
+  DP_CHECK(input.size(-1) == options.input_size(), ShapeError, "input.size(-1) must be equal to input_size. Expected ", options.input_size(),
+           ", got ", input.size(-1));
   const bool batched = input.dim() == 3;
   const int64_t batch_dim = options.batch_first() ? 0 : 1;
   const int64_t L = options.num_layers(), D = options.bidirectional() ? 2 : 1, H = options.hidden_size();
@@ -109,11 +109,11 @@ std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTMImpl::forward(const Tensor& i
     std::tie(h0, c0) = *hx;
     DP_CHECK(h0.defined() && c0.defined(), ValueError, "LSTM: hx = (h0, c0) holds an undefined tensor");
     if (batched) {
-      DP_CHECK(h0.dim() == 3 && c0.dim() == 3, ShapeError, "For batched 3-D input, hx and cx should also be 3-D but got (", h0.dim(),
-               "-D, ", c0.dim(), "-D) tensors");
+      DP_CHECK(h0.dim() == 3 && c0.dim() == 3, ShapeError, "For batched 3-D input, hx and cx should also be 3-D but got (", h0.dim(), "-D, ",
+               c0.dim(), "-D) tensors");
     } else {
-      DP_CHECK(h0.dim() == 2 && c0.dim() == 2, ShapeError, "For unbatched 2-D input, hx and cx should also be 2-D but got (", h0.dim(),
-               "-D, ", c0.dim(), "-D) tensors");
+      DP_CHECK(h0.dim() == 2 && c0.dim() == 2, ShapeError, "For unbatched 2-D input, hx and cx should also be 2-D but got (", h0.dim(), "-D, ",
+               c0.dim(), "-D) tensors");
       h0 = h0.unsqueeze(1);
       c0 = c0.unsqueeze(1);
     }
@@ -164,8 +164,8 @@ std::string LSTMImpl::extra_repr() const {
 // -------------------------------------------------------------------------------------- LSTMCell
 
 LSTMCellImpl::LSTMCellImpl(const LSTMCellOptions& opts) : options(opts) {
-  DP_CHECK(options.input_size() >= 0 && options.hidden_size() >= 0, ValueError, "LSTMCell: sizes must be non-negative, got input_size=",
-           options.input_size(), ", hidden_size=", options.hidden_size());
+  DP_CHECK(options.input_size() >= 0 && options.hidden_size() >= 0, ValueError,
+           "LSTMCell: sizes must be non-negative, got input_size=", options.input_size(), ", hidden_size=", options.hidden_size());
   const int64_t H = options.hidden_size(), G = 4 * H;
   weight_ih = register_parameter("weight_ih", empty({G, options.input_size()}));
   weight_hh = register_parameter("weight_hh", empty({G, H}));
@@ -178,14 +178,12 @@ void LSTMCellImpl::reset_parameters() { init_rnn_params({weight_ih, weight_hh, b
 
 std::tuple<Tensor, Tensor> LSTMCellImpl::forward(const Tensor& input, std::optional<std::tuple<Tensor, Tensor>> hx) const {
   DP_CHECK(input.defined(), ValueError, "LSTMCell: input is an undefined tensor");
-  DP_CHECK(input.dim() == 1 || input.dim() == 2, ShapeError, "LSTMCell: Expected input to be 1-D or 2-D but received ", input.dim(),
-           "-D tensor");
+  DP_CHECK(input.dim() == 1 || input.dim() == 2, ShapeError, "LSTMCell: Expected input to be 1-D or 2-D but received ", input.dim(), "-D tensor");
   const bool batched = input.dim() == 2;
   const Tensor x = batched ? input : input.unsqueeze(0);
-  DP_CHECK(x.size(1) == options.input_size(), ShapeError, "input has inconsistent input_size: got ", x.size(1), " expected ",
-           options.input_size());
-  DP_CHECK(input.dtype() == weight_ih.dtype(), DTypeError, "LSTMCell: input must have the type ", torch_dtype_name(weight_ih.dtype()),
-           ", got type ", torch_dtype_name(input.dtype()));
+  DP_CHECK(x.size(1) == options.input_size(), ShapeError, "input has inconsistent input_size: got ", x.size(1), " expected ", options.input_size());
+  DP_CHECK(input.dtype() == weight_ih.dtype(), DTypeError, "LSTMCell: input must have the type ", torch_dtype_name(weight_ih.dtype()), ", got type ",
+           torch_dtype_name(input.dtype()));
   const int64_t B = x.size(0), H = options.hidden_size();
   Tensor h, c;
   if (hx) {

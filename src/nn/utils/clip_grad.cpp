@@ -41,8 +41,8 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   }
   const double total_value = total.item<double>();
   if (error_if_nonfinite && !std::isfinite(total_value))
-    throw ValueError(::dp::detail::str("clip_grad_norm_: the total norm of order ", norm_type, " for gradients from `parameters` is ",
-                                       total_value, ", non-finite, so it cannot be clipped. To disable this error and scale the "
+    throw ValueError(::dp::detail::str("clip_grad_norm_: the total norm of order ", norm_type, " for gradients from `parameters` is ", total_value,
+                                       ", non-finite, so it cannot be clipped. To disable this error and scale the "
                                        "gradients by the non-finite norm anyway, set error_if_nonfinite=false"));
   // No `if (coef < 1)`: multiplying by the clamped coefficient (1 when no clipping is needed) is
   // what PyTorch does, and it needs no value from the device.
@@ -66,9 +66,7 @@ void clip_grad_value_(const std::vector<Tensor>& parameters, double clip_value) 
   for (Tensor& g : grads) dp::clamp_(g, Scalar(-clip_value), Scalar(clip_value));
 }
 
-void clip_grad_value_(std::initializer_list<Tensor> parameters, double clip_value) {
-  clip_grad_value_(std::vector<Tensor>(parameters), clip_value);
-}
+void clip_grad_value_(std::initializer_list<Tensor> parameters, double clip_value) { clip_grad_value_(std::vector<Tensor>(parameters), clip_value); }
 
 void clip_grad_value_(const Tensor& parameter, double clip_value) { clip_grad_value_(std::vector<Tensor>{parameter}, clip_value); }
 

@@ -31,9 +31,7 @@ void say(const std::string& line) {
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
 }
-int64_t mono_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+int64_t mono_ms() { return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 std::string type_of(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
@@ -61,11 +59,16 @@ int main(int argc, char** argv) {
   std::string save;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string o = argv[i], v = argv[i + 1];
-    if (o == "--steps") steps = std::stoi(v);
-    else if (o == "--save") save = v;
-    else if (o == "--skip-backward-at") skip_backward_at = std::stoi(v);
-    else if (o == "--exit-after") exit_after = std::stoi(v);
-    else if (o == "--then") continue_after_skip = v == "continue";
+    if (o == "--steps")
+      steps = std::stoi(v);
+    else if (o == "--save")
+      save = v;
+    else if (o == "--skip-backward-at")
+      skip_backward_at = std::stoi(v);
+    else if (o == "--exit-after")
+      exit_after = std::stoi(v);
+    else if (o == "--then")
+      continue_after_skip = v == "continue";
     else if (o == "--rows-of-rank") {
       std::stringstream ss(v);
       for (std::string x; std::getline(ss, x, ',');) rows_of_rank.push_back(std::stoll(x));

@@ -32,9 +32,7 @@ void say(const std::string& line) {
   std::fflush(stdout);
 }
 
-int64_t mono_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+int64_t mono_ms() { return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 void check(bool ok, const std::string& what) {
   say((ok ? "PASS " : "FAIL ") + what);

@@ -19,11 +19,16 @@ class WorkerJob {
       : server_("127.0.0.1", 0) {
     const int size = static_cast<int>(args.size());
     for (int r = 0; r < size; ++r) {
-      std::vector<std::string> env{"RANK=" + std::to_string(r),         "WORLD_SIZE=" + std::to_string(size),
-                                   "LOCAL_RANK=" + std::to_string(r),   "LOCAL_WORLD_SIZE=" + std::to_string(size),
-                                   "MASTER_ADDR=127.0.0.1",             "MASTER_PORT=" + std::to_string(server_.port()),
-                                   "DP_STORE_HOSTED=1",                 "DP_DIST_TIMEOUT=" + std::to_string(timeout_seconds),
-                                   "DP_DISTRIBUTED_DEBUG=0",            "DP_CPU_DEVICES=1",
+      std::vector<std::string> env{"RANK=" + std::to_string(r),
+                                   "WORLD_SIZE=" + std::to_string(size),
+                                   "LOCAL_RANK=" + std::to_string(r),
+                                   "LOCAL_WORLD_SIZE=" + std::to_string(size),
+                                   "MASTER_ADDR=127.0.0.1",
+                                   "MASTER_PORT=" + std::to_string(server_.port()),
+                                   "DP_STORE_HOSTED=1",
+                                   "DP_DIST_TIMEOUT=" + std::to_string(timeout_seconds),
+                                   "DP_DISTRIBUTED_DEBUG=0",
+                                   "DP_CPU_DEVICES=1",
                                    "OPENBLAS_NUM_THREADS=1"};
       for (const std::string& extra : extra_env) {
         const std::string name = extra.substr(0, extra.find('=') + 1);

@@ -47,9 +47,7 @@ void say(const std::string& line) {
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
 }
-int64_t mono_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+int64_t mono_ms() { return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 std::string type_of(const std::exception& e) {
   if (dynamic_cast<const PeerLostError*>(&e)) return "PeerLostError";
   if (dynamic_cast<const CollectiveTimeout*>(&e)) return "CollectiveTimeout";
@@ -72,17 +70,28 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string o = argv[i];
     const std::string v = i + 1 < argc ? argv[i + 1] : "";
-    if (o == "--print-env") print_env = true;
-    else if (o == "--on-signal") on_signal_stop = true;
-    else if (o == "--steps") steps = std::stoi(v), ++i;
-    else if (o == "--step-ms") step_ms = std::stoi(v), ++i;
-    else if (o == "--save") save = v, ++i;
-    else if (o == "--bucket-mb") ddp_options.first_bucket_mb = ddp_options.bucket_cap_mb = std::stod(v), ++i;
-    else if (o == "--checkpoint") checkpoint = v, ++i;
-    else if (o == "--fail-rank") fail_rank = std::stoi(v), ++i;
-    else if (o == "--fail-at") fail_at = std::stoi(v), ++i;
-    else if (o == "--fail-how") fail_how = v, ++i;
-    else if (o == "--fail-restart") fail_restart = std::stoi(v), ++i;
+    if (o == "--print-env")
+      print_env = true;
+    else if (o == "--on-signal")
+      on_signal_stop = true;
+    else if (o == "--steps")
+      steps = std::stoi(v), ++i;
+    else if (o == "--step-ms")
+      step_ms = std::stoi(v), ++i;
+    else if (o == "--save")
+      save = v, ++i;
+    else if (o == "--bucket-mb")
+      ddp_options.first_bucket_mb = ddp_options.bucket_cap_mb = std::stod(v), ++i;
+    else if (o == "--checkpoint")
+      checkpoint = v, ++i;
+    else if (o == "--fail-rank")
+      fail_rank = std::stoi(v), ++i;
+    else if (o == "--fail-at")
+      fail_at = std::stoi(v), ++i;
+    else if (o == "--fail-how")
+      fail_how = v, ++i;
+    else if (o == "--fail-restart")
+      fail_restart = std::stoi(v), ++i;
     else {
       std::fprintf(stderr, "dp_run_worker: unknown option %s\n", o.c_str());
       return 2;
@@ -133,7 +142,8 @@ int main(int argc, char** argv) {
     for (int step = first_step; step < steps; ++step) {
       if (failing && step == fail_at) {
         if (fail_how.rfind("exit:", 0) == 0) std::_Exit(std::stoi(fail_how.substr(5)));
-        if (fail_how == "throw") throw ValueError("dp_run_worker: rank " + std::to_string(rank) + " was told to fail at step " + std::to_string(step));
+        if (fail_how == "throw")
+          throw ValueError("dp_run_worker: rank " + std::to_string(rank) + " was told to fail at step " + std::to_string(step));
         if (fail_how == "abort") std::abort();
         if (fail_how == "hang") sleep_forever();
         if (fail_how == "stop") ::raise(SIGSTOP);

@@ -14,7 +14,10 @@ namespace dp::nn::functional {
 
 struct ReLUFuncOptions {
   ReLUFuncOptions(bool inplace = false) : inplace_(inplace) {}  // NOLINT: ReLUFuncOptions(true) as in libtorch
-  ReLUFuncOptions& inplace(bool v) { inplace_ = v; return *this; }
+  ReLUFuncOptions& inplace(bool v) {
+    inplace_ = v;
+    return *this;
+  }
   bool inplace() const { return inplace_; }
 
  private:
@@ -22,8 +25,14 @@ struct ReLUFuncOptions {
 };
 
 struct LeakyReLUFuncOptions {
-  LeakyReLUFuncOptions& negative_slope(double v) { negative_slope_ = v; return *this; }
-  LeakyReLUFuncOptions& inplace(bool v) { inplace_ = v; return *this; }
+  LeakyReLUFuncOptions& negative_slope(double v) {
+    negative_slope_ = v;
+    return *this;
+  }
+  LeakyReLUFuncOptions& inplace(bool v) {
+    inplace_ = v;
+    return *this;
+  }
   double negative_slope() const { return negative_slope_; }
   bool inplace() const { return inplace_; }
 
@@ -34,7 +43,10 @@ struct LeakyReLUFuncOptions {
 
 struct GELUFuncOptions {
   // "none" (exact, erf) or "tanh".
-  GELUFuncOptions& approximate(std::string v) { approximate_ = std::move(v); return *this; }
+  GELUFuncOptions& approximate(std::string v) {
+    approximate_ = std::move(v);
+    return *this;
+  }
   const std::string& approximate() const { return approximate_; }
 
  private:
@@ -45,8 +57,14 @@ struct GELUFuncOptions {
 // dtype argument: e.g. float16 logits summed in float32).
 struct SoftmaxFuncOptions {
   SoftmaxFuncOptions(int64_t dim) : dim_(dim) {}  // NOLINT
-  SoftmaxFuncOptions& dim(int64_t v) { dim_ = v; return *this; }
-  SoftmaxFuncOptions& dtype(std::optional<DType> v) { dtype_ = v; return *this; }
+  SoftmaxFuncOptions& dim(int64_t v) {
+    dim_ = v;
+    return *this;
+  }
+  SoftmaxFuncOptions& dtype(std::optional<DType> v) {
+    dtype_ = v;
+    return *this;
+  }
   int64_t dim() const { return dim_; }
   std::optional<DType> dtype() const { return dtype_; }
 

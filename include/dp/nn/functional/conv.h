@@ -13,11 +13,26 @@ namespace dp::nn::functional {
 // libtorch's Conv2dFuncOptions: the bias travels in the options; stride, padding and dilation take
 // one int (both dims) or two.
 struct Conv2dFuncOptions {
-  Conv2dFuncOptions& bias(Tensor v) { bias_ = std::move(v); return *this; }
-  Conv2dFuncOptions& stride(ExpandingArray<2> v) { stride_ = v; return *this; }
-  Conv2dFuncOptions& padding(ExpandingArray<2> v) { padding_ = v; return *this; }
-  Conv2dFuncOptions& dilation(ExpandingArray<2> v) { dilation_ = v; return *this; }
-  Conv2dFuncOptions& groups(int64_t v) { groups_ = v; return *this; }
+  Conv2dFuncOptions& bias(Tensor v) {
+    bias_ = std::move(v);
+    return *this;
+  }
+  Conv2dFuncOptions& stride(ExpandingArray<2> v) {
+    stride_ = v;
+    return *this;
+  }
+  Conv2dFuncOptions& padding(ExpandingArray<2> v) {
+    padding_ = v;
+    return *this;
+  }
+  Conv2dFuncOptions& dilation(ExpandingArray<2> v) {
+    dilation_ = v;
+    return *this;
+  }
+  Conv2dFuncOptions& groups(int64_t v) {
+    groups_ = v;
+    return *this;
+  }
   const Tensor& bias() const { return bias_; }
   const ExpandingArray<2>& stride() const { return stride_; }
   const ExpandingArray<2>& padding() const { return padding_; }

@@ -10,11 +10,20 @@ namespace dp::nn::functional {
 
 struct DropoutFuncOptions {
   // In [0, 1].
-  DropoutFuncOptions& p(double v) { p_ = v; return *this; }
+  DropoutFuncOptions& p(double v) {
+    p_ = v;
+    return *this;
+  }
   // false: the input is returned unchanged (what eval() does to a Dropout module).
-  DropoutFuncOptions& training(bool v) { training_ = v; return *this; }
+  DropoutFuncOptions& training(bool v) {
+    training_ = v;
+    return *this;
+  }
   // Overwrite the input (and return it) instead of allocating the result.
-  DropoutFuncOptions& inplace(bool v) { inplace_ = v; return *this; }
+  DropoutFuncOptions& inplace(bool v) {
+    inplace_ = v;
+    return *this;
+  }
   double p() const { return p_; }
   bool training() const { return training_; }
   bool inplace() const { return inplace_; }

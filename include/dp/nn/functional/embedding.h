@@ -12,7 +12,10 @@ namespace dp::nn::functional {
 struct EmbeddingFuncOptions {
   // The row that gets no gradient; negative counts from the end. Must lie in
   // [-num_embeddings, num_embeddings) (ValueError).
-  EmbeddingFuncOptions& padding_idx(std::optional<int64_t> v) { padding_idx_ = v; return *this; }
+  EmbeddingFuncOptions& padding_idx(std::optional<int64_t> v) {
+    padding_idx_ = v;
+    return *this;
+  }
   std::optional<int64_t> padding_idx() const { return padding_idx_; }
 
  private:

@@ -24,7 +24,6 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
 Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossFuncOptions& options = {});
 Tensor l1_loss(const Tensor& input, const Tensor& target, const L1LossFuncOptions& options = {});
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BinaryCrossEntropyFuncOptions& options = {});
-Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
-                                        const BinaryCrossEntropyWithLogitsFuncOptions& options = {});
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const BinaryCrossEntropyWithLogitsFuncOptions& options = {});
 
 }  // namespace dp::nn::functional

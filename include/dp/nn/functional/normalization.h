@@ -12,12 +12,27 @@
 namespace dp::nn::functional {
 
 struct BatchNormFuncOptions {
-  BatchNormFuncOptions& weight(Tensor v) { weight_ = std::move(v); return *this; }
-  BatchNormFuncOptions& bias(Tensor v) { bias_ = std::move(v); return *this; }
+  BatchNormFuncOptions& weight(Tensor v) {
+    weight_ = std::move(v);
+    return *this;
+  }
+  BatchNormFuncOptions& bias(Tensor v) {
+    bias_ = std::move(v);
+    return *this;
+  }
   // true: batch statistics, and the running buffers (when defined) are updated in place.
-  BatchNormFuncOptions& training(bool v) { training_ = v; return *this; }
-  BatchNormFuncOptions& momentum(double v) { momentum_ = v; return *this; }
-  BatchNormFuncOptions& eps(double v) { eps_ = v; return *this; }
+  BatchNormFuncOptions& training(bool v) {
+    training_ = v;
+    return *this;
+  }
+  BatchNormFuncOptions& momentum(double v) {
+    momentum_ = v;
+    return *this;
+  }
+  BatchNormFuncOptions& eps(double v) {
+    eps_ = v;
+    return *this;
+  }
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
   bool training() const { return training_; }
@@ -34,9 +49,18 @@ struct BatchNormFuncOptions {
 
 struct LayerNormFuncOptions {
   LayerNormFuncOptions(std::vector<int64_t> normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}  // NOLINT
-  LayerNormFuncOptions& weight(Tensor v) { weight_ = std::move(v); return *this; }
-  LayerNormFuncOptions& bias(Tensor v) { bias_ = std::move(v); return *this; }
-  LayerNormFuncOptions& eps(double v) { eps_ = v; return *this; }
+  LayerNormFuncOptions& weight(Tensor v) {
+    weight_ = std::move(v);
+    return *this;
+  }
+  LayerNormFuncOptions& bias(Tensor v) {
+    bias_ = std::move(v);
+    return *this;
+  }
+  LayerNormFuncOptions& eps(double v) {
+    eps_ = v;
+    return *this;
+  }
   const std::vector<int64_t>& normalized_shape() const { return normalized_shape_; }
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
@@ -51,10 +75,19 @@ struct LayerNormFuncOptions {
 
 struct NormalizeFuncOptions {
   // The exponent of the norm, > 0 (infinity: the largest magnitude).
-  NormalizeFuncOptions& p(double v) { p_ = v; return *this; }
-  NormalizeFuncOptions& dim(int64_t v) { dim_ = v; return *this; }
+  NormalizeFuncOptions& p(double v) {
+    p_ = v;
+    return *this;
+  }
+  NormalizeFuncOptions& dim(int64_t v) {
+    dim_ = v;
+    return *this;
+  }
   // The smallest denominator (a zero vector stays zero instead of becoming NaN).
-  NormalizeFuncOptions& eps(double v) { eps_ = v; return *this; }
+  NormalizeFuncOptions& eps(double v) {
+    eps_ = v;
+    return *this;
+  }
   double p() const { return p_; }
   int64_t dim() const { return dim_; }
   double eps() const { return eps_; }

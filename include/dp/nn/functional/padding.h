@@ -15,7 +15,10 @@ namespace dp::nn::functional {
 // (reflect / replicate / circular are not implemented).
 struct PadFuncOptions {
   PadFuncOptions(std::vector<int64_t> pad) : pad_(std::move(pad)) {}  // NOLINT
-  PadFuncOptions& value(double v) { value_ = v; return *this; }
+  PadFuncOptions& value(double v) {
+    value_ = v;
+    return *this;
+  }
   const std::vector<int64_t>& pad() const { return pad_; }
   double value() const { return value_; }
 

@@ -9,14 +9,26 @@ namespace dp::nn {
 
 struct BatchNormOptions {
   BatchNormOptions(int64_t num_features) : num_features_(num_features) {}  // NOLINT
-  BatchNormOptions& eps(double e) { eps_ = e; return *this; }
+  BatchNormOptions& eps(double e) {
+    eps_ = e;
+    return *this;
+  }
   // Weight of the newest batch in the running averages; nullopt: a cumulative moving average
   // (factor 1 / num_batches_tracked).
-  BatchNormOptions& momentum(std::optional<double> m) { momentum_ = m; return *this; }
+  BatchNormOptions& momentum(std::optional<double> m) {
+    momentum_ = m;
+    return *this;
+  }
   // A learnable per-channel weight (ones) and bias (zeros).
-  BatchNormOptions& affine(bool a) { affine_ = a; return *this; }
+  BatchNormOptions& affine(bool a) {
+    affine_ = a;
+    return *this;
+  }
   // Running mean / variance buffers, used in eval(); without them eval() uses batch statistics.
-  BatchNormOptions& track_running_stats(bool t) { track_running_stats_ = t; return *this; }
+  BatchNormOptions& track_running_stats(bool t) {
+    track_running_stats_ = t;
+    return *this;
+  }
   int64_t num_features() const { return num_features_; }
   double eps() const { return eps_; }
   std::optional<double> momentum() const { return momentum_; }
@@ -43,9 +55,9 @@ class BatchNormImplBase : public Module {
   std::string extra_repr() const override;
 
   BatchNormOptions options;
-  Tensor weight;               // undefined without affine
+  Tensor weight;  // undefined without affine
   Tensor bias;
-  Tensor running_mean;         // undefined without track_running_stats
+  Tensor running_mean;  // undefined without track_running_stats
   Tensor running_var;
   Tensor num_batches_tracked;
 

@@ -19,8 +19,7 @@ class SequentialImpl : public Module {
  public:
   SequentialImpl() = default;
   template <typename... Ms>
-    requires(sizeof...(Ms) > 0 && (!std::is_same_v<std::decay_t<Ms>, SequentialImpl> && ...))
-  explicit SequentialImpl(Ms&&... modules) {
+  requires(sizeof...(Ms) > 0 && (!std::is_same_v<std::decay_t<Ms>, SequentialImpl> && ...)) explicit SequentialImpl(Ms&&... modules) {
     (push_back(std::forward<Ms>(modules)), ...);
   }
 
@@ -31,11 +30,17 @@ class SequentialImpl : public Module {
     calls_.push_back(&call_forward<M>);
   }
   template <TensorToTensorModule M>
-  void push_back(std::shared_ptr<M> module) { push_back(std::to_string(calls_.size()), std::move(module)); }
+  void push_back(std::shared_ptr<M> module) {
+    push_back(std::to_string(calls_.size()), std::move(module));
+  }
   template <typename M>
-  void push_back(const ModuleHolder<M>& holder) { push_back(holder.ptr()); }
+  void push_back(const ModuleHolder<M>& holder) {
+    push_back(holder.ptr());
+  }
   template <typename M>
-  void push_back(std::string name, const ModuleHolder<M>& holder) { push_back(std::move(name), holder.ptr()); }
+  void push_back(std::string name, const ModuleHolder<M>& holder) {
+    push_back(std::move(name), holder.ptr());
+  }
 
   // Runs the children in order.
   Tensor forward(const Tensor& input) const;
@@ -53,7 +58,9 @@ class SequentialImpl : public Module {
 
  private:
   template <typename M>
-  static Tensor call_forward(Module& m, const Tensor& x) { return call(static_cast<M&>(m), x); }  // children's hooks run
+  static Tensor call_forward(Module& m, const Tensor& x) {
+    return call(static_cast<M&>(m), x);
+  }  // children's hooks run
   using Call = Tensor (*)(Module&, const Tensor&);
   std::vector<Call> calls_;  // one per child, same order as the registry
 };
@@ -63,8 +70,7 @@ class ModuleListImpl : public Module {
  public:
   ModuleListImpl() = default;
   template <typename... Ms>
-    requires(sizeof...(Ms) > 0 && (!std::is_same_v<std::decay_t<Ms>, ModuleListImpl> && ...))
-  explicit ModuleListImpl(Ms&&... modules) {
+  requires(sizeof...(Ms) > 0 && (!std::is_same_v<std::decay_t<Ms>, ModuleListImpl> && ...)) explicit ModuleListImpl(Ms&&... modules) {
     (push_back(std::forward<Ms>(modules)), ...);
   }
   template <typename M>
@@ -73,7 +79,9 @@ class ModuleListImpl : public Module {
     register_module(std::to_string(own_children().size()), std::move(module));
   }
   template <typename M>
-  void push_back(const ModuleHolder<M>& holder) { push_back(holder.ptr()); }
+  void push_back(const ModuleHolder<M>& holder) {
+    push_back(holder.ptr());
+  }
 
   size_t size() const { return own_children().size(); }
   bool is_empty() const { return own_children().empty(); }

@@ -21,8 +21,8 @@ class ExpandingArray {
   ExpandingArray(int64_t v) : scalar_(true) { values_.fill(v); }  // NOLINT: `.stride(2)` as in libtorch
   ExpandingArray(std::initializer_list<int64_t> l) : ExpandingArray(std::vector<int64_t>(l)) {}
   ExpandingArray(const std::vector<int64_t>& v) {  // NOLINT
-    DP_CHECK(v.size() == N || v.size() == 1, ValueError, "expected a single integer or a list of ", N, " integers, but got ", v.size(),
-             " values ", shape_str(v));
+    DP_CHECK(v.size() == N || v.size() == 1, ValueError, "expected a single integer or a list of ", N, " integers, but got ", v.size(), " values ",
+             shape_str(v));
     scalar_ = v.size() == 1;
     for (size_t i = 0; i < N; ++i) values_[i] = v[v.size() == 1 ? 0 : i];
   }
@@ -53,11 +53,26 @@ class ExpandingArray {
 struct Conv2dOptions {
   Conv2dOptions(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  Conv2dOptions& stride(ExpandingArray<2> v) { stride_ = v; return *this; }
-  Conv2dOptions& padding(ExpandingArray<2> v) { padding_ = v; return *this; }
-  Conv2dOptions& dilation(ExpandingArray<2> v) { dilation_ = v; return *this; }
-  Conv2dOptions& groups(int64_t v) { groups_ = v; return *this; }
-  Conv2dOptions& bias(bool v) { bias_ = v; return *this; }
+  Conv2dOptions& stride(ExpandingArray<2> v) {
+    stride_ = v;
+    return *this;
+  }
+  Conv2dOptions& padding(ExpandingArray<2> v) {
+    padding_ = v;
+    return *this;
+  }
+  Conv2dOptions& dilation(ExpandingArray<2> v) {
+    dilation_ = v;
+    return *this;
+  }
+  Conv2dOptions& groups(int64_t v) {
+    groups_ = v;
+    return *this;
+  }
+  Conv2dOptions& bias(bool v) {
+    bias_ = v;
+    return *this;
+  }
   int64_t in_channels() const { return in_channels_; }
   int64_t out_channels() const { return out_channels_; }
   const ExpandingArray<2>& kernel_size() const { return kernel_size_; }

@@ -8,9 +8,15 @@ namespace dp::nn {
 
 struct DropoutOptions {
   DropoutOptions(double p = 0.5) : p_(p) {}  // NOLINT: Dropout(0.2)
-  DropoutOptions& p(double v) { p_ = v; return *this; }
+  DropoutOptions& p(double v) {
+    p_ = v;
+    return *this;
+  }
   // Overwrite the input instead of returning a new tensor.
-  DropoutOptions& inplace(bool v) { inplace_ = v; return *this; }
+  DropoutOptions& inplace(bool v) {
+    inplace_ = v;
+    return *this;
+  }
   double p() const { return p_; }
   bool inplace() const { return inplace_; }
 

@@ -8,7 +8,10 @@ namespace dp::nn {
 struct EmbeddingOptions {
   EmbeddingOptions(int64_t num_embeddings, int64_t embedding_dim) : num_embeddings_(num_embeddings), embedding_dim_(embedding_dim) {}
   // Rows at this index get no gradient and start at zero (negative counts from the end).
-  EmbeddingOptions& padding_idx(std::optional<int64_t> p) { padding_idx_ = p; return *this; }
+  EmbeddingOptions& padding_idx(std::optional<int64_t> p) {
+    padding_idx_ = p;
+    return *this;
+  }
   int64_t num_embeddings() const { return num_embeddings_; }
   int64_t embedding_dim() const { return embedding_dim_; }
   std::optional<int64_t> padding_idx() const { return padding_idx_; }

@@ -42,7 +42,10 @@ std::optional<std::string> first_uninitialized_module(const Module& module);
 
 struct LazyLinearOptions {
   LazyLinearOptions(int64_t out_features) : out_features_(out_features) {}  // NOLINT: LazyLinear(4)
-  LazyLinearOptions& bias(bool b) { bias_ = b; return *this; }
+  LazyLinearOptions& bias(bool b) {
+    bias_ = b;
+    return *this;
+  }
   int64_t out_features() const { return out_features_; }
   bool bias() const { return bias_; }
 

@@ -6,7 +6,10 @@ namespace dp::nn {
 
 struct LinearOptions {
   LinearOptions(int64_t in_features, int64_t out_features) : in_features_(in_features), out_features_(out_features) {}
-  LinearOptions& bias(bool b) { bias_ = b; return *this; }
+  LinearOptions& bias(bool b) {
+    bias_ = b;
+    return *this;
+  }
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
   bool bias() const { return bias_; }

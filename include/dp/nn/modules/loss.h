@@ -19,8 +19,14 @@ struct BCELossOptions {
   BCELossOptions() = default;
   BCELossOptions(Reduction reduction) : reduction_(reduction) {}  // NOLINT: BCELoss(dp::Reduction::Sum)
   // A rescaling weight broadcast to the input's shape.
-  BCELossOptions& weight(Tensor w) { weight_ = std::move(w); return *this; }
-  BCELossOptions& reduction(Reduction r) { reduction_ = r; return *this; }
+  BCELossOptions& weight(Tensor w) {
+    weight_ = std::move(w);
+    return *this;
+  }
+  BCELossOptions& reduction(Reduction r) {
+    reduction_ = r;
+    return *this;
+  }
   const Tensor& weight() const { return weight_; }
   Reduction reduction() const { return reduction_; }
 
@@ -32,10 +38,19 @@ struct BCELossOptions {
 struct BCEWithLogitsLossOptions {
   BCEWithLogitsLossOptions() = default;
   BCEWithLogitsLossOptions(Reduction reduction) : reduction_(reduction) {}  // NOLINT
-  BCEWithLogitsLossOptions& weight(Tensor w) { weight_ = std::move(w); return *this; }
-  BCEWithLogitsLossOptions& reduction(Reduction r) { reduction_ = r; return *this; }
+  BCEWithLogitsLossOptions& weight(Tensor w) {
+    weight_ = std::move(w);
+    return *this;
+  }
+  BCEWithLogitsLossOptions& reduction(Reduction r) {
+    reduction_ = r;
+    return *this;
+  }
   // The weight of positive examples, broadcast to the input's shape (typically [C]).
-  BCEWithLogitsLossOptions& pos_weight(Tensor w) { pos_weight_ = std::move(w); return *this; }
+  BCEWithLogitsLossOptions& pos_weight(Tensor w) {
+    pos_weight_ = std::move(w);
+    return *this;
+  }
   const Tensor& weight() const { return weight_; }
   Reduction reduction() const { return reduction_; }
   const Tensor& pos_weight() const { return pos_weight_; }
@@ -49,7 +64,10 @@ struct BCEWithLogitsLossOptions {
 struct MSELossOptions {
   MSELossOptions() = default;
   MSELossOptions(Reduction reduction) : reduction_(reduction) {}  // NOLINT: MSELoss(dp::Reduction::Sum)
-  MSELossOptions& reduction(Reduction r) { reduction_ = r; return *this; }
+  MSELossOptions& reduction(Reduction r) {
+    reduction_ = r;
+    return *this;
+  }
   Reduction reduction() const { return reduction_; }
 
  private:
@@ -59,7 +77,10 @@ struct MSELossOptions {
 struct L1LossOptions {
   L1LossOptions() = default;
   L1LossOptions(Reduction reduction) : reduction_(reduction) {}  // NOLINT
-  L1LossOptions& reduction(Reduction r) { reduction_ = r; return *this; }
+  L1LossOptions& reduction(Reduction r) {
+    reduction_ = r;
+    return *this;
+  }
   Reduction reduction() const { return reduction_; }
 
  private:
@@ -70,9 +91,18 @@ struct NLLLossOptions {
   NLLLossOptions() = default;
   NLLLossOptions(Reduction reduction) : reduction_(reduction) {}  // NOLINT
   // One weight per class ([C]).
-  NLLLossOptions& weight(Tensor w) { weight_ = std::move(w); return *this; }
-  NLLLossOptions& ignore_index(int64_t i) { ignore_index_ = i; return *this; }
-  NLLLossOptions& reduction(Reduction r) { reduction_ = r; return *this; }
+  NLLLossOptions& weight(Tensor w) {
+    weight_ = std::move(w);
+    return *this;
+  }
+  NLLLossOptions& ignore_index(int64_t i) {
+    ignore_index_ = i;
+    return *this;
+  }
+  NLLLossOptions& reduction(Reduction r) {
+    reduction_ = r;
+    return *this;
+  }
   const Tensor& weight() const { return weight_; }
   int64_t ignore_index() const { return ignore_index_; }
   Reduction reduction() const { return reduction_; }
@@ -87,11 +117,23 @@ struct CrossEntropyLossOptions {
   CrossEntropyLossOptions() = default;
   CrossEntropyLossOptions(Reduction reduction) : reduction_(reduction) {}  // NOLINT
   // One weight per class ([C]).
-  CrossEntropyLossOptions& weight(Tensor w) { weight_ = std::move(w); return *this; }
-  CrossEntropyLossOptions& ignore_index(int64_t i) { ignore_index_ = i; return *this; }
-  CrossEntropyLossOptions& reduction(Reduction r) { reduction_ = r; return *this; }
+  CrossEntropyLossOptions& weight(Tensor w) {
+    weight_ = std::move(w);
+    return *this;
+  }
+  CrossEntropyLossOptions& ignore_index(int64_t i) {
+    ignore_index_ = i;
+    return *this;
+  }
+  CrossEntropyLossOptions& reduction(Reduction r) {
+    reduction_ = r;
+    return *this;
+  }
   // In [0, 1].
-  CrossEntropyLossOptions& label_smoothing(double ls) { label_smoothing_ = ls; return *this; }
+  CrossEntropyLossOptions& label_smoothing(double ls) {
+    label_smoothing_ = ls;
+    return *this;
+  }
   const Tensor& weight() const { return weight_; }
   int64_t ignore_index() const { return ignore_index_; }
   Reduction reduction() const { return reduction_; }

@@ -9,9 +9,15 @@ namespace dp::nn {
 
 struct LayerNormOptions {
   LayerNormOptions(std::vector<int64_t> normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}  // NOLINT
-  LayerNormOptions& eps(double e) { eps_ = e; return *this; }
+  LayerNormOptions& eps(double e) {
+    eps_ = e;
+    return *this;
+  }
   // A learnable weight (ones) and bias (zeros) of shape normalized_shape.
-  LayerNormOptions& elementwise_affine(bool a) { elementwise_affine_ = a; return *this; }
+  LayerNormOptions& elementwise_affine(bool a) {
+    elementwise_affine_ = a;
+    return *this;
+  }
   const std::vector<int64_t>& normalized_shape() const { return normalized_shape_; }
   double eps() const { return eps_; }
   bool elementwise_affine() const { return elementwise_affine_; }

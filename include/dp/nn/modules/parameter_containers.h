@@ -35,8 +35,7 @@ class ParameterListImpl : public Module {
   ParameterListImpl() = default;
   explicit ParameterListImpl(const std::vector<Tensor>& params) { extend(params); }
   template <typename... Ts>
-    requires(sizeof...(Ts) > 0 && (std::is_convertible_v<Ts, Tensor> && ...))
-  explicit ParameterListImpl(Ts&&... params) {
+  requires(sizeof...(Ts) > 0 && (std::is_convertible_v<Ts, Tensor> && ...)) explicit ParameterListImpl(Ts&&... params) {
     (append(Tensor(std::forward<Ts>(params))), ...);
   }
 

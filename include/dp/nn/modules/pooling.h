@@ -14,10 +14,22 @@ namespace dp::nn {
 
 struct MaxPool2dOptions {
   MaxPool2dOptions(ExpandingArray<2> kernel_size) : kernel_size_(kernel_size) {}  // NOLINT
-  MaxPool2dOptions& stride(ExpandingArray<2> v) { stride_ = v; return *this; }
-  MaxPool2dOptions& padding(ExpandingArray<2> v) { padding_ = v; return *this; }
-  MaxPool2dOptions& dilation(ExpandingArray<2> v) { dilation_ = v; return *this; }
-  MaxPool2dOptions& ceil_mode(bool v) { ceil_mode_ = v; return *this; }
+  MaxPool2dOptions& stride(ExpandingArray<2> v) {
+    stride_ = v;
+    return *this;
+  }
+  MaxPool2dOptions& padding(ExpandingArray<2> v) {
+    padding_ = v;
+    return *this;
+  }
+  MaxPool2dOptions& dilation(ExpandingArray<2> v) {
+    dilation_ = v;
+    return *this;
+  }
+  MaxPool2dOptions& ceil_mode(bool v) {
+    ceil_mode_ = v;
+    return *this;
+  }
   const ExpandingArray<2>& kernel_size() const { return kernel_size_; }
   // Defaults to kernel_size.
   const ExpandingArray<2>& stride() const { return stride_ ? *stride_ : kernel_size_; }
@@ -48,11 +60,26 @@ using MaxPool2d = ModuleHolder<MaxPool2dImpl>;
 
 struct AvgPool2dOptions {
   AvgPool2dOptions(ExpandingArray<2> kernel_size) : kernel_size_(kernel_size) {}  // NOLINT
-  AvgPool2dOptions& stride(ExpandingArray<2> v) { stride_ = v; return *this; }
-  AvgPool2dOptions& padding(ExpandingArray<2> v) { padding_ = v; return *this; }
-  AvgPool2dOptions& ceil_mode(bool v) { ceil_mode_ = v; return *this; }
-  AvgPool2dOptions& count_include_pad(bool v) { count_include_pad_ = v; return *this; }
-  AvgPool2dOptions& divisor_override(std::optional<int64_t> v) { divisor_override_ = v; return *this; }
+  AvgPool2dOptions& stride(ExpandingArray<2> v) {
+    stride_ = v;
+    return *this;
+  }
+  AvgPool2dOptions& padding(ExpandingArray<2> v) {
+    padding_ = v;
+    return *this;
+  }
+  AvgPool2dOptions& ceil_mode(bool v) {
+    ceil_mode_ = v;
+    return *this;
+  }
+  AvgPool2dOptions& count_include_pad(bool v) {
+    count_include_pad_ = v;
+    return *this;
+  }
+  AvgPool2dOptions& divisor_override(std::optional<int64_t> v) {
+    divisor_override_ = v;
+    return *this;
+  }
   const ExpandingArray<2>& kernel_size() const { return kernel_size_; }
   const ExpandingArray<2>& stride() const { return stride_ ? *stride_ : kernel_size_; }
   const ExpandingArray<2>& padding() const { return padding_; }

@@ -11,13 +11,28 @@ namespace dp::nn {
 
 struct LSTMOptions {
   LSTMOptions(int64_t input_size, int64_t hidden_size) : input_size_(input_size), hidden_size_(hidden_size) {}
-  LSTMOptions& num_layers(int64_t n) { num_layers_ = n; return *this; }
-  LSTMOptions& bias(bool b) { bias_ = b; return *this; }
+  LSTMOptions& num_layers(int64_t n) {
+    num_layers_ = n;
+    return *this;
+  }
+  LSTMOptions& bias(bool b) {
+    bias_ = b;
+    return *this;
+  }
   // Input and output are [B, T, *] instead of [T, B, *] (h0/c0 and h_n/c_n keep batch on dim 1).
-  LSTMOptions& batch_first(bool b) { batch_first_ = b; return *this; }
+  LSTMOptions& batch_first(bool b) {
+    batch_first_ = b;
+    return *this;
+  }
   // Dropout on the outputs of every layer but the last, in training mode only.
-  LSTMOptions& dropout(double p) { dropout_ = p; return *this; }
-  LSTMOptions& bidirectional(bool b) { bidirectional_ = b; return *this; }
+  LSTMOptions& dropout(double p) {
+    dropout_ = p;
+    return *this;
+  }
+  LSTMOptions& bidirectional(bool b) {
+    bidirectional_ = b;
+    return *this;
+  }
   int64_t input_size() const { return input_size_; }
   int64_t hidden_size() const { return hidden_size_; }
   int64_t num_layers() const { return num_layers_; }
@@ -55,8 +70,7 @@ class LSTMImpl : public Module {
   LSTMImpl(int64_t input_size, int64_t hidden_size) : LSTMImpl(LSTMOptions(input_size, hidden_size)) {}
   explicit LSTMImpl(const LSTMOptions& options);
   void reset_parameters();
-  std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& input,
-                                                         std::optional<std::tuple<Tensor, Tensor>> hx = std::nullopt) const;
+  std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& input, std::optional<std::tuple<Tensor, Tensor>> hx = std::nullopt) const;
   std::string extra_repr() const override;
 
   LSTMOptions options;
@@ -72,7 +86,10 @@ using LSTM = ModuleHolder<LSTMImpl>;
 
 struct LSTMCellOptions {
   LSTMCellOptions(int64_t input_size, int64_t hidden_size) : input_size_(input_size), hidden_size_(hidden_size) {}
-  LSTMCellOptions& bias(bool b) { bias_ = b; return *this; }
+  LSTMCellOptions& bias(bool b) {
+    bias_ = b;
+    return *this;
+  }
   int64_t input_size() const { return input_size_; }
   int64_t hidden_size() const { return hidden_size_; }
   bool bias() const { return bias_; }
@@ -88,8 +105,7 @@ struct LSTMCellOptions {
 // bias_hh [4H] (absent with bias = false), all U(-1/sqrt(H), 1/sqrt(H)).
 class LSTMCellImpl : public Module {
  public:
-  LSTMCellImpl(int64_t input_size, int64_t hidden_size, bool bias = true)
-      : LSTMCellImpl(LSTMCellOptions(input_size, hidden_size).bias(bias)) {}
+  LSTMCellImpl(int64_t input_size, int64_t hidden_size, bool bias = true) : LSTMCellImpl(LSTMCellOptions(input_size, hidden_size).bias(bias)) {}
   explicit LSTMCellImpl(const LSTMCellOptions& options);
   void reset_parameters();
   std::tuple<Tensor, Tensor> forward(const Tensor& input, std::optional<std::tuple<Tensor, Tensor>> hx = std::nullopt) const;

@@ -23,10 +23,8 @@ namespace dp::nn::utils {
 // Returns the total norm before clipping (0 when no parameter has a gradient). A total that is
 // NaN or infinite scales the gradients by it (they become NaN or 0), unless error_if_nonfinite,
 // which throws ValueError instead and leaves them unchanged.
-double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type = 2.0,
-                       bool error_if_nonfinite = false);
-double clip_grad_norm_(std::initializer_list<Tensor> parameters, double max_norm, double norm_type = 2.0,
-                       bool error_if_nonfinite = false);
+double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type = 2.0, bool error_if_nonfinite = false);
+double clip_grad_norm_(std::initializer_list<Tensor> parameters, double max_norm, double norm_type = 2.0, bool error_if_nonfinite = false);
 double clip_grad_norm_(const Tensor& parameter, double max_norm, double norm_type = 2.0, bool error_if_nonfinite = false);
 
 // Clamps every gradient element into [-clip_value, clip_value], in place.
