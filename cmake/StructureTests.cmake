@@ -1,7 +1,7 @@
 # Structure tests: the direction of #include lines between the library's layers
-# (scripts/check_layers.py; "Layers and the direction of includes" in docs/architecture.md).
-# Included from the end of tests/CMakeLists.txt; they read the source tree only, so they build
-# nothing and run in about a second.
+# (scripts/check_layers.py; "Layers and the direction of includes" in docs/architecture.md) and
+# the C++ style (scripts/format.sh --check). Included from the end of tests/CMakeLists.txt; they
+# read the source tree only, so they build nothing (the style check takes about half a minute).
 # The tests run python3 from PATH (/usr/bin/env), so look for that name (standard library only).
 find_program(DP_PYTHON3 NAMES python3)
 if(DP_PYTHON3)
@@ -17,4 +17,16 @@ if(DP_PYTHON3)
                        PROPERTIES TIMEOUT 60 LABELS structure)
 else()
   message(STATUS "python3 not found: Structure.IncludeDirection (scripts/check_layers.py) is not registered")
+endif()
+
+# The C++ style (.clang-format; scripts/format.sh rewrites, --check lists what differs). Needs
+# Debian's clang-format-14 (scripts/install-deps.sh installs it): another version formats some
+# constructs differently.
+find_program(DP_CLANG_FORMAT NAMES clang-format-14)
+if(DP_CLANG_FORMAT)
+  add_test(NAME Structure.Format COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/format.sh --check)
+  set_tests_properties(Structure.Format PROPERTIES TIMEOUT 300 LABELS structure
+                       ENVIRONMENT "CLANG_FORMAT=${DP_CLANG_FORMAT}")
+else()
+  message(STATUS "clang-format-14 not found: Structure.Format (scripts/format.sh --check) is not registered")
 endif()

@@ -19,6 +19,7 @@ PACKAGES=(
   pkg-config dpkg-dev                        # install tests (dparallel.pc), cpack -G DEB (dpkg-shlibdeps)
   tmux                                       # a real terminal for dp-train's progress-bar test
   doxygen                                    # the API reference (scripts/api-docs.sh), kept warning-free by a test
+  clang-format-14                            # the C++ style (.clang-format, scripts/format.sh), checked by a test
 )
 
 missing=()
