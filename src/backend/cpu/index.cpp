@@ -4,6 +4,7 @@
 #include <cstring>
 #include <type_traits>
 #include <vector>
+#include "backend/dispatch_width.h"
 #include "backend/index_kernels.h"
 #include "backend/dispatch.h"
 #include "backend/cpu/loops.h"
@@ -42,25 +43,6 @@ T scalar_to(const Scalar& s) {
   if (s.is_floating_point()) return kernels::convert<T>(s.to_double());
   if (s.is_bool()) return kernels::convert<T>(s.to<bool>());
   return kernels::convert<T>(s.to_int());
-}
-
-// Copies by element width (the kernels that only move elements work for every dtype).
-template <typename F>
-void dispatch_width(size_t width, F&& f) {
-  switch (width) {
-    case 1:
-      f.template operator()<uint8_t>();
-      return;
-    case 2:
-      f.template operator()<uint16_t>();
-      return;
-    case 4:
-      f.template operator()<uint32_t>();
-      return;
-    default:
-      f.template operator()<uint64_t>();
-      return;
-  }
 }
 
 // check: the CPU reads every index anyway.
@@ -114,7 +96,7 @@ void gather_cpu(const char* op, const Tensor& out, const Tensor& a, int64_t dim,
   Shape a_st = a.strides();
   const int64_t step = a_st[dim];
   a_st[dim] = 0;
-  dispatch_width(a.element_size(), [&]<typename W>() {
+  ::dp::kernels::dispatch_width(a.element_size(), [&]<typename W>() {
     const W* pa = static_cast<const W*>(a.data_ptr());
     W* po = static_cast<W*>(out.data_ptr());
     strided_walk<2>(index.sizes(), {out.strides(), a_st},

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cstring>
+#include "backend/dispatch_width.h"
 #include "backend/elementwise_impl.h"
 #include "backend/cuda/index.h"
 #include "backend/cuda/launch.cuh"
@@ -200,24 +201,6 @@ Launch prepare(const char* op, const Tensor& iter, const Tensor& src, const Tens
   return l;
 }
 
-template <typename F>
-void dispatch_width(size_t width, F&& f) {
-  switch (width) {
-    case 1:
-      f.template operator()<uint8_t>();
-      return;
-    case 2:
-      f.template operator()<uint16_t>();
-      return;
-    case 4:
-      f.template operator()<uint32_t>();
-      return;
-    default:
-      f.template operator()<uint64_t>();
-      return;
-  }
-}
-
 }  // namespace
 
 bool index_gather(const Tensor& out, const Tensor& src, const Tensor& index, int64_t step, int64_t bound, bool check) {
@@ -227,7 +210,7 @@ bool index_gather(const Tensor& out, const Tensor& src, const Tensor& index, int
   detail::HostFlag flag;
   int* bad = check ? flag.device_ptr(l.stream) : nullptr;
   const int64_t step_bytes = step * static_cast<int64_t>(src.element_size());
-  dispatch_width(out.element_size(), [&]<typename W>() {
+  ::dp::kernels::dispatch_width(out.element_size(), [&]<typename W>() {
     kernels::dispatch_index(index.dtype(), "gather", [&]<typename I>() {
       gather_kernel<W, I><<<l.blocks, kThreads, 0, l.stream>>>(static_cast<uint32_t>(out.numel()), l.p, l.oc, step_bytes, bound, bad);
     });
@@ -274,7 +257,8 @@ void masked_fill(const Tensor& out, const Tensor& a, const Tensor& mask, const S
     const T v = kernels::scalar_to<T>(value);
     std::memcpy(&bits, &v, sizeof(T));
   });
-  dispatch_width(out.element_size(), [&]<typename B>() { CudaLaunch::run<B, B, bool>(out, MaskedFillF<B>{static_cast<B>(bits)}, a, mask); });
+  ::dp::kernels::dispatch_width(out.element_size(),
+                                [&]<typename B>() { CudaLaunch::run<B, B, bool>(out, MaskedFillF<B>{static_cast<B>(bits)}, a, mask); });
 }
 
 }  // namespace dp::cuda
