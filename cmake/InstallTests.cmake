@@ -6,12 +6,14 @@
 #   Install.FindPackage       cmake --install into a temporary prefix; find_package(dparallel)
 #   Install.PkgConfig         another prefix; c++ main.cpp $(pkg-config --cflags --libs dparallel)
 #   Install.AddSubdirectory   add_subdirectory(<source tree>): compiles the library again with this
-#                             build's compiler, flags and options (registered only with ccache;
-#                             5-15 s warm). Its compiler runs in another folder depth than this
-#                             build's, so the relative paths ccache's base_dir makes differ and this
-#                             build's objects do not serve it: its first run in a build folder, or
-#                             after a source is edited, is a real compile (measured 832 s for 84
-#                             of 166 objects on a loaded 2-core machine): hence its long TIMEOUT
+#                             build's compiler, flags and options (registered only with ccache).
+#                             With ccache's defaults (no base_dir: a CI machine) the compiles name
+#                             the same absolute paths as this build's and ccache serves every object
+#                             (its preprocessor mode ignores the -I and -o that differ). With a
+#                             base_dir the paths become relative to another folder depth than this
+#                             build's: its first run in a build folder, or after a source is edited,
+#                             is a real compile (measured 832 s for 84 of 166 objects on a loaded
+#                             2-core machine): hence its long TIMEOUT
 #   Install.FetchContent      the same with FetchContent_Declare(dparallel SOURCE_DIR <source tree>)
 #                             and FetchContent_MakeAvailable (same rule). Run after
 #                             Install.AddSubdirectory, in the same folder layout: ccache serves it
@@ -42,7 +44,7 @@ set(_dp_env
 # The options the add_subdirectory build repeats (DP_CMAKE_ARGS, a ;-list, escaped for ENVIRONMENT).
 set(_dp_subdir_args
   -DDP_NATIVE=${DP_NATIVE} -DDP_WITH_CUDA=${DP_WITH_CUDA} -DDP_CPU_DISPATCH=${DP_CPU_DISPATCH}
-  -DBUILD_SHARED_LIBS=${BUILD_SHARED_LIBS})
+  -DBUILD_SHARED_LIBS=${BUILD_SHARED_LIBS} -DDP_WERROR=${DP_WERROR})
 if(CMAKE_CUDA_COMPILER)
   list(APPEND _dp_subdir_args -DCMAKE_CUDA_COMPILER=${CMAKE_CUDA_COMPILER})
 endif()

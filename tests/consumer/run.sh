@@ -52,17 +52,6 @@ consumer() {
   "$work/consumer/consumer"
 }
 
-# common_parent A B: the longest folder path both absolute paths start with.
-common_parent() {
-  local a=$1/ b=$2/ p=""
-  while [[ "$a" == */* && "$b" == */* && "${a%%/*}" == "${b%%/*}" ]]; do
-    p+="${a%%/*}/"
-    a=${a#*/} b=${b#*/}
-  done
-  p=${p%/}
-  echo "${p:-/}"
-}
-
 start=$SECONDS
 case "$mode" in
   package)
@@ -84,17 +73,12 @@ case "$mode" in
     ;;
   subdir | fetchcontent)
     IFS=';' read -r -a extra <<<"${DP_CMAKE_ARGS:-}"
-    # Both modes build the library in WORK/consumer/dparallel, WORK being sibling folders: with the
-    # absolute paths under their common parent made relative (base_dir) and the working folder left
-    # out of the hash, their compile commands are the same and the second build's objects all come
-    # from the first's cache entries. ccache's defaults (a clean CI machine has no ccache.conf) would
-    # put both folders' absolute paths into every hash: a second cold compile of the library.
-    if [[ -n "${DP_LAUNCHER:-}" ]]; then
-      export CCACHE_BASEDIR
-      CCACHE_BASEDIR=$(common_parent "$src" "$(dirname "$work")")
-      export CCACHE_NOHASHDIR=1
-      echo "ccache base_dir $CCACHE_BASEDIR, hash_dir off"
-    fi
+    # ccache is left as the build found it. Without a base_dir (a clean CI machine has no
+    # ccache.conf), every compile names the sources by the same absolute paths, so ccache's
+    # preprocessor mode serves both modes every library object the main build compiled: the
+    # command lines differ only in -I of the generated include folder and in -o, which that mode
+    # does not hash. With a base_dir the paths become relative to the compiler's folder: the two
+    # modes' folders have the same depth and share with each other, not with the main build.
     consumer "$mode" -DDP_SOURCE_DIR="$src" "${extra[@]}"
     ;;
   *) echo "run.sh: unknown mode $mode" >&2; exit 2 ;;
