@@ -7,5 +7,7 @@ DP_DEFINE_KERNEL(matmul_kernel, "matmul");
 DP_DEFINE_KERNEL(matmul_bias_kernel, "matmul");
 DP_DEFINE_KERNEL(dot_kernel, "dot");
 DP_DEFINE_KERNEL(outer_kernel, "outer");
+DP_DEFINE_KERNEL(linear_forward_kernel, "linear");
+DP_DEFINE_KERNEL(linear_backward_kernel, "linear");
 
 }  // namespace dp::backend

@@ -25,9 +25,27 @@ using Dot = void(const Tensor& out, const Tensor& a, const Tensor& b);
 // out [n, m] (contiguous) = a[i] * b[j], a [n] and b [m] (any dtypes) converted to out's dtype.
 using Outer = void(const Tensor& out, const Tensor& a, const Tensor& b);
 
+// Linear's usual form straight to the backend's GEMM, without a w.t() view: C [rows, out_f]
+// (contiguous) = X [rows, in] @ w^T (+ bias broadcast to [rows, out_f] when defined), w the weight
+// [out_f, in] as given, all of one dtype on one device. Returns false, having written nothing, when
+// the backend has no such path for these operands (dtype, strides, empty); the op then calls
+// matmul_bias_kernel / matmul_kernel on a w.t() view, which gives the same values. A backend may
+// leave it unregistered.
+using LinearForward = bool(const Tensor& C, const Tensor& X, const Tensor& w, const Tensor& bias);
+// Linear's backward when no graph is recorded (grad mode off), straight to the GEMMs: with G the
+// output gradient `grad` as a [rows, out_f] matrix, dx = G @ w shaped as the input ([..., in], when
+// w is defined) and dw = G^T @ X [out_f, in] (when x is defined), x and w being linear's input and
+// weight, of grad's dtype and device type (the CPU's devices share host memory, so x and w may be on
+// another of them, as after Module::to); rows, in, out_f > 0. The results are on grad's device.
+// Returns false, having computed nothing, when the backend has no such path for these operands; the
+// op then uses its differentiable formulas. A backend may leave it unregistered.
+using LinearBackward = bool(const Tensor& grad, const Tensor& x, const Tensor& w, int64_t rows, int64_t in, int64_t out_f, Tensor& dx, Tensor& dw);
+
 DP_DECLARE_KERNEL(matmul_kernel, Matmul);
 DP_DECLARE_KERNEL(matmul_bias_kernel, MatmulBias);
 DP_DECLARE_KERNEL(dot_kernel, Dot);
 DP_DECLARE_KERNEL(outer_kernel, Outer);
+DP_DECLARE_KERNEL(linear_forward_kernel, LinearForward);
+DP_DECLARE_KERNEL(linear_backward_kernel, LinearBackward);
 
 }  // namespace dp::backend

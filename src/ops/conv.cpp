@@ -18,7 +18,7 @@
 
 #include "backend/capabilities.h"
 #include "backend/cpu/conv_kernels.h"
-#include "backend/cpu/reduce.h"
+#include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"

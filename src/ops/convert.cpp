@@ -7,7 +7,7 @@
 #include <numeric>
 #include "dp/core/pooled.h"
 #include "backend/copy_kernels.h"
-#include "backend/cpu/loops.h"
+#include "backend/dispatch.h"
 #include "dp/autograd/function.h"
 #include "dp/core/device_registry.h"
 #include "dp/ops/factory.h"

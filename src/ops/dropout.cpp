@@ -5,13 +5,14 @@
 #include "dp/ops/dropout.h"
 
 #include "backend/random_kernels.h"
-#include "backend/cpu/loops.h"
+#include "backend/copy_kernels.h"
 #include "backend/cpu/norm_kernels.h"
-#include "backend/cpu/reduce.h"
+#include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "ops/common.h"
+#include "ops/reduction_helpers.h"
 
 namespace dp {
 namespace {

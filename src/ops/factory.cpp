@@ -4,7 +4,8 @@
 #include "dp/ops/shape.h"
 #include <cmath>
 #include <cstring>
-#include "backend/cpu/loops.h"
+#include "backend/copy_kernels.h"
+#include "backend/dispatch.h"
 #include "dp/core/device_registry.h"
 
 namespace dp {

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "backend/index_kernels.h"
-#include "backend/cpu/loops.h"
-#include "backend/cpu/reduce.h"
+#include "backend/copy_kernels.h"
+#include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"

@@ -7,8 +7,8 @@
 // kernels of their own. The CPU backend (src/backend/cpu/linalg.cpp) runs OpenBLAS for
 // float32/float64, float32 for the 16-bit floats and reference loops for integers; the CUDA
 // backend (src/backend/cuda/blas.h) cuBLAS, float32/float64/float16/bfloat16 only, as PyTorch's CUDA
-// products. Linear's usual CPU case (float32/float64, BLAS-readable operands) calls the GEMM
-// directly, forward and backward.
+// products. Linear first offers its operands to linear_forward_kernel / linear_backward_kernel, a
+// backend's direct path (the CPU's: float32/float64 straight to OpenBLAS, no w.t() view).
 // Backward formulas are written with dp ops, so they are differentiable again.
 #include "dp/core/pooled.h"
 #include "dp/ops/linalg.h"
@@ -19,12 +19,10 @@
 #include <vector>
 
 #include "backend/capabilities.h"
-#include "backend/cpu/blas_layout.h"
+#include "backend/blas_layout.h"
 #include "backend/linalg_kernels.h"
-#include "backend/cpu/blas.h"
-#include "backend/dispatch.h"
 #include "backend/elementwise_kernels.h"
-#include "backend/cpu/loops.h"
+#include "backend/copy_kernels.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
@@ -124,9 +122,8 @@ void check_product_dtype(const char* op, DType t) {
 bool is_zero(const Scalar& s) { return s.to_double() == 0.0 && (s.is_floating_point() || s.to_int() == 0); }
 bool is_one(const Scalar& s) { return s.is_floating_point() ? s.to_double() == 1.0 : s.to_int() == 1; }
 
-using backend::cpu::blas_layout;
-using backend::cpu::fold_rows;
-using backend::cpu::Layout;
+using backend::blas_layout;
+using backend::fold_rows;
 
 // C [*batch, m, n] (contiguous) = alpha * A @ B + beta * C (beta == 0: C's contents are ignored).
 // tf32_ok: a float32 product on CUDA may use TF32 when dp::cuda::allow_tf32() (not for dot).
@@ -308,58 +305,6 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-// A [rows, cols] matrix over t's memory (t's leading dims folded into rows): t itself when BLAS
-// can read it in place, else a contiguous copy.
-struct Matrix {
-  Tensor data;
-  Layout layout;
-};
-Matrix as_matrix(const Tensor& t, int64_t rows, int64_t cols) {
-  if (t.dim() == 1) {
-    if (auto l = blas_layout(1, cols, cols * t.stride(0), t.stride(0))) return {t, *l};
-  } else if (t.dim() == 2) {
-    if (auto l = blas_layout(rows, cols, t.stride(0), t.stride(1))) return {t, *l};
-  } else if (auto l = blas_layout(t.size(-2), cols, t.stride(-2), t.stride(-1)); l && !l->trans) {
-    if (auto ld = fold_rows(t, cols)) return {t, Layout{false, *ld}};
-  }
-  return {raw_copy(t, t.dtype()), Layout{false, std::max<int64_t>(1, cols)}};
-}
-
-// linear's backward without autograd (grad mode off), float32/float64, no empty dims:
-// dx = G @ W, dw = G^T @ X, db = G summed to the bias shape; G is the output gradient as a
-// [rows, out_f] matrix. x (for dw) and w (for dx) are undefined when that gradient is not needed.
-variable_list linear_backward_direct(const Tensor& grad, const Tensor& x, const Tensor& w, int64_t rows, int64_t in, int64_t out_f,
-                                     const Shape* b_shape) {
-  const Matrix G = as_matrix(grad, rows, out_f);
-  const DType dt = grad.dtype();
-  Tensor dx, dw;
-  auto gemm = [&]<typename T>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& A, int64_t lda, const Tensor& B, int64_t ldb,
-                              const Tensor& C) {
-    kernels::blas::gemm(ta, tb, m, n, k, T(1), static_cast<const T*>(A.data_ptr()), lda, static_cast<const T*>(B.data_ptr()), ldb, T(0),
-                        static_cast<T*>(C.data_ptr()), n);
-  };
-  if (w.defined()) {  // dx [rows, in] = G [rows, out_f] @ W [out_f, in], shaped as x
-    const Matrix W = as_matrix(w, out_f, in);
-    Shape x_shape(grad.sizes().begin(), grad.sizes().end() - 1);
-    x_shape.push_back(in);
-    dx = make_empty(x_shape, dt, grad.device());
-    if (dt == kFloat32)
-      gemm.operator()<float>(G.layout.trans, W.layout.trans, rows, in, out_f, G.data, G.layout.ld, W.data, W.layout.ld, dx);
-    else
-      gemm.operator()<double>(G.layout.trans, W.layout.trans, rows, in, out_f, G.data, G.layout.ld, W.data, W.layout.ld, dx);
-  }
-  if (x.defined()) {  // dw [out_f, in] = G^T [out_f, rows] @ X [rows, in]
-    const Matrix X = as_matrix(x, rows, in);
-    dw = make_empty({out_f, in}, dt, grad.device());
-    if (dt == kFloat32)
-      gemm.operator()<float>(!G.layout.trans, X.layout.trans, out_f, in, rows, G.data, G.layout.ld, X.data, X.layout.ld, dw);
-    else
-      gemm.operator()<double>(!G.layout.trans, X.layout.trans, out_f, in, rows, G.data, G.layout.ld, X.data, X.layout.ld, dw);
-  }
-  Tensor db = b_shape ? dp::sum_to(grad, *b_shape) : Tensor();
-  return variable_list{std::move(dx), std::move(dw), std::move(db)};
-}
-
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   if (autocast::detail::Cast ac{autocast::detail::Op::linear, {&x, &w, &b}}) return ac([&] { return dp::linear(ac[0], ac[1], ac[2]); });
   check_inputs("linear", {&x, &w});  // the bias is optional
@@ -392,40 +337,14 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     X2 = raw_view(xc, {rows, in}, {ld, in > 1 ? xc.stride(-1) : 1}, xc.storage_offset());
   }
   Tensor C = make_empty(out2, x.dtype(), x.device());
-  Layout lx{}, lw{};
-  bool direct = x.is_cpu() && (x.dtype() == kFloat32 || x.dtype() == kFloat64) && X2.numel() > 0 && out_f > 0;
-  if (direct) {
-    const auto ox = blas_layout(rows, in, X2.stride(0), X2.stride(1));
-    const auto ow = blas_layout(in, out_f, w.stride(1), w.stride(0));  // w.t() as BLAS reads it
-    direct = ox && ow;
-    if (direct) lx = *ox, lw = *ow;
-  }
-  if (direct) {
-    // The usual case, straight to the GEMM (no w.t() view, no matmul_kernel dispatch): bias rows
-    // first, then C = X @ W^T + C.
-    kernels::dispatch_floating(x.dtype(), "linear", [&]<typename T>() {
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-        T* c = static_cast<T*>(C.data_ptr());
-        if (b.defined()) {
-          const T* bp = static_cast<const T*>(b.data_ptr());
-          const int64_t bs = (b.dim() == 1 && b.size(0) == out_f) ? b.stride(0) : 0;  // [out_f], or one value broadcast
-          if (bs == 0 || out_f == 1) {
-            std::fill_n(c, rows * out_f, bp[0]);
-          } else {
-            for (int64_t j = 0; j < out_f; ++j) c[j] = bp[j * bs];
-            for (int64_t r = 1; r < rows; ++r) std::copy_n(c, out_f, c + r * out_f);
-          }
-        }
-        kernels::blas::gemm(lx.trans, lw.trans, rows, out_f, in, T(1), static_cast<const T*>(X2.data_ptr()), lx.ld,
-                            static_cast<const T*>(w.data_ptr()), lw.ld, T(b.defined() ? 1 : 0), c, out_f);
-      }
-    });
-  } else {
+  // The backend's direct path where it has one for these operands (on the CPU: float32/float64
+  // to OpenBLAS without a w.t() view), else the matrix product kernels over a w.t() view (on CUDA
+  // one cuBLASLt call with the bias epilogue where it can).
+  const DeviceType type = x.device().type;
+  if (!(backend::linear_forward_kernel.has(type) && backend::linear_forward_kernel(type, C, X2, w, b))) {
     Tensor WT = raw_view(w, {in, out_f}, {w.stride(1), w.stride(0)}, w.storage_offset());
-    // With a bias: the bias rows and the GEMM (on CUDA one cuBLASLt call with the bias epilogue
-    // where it can).
     if (b.defined())
-      backend::matmul_bias_kernel(C.device().type, C, X2, WT, b, "linear");
+      backend::matmul_bias_kernel(type, C, X2, WT, b, "linear");
     else
       matmul_kernel(C, X2, WT, 1, 0, "linear");
   }
@@ -440,23 +359,27 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     SavedVariable sx = gw ? SavedVariable(x, false) : SavedVariable();
     SavedVariable sw = gx ? SavedVariable(w, false) : SavedVariable();
     Shape b_shape = b.defined() ? b.sizes() : Shape{};
-    autograd::record(
-        b.defined() ? "AddmmBackward0" : "MmBackward0", {x, w, b}, {out}, [sx, sw, gx, gw, gbias, rows, in, out_f, b_shape](variable_list&& g) {
-          // A plain backward (no create_graph) in float32/float64 goes straight to the
-          // GEMMs: no views, shape checks or graph for the formulas below.
-          // (CPU only: it calls OpenBLAS on host pointers.)
-          if (!GradMode::is_enabled() && g[0].is_cpu() && (g[0].dtype() == kFloat32 || g[0].dtype() == kFloat64) && rows > 0 && in > 0 && out_f > 0) {
-            Tensor xs = gw ? sx.unpack() : Tensor(), ws = gx ? sw.unpack() : Tensor();
-            // The GEMMs read the saved tensors as g's dtype on the host: a saved input
-            // given other data since (set_data, Module::to) takes the checked path.
-            auto fits = [&](const Tensor& t) { return !t.defined() || (t.dtype() == g[0].dtype() && t.is_cpu()); };
-            if (fits(xs) && fits(ws)) return linear_backward_direct(g[0], xs, ws, rows, in, out_f, gbias ? &b_shape : nullptr);
-          }
-          Tensor dx = gx ? dp::matmul(g[0], sw.unpack()) : Tensor();
-          Tensor dw = gw ? dp::mm(dp::reshape(g[0], {rows, out_f}).t(), dp::reshape(sx.unpack(), {rows, in})) : Tensor();
-          Tensor db = gbias ? dp::sum_to(g[0], b_shape) : Tensor();
-          return variable_list{dx, dw, db};
-        });
+    autograd::record(b.defined() ? "AddmmBackward0" : "MmBackward0", {x, w, b}, {out},
+                     [sx, sw, gx, gw, gbias, rows, in, out_f, b_shape](variable_list&& g) {
+                       // A plain backward (no create_graph) goes straight to the backend's GEMMs where it
+                       // has a direct path (the CPU's, for float32/float64): no views, shape checks or graph
+                       // for the formulas below.
+                       const DeviceType gtype = g[0].device().type;
+                       if (!GradMode::is_enabled() && rows > 0 && in > 0 && out_f > 0 && backend::linear_backward_kernel.has(gtype)) {
+                         Tensor xs = gw ? sx.unpack() : Tensor(), ws = gx ? sw.unpack() : Tensor();
+                         // The GEMMs read the saved tensors as g's dtype on g's device type: a saved input
+                         // given other data since (set_data, Module::to to another dtype or device type) takes
+                         // the checked path.
+                         auto fits = [&](const Tensor& t) { return !t.defined() || (t.dtype() == g[0].dtype() && t.device().type == gtype); };
+                         Tensor dx, dw;
+                         if (fits(xs) && fits(ws) && backend::linear_backward_kernel(gtype, g[0], xs, ws, rows, in, out_f, dx, dw))
+                           return variable_list{std::move(dx), std::move(dw), gbias ? dp::sum_to(g[0], b_shape) : Tensor()};
+                       }
+                       Tensor dx = gx ? dp::matmul(g[0], sw.unpack()) : Tensor();
+                       Tensor dw = gw ? dp::mm(dp::reshape(g[0], {rows, out_f}).t(), dp::reshape(sx.unpack(), {rows, in})) : Tensor();
+                       Tensor db = gbias ? dp::sum_to(g[0], b_shape) : Tensor();
+                       return variable_list{dx, dw, db};
+                     });
   }
   return out;
 }

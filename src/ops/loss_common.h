@@ -5,7 +5,9 @@
 #include <cstdint>
 #include "backend/loss_kernels.h"
 #include "backend/dispatch.h"
-#include "backend/cpu/reduce.h"
+#include "backend/copy_kernels.h"
+#include "backend/reduce_kernels.h"
+#include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/loss.h"
 #include "ops/common.h"

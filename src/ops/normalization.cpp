@@ -7,11 +7,12 @@
 #include <vector>
 #include "backend/capabilities.h"
 #include "backend/cpu/norm_kernels.h"
-#include "backend/cpu/reduce.h"
+#include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"
 #include "ops/common.h"
+#include "ops/reduction_helpers.h"
 #include "amp/autocast_ops.h"
 
 namespace dp {

@@ -8,15 +8,16 @@
 #include "backend/capabilities.h"
 #include "backend/norm_kernels.h"
 #include "backend/dispatch.h"
-#include "backend/cpu/loops.h"
+#include "backend/copy_kernels.h"
 #include "backend/cpu/norm_kernels.h"
-#include "backend/cpu/reduce.h"
+#include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/normalization.h"
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
+#include "ops/reduction_helpers.h"
 
 namespace dp {
 namespace {

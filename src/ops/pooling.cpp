@@ -11,7 +11,7 @@
 
 #include "backend/capabilities.h"
 #include "backend/cpu/pool_kernels.h"
-#include "backend/cpu/reduce.h"
+#include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/index.h"
 #include "dp/ops/shape.h"

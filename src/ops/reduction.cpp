@@ -7,6 +7,7 @@
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
+#include "ops/reduction_helpers.h"
 #include "amp/autocast_ops.h"
 
 namespace dp {

@@ -1,5 +1,8 @@
 // max / min (over everything, or along a dim with indices), amax, argmax / argmin, with autograd.
-#include "backend/cpu/reduce.h"
+#include "backend/reduce_plan.h"
+#include "backend/copy_kernels.h"
+#include "backend/reduce_kernels.h"
+#include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
@@ -7,6 +10,7 @@
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
+#include "ops/reduction_helpers.h"
 
 namespace dp {
 namespace {

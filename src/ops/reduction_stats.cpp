@@ -2,13 +2,17 @@
 // they use the op's own result and the backward itself is being differentiated (create_graph), the
 // result is recomputed from the saved input so that second derivatives see its dependence on it.
 #include <cmath>
-#include "backend/cpu/reduce.h"
+#include "backend/reduce_plan.h"
+#include "backend/copy_kernels.h"
+#include "backend/reduce_kernels.h"
+#include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
+#include "ops/reduction_helpers.h"
 #include "amp/autocast_ops.h"
 
 namespace dp {

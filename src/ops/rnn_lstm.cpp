@@ -22,10 +22,11 @@
 
 #include "backend/capabilities.h"
 #include "backend/lstm_kernels.h"
-#include "backend/cpu/reduce.h"
+#include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/rnn.h"
 #include "ops/common.h"
+#include "ops/reduction_helpers.h"
 #include "ops/rnn_internal.h"
 #include "amp/autocast_ops.h"
 

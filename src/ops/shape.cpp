@@ -1,6 +1,6 @@
 // Shape ops that copy: cat, stack, contiguous, clone.
 #include "dp/core/pooled.h"
-#include "backend/cpu/loops.h"
+#include "backend/copy_kernels.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/shape.h"

@@ -15,7 +15,8 @@
 #include <algorithm>
 #include <functional>
 #include "dp/core/pooled.h"
-#include "backend/cpu/loops.h"
+#include "backend/copy_kernels.h"
+#include "backend/dispatch.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/reduction.h"

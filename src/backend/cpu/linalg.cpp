@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <optional>
 #include <vector>
-#include "backend/cpu/blas_layout.h"
+#include "backend/blas_layout.h"
 #include "backend/linalg_kernels.h"
 #include "backend/cpu/blas.h"
 #include "backend/dispatch.h"
@@ -17,9 +17,6 @@
 
 namespace dp::backend {
 namespace {
-
-using cpu::blas_layout;
-using cpu::fold_rows;
 
 bool is_zero(const Scalar& s) { return s.to_double() == 0.0 && (s.is_floating_point() || s.to_int() == 0); }
 bool is_one(const Scalar& s) { return s.is_floating_point() ? s.to_double() == 1.0 : s.to_int() == 1; }
@@ -247,6 +244,83 @@ void outer_cpu(const Tensor& out, const Tensor& a, const Tensor& b) {
   });
 }
 
+// ---- Linear (linear_forward_kernel, linear_backward_kernel) ----
+
+// A [rows, cols] matrix over t's memory (t's leading dims folded into rows): t itself when BLAS
+// can read it in place, else a contiguous copy.
+struct Matrix {
+  Tensor data;
+  Layout layout;
+};
+Matrix as_matrix(const Tensor& t, int64_t rows, int64_t cols) {
+  if (t.dim() == 1) {
+    if (auto l = blas_layout(1, cols, cols * t.stride(0), t.stride(0))) return {t, *l};
+  } else if (t.dim() == 2) {
+    if (auto l = blas_layout(rows, cols, t.stride(0), t.stride(1))) return {t, *l};
+  } else if (auto l = blas_layout(t.size(-2), cols, t.stride(-2), t.stride(-1)); l && !l->trans) {
+    if (auto ld = fold_rows(t, cols)) return {t, Layout{false, *ld}};
+  }
+  return {raw_copy(t, t.dtype()), Layout{false, std::max<int64_t>(1, cols)}};
+}
+
+bool is_blas_float(DType dt) { return dt == kFloat32 || dt == kFloat64; }
+
+// The usual case of a forward: no w.t() view and no matmul dispatch; the bias rows first, then
+// C = X @ W^T + C in one GEMM.
+bool linear_forward_cpu(const Tensor& C, const Tensor& X, const Tensor& w, const Tensor& bias) {
+  const int64_t rows = X.size(0), in = X.size(1), out_f = w.size(0);
+  if (!is_blas_float(X.dtype()) || X.numel() == 0 || out_f == 0) return false;
+  const auto lx = blas_layout(rows, in, X.stride(0), X.stride(1));
+  const auto lw = blas_layout(in, out_f, w.stride(1), w.stride(0));  // w.t() as BLAS reads it
+  if (!lx || !lw) return false;
+  kernels::dispatch_floating(X.dtype(), "linear", [&]<typename T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      T* c = static_cast<T*>(C.data_ptr());
+      if (bias.defined()) {
+        const T* bp = static_cast<const T*>(bias.data_ptr());
+        const int64_t bs = (bias.dim() == 1 && bias.size(0) == out_f) ? bias.stride(0) : 0;  // [out_f], or one value broadcast
+        if (bs == 0 || out_f == 1) {
+          std::fill_n(c, rows * out_f, bp[0]);
+        } else {
+          for (int64_t j = 0; j < out_f; ++j) c[j] = bp[j * bs];
+          for (int64_t r = 1; r < rows; ++r) std::copy_n(c, out_f, c + r * out_f);
+        }
+      }
+      kernels::blas::gemm(lx->trans, lw->trans, rows, out_f, in, T(1), static_cast<const T*>(X.data_ptr()), lx->ld,
+                          static_cast<const T*>(w.data_ptr()), lw->ld, T(bias.defined() ? 1 : 0), c, out_f);
+    }
+  });
+  return true;
+}
+
+// dx = G @ W and dw = G^T @ X as two GEMMs on the operands as they lie (a copy only for what BLAS
+// cannot read in place): no views, shape checks or graph.
+bool linear_backward_cpu(const Tensor& grad, const Tensor& x, const Tensor& w, int64_t rows, int64_t in, int64_t out_f, Tensor& dx, Tensor& dw) {
+  const DType dt = grad.dtype();
+  if (!is_blas_float(dt)) return false;
+  const Matrix G = as_matrix(grad, rows, out_f);
+  auto gemm = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& A, int64_t lda, const Tensor& B, int64_t ldb, const Tensor& out) {
+    kernels::dispatch_floating(dt, "linear", [&]<typename T>() {
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+        kernels::blas::gemm(ta, tb, m, n, k, T(1), static_cast<const T*>(A.data_ptr()), lda, static_cast<const T*>(B.data_ptr()), ldb, T(0),
+                            static_cast<T*>(out.data_ptr()), n);
+    });
+  };
+  if (w.defined()) {  // dx [rows, in] = G [rows, out_f] @ W [out_f, in], shaped as x
+    const Matrix W = as_matrix(w, out_f, in);
+    Shape x_shape(grad.sizes().begin(), grad.sizes().end() - 1);
+    x_shape.push_back(in);
+    dx = make_empty(x_shape, dt, grad.device());
+    gemm(G.layout.trans, W.layout.trans, rows, in, out_f, G.data, G.layout.ld, W.data, W.layout.ld, dx);
+  }
+  if (x.defined()) {  // dw [out_f, in] = G^T [out_f, rows] @ X [rows, in]
+    const Matrix X = as_matrix(x, rows, in);
+    dw = make_empty({out_f, in}, dt, grad.device());
+    gemm(!G.layout.trans, X.layout.trans, out_f, in, rows, G.data, G.layout.ld, X.data, X.layout.ld, dw);
+  }
+  return true;
+}
+
 }  // namespace
 
 void register_cpu_linalg_kernels() {
@@ -254,6 +328,8 @@ void register_cpu_linalg_kernels() {
   matmul_bias_kernel.set(DeviceType::CPU, &matmul_bias_cpu);
   dot_kernel.set(DeviceType::CPU, &dot_cpu);
   outer_kernel.set(DeviceType::CPU, &outer_cpu);
+  linear_forward_kernel.set(DeviceType::CPU, &linear_forward_cpu);
+  linear_backward_kernel.set(DeviceType::CPU, &linear_backward_cpu);
 }
 
 }  // namespace dp::backend

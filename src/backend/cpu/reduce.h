@@ -27,32 +27,14 @@
 #include <type_traits>
 #include <vector>
 #include "backend/reduce_kernels.h"
+#include "backend/reduce_plan.h"
+#include "backend/tensor_nograd.h"
 #include "backend/cpu/cpu_dispatch.h"
 #include "backend/dispatch.h"
 #include "backend/cpu/loops.h"
 #include "dp/core/tensor.h"
 
 namespace dp::kernels {
-
-struct ReducePlan {
-  // Kept dims, outermost first: size, input stride, output stride (elements).
-  std::vector<int64_t> ksize, kin, kout;
-  // Reduced dims, outermost first: size, input stride (elements).
-  std::vector<int64_t> rsize, rin;
-  int64_t out_numel = 1;
-  int64_t red_numel = 1;
-};
-
-// in_sizes/in_strides: the input's layout. reduced[d]: dim d is reduced. out_strides[d]: the output
-// stride (elements) of kept dim d (ignored for reduced dims). With reorder, both dim lists are sorted by
-// decreasing input stride (broadcast dims first), which changes ridx unless at most one reduced dim
-// has size > 1: fine for ops that ignore ridx (sum, max values, var, ...) and for single-dim index
-// reductions. Without it the reduced dims keep their order, so ridx is the row-major index over them.
-ReducePlan make_reduce_plan(IntArrayRef in_sizes, IntArrayRef in_strides, const std::vector<bool>& reduced, IntArrayRef out_strides, bool reorder);
-
-// The plan for reducing `in` into `out` (contiguous, shaped as the reduction's result with or without
-// the reduced dims kept).
-ReducePlan make_reduce_plan(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, bool reorder);
 
 // Calls f(offset_a, offset_b) for every index of the multi-dim space `size` (row-major), where the
 // offsets advance by strides sa / sb. An empty space has one element (offsets 0).
@@ -180,7 +162,7 @@ DP_TARGET_CLONES_FLATTEN void run_reduce(const ReducePlan& p, const T* in, const
   });
 }
 
-// ---- helpers shared by the reduction ops ----
+// ---- helpers shared by the reduction kernels and ops ----
 
 template <typename T>
 inline bool is_nan_value(T v) {
@@ -194,11 +176,6 @@ inline bool is_nan_value(T v) {
 template <typename T>
 using compute_t = std::conditional_t<is_reduced_float_v<T>, float, T>;
 
-// PyTorch's short scalar type names used in messages: Float, Double, Long, Int, Byte, Bool, Half, BFloat16.
-const char* torch_type_name(DType t);
-
-// A contiguous tensor with t's values (t itself when already contiguous); no autograd.
-Tensor contiguous_nograd(const Tensor& t);
 // acc[j] += sum over `rows` rows of q[r * row_stride + j], j < n: four rows per pass over the
 // accumulators (a quarter of their loads and stores), grouped ((r0 + r1) + (r2 + r3)). The one
 // column-sum loop of sum/mean over leading dims and of sum_to's bias-gradient fast path, so both
@@ -218,29 +195,6 @@ inline void add_rows_by_four(A* acc, const T* q, int64_t row_stride, int64_t row
     for (int64_t j = 0; j < n; ++j) acc[j] += convert<A>(qr[j]);
   }
 }
-
-// t converted to dtype (t itself when it already has it); no autograd.
-Tensor convert_nograd(const Tensor& t, DType dtype);
-// A tensor viewing t's storage with the given sizes and strides; no autograd.
-Tensor restride_nograd(const Tensor& t, IntArrayRef sizes, IntArrayRef strides);
-
-// ---- dims ----
-
-// Marks the dims named in `dims` (all dims when empty) of an ndim-dim tensor. Negative dims wrap;
-// a dim out of range or named twice is an IndexError naming `op`.
-std::vector<bool> make_dim_mask(IntArrayRef dims, int64_t ndim, const char* op);
-// The result shape: reduced dims dropped, or kept as size 1 with keepdim.
-Shape reduced_shape(IntArrayRef sizes, const std::vector<bool>& mask, bool keepdim);
-// Number of elements in the reduced dims.
-int64_t reduced_numel(IntArrayRef sizes, const std::vector<bool>& mask);
-
-// ---- used by the reduction ops' backward formulas (src/ops/reduction.cpp) ----
-
-// A gradient of a reduction's result reshaped to the keepdim shape (size-1 reduced dims), so it
-// broadcasts against the input. Differentiable (dp ops).
-Tensor grad_to_keepdim(const Tensor& g, IntArrayRef in_shape, const std::vector<bool>& mask, bool keepdim);
-// NotImplementedError for tensors the CPU kernels cannot read (CUDA, until its backend lands).
-void check_cpu_tensor(const char* op, const Tensor& t);
 
 // ---- the CPU backend's kernels (reduce_*.cpp) ----
 // The implementations of backend/reduce_kernels.h (contracts there) on host memory; the ops call

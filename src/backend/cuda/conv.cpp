@@ -7,7 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <vector>
-#include "backend/cpu/reduce.h"
+#include "backend/tensor_nograd.h"
 #include "backend/cuda/cudnn.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/reduce.h"

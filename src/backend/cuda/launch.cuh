@@ -17,11 +17,9 @@
 #include <cuda_runtime.h>
 #include <cstdint>
 #include <utility>
-#include "dp/autograd/grad_mode.h"
 #include "dp/core/tensor.h"
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
-#include "dp/ops/factory.h"
 #include "backend/cuda/offset_calculator.h"
 
 namespace dp::cuda::detail {

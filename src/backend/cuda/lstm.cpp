@@ -3,7 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend/cpu/reduce.h"
+#include "backend/tensor_nograd.h"
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
 #include "backend/cuda/blas.h"

@@ -13,7 +13,8 @@
 #include <atomic>
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
-#include "backend/cpu/reduce.h"
+#include "backend/dispatch.h"
+#include "backend/reduce_plan.h"
 #include "backend/cuda/reduce.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/reduce.h"

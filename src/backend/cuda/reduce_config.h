@@ -5,7 +5,7 @@
 //
 //  - IntDivider: n / d for 32-bit n and d by a multiply-high and a shift (the index math of every
 //    element; a hardware 32-bit division is ~20 instructions, a 64-bit one far more).
-//  - ReduceParams: a ReducePlan (backend/cpu/reduce.h: kept and reduced dims, coalesced) as a
+//  - ReduceParams: a ReducePlan (backend/reduce_plan.h: kept and reduced dims, coalesced) as a
 //    fixed-size struct passed by value to the kernels. Output index o -> the kept dims' input and
 //    output offsets; reduced index r -> the reduced dims' input offset.
 //  - ReduceLaunch: one of two kernel shapes (see choose_reduce_launch) and the split of the reduced
@@ -16,7 +16,7 @@
 #include <limits>
 #include "dp/core/errors.h"
 #include "dp/core/macros.h"
-#include "backend/cpu/reduce.h"
+#include "backend/reduce_plan.h"
 
 namespace dp::cuda::detail {
 

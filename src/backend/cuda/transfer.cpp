@@ -7,15 +7,13 @@
 #include <cstring>
 #include <mutex>
 #include <vector>
-#include "dp/autograd/grad_mode.h"
 #include "dp/core/pooled.h"
 #include "dp/core/storage.h"
 #include "dp/core/tensor_impl.h"
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
 #include "dp/cuda/graph.h"
-#include "dp/ops/factory.h"
-#include "backend/cpu/loops.h"
+#include "backend/copy_kernels.h"
 #include "backend/cuda/elementwise.h"
 
 namespace dp::cuda {
@@ -46,7 +44,6 @@ Tensor on_device_of(const char* what, const Tensor& out, const Tensor& in) {
   if (in.device() == out.device()) return in;
   DP_CHECK(in.device().is_cpu() && in.numel() == 1, DeviceError, what,
            ": expected all tensors to be on the same device, but found at least two devices, ", out.device().str(), " and ", in.device().str(), "!");
-  NoGradGuard no_grad;
   Tensor d = make_empty(in.sizes(), in.dtype(), out.device());
   copy_across(d, in, false);
   return d;
@@ -217,7 +214,6 @@ Tensor empty_pinned(IntArrayRef sizes, DType dtype) {
 
 void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   if (dst.numel() == 0) return;
-  NoGradGuard no_grad;
   const Device dd = dst.device(), sd = src.device();
   if (dd.is_cuda() && sd.is_cuda() && dd == sd) {
     copy_kernel(dst, src);

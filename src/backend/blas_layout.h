@@ -1,12 +1,13 @@
 #pragma once
-// How BLAS reads a tensor's matrices in place: shared by the CPU GEMM kernel (linalg.cpp here) and
-// linear's direct BLAS path in src/ops/linalg.cpp.
+// How a BLAS GEMM reads a tensor's matrices in place (a trans flag and a leading dimension), a
+// host-side plan beside the matrix product interface (linalg_kernels.h): linear (src/ops/linalg.cpp)
+// uses it to view its input as one matrix without a copy, the CPU backend to call OpenBLAS.
 #include <algorithm>
 #include <cstdint>
 #include <optional>
 #include "dp/core/tensor.h"
 
-namespace dp::backend::cpu {
+namespace dp::backend {
 
 // How BLAS reads a rows x cols matrix with strides (rs, cs), or nullopt when it cannot.
 struct Layout {
@@ -38,4 +39,4 @@ inline std::optional<int64_t> fold_rows(const Tensor& A, int64_t k) {
   return ld < 0 ? std::max<int64_t>(1, k) : ld;
 }
 
-}  // namespace dp::backend::cpu
+}  // namespace dp::backend
