@@ -48,6 +48,12 @@ set(_dp_subdir_args
 if(CMAKE_CUDA_COMPILER)
   list(APPEND _dp_subdir_args -DCMAKE_CUDA_COMPILER=${CMAKE_CUDA_COMPILER})
 endif()
+# The kernels' architectures too (a list: its own variable, DP_CMAKE_ARGS being ;-separated), so
+# the consumers' kernel objects are this build's, from ccache.
+set(_dp_cuda_archs "")
+if(CMAKE_CUDA_ARCHITECTURES)
+  string(REPLACE ";" "," _dp_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
+endif()
 string(REPLACE ";" "\\;" _dp_subdir_args "${_dp_subdir_args}")
 
 set(_dp_run ${PROJECT_SOURCE_DIR}/tests/consumer/run.sh)
@@ -68,7 +74,7 @@ if(CMAKE_CXX_COMPILER_LAUNCHER MATCHES "ccache")
   add_test(NAME Install.FetchContent
     COMMAND bash ${_dp_run} fetchcontent ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR} ${_dp_work}/fetchcontent)
   set_tests_properties(Install.AddSubdirectory Install.FetchContent PROPERTIES TIMEOUT 1500 LABELS install
-    ENVIRONMENT "${_dp_env};DP_CMAKE_ARGS=${_dp_subdir_args}")
+    ENVIRONMENT "${_dp_env};DP_CMAKE_ARGS=${_dp_subdir_args};DP_CUDA_ARCHITECTURES=${_dp_cuda_archs}")
   # After Install.AddSubdirectory, not beside it: its library build has the same relative paths
   # (with ccache's base_dir), so ccache has every object by then; two at once would both compile.
   set_tests_properties(Install.FetchContent PROPERTIES DEPENDS Install.AddSubdirectory)
@@ -122,5 +128,6 @@ endif()
 unset(_dp_env)
 unset(_dp_build_type)
 unset(_dp_subdir_args)
+unset(_dp_cuda_archs)
 unset(_dp_run)
 unset(_dp_work)

@@ -11,7 +11,14 @@ BUILD_DIR=${DP_BUILD_DIR:-build}
 
 start=$SECONDS
 dp_install_deps
-dp_build "$BUILD_DIR" -DDP_WERROR=ON
+# Without a GPU nothing runs the CUDA kernels: they are compiled for one architecture (sm_90 and
+# its PTX), which checks them as well and saves about a quarter of their compile time. With a GPU,
+# for every architecture the build supports (cmake/Cuda.cmake).
+cuda_args=()
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  cuda_args=(-DCMAKE_CUDA_ARCHITECTURES=90)
+fi
+dp_build "$BUILD_DIR" -DDP_WERROR=ON "${cuda_args[@]}"
 built=$SECONDS
 echo "== test.sh: built in $((built - start)) s; running the test suite"
 rc=0

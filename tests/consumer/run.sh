@@ -14,7 +14,8 @@
 #                                         FetchContent_MakeAvailable
 #
 # Environment (set by the test): DP_CXX, DP_GENERATOR, DP_BUILD_TYPE, DP_CMAKE_ARGS (;-list of
-# -D options the subdir and fetchcontent builds repeat), DP_LAUNCHER (ccache or empty), DP_JOBS.
+# -D options the subdir and fetchcontent builds repeat), DP_CUDA_ARCHITECTURES (the build's CUDA
+# architectures, comma-separated), DP_LAUNCHER (ccache or empty), DP_JOBS.
 # Needs no network.
 set -euo pipefail
 mode=$1 build=$2 src=$3 work=$4
@@ -79,6 +80,8 @@ case "$mode" in
     # command lines differ only in -I of the generated include folder and in -o, which that mode
     # does not hash. With a base_dir the paths become relative to the compiler's folder: the two
     # modes' folders have the same depth and share with each other, not with the main build.
+    # DP_CUDA_ARCHITECTURES: the main build's CMAKE_CUDA_ARCHITECTURES, commas for semicolons.
+    [[ -n "${DP_CUDA_ARCHITECTURES:-}" ]] && extra+=(-DCMAKE_CUDA_ARCHITECTURES="${DP_CUDA_ARCHITECTURES//,/;}")
     consumer "$mode" -DDP_SOURCE_DIR="$src" "${extra[@]}"
     ;;
   *) echo "run.sh: unknown mode $mode" >&2; exit 2 ;;
