@@ -26,7 +26,8 @@ DP_DECLARE_KERNEL(copy_across_stub, CopyAcrossKernel);
 
 // The device type whose backend copies between dst and src: the device's, when either is not in
 // host memory.
-inline DeviceType copy_device_type(const Tensor& dst, const Tensor& src) { return dst.is_cpu() ? src.device().type : dst.device().type; }
+inline DeviceType copy_device_type(Device dst, Device src) { return dst.is_cpu() ? src.type : dst.type; }
+inline DeviceType copy_device_type(const Tensor& dst, const Tensor& src) { return copy_device_type(dst.device(), src.device()); }
 
 }  // namespace dp::backend
 

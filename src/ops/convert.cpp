@@ -51,7 +51,7 @@ Tensor to(const Tensor& t, Device device, DType dtype, bool non_blocking, bool c
   // A copy that leaves host memory runs on the backend of the device involved (one that has none in
   // this build: a CUDA device in a build without the CUDA backend).
   const bool across = !device.is_cpu() || !t.device().is_cpu();
-  const DeviceType across_type = device.is_cpu() ? t.device().type : device.type;
+  const DeviceType across_type = backend::copy_device_type(device, t.device());
   DP_CHECK(!across || backend::copy_across_stub.has(across_type), NotImplementedError, "to: copies between ", t.device().str(), " and ", device.str(),
            " need the CUDA backend (this build has none)");
   // As PyTorch's memory_format=preserve: a dense non-overlapping input keeps its strides.
