@@ -9,6 +9,7 @@
 #include <optional>
 #include <utility>
 #include "dp/core/pooled.h"
+#include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"
@@ -37,7 +38,7 @@ class TypeState {
 // PyTorch's canCast: no floating result into an integer tensor, nothing but bool into bool.
 bool can_cast(DType from, DType to);
 // PyTorch's ScalarType spelling used in its messages: "Float", "Long", "Bool", ...
-const char* torch_type_name(DType t);
+using kernels::torch_type_name;
 // DTypeError "result type Float can't be cast to the desired output type Long".
 void check_can_cast(const char* op, DType result, DType out);
 // add/sub's checks of alpha against the result dtype, and sub's refusal of bool operands.

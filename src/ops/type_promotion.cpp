@@ -51,28 +51,6 @@ bool can_cast(DType from, DType to) {
   return true;
 }
 
-const char* torch_type_name(DType t) {
-  switch (t) {
-    case DType::Bool:
-      return "Bool";
-    case DType::UInt8:
-      return "Byte";
-    case DType::Int32:
-      return "Int";
-    case DType::Int64:
-      return "Long";
-    case DType::Float16:
-      return "Half";
-    case DType::BFloat16:
-      return "BFloat16";
-    case DType::Float32:
-      return "Float";
-    case DType::Float64:
-      return "Double";
-  }
-  return "Undefined";
-}
-
 void check_can_cast(const char* op, DType result, DType out) {
   DP_CHECK(can_cast(result, out), DTypeError, op, ": result type ", torch_type_name(result), " can't be cast to the desired output type ",
            torch_type_name(out));
