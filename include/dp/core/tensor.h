@@ -20,6 +20,7 @@
 namespace dp {
 
 class Tensor;
+class Generator;
 using TensorList = std::vector<Tensor>;
 
 class Tensor {
@@ -202,6 +203,20 @@ class Tensor {
   Tensor index_select(int64_t dim, const Tensor& index) const;
   Tensor gather(int64_t dim, const Tensor& index) const;
   Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor masked_fill(const Tensor& mask, const Scalar& value) const;
+  // Sequence-model ops (dp/ops/sequence.h).
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+  // (values, indices): the k largest (or smallest) along dim, sorted when `sorted`.
+  std::pair<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+  // (values, indices), stable.
+  std::pair<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;
+  Tensor cumsum(int64_t dim) const;
+  Tensor repeat_interleave(int64_t repeats, std::optional<int64_t> dim = std::nullopt) const;
+  Tensor repeat_interleave(const Tensor& repeats, std::optional<int64_t> dim = std::nullopt) const;
+  Tensor baddbmm(const Tensor& batch1, const Tensor& batch2, const Scalar& beta = 1, const Scalar& alpha = 1) const;
+  Tensor multinomial(int64_t num_samples, bool replacement = false, Generator* gen = nullptr) const;
 
   // ---- in place (bump the version counter) ----
   Tensor& add_(const Tensor& o, const Scalar& alpha = 1);
@@ -223,6 +238,7 @@ class Tensor {
   Tensor& zero_();
   Tensor& scatter_add_(int64_t dim, const Tensor& index, const Tensor& src);
   Tensor& index_add_(int64_t dim, const Tensor& index, const Tensor& src);
+  Tensor& masked_fill_(const Tensor& mask, const Scalar& value);
 
   std::string to_string() const;  // PyTorch-style print: tensor([[...]], dtype=…, device=…)
 
