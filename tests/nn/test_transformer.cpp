@@ -289,6 +289,24 @@ TEST(TransformerStacks, CallableActivationSurvivesClone) {
   EXPECT_EQ(calls, 2);
 }
 
+TEST(TransformerDocs, SequenceModelsExampleRuns) {
+  // docs/sequence-models.md, section 3, with smaller sizes.
+  TransformerEncoder encoder(TransformerEncoderLayer(TransformerEncoderLayerOptions(16, 4).dim_feedforward(32).batch_first(true)),
+                             /*num_layers=*/2, LayerNorm(std::vector<int64_t>{16}));
+  Tensor x = randn({3, 6, 16});
+  Tensor causal = generate_square_subsequent_mask(6);
+  Tensor padding = zeros({3, 6}, kBool);
+  Tensor y = encoder(x, causal, padding);
+  EXPECT_EQ(y.sizes(), Shape({3, 6, 16}));
+  MultiheadAttention attn(MultiheadAttentionOptions(16, 4).batch_first(true));
+  auto [out, weights] = attn(x, x, x, Tensor(), /*need_weights=*/true, causal);
+  EXPECT_EQ(out.sizes(), Shape({3, 6, 16}));
+  ASSERT_EQ(weights.sizes(), Shape({3, 6, 6}));
+  // Causal: no weight above the diagonal; rows sum to one.
+  EXPECT_EQ(weights.select(1, 0).select(1, 1).abs().max().item<double>(), 0.0);
+  EXPECT_TRUE(allclose(weights.sum(-1), ones({3, 6}), 1e-5, 1e-6));
+}
+
 // ---------------------------------------------------------------- DataParallel
 
 class TransformerDataParallel : public ::testing::Test {
