@@ -19,3 +19,4 @@
 #include "dp/nn/modules/rnn.h"
 #include "dp/nn/serialize.h"
 #include "dp/nn/utils/clip_grad.h"
+#include "dp/nn/utils/rnn.h"
