@@ -67,14 +67,17 @@ Tensor pad_sequence(const std::vector<Tensor>& sequences, bool batch_first, doub
   Shape out_sizes = trailing;
   out_sizes[0] = max_len;
   out_sizes.insert(out_sizes.begin() + batch_dim, batch);
-  Tensor out = full(out_sizes, padding_value, options_of(first));
+  Tensor out = empty(out_sizes, options_of(first));
   {
     // The copies are the op's own work: recorded below as one node, not as B in-place copies.
+    // Each slot is written once: the sequence, then the padding after it.
     NoGradGuard no_grad;
     for (int64_t i = 0; i < batch; ++i) {
       const Tensor& s = sequences[static_cast<size_t>(i)];
-      if (s.numel() == 0) continue;
-      out.select(batch_dim, i).narrow(0, 0, s.size(0)).copy_(s);
+      const int64_t len = s.size(0);
+      Tensor slot = out.select(batch_dim, i);
+      if (len > 0) slot.narrow(0, 0, len).copy_(s);
+      if (len < max_len) slot.narrow(0, len, max_len - len).fill_(padding_value);
     }
   }
   if (autograd::any_needs_grad(sequences)) {
