@@ -124,15 +124,16 @@ TokenFileDataset::TokenFileDataset(const std::string& path, int64_t block_size, 
                                   : "a device or socket",
            ")");
   const auto bytes = static_cast<uint64_t>(st.st_size);
+  const uint64_t need = static_cast<uint64_t>(block_size) + 1;  // tokens per sample (no overflow at INT64_MAX)
   const size_t width = token_dtype_size(dtype_);
   const char* name = token_dtype_name(dtype_);
-  DP_CHECK(bytes > 0, IOError, "TokenFileDataset: '", path, "' is empty: a token file holds at least block_size + 1 = ", block_size + 1, " ", name,
+  DP_CHECK(bytes > 0, IOError, "TokenFileDataset: '", path, "' is empty: a token file holds at least block_size + 1 = ", need, " ", name,
            " token ids");
   DP_CHECK(bytes % width == 0, IOError, "TokenFileDataset: '", path, "' has ", bytes, " bytes, not a multiple of ", width, " (the size of a ", name,
            " token id): truncated, or not a ", name, " token file (is dtype right?)");
   num_tokens_ = static_cast<int64_t>(bytes / width);
-  DP_CHECK(num_tokens_ >= block_size + 1, IOError, "TokenFileDataset: '", path, "' holds ", num_tokens_, " ", name,
-           " tokens, fewer than the block_size + 1 = ", block_size + 1, " that one sample needs");
+  DP_CHECK(num_tokens_ > block_size, IOError, "TokenFileDataset: '", path, "' holds ", num_tokens_, " ", name,
+           " tokens, fewer than the block_size + 1 = ", need, " that one sample needs");
   size_ = static_cast<size_t>((num_tokens_ - block_size - 1) / stride_ + 1);
   map_ = std::make_shared<const detail::TokenFileMap>(path, static_cast<size_t>(bytes), fd.fd);
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -313,6 +314,8 @@ TEST_F(TokenFiles, HostileFiles) {
              "has 6 bytes, not a multiple of 4 (the size of a uint32 token id)");
   EXPECT_HAS(error_of<IOError>([&] { TokenFileDataset(six, 3); }),
              "'" + six + "' holds 3 uint16 tokens, fewer than the block_size + 1 = 4 that one sample needs");
+  EXPECT_HAS(error_of<IOError>([&] { TokenFileDataset(six, std::numeric_limits<int64_t>::max()); }),
+             "fewer than the block_size + 1 = 9223372036854775808 that one sample needs");
   const std::string bad_id = put("bad.bin", token_bytes(std::vector<uint16_t>{1, 2, 64, 3, 65, 1}));
   EXPECT_HAS(error_of<IOError>([&] { TokenFileDataset(bad_id, 2, TokenFileOptions().vocab_size(65)); }),
              "'" + bad_id + "' has token id 65 at position 4 (byte offset 8), not below vocab_size 65");

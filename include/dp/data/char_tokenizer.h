@@ -20,9 +20,9 @@ namespace dp::data {
 // Text is UTF-8. A text a vocabulary is built from must be non-empty, valid UTF-8 (no overlong
 // forms, surrogates or code points past U+10FFFF) and free of NUL bytes (a NUL means binary data):
 // otherwise a ValueError (IOError for a file, naming it) that gives the byte offset of the problem.
-// Characters quoted in messages are escaped ('\n', '\x01', '\u{202e}' for control, bidi and other
-// invisible characters) and followed by their code point, so a message never carries raw control
-// bytes from a file. All methods are const and safe to call from several threads.
+// Characters quoted in messages are escaped (control characters as C escapes, bidi and other
+// invisible characters by code point) and followed by their code point, so a message never carries
+// raw control bytes from a file. All methods are const and safe to call from several threads.
 class CharTokenizer {
  public:
   // The vocabulary of `text` / of the whole file at `path` (not a regular file: IOError).
@@ -35,9 +35,10 @@ class CharTokenizer {
   // Explicit characters: sorted, distinct, valid code points, no NUL (ValueError otherwise).
   explicit CharTokenizer(std::vector<char32_t> chars);
 
-  // Writes the vocabulary as JSON, {"format": "dparallel.CharTokenizer", "version": 1,
-  // "vocab_size": N, "chars": ["\n", " ", "!", ...]}, atomically as dp::save writes (temporary file,
-  // fsync, rename): a failed save leaves the previous file intact. IOError naming the path.
+  // Writes the vocabulary as JSON,
+  // `{"format": "dparallel.CharTokenizer", "version": 1, "vocab_size": N, "chars": ["\n", " ", "!", ...]}`,
+  // atomically as dp::save writes (temporary file, fsync, rename): a failed save leaves the
+  // previous file intact. IOError naming the path.
   void save(const std::string& path) const;
 
   int64_t vocab_size() const { return static_cast<int64_t>(chars_.size()); }
