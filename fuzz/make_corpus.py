@@ -58,6 +58,36 @@ put("idx_reader", "labels_bad_crc", b"\0" + (lambda g: g[:-8] + bytes([g[-8] ^ 1
 put("idx_reader", "images_huge_count_plain", bytes([(1 << 1) | 1]) + be32(0x803, 60000, 28, 28) + b"\0" * 100)
 put("idx_reader", "labels_bad_value", b"\0" + be32(0x801, 1) + b"\x0a")
 
+# ---- text_data: first byte = mode (0 text, 1 vocabulary, 2/3 uint16/uint32 tokens) | (block_size - 1) << 2 | (vocab_size / 40) << 5
+put("text_data", "text_ascii", b"\0" + b"First Citizen:\nBefore we proceed any further, hear me speak.\n")
+put("text_data", "text_utf8", b"\0" + "caf\u00e9 \u4e2d\u6587 \U0001F600\t\u202e!\r\n".encode())
+put("text_data", "text_empty", b"\0")
+put("text_data", "text_nul", b"\0" + b"ab\0c")
+put("text_data", "text_latin1", b"\0" + b"caf\xe9")
+put("text_data", "text_cut", b"\0" + b"abc\xe4\xb8")
+put("text_data", "text_overlong", b"\0" + b"a\xc0\x80")
+put("text_data", "text_surrogate", b"\0" + b"a\xed\xa0\x80")
+vocab = lambda chars, **extra: json.dumps(dict({"format": "dparallel.CharTokenizer", "version": 1, "vocab_size": len(chars), "chars": chars}, **extra))
+put("text_data", "vocab_valid", b"\1" + vocab(["\n", " ", "a", "\u00e9", "\U0001F600"]).encode())
+put("text_data", "vocab_unsorted", b"\1" + vocab(["b", "a"]).encode())
+put("text_data", "vocab_duplicate", b"\1" + vocab(["a", "a"]).encode())
+put("text_data", "vocab_two_chars", b"\1" + vocab(["ab"]).encode())
+put("text_data", "vocab_nul", b"\1" + vocab(["\0"]).encode())
+put("text_data", "vocab_size_wrong", b"\1" + vocab(["a"], vocab_size=2).encode())
+put("text_data", "vocab_deep", b"\1" + b"[" * 300)
+put("text_data", "vocab_not_json", b"\1" + b'{"chars": [\x01\x1b\xff]}')
+put("text_data", "vocab_wrong_format", b"\1" + b'{"format": "other", "chars": ["a"]}')
+u16 = lambda *v: struct.pack("<%dH" % len(v), *v)
+u32 = lambda *v: struct.pack("<%dI" % len(v), *v)
+put("text_data", "tokens16_valid", bytes([2 | (2 << 2) | (2 << 5)]) + u16(1, 2, 3, 4, 5, 6, 79, 0))
+put("text_data", "tokens16_bad_id", bytes([2 | (1 << 2) | (1 << 5)]) + u16(1, 2, 40, 3))
+put("text_data", "tokens16_odd_size", bytes([2]) + b"\1\2\3")
+put("text_data", "tokens16_short", bytes([2 | (7 << 2)]) + u16(1, 2, 3))
+put("text_data", "tokens16_empty", bytes([2]))
+put("text_data", "tokens32_valid", bytes([3 | (1 << 2)]) + u32(70000, 1, 2**32 - 1))
+put("text_data", "tokens32_bad_id", bytes([3 | (7 << 5)]) + u32(1, 280, 2))
+put("text_data", "tokens32_six_bytes", bytes([3]) + b"\0" * 6)
+
 # ---- checkpoint_metadata: the "dp_train" metadata of a dp-train checkpoint
 def meta(**over):
     m = {"version": 1,

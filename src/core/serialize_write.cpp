@@ -53,8 +53,9 @@ namespace {
 
 std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 
-[[noreturn]] void io_fail(const std::string& path, const std::string& what, int err) {
-  throw IOError(detail::str("save: '", path, "': cannot ", what, ": ", errno_text(err), " (errno ", err, ")"));
+// `op` names the caller in messages: "save" for checkpoints, write_file_atomic's own for the rest.
+[[noreturn]] void io_fail(const char* op, const std::string& path, const std::string& what, int err) {
+  throw IOError(detail::str(op, ": '", path, "': cannot ", what, ": ", errno_text(err), " (errno ", err, ")"));
 }
 
 // A JSON string literal as serde_json writes it (UTF-8 kept, only '"', '\\' and control characters
@@ -118,16 +119,18 @@ std::string build_header(const std::vector<Entry>& entries, const std::map<std::
 // and its target replaced). Refuses to replace something that is not a regular file (a directory,
 // a device such as /dev/null): renaming over it would destroy it.
 struct Destination {
-  std::string path;  // the file to replace
-  std::string dir;   // its directory (for the temporary file and the directory fsync)
+  const char* op = "save";  // who writes, for the messages
+  std::string path;         // the file to replace
+  std::string dir;          // its directory (for the temporary file and the directory fsync)
   std::string base;
   bool exists = false;
   mode_t mode = 0;
 };
 
-Destination resolve_destination(const std::string& path) {
-  DP_CHECK(!path.empty(), ValueError, "save: empty path");
+Destination resolve_destination(const std::string& path, const char* op = "save") {
+  DP_CHECK(!path.empty(), ValueError, op, ": empty path");
   Destination d;
+  d.op = op;
   d.path = path;
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
@@ -139,16 +142,16 @@ Destination resolve_destination(const std::string& path) {
   if (::stat(d.path.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode))
       throw IOError(
-          detail::str("save: '", path, "': cannot replace it: it exists and is not a regular file", S_ISDIR(st.st_mode) ? " (a directory)" : ""));
+          detail::str(op, ": '", path, "': cannot replace it: it exists and is not a regular file", S_ISDIR(st.st_mode) ? " (a directory)" : ""));
     d.exists = true;
     d.mode = st.st_mode & 07777;
   } else if (errno != ENOENT) {
-    io_fail(path, "check the destination", errno);
+    io_fail(op, path, "check the destination", errno);
   }
   size_t slash = d.path.find_last_of('/');
   d.dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : d.path.substr(0, slash));
   d.base = slash == std::string::npos ? d.path : d.path.substr(slash + 1);
-  DP_CHECK(!d.base.empty(), ValueError, "save: '", path, "' names a directory, not a file");
+  DP_CHECK(!d.base.empty(), ValueError, op, ": '", path, "' names a directory, not a file");
   return d;
 }
 
@@ -211,9 +214,9 @@ class TempFile {
       tmp_ = (dest.dir == "/" ? "/" : dest.dir + "/") + "." + stem + suffix;
       fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd_ >= 0) break;
-      if (errno != EEXIST) io_fail(dest.path, detail::str("create a temporary file in directory '", dest.dir, "'"), errno);
+      if (errno != EEXIST) io_fail(dest.op, dest.path, detail::str("create a temporary file in directory '", dest.dir, "'"), errno);
     }
-    if (fd_ < 0) io_fail(dest.path, detail::str("create a temporary file in directory '", dest.dir, "'"), EEXIST);
+    if (fd_ < 0) io_fail(dest.op, dest.path, detail::str("create a temporary file in directory '", dest.dir, "'"), EEXIST);
     // Replacing a file keeps its permissions (a new one gets 0666 minus the umask, as open() does).
     if (dest.exists && ::fchmod(fd_, dest.mode) != 0) {
       int err = errno;
@@ -252,17 +255,18 @@ class TempFile {
     committed_ = true;
     // Make the rename durable. Some filesystems can't fsync a directory (EINVAL): nothing to do then.
     int dfd = ::open(dest_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) io_fail(dest_.path, detail::str("open directory '", dest_.dir, "' to fsync it (the file was written)"), errno);
+    if (dfd < 0) io_fail(dest_.op, dest_.path, detail::str("open directory '", dest_.dir, "' to fsync it (the file was written)"), errno);
     int rc = ::fsync(dfd), err = errno;
     ::close(dfd);
-    if (rc != 0 && err != EINVAL && err != EROFS) io_fail(dest_.path, detail::str("fsync directory '", dest_.dir, "' (the file was written)"), err);
+    if (rc != 0 && err != EINVAL && err != EROFS)
+      io_fail(dest_.op, dest_.path, detail::str("fsync directory '", dest_.dir, "' (the file was written)"), err);
   }
 
  private:
   static constexpr size_t kBufferSize = size_t(1) << 20;
 
   [[noreturn]] void fail(const std::string& what, int err) {
-    throw IOError(detail::str("save: '", dest_.path, "': ", what, " failed after ", written_, " bytes were written (temporary file '", tmp_,
+    throw IOError(detail::str(dest_.op, ": '", dest_.path, "': ", what, " failed after ", written_, " bytes were written (temporary file '", tmp_,
                               "' removed): ", errno_text(err), " (errno ", err, ")"));
   }
 
@@ -341,5 +345,17 @@ void save(const OrderedDict<std::string, Tensor>& tensors, const std::string& pa
   }
   file.commit();
 }
+
+namespace detail {
+
+void write_file_atomic(const std::string& path, std::string_view bytes, const char* op) {
+  Destination dest = resolve_destination(path, op);
+  remove_stale_temporaries(dest);
+  TempFile file(dest);
+  file.write(bytes.data(), bytes.size());
+  file.commit();
+}
+
+}  // namespace detail
 
 }  // namespace dp

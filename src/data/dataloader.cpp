@@ -57,7 +57,8 @@ DataLoader::Iterator DataLoader::begin() {
   const size_t num_batches = size();
   indices.resize(std::min(indices.size(), num_batches * static_cast<size_t>(options_.batch_size())));  // drop_last
   auto run = std::make_unique<detail::EpochRun>(dataset_, std::move(indices), static_cast<size_t>(options_.batch_size()), num_batches,
-                                                static_cast<size_t>(options_.num_workers()), static_cast<size_t>(options_.prefetch()), epoch);
+                                                static_cast<size_t>(options_.num_workers()), static_cast<size_t>(options_.prefetch()), epoch,
+                                                options_.collate_fn());
   next_epoch_ = epoch + 1;
   return Iterator(std::move(run), num_batches, epoch);
 }

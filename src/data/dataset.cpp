@@ -5,6 +5,19 @@
 
 namespace dp::data {
 
+namespace {
+
+// Samples that differ only in their length (dim 0) are sequences: say how to batch them.
+const char* pad_hint(const Tensor& a, const Tensor& b) {
+  if (a.dim() != b.dim() || a.dim() == 0) return "";
+  for (int64_t d = 1; d < a.dim(); ++d)
+    if (a.sizes()[d] != b.sizes()[d]) return "";
+  return " (samples of different lengths cannot be stacked: pad them with a collate function, "
+         "DataLoaderOptions().collate_fn(dp::data::PadCollate()), which also records their lengths)";
+}
+
+}  // namespace
+
 Example collate(const std::vector<Example>& examples) {
   DP_CHECK(!examples.empty(), ValueError, "collate: cannot make a batch of 0 examples");
   const Example& first = examples.front();
@@ -18,7 +31,7 @@ Example collate(const std::vector<Example>& examples) {
     DP_CHECK(e.data.defined(), ValueError, "collate: example ", i, " has undefined data");
     // Checked here rather than left to stack() so the message says which example disagrees.
     DP_CHECK(e.data.sizes() == first.data.sizes(), ShapeError, "collate: example ", i, " has data of shape ", e.data.size_str(),
-             " but example 0 has ", first.data.size_str());
+             " but example 0 has ", first.data.size_str(), pad_hint(e.data, first.data));
     DP_CHECK(e.data.dtype() == first.data.dtype(), DTypeError, "collate: example ", i, " has data of dtype ", dtype_name(e.data.dtype()),
              " but example 0 has ", dtype_name(first.data.dtype()));
     DP_CHECK(e.target.defined() == has_target, ValueError, "collate: example ", i, (has_target ? " has no" : " has a"), " target but example 0 ",
@@ -26,7 +39,7 @@ Example collate(const std::vector<Example>& examples) {
     data.push_back(e.data);
     if (has_target) {
       DP_CHECK(e.target.sizes() == first.target.sizes(), ShapeError, "collate: example ", i, " has a target of shape ", e.target.size_str(),
-               " but example 0 has ", first.target.size_str());
+               " but example 0 has ", first.target.size_str(), pad_hint(e.target, first.target));
       DP_CHECK(e.target.dtype() == first.target.dtype(), DTypeError, "collate: example ", i, " has a target of dtype ", dtype_name(e.target.dtype()),
                " but example 0 has ", dtype_name(first.target.dtype()));
       target.push_back(e.target);

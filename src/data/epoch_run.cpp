@@ -16,12 +16,13 @@
 namespace dp::data::detail {
 
 EpochRun::EpochRun(std::shared_ptr<Dataset> dataset, std::vector<int64_t> indices, size_t batch_size, size_t num_batches, size_t workers,
-                   size_t prefetch, uint64_t epoch)
+                   size_t prefetch, uint64_t epoch, CollateFn collate)
     : dataset_(std::move(dataset)),
       indices_(std::move(indices)),
       batch_size_(batch_size),
       num_batches_(num_batches),
       epoch_(epoch),
+      collate_(std::move(collate)),
       capacity_(workers * prefetch) {
   if (workers == 0 || num_batches_ == 0) return;
   slots_.resize(capacity_);
@@ -56,9 +57,21 @@ Batch EpochRun::build(size_t i) {
     const std::vector<int64_t> idx(indices_.begin() + static_cast<std::ptrdiff_t>(begin), indices_.begin() + static_cast<std::ptrdiff_t>(end));
     // Where these samples sit in the epoch, for the per-sample generators of MapDatasets.
     detail::SampleScope scope(epoch_, begin);
+    const auto count = static_cast<int64_t>(idx.size());
+    if (collate_) {
+      std::vector<Example> examples;
+      examples.reserve(idx.size());
+      for (int64_t k : idx) examples.push_back(dataset_->get(static_cast<size_t>(k)));
+      Batch b = collate_(std::move(examples));
+      // The layout is the collate function's (a padded batch may be time-major); only what every
+      // batch needs is checked: data, and lengths (when set) with one entry per sample.
+      DP_CHECK(b.data.defined(), ValueError, "the collate_fn returned a batch with undefined data");
+      DP_CHECK(!b.lengths.defined() || (b.lengths.dim() == 1 && b.lengths.size(0) == count), ShapeError, "the collate_fn returned lengths of shape ",
+               b.lengths.defined() ? b.lengths.size_str() : std::string(), " for ", count, " samples (expected [", count, "])");
+      return b;
+    }
     Batch b = dataset_->get_batch(idx);
     // A user dataset's get_batch may be wrong; say so here rather than deep inside the model.
-    const auto count = static_cast<int64_t>(idx.size());
     DP_CHECK(b.data.defined() && b.data.dim() >= 1 && b.data.size(0) == count, ShapeError, "Dataset::get_batch returned data of shape ",
              b.data.defined() ? b.data.size_str() : std::string("(undefined)"), " for ", count, " indices (expected a leading dimension of ", count,
              ")");

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+#include "dp/data/dataloader.h"
 #include "dp/data/dataset.h"
 
 namespace dp::data::detail {
@@ -17,8 +18,10 @@ class EpochRun {
  public:
   // workers == 0: batches are built by take() on the caller's thread. Otherwise `workers` threads
   // start now and build batches in order, at most `workers * prefetch` ahead of delivery.
+  // A non-empty `collate` builds each batch from the dataset's get() of every index (see
+  // DataLoaderOptions::collate_fn); otherwise batches come from Dataset::get_batch.
   EpochRun(std::shared_ptr<Dataset> dataset, std::vector<int64_t> indices, size_t batch_size, size_t num_batches, size_t workers, size_t prefetch,
-           uint64_t epoch);
+           uint64_t epoch, CollateFn collate = {});
   // Stops handing out batches, lets the ones being built finish, joins the threads.
   ~EpochRun();
   EpochRun(const EpochRun&) = delete;
@@ -45,6 +48,7 @@ class EpochRun {
   size_t batch_size_;
   size_t num_batches_;
   uint64_t epoch_;
+  CollateFn collate_;
   size_t capacity_;  // batches claimed by workers but not yet delivered, at most
 
   std::mutex mu_;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include "dp/core/device.h"
 #include "dp/core/ordered_dict.h"
 #include "dp/core/tensor.h"
@@ -72,6 +73,11 @@ struct SaveFault {
 };
 void set_save_fault(const SaveFault& fault);
 void clear_save_fault();
+// Writes `bytes` to `path` as save() writes a checkpoint: a temporary file in the same directory,
+// fsync'ed, renamed over `path`, the directory fsync'ed; a failure leaves the previous file as it
+// was. Errors are IOErrors (ValueError for an empty path or one naming a directory) that begin
+// "<op>: '<path>': ". For the small files other parts of the library keep (a tokenizer's vocabulary).
+void write_file_atomic(const std::string& path, std::string_view bytes, const char* op);
 // This host's tag in temporary file names (8 hex digits of a hash of the host name): save() writes
 // ".<name>.tmp.<tag>-<pid>.<n>.<hex>" and, on the next save to the same name, removes those whose
 // tag is this host's and whose process no longer exists (left by a writer killed mid-save).

@@ -18,7 +18,15 @@
 // are plain threads, not device workers, and do not touch OpenBLAS's pool unless the dataset
 // itself multiplies matrices.
 //
-// Errors: an exception thrown while building batch k (in a worker or inline) is thrown from the
+// Collation: by default a batch is Dataset::get_batch(indices) (stacked samples). With
+// collate_fn(fn), the loader instead gets every sample with Dataset::get and calls fn on the
+// batch's examples, in index order; fn's result is the batch (torch's collate_fn). fn runs where
+// the batch is built, so with workers it runs on several threads at once and must be safe to call
+// concurrently. dp::data::PadCollate pads variable-length samples and records their lengths:
+//
+//   DataLoader loader(sentences, DataLoaderOptions(32).collate_fn(dp::data::PadCollate().padding_value(0)));
+//
+// Errors: an exception thrown while building batch k (by the dataset or the collate function) (in a worker or inline) is thrown from the
 // dereference of batch k, never earlier, with "DataLoader: batch k of epoch e: " put in front of
 // its message. Its type is kept for dp::Error and its subclasses and for the std exceptions
 // constructible from a message (runtime_error, logic_error and their standard subclasses); any
@@ -35,14 +43,20 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
 #include <type_traits>
+#include <utility>
+#include <vector>
 #include "dp/data/dataset.h"
 #include "dp/data/sampler.h"
 
 namespace dp::data {
+
+// Turns one batch's examples (at least one, in the batch's index order) into the batch.
+using CollateFn = std::function<Batch(std::vector<Example>)>;
 
 // Chainable options: DataLoaderOptions().batch_size(30).shuffle(true).seed(42).num_workers(2).
 struct DataLoaderOptions {
@@ -74,6 +88,12 @@ struct DataLoaderOptions {
     prefetch_ = v;
     return *this;
   }  // >= 1 batches per worker
+  // Builds each batch from its examples (see "Collation" above); an empty function restores the
+  // default (Dataset::get_batch).
+  DataLoaderOptions& collate_fn(CollateFn fn) {
+    collate_fn_ = std::move(fn);
+    return *this;
+  }
 
   int64_t batch_size() const { return batch_size_; }
   bool shuffle() const { return shuffle_; }
@@ -81,6 +101,7 @@ struct DataLoaderOptions {
   bool drop_last() const { return drop_last_; }
   int64_t num_workers() const { return num_workers_; }
   int64_t prefetch() const { return prefetch_; }
+  const CollateFn& collate_fn() const { return collate_fn_; }
 
  private:
   int64_t batch_size_;
@@ -89,6 +110,7 @@ struct DataLoaderOptions {
   bool drop_last_ = false;
   int64_t num_workers_ = 0;
   int64_t prefetch_ = 2;
+  CollateFn collate_fn_;
 };
 
 namespace detail {

@@ -21,3 +21,4 @@
 #include "dp/nn/modules/transformer.h"
 #include "dp/nn/serialize.h"
 #include "dp/nn/utils/clip_grad.h"
+#include "dp/nn/utils/rnn.h"
