@@ -55,6 +55,8 @@ FOLDERS = {
     "src/parallel": "parallel",
     "include/dp/distributed": "distributed",
     "src/distributed": "distributed",
+    "include/dp/models": "models",
+    "src/models": "models",
     "include/dp/dp.h": "dp.h",            # the umbrella header includes every layer
     "tools": "tools",
     "bench": "tools",                     # programs: may include anything in the library
@@ -72,7 +74,7 @@ LEVELS = [
     ["ops"],
     ["nn"],
     ["optim", "data"],
-    ["parallel", "distributed"],
+    ["parallel", "distributed", "models"],  # models: ready-made networks (GPT) on nn and optim
     ["dp.h"],
     ["tools"],
 ]
