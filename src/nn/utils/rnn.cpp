@@ -92,7 +92,7 @@ PackedSequence pack_padded(const Tensor& input, const std::vector<int64_t>& leng
            input.size_str());
   const int64_t T = input.size(batch_first ? 1 : 0), B = input.size(batch_first ? 0 : 1);
   DP_CHECK(static_cast<int64_t>(lengths.size()) == B, ShapeError, op, ": Expected `len(lengths)` to be equal to batch_size, but got ", lengths.size(),
-           " (batch_size=", B, ", input ", input.size_str(), batch_first ? ", batch_first" : "", ")");
+           " (batch_size=", B, ") (input ", input.size_str(), batch_first ? ", batch_first" : "", ")");
   DP_CHECK(input.numel() > 0, ValueError, op, ": Cannot pack empty tensors (input ", input.size_str(), ")");
   const PackPlan p = plan_for(op, lengths, enforce_sorted);
   for (int64_t b = 0; b < B; ++b)
