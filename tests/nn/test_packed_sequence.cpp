@@ -119,6 +119,27 @@ TEST(PackPadded, WorkedExampleAndRoundTrip) {
   EXPECT_TRUE(equal(ties.sorted_indices(), i64({1, 3, 0, 2})));
 }
 
+TEST(PackPadded, DocsExample) {
+  // docs/sequence-models.md, "Variable-length batches".
+  namespace rnnu = dp::nn::utils::rnn;
+  dp::Tensor padded = dp::randn({4, 6, 10});
+  dp::Tensor lengths = dp::tensor(std::vector<int64_t>{3, 6, 1, 4});
+  rnnu::PackedSequence packed = rnnu::pack_padded_sequence(padded, lengths, /*batch_first=*/true, /*enforce_sorted=*/false);
+  dp::nn::GRU gru(dp::nn::GRUOptions(10, 20).num_layers(2).bidirectional(true).batch_first(true));
+  auto [out, h_n] = gru(packed);
+  auto [y, out_lengths] = rnnu::pad_packed_sequence(out, /*batch_first=*/true);
+  EXPECT_EQ(y.sizes(), Shape({4, 6, 40}));
+  EXPECT_EQ(h_n.sizes(), Shape({4, 4, 20}));
+  EXPECT_TRUE(equal(out_lengths, lengths));
+  // Padding positions are zeros; each sequence's last forward output is its forward h_n (layer 1).
+  EXPECT_EQ(max(abs(y.select(0, 2).narrow(0, 1, 5))).item<double>(), 0.0);
+  for (int64_t b = 0; b < 4; ++b) {
+    const int64_t last = lengths[b].item<int64_t>() - 1;
+    EXPECT_TRUE(equal(y.select(0, b).select(0, last).narrow(0, 0, 20), h_n.select(0, 2).select(0, b))) << b;
+    EXPECT_TRUE(equal(y.select(0, b).select(0, 0).narrow(0, 20, 20), h_n.select(0, 3).select(0, b))) << b;  // reverse: ends at step 0
+  }
+}
+
 // ---------------------------------------------------------------- PackedSequence
 
 TEST(PackedSequenceType, ConstructionAndTo) {

@@ -329,6 +329,25 @@ TEST(RNNModules, CloneRepointsFlatWeights) {
   EXPECT_TRUE(equal(std::get<0>(m->forward(x)), std::get<0>(copy->forward(x))));
 }
 
+TEST(RNNModules, DocsExample) {
+  // docs/sequence-models.md, "Recurrent layers".
+  dp::nn::GRU gru(dp::nn::GRUOptions(/*input_size=*/10, /*hidden_size=*/20).num_layers(2).bidirectional(true));
+  dp::Tensor x = dp::randn({5, 3, 10});
+  auto [out, h_n] = gru(x);
+  EXPECT_EQ(out.sizes(), Shape({5, 3, 40}));
+  EXPECT_EQ(h_n.sizes(), Shape({4, 3, 20}));
+  dp::nn::LSTM lstm(dp::nn::LSTMOptions(10, 20).batch_first(true));
+  dp::Tensor h0 = dp::zeros({1, 3, 20}), c0 = dp::zeros({1, 3, 20});
+  auto [y, state] = lstm(dp::randn({3, 5, 10}), std::make_tuple(h0, c0));
+  auto [h, c] = state;
+  EXPECT_EQ(y.sizes(), Shape({3, 5, 20}));
+  EXPECT_EQ(c.sizes(), Shape({1, 3, 20}));
+  dp::nn::RNN rnn(dp::nn::RNNOptions(10, 20).nonlinearity("relu"));
+  EXPECT_GE(min(std::get<0>(rnn(x))).item<double>(), 0.0);
+  dp::nn::GRUCell cell(10, 20);
+  EXPECT_EQ(cell(dp::randn({3, 10})).sizes(), Shape({3, 20}));
+}
+
 // ---------------------------------------------------------------- errors
 
 template <typename E, typename F>
