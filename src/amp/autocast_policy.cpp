@@ -24,9 +24,6 @@ Policy policy(Op op, DeviceType device) {
     case Op::conv2d:
       return Policy::LowerPrecision;
     case Op::lstm_cell:  // CUDA's list only
-    case Op::gru_cell:
-    case Op::rnn_tanh_cell:
-    case Op::rnn_relu_cell:
       return cuda ? Policy::LowerPrecision : Policy::None;
     case Op::mse_loss:
     case Op::l1_loss:
@@ -74,12 +71,6 @@ const char* op_name(Op op) {
       return "conv2d";
     case Op::lstm_cell:
       return "lstm_cell";
-    case Op::gru_cell:
-      return "gru_cell";
-    case Op::rnn_tanh_cell:
-      return "rnn_tanh_cell";
-    case Op::rnn_relu_cell:
-      return "rnn_relu_cell";
     case Op::dot:
       return "dot";
     case Op::mse_loss:

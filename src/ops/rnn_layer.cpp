@@ -37,7 +37,6 @@
 #include "ops/common.h"
 #include "ops/reduction_helpers.h"
 #include "ops/rnn_internal.h"
-#include "amp/autocast_ops.h"
 
 namespace dp {
 
@@ -302,20 +301,14 @@ std::tuple<Tensor, Tensor> rnn_layer(const Tensor& input, const Tensor& h0, cons
 }
 
 Tensor gru_cell(const Tensor& input, const Tensor& hx, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh) {
-  if (autocast::detail::Cast ac{autocast::detail::Op::gru_cell, {&input, &hx, &w_ih, &w_hh, &b_ih, &b_hh}})
-    return ac([&] { return dp::gru_cell(ac[0], ac[1], ac[2], ac[3], ac[4], ac[5]); });
   return cell_step("gru_cell", RnnCell::GRU, input, hx, w_ih, w_hh, b_ih, b_hh);
 }
 
 Tensor rnn_tanh_cell(const Tensor& input, const Tensor& hx, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh) {
-  if (autocast::detail::Cast ac{autocast::detail::Op::rnn_tanh_cell, {&input, &hx, &w_ih, &w_hh, &b_ih, &b_hh}})
-    return ac([&] { return dp::rnn_tanh_cell(ac[0], ac[1], ac[2], ac[3], ac[4], ac[5]); });
   return cell_step("rnn_tanh_cell", RnnCell::Tanh, input, hx, w_ih, w_hh, b_ih, b_hh);
 }
 
 Tensor rnn_relu_cell(const Tensor& input, const Tensor& hx, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh) {
-  if (autocast::detail::Cast ac{autocast::detail::Op::rnn_relu_cell, {&input, &hx, &w_ih, &w_hh, &b_ih, &b_hh}})
-    return ac([&] { return dp::rnn_relu_cell(ac[0], ac[1], ac[2], ac[3], ac[4], ac[5]); });
   return cell_step("rnn_relu_cell", RnnCell::ReLU, input, hx, w_ih, w_hh, b_ih, b_hh);
 }
 
