@@ -18,6 +18,7 @@
 #include "dp/ops/reduction.h"
 #include "dp/ops/rnn.h"
 #include "dp/ops/shape.h"
+#include "support/cuda.h"
 #include "support/golden.h"
 #include "support/gradcheck.h"
 
@@ -508,7 +509,7 @@ std::vector<Tensor> run(Cell cell, const Args& a, bool reverse, bool fused, std:
   Tensor loss;
   for (size_t k = 0; k < outs.size(); ++k) {
     if (!use[k]) continue;
-    Tensor w = cos(arange(0, outs[k].numel(), 1, TensorOptions(outs[k].dtype())).view(outs[k].sizes()));
+    Tensor w = cos(arange(0, outs[k].numel(), 1, TensorOptions(outs[k].dtype())).view(outs[k].sizes())).to(outs[k].device());
     Tensor term = sum(mul(outs[k], w));
     loss = loss.defined() ? add(loss, term) : term;
   }
@@ -703,6 +704,47 @@ TEST(RNNGradcheck, PackedModuleUnsortedBidirectional) {
     return cat({padded.flatten(), hn.flatten()}, 0);
   };
   EXPECT_TRUE(gradcheck(f, {x, h0}));
+}
+
+TEST(RNNCuda, LayersAndPackedModulesMatchTheCpu) {
+  // On CUDA the padded LSTM runs its own kernels and everything else the composite form; both must
+  // give the CPU's fused results (outputs and every gradient).
+  DP_REQUIRE_GPU();
+  manual_seed(61);
+  const Device gpu = Device::cuda(0);
+  auto on = [](const Args& a, Device d) {
+    auto mv = [d](const Tensor& t) { return t.defined() ? t.to(d) : t; };
+    return Args{mv(a.x), mv(a.h0), mv(a.c0), mv(a.w_ih), mv(a.w_hh), mv(a.b_ih), mv(a.b_hh), a.bs};
+  };
+  for (Cell cell : {Cell::Tanh, Cell::ReLU, Cell::GRU, Cell::LSTM})
+    for (bool packed : {false, true})
+      for (bool reverse : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << cell_name(cell) << (packed ? " packed" : " padded") << (reverse ? " reverse" : ""));
+        const Args a = packed ? make_args(cell, 0, 0, 4, 6, true, kFloat64, false, {5, 3, 2}) : make_args(cell, 5, 3, 4, 6, true, kFloat64, false);
+        const std::vector<bool> all(cell == Cell::LSTM ? 3 : 2, true);
+        std::vector<Tensor> cpu = run(cell, a, reverse, true, all), cuda = run(cell, on(a, gpu), reverse, true, all);
+        ASSERT_EQ(cpu.size(), cuda.size());
+        for (size_t k = 0; k < cpu.size(); ++k) {
+          ASSERT_EQ(cpu[k].defined(), cuda[k].defined()) << k;
+          if (cpu[k].defined()) {
+            EXPECT_EQ(cuda[k].device(), gpu) << k;
+            EXPECT_TRUE(all_close(cuda[k].cpu(), cpu[k], 1e-9, 1e-10)) << "result " << k;
+          }
+        }
+      }
+  // A packed, unsorted batch through a module on the GPU.
+  nn::GRU m(nn::GRUOptions(3, 4).num_layers(2).bidirectional(true));
+  Tensor x = randn({5, 3, 3});
+  auto run_module = [&](Device d) {
+    m->to(d);
+    PackedSequence p = nn::utils::rnn::pack_padded_sequence(x.to(d), tensor(std::vector<int64_t>{2, 5, 3}), false, false);
+    auto [out, hn] = m(p);
+    return std::make_pair(std::get<0>(nn::utils::rnn::pad_packed_sequence(out)).cpu(), hn.cpu());
+  };
+  auto [y_cpu, h_cpu] = run_module(Device::cpu());
+  auto [y_gpu, h_gpu] = run_module(gpu);
+  EXPECT_TRUE(all_close(y_gpu, y_cpu, 1e-4, 1e-5));
+  EXPECT_TRUE(all_close(h_gpu, h_cpu, 1e-4, 1e-5));
 }
 
 // ---------------------------------------------------------------- autograd graph
