@@ -435,6 +435,7 @@ TEST(RNNErrors, LayerOps) {
 enum class Cell { Tanh, ReLU, GRU, LSTM };
 const char* cell_name(Cell c) { return c == Cell::Tanh ? "tanh" : c == Cell::ReLU ? "relu" : c == Cell::GRU ? "gru" : "lstm"; }
 int64_t gates(Cell c) { return c == Cell::LSTM ? 4 : c == Cell::GRU ? 3 : 1; }
+void PrintTo(Cell c, std::ostream* os) { *os << cell_name(c); }  // gtest's name for a parameter
 
 // One layer call's arguments: padded x [T, B, I], or packed x [N, I] with batch_sizes bs.
 struct Args {
