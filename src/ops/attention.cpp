@@ -47,6 +47,10 @@ using autograd::variable_list;
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 
+// Sequences up to this long (queries and keys), unmasked and not causal, take the exact path when
+// the choice is automatic (see scaled_dot_product_attention).
+constexpr int64_t kShortExact = 128;
+
 thread_local int t_backend = -1;  // -1: automatic; else an SDPBackend
 thread_local int64_t t_block_q = 0, t_block_k = 0;
 
@@ -428,6 +432,12 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   } else if (t_backend == static_cast<int>(SDPBackend::math)) {
     fused = false;
   }
+  // Automatic choice: short sequences without a mask or causal masking take the exact path, whose
+  // backward reuses the stored weights instead of recomputing them (4 GEMMs instead of 5):
+  // measured 15-20% faster forward+backward at L = S = 32 to 128 (B = 4, H = 12, d = 64), equal
+  // forward. With a mask or causal the fused kernel stays faster there too (the exact path's extra
+  // passes over the L x S weights), and from L = S = 256 on it is at least as fast in every case.
+  if (fused && t_backend < 0 && !is_causal && !attn_mask.defined() && g.L <= kShortExact && g.S <= kShortExact) fused = false;
   if (fused) return fused_attention(query, key, value, attn_mask, is_causal, g);
   return exact_attention(query, key, value, attn_mask, dropout_p, is_causal, g);
 }

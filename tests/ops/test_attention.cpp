@@ -342,7 +342,11 @@ TEST(AttentionDropout, SeededAndRateAndPOne) {
 TEST(Attention, OutputLayoutAndFunctional) {
   manual_seed(5);
   Tensor q = randn({2, 3, 10, 4}), k = randn({2, 3, 12, 4}), v = randn({2, 3, 12, 5});
-  Tensor out = nn::functional::scaled_dot_product_attention(q, k, v);
+  Tensor out;
+  {
+    SDPAKernelGuard flash(SDPBackend::flash_attention);
+    out = nn::functional::scaled_dot_product_attention(q, k, v);
+  }
   EXPECT_EQ(out.sizes(), Shape({2, 3, 10, 5}));
   // Laid out [B, L, H, Ev], as PyTorch's CPU flash kernel: the transpose back is contiguous.
   EXPECT_TRUE(out.transpose(1, 2).is_contiguous());
@@ -354,6 +358,18 @@ TEST(Attention, OutputLayoutAndFunctional) {
   EXPECT_TRUE(all_close(out, expected, 1e-5, 1e-6));
   // The reference formula itself.
   EXPECT_TRUE(all_close(out, matmul(softmax(matmul(q, k.transpose(-2, -1)) / 2.0, -1), v), 1e-5, 1e-6));
+}
+
+TEST(Attention, AutomaticChoice) {
+  auto grad_fn = [](const Tensor& q, const Tensor& k, bool causal, const Tensor& mask = Tensor()) {
+    Tensor qq = q.detach().requires_grad_(true);
+    return std::string(scaled_dot_product_attention(qq, k, k, mask, 0.0, causal).grad_fn()->name());
+  };
+  Tensor short_q = randn({2, 64, 16}), long_q = randn({2, 300, 16});
+  EXPECT_NE(grad_fn(short_q, short_q, false), kFused);  // short and unmasked: exact (no recomputation)
+  EXPECT_EQ(grad_fn(short_q, short_q, true), kFused);
+  EXPECT_EQ(grad_fn(short_q, short_q, false, rand({64, 64}) > 0.5), kFused);
+  EXPECT_EQ(grad_fn(long_q, long_q, false), kFused);
 }
 
 TEST(Attention, BFloat16ComputesInFloat32) {
