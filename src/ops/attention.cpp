@@ -296,13 +296,14 @@ backend::AttnMask mask_operand(const Tensor& mask, DType dt, const Geometry& g) 
 }
 
 // A new tensor of shape batch + [rows, cols], laid out [batch[:-1]..., rows, heads, cols] in memory
-// (heads = batch's last dim), as the output and the gradients are.
-Tensor empty_heads_inner(const Geometry& g, int64_t rows, int64_t cols, DType dt, Device dev) {
+// (heads = batch's last dim) when heads_inner (the output, as PyTorch's CPU flash kernel lays it
+// out), else contiguous.
+Tensor empty_problems(const Geometry& g, int64_t rows, int64_t cols, DType dt, Device dev, bool heads_inner) {
   const size_t nd = g.batch.size();
   Shape logical = g.batch;
   logical.push_back(rows);
   logical.push_back(cols);
-  if (nd == 0) return make_empty(logical, dt, dev);
+  if (nd == 0 || !heads_inner) return make_empty(logical, dt, dev);
   Shape physical(g.batch.begin(), g.batch.end() - 1);
   physical.push_back(rows);
   physical.push_back(g.batch.back());
@@ -355,17 +356,20 @@ variable_list fused_backward(const FusedSaved& s, const Tensor& grad) {
   a.mask = mask_operand(mask, dt, s.g);
   a.lse = s.lse;
   // Per-problem gradients of q, k, v (reduced below where operands broadcast or heads repeat).
-  auto full = [&](bool need, int64_t rows, int64_t cols) {
+  // A gradient takes its input's layout where it can (heads inside rows, as in MultiheadAttention's
+  // transposed views, or contiguous), so that it needs no copy after the op.
+  auto full = [&](bool need, const Tensor& input, int64_t rows, int64_t cols) {
     backend::AttnOperand o;
     if (!need) return o;
-    o.t = empty_heads_inner(s.g, rows, cols, dt, dev);
+    const bool heads_inner = input.dim() >= 3 && input.size(-3) > 1 && input.stride(-3) < input.stride(-2);
+    o.t = empty_problems(s.g, rows, cols, dt, dev, heads_inner);
     o.row_stride = rows > 1 ? o.t.stride(-2) : std::max<int64_t>(cols, 1);
     o.offsets = problem_offsets(s.g.batch, s.g.problems, o.t.sizes(), o.t.strides(), s.g.batch.size(), 1);
     return o;
   };
-  a.dq = full(s.needs[0], s.g.L, s.g.E);
-  a.dk = full(s.needs[1], s.g.S, s.g.E);
-  a.dv = full(s.needs[2], s.g.S, s.g.Ev);
+  a.dq = full(s.needs[0], q, s.g.L, s.g.E);
+  a.dk = full(s.needs[1], k, s.g.S, s.g.E);
+  a.dv = full(s.needs[2], v, s.g.S, s.g.Ev);
   if (s.needs[3]) a.dmask = make_empty({s.g.problems, s.g.L, s.g.S}, dt, dev);
   backend::attention_backward(dev.type, a);
 
@@ -391,7 +395,7 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   a.k = operand(k, dt, g, g.group_k);
   a.v = operand(v, dt, g, g.group_v);
   a.mask = mask_operand(mask, dt, g);
-  a.out.t = empty_heads_inner(g, g.L, g.Ev, dt, dev);
+  a.out.t = empty_problems(g, g.L, g.Ev, dt, dev, /*heads_inner=*/true);
   a.out.row_stride = g.L > 1 ? a.out.t.stride(-2) : std::max<int64_t>(g.Ev, 1);
   a.out.offsets = problem_offsets(g.batch, g.problems, a.out.t.sizes(), a.out.t.strides(), g.batch.size(), 1);
   a.lse = make_empty({g.problems, g.L}, dt, dev);

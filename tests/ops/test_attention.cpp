@@ -350,6 +350,18 @@ TEST(Attention, OutputLayoutAndFunctional) {
   EXPECT_EQ(out.sizes(), Shape({2, 3, 10, 5}));
   // Laid out [B, L, H, Ev], as PyTorch's CPU flash kernel: the transpose back is contiguous.
   EXPECT_TRUE(out.transpose(1, 2).is_contiguous());
+  // The gradients take their inputs' layouts: contiguous, or heads inside rows (MultiheadAttention's
+  // q.view(B, L, H, E).transpose(1, 2)).
+  Tensor qc = q.detach().requires_grad_(true);
+  Tensor base = randn({2, 12, 3, 4}).requires_grad_(true);
+  Tensor kt = base.transpose(1, 2);
+  std::vector<Tensor> grads;
+  {
+    SDPAKernelGuard flash(SDPBackend::flash_attention);
+    grads = autograd::grad({scaled_dot_product_attention(qc, kt, v)}, {qc, kt}, {ones_like(out)});
+  }
+  EXPECT_TRUE(grads[0].is_contiguous());
+  EXPECT_TRUE(grads[1].transpose(1, 2).is_contiguous());
   Tensor expected;
   {
     SDPAKernelGuard math(SDPBackend::math);

@@ -50,13 +50,20 @@ struct Tiles {
   int64_t bq, bk;
 };
 
-// Tile sizes. At B = 4, H = 12, T = 1024, d = 64 every choice from 64 x 128 to 256 x 512 was
-// within the measurement's noise (about 10%, CPU time on a loaded machine), 32-row tiles slower;
-// 128 x 256 keeps the score tile (128 KiB in float32) in L2, gives a 1024-row problem 8 tasks, and
-// wastes little above the diagonal when causal (the kernel computes whole rows of a tile).
-Tiles choose_tiles(const AttentionShape& s) {
-  int64_t bq = s.block_q > 0 ? s.block_q : (s.L <= 64 ? 64 : 128);
-  int64_t bk = s.block_k > 0 ? s.block_k : 256;
+// Tile sizes. Measured at B = 4, H = 12, T = 1024, d = 64 (CPU time, on a loaded machine, noise
+// about 10-20%): tiles from 64 x 128 to 256 x 512 all ran near the GEMMs' rate, 32-row tiles
+// slower. A profile of the forward at 128 x 256 showed 18% of its time in OpenBLAS packing K and V
+// again for every query tile, so non-causal calls take 256 query rows; causal ones take 128, since
+// a tile computes whole rows and so wastes L * bq / 2 scores above the diagonal (12% at T = 1024).
+// The forward's query tiles are halved (down to 32) while they would give fewer than 4 tasks per
+// thread. 256 keys keep a float32 score tile within L2 (128 or 256 KiB).
+Tiles choose_tiles(const AttentionShape& s, int threads, bool forward) {
+  int64_t bq = s.block_q, bk = s.block_k > 0 ? s.block_k : 256;
+  if (bq <= 0) {
+    bq = s.causal ? 128 : 256;
+    const int64_t rows = std::max<int64_t>(s.L, 1);
+    while (forward && bq > 32 && s.batch * ((rows + bq - 1) / bq) < 4 * static_cast<int64_t>(threads)) bq /= 2;
+  }
   bq = std::max<int64_t>(1, std::min(bq, std::max<int64_t>(s.L, 1)));
   bk = std::max<int64_t>(1, std::min(bk, std::max<int64_t>(s.S, 1)));
   return {bq, bk};
@@ -161,11 +168,11 @@ T exp_of(T x) {
 template <typename T, typename M>
 void forward_typed(const AttentionForwardArgs& a) {
   const AttentionShape& s = a.shape;
-  const Tiles tiles = choose_tiles(s);
+  const int slots = blas::parallel_slots();
+  const Tiles tiles = choose_tiles(s, slots, /*forward=*/true);
   const int64_t bq = tiles.bq, bk = tiles.bk;
   const int64_t n_qt = (s.L + bq - 1) / bq;
   const int64_t tasks = s.batch * n_qt;
-  const int slots = blas::parallel_slots();
   // Per thread: the score tile, the accumulator, the running max and sum.
   const int64_t per_slot = bq * bk + bq * s.Ev + 2 * bq;
   Tensor scratch = make_empty({static_cast<int64_t>(slots) * per_slot}, a.out.t.dtype(), a.out.t.device());
@@ -233,9 +240,9 @@ void forward_typed(const AttentionForwardArgs& a) {
 template <typename T, typename M>
 void backward_typed(const AttentionBackwardArgs& a) {
   const AttentionShape& s = a.shape;
-  const Tiles tiles = choose_tiles(s);
-  const int64_t bq = tiles.bq, bk = tiles.bk;
   const int slots = blas::parallel_slots();
+  const Tiles tiles = choose_tiles(s, slots, /*forward=*/false);
+  const int64_t bq = tiles.bq, bk = tiles.bk;
   // Per thread: P and dP tiles, and D (one value per query row).
   const int64_t per_slot = 2 * bq * bk + s.L;
   Tensor scratch = make_empty({static_cast<int64_t>(slots) * per_slot}, a.out.t.dtype(), a.out.t.device());
