@@ -3,6 +3,7 @@
 // tiles; the fused path against the exact one on random inputs (forward and backward); gradcheck
 // of both paths and of double backward; dropout; bfloat16; layouts; threads; memory; errors.
 #include <gtest/gtest.h>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -440,6 +441,39 @@ TEST(Attention, HostThreadsOrTheWorkersOwn) {
   EXPECT_EQ(kernels::blas::pool_calls(), calls + 1);
   EXPECT_EQ(dev.device(), Device("cpu:0"));
   EXPECT_TRUE(all_close(dev.to(Device::cpu()), host, 1e-6, 1e-7));
+  set_num_threads(before);
+}
+
+// The host pool primitive the kernels use: every task once, slots in range and never shared at
+// once, errors rethrown, and the calling thread alone on a device worker.
+TEST(BlasParallelFor, TasksSlotsErrorsAndWorkers) {
+  const int before = get_num_threads();
+  set_num_threads(3);
+  EXPECT_EQ(kernels::blas::parallel_slots(), 3);
+  for (int slots : {1, 2, 3, 8}) {
+    SCOPED_TRACE(slots);
+    std::vector<std::atomic<int>> seen(1000);
+    std::vector<std::atomic<int>> busy(16);
+    std::atomic<bool> bad_slot{false}, shared{false};
+    kernels::blas::parallel_for(1000, slots, [&](int64_t t, int slot) {
+      if (slot < 0 || slot >= std::min(slots, 3)) bad_slot = true;
+      if (busy[slot].fetch_add(1) != 0) shared = true;
+      seen[t].fetch_add(1);
+      busy[slot].fetch_sub(1);
+    });
+    EXPECT_FALSE(bad_slot);
+    EXPECT_FALSE(shared);
+    int once = 0;
+    for (auto& s : seen) once += s.load() == 1;
+    EXPECT_EQ(once, 1000);
+  }
+  EXPECT_THROW(kernels::blas::parallel_for(100, 3,
+                                           [](int64_t t, int) {
+                                             if (t == 37) throw ValueError("task 37");
+                                           }),
+               ValueError);
+  const int on_worker = worker_for(Device("cpu:0"))->submit([] { return kernels::blas::parallel_slots(); }).get();
+  EXPECT_EQ(on_worker, 1);
   set_num_threads(before);
 }
 

@@ -168,11 +168,12 @@ T exp_of(T x) {
 template <typename T, typename M>
 void forward_typed(const AttentionForwardArgs& a) {
   const AttentionShape& s = a.shape;
-  const int slots = blas::parallel_slots();
-  const Tiles tiles = choose_tiles(s, slots, /*forward=*/true);
+  const int threads = blas::parallel_slots();
+  const Tiles tiles = choose_tiles(s, threads, /*forward=*/true);
   const int64_t bq = tiles.bq, bk = tiles.bk;
   const int64_t n_qt = (s.L + bq - 1) / bq;
   const int64_t tasks = s.batch * n_qt;
+  const int slots = static_cast<int>(std::min<int64_t>(threads, tasks));  // scratch for the threads that can get work
   // Per thread: the score tile, the accumulator, the running max and sum.
   const int64_t per_slot = bq * bk + bq * s.Ev + 2 * bq;
   Tensor scratch = make_empty({static_cast<int64_t>(slots) * per_slot}, a.out.t.dtype(), a.out.t.device());
@@ -240,8 +241,9 @@ void forward_typed(const AttentionForwardArgs& a) {
 template <typename T, typename M>
 void backward_typed(const AttentionBackwardArgs& a) {
   const AttentionShape& s = a.shape;
-  const int slots = blas::parallel_slots();
-  const Tiles tiles = choose_tiles(s, slots, /*forward=*/false);
+  const int threads = blas::parallel_slots();
+  const Tiles tiles = choose_tiles(s, threads, /*forward=*/false);
+  const int slots = static_cast<int>(std::min<int64_t>(threads, s.batch));
   const int64_t bq = tiles.bq, bk = tiles.bk;
   // Per thread: P and dP tiles, and D (one value per query row).
   const int64_t per_slot = 2 * bq * bk + s.L;

@@ -61,14 +61,17 @@ constexpr int64_t kTileQuantum = 16;
 constexpr int64_t kTilesPerThread = 4;
 
 // One parallel call: `tasks` independent pieces, taken by index from `next`; `slot` names the
-// thread that runs a piece (0: the caller, i + 1: pool helper i).
+// thread that runs a piece (0: the caller, i + 1: pool helper i). Threads whose slot is `slots` or
+// more take no pieces (a call that wants fewer threads than the pool has, without resizing it).
 struct Job {
   const std::function<void(int64_t, int)>* run = nullptr;
   int64_t tasks = 0;
+  int slots = INT_MAX;
   std::atomic<int64_t> next{0};
   int users = 0;  // pool helpers inside this job (guarded by the pool's mutex)
 
   void work(int slot) {
+    if (slot >= slots) return;
     for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) (*run)(t, slot);
   }
 };
@@ -212,11 +215,12 @@ Policy& policy() {
 // Runs tasks 0 .. tasks-1 over `threads` threads (the caller and the pool's helpers), or all in
 // the caller when the pool is busy or threads == 1.
 // Returns false, having run nothing, when the pool is busy (or not worth it: one task or thread).
-bool run_on_pool(int64_t tasks, int threads, const std::function<void(int64_t, int)>& fn) {
-  if (tasks <= 1 || threads <= 1) return false;
+bool run_on_pool(int64_t tasks, int threads, const std::function<void(int64_t, int)>& fn, int slots = INT_MAX) {
+  if (tasks <= 1 || threads <= 1 || slots <= 1) return false;
   Job job;
   job.run = &fn;
   job.tasks = tasks;
+  job.slots = slots;
   return host_pool().run(job, threads - 1);  // a fixed helper count: no thread churn between calls
 }
 
@@ -443,8 +447,8 @@ void parallel_for(int64_t tasks, int slots, const std::function<void(int64_t tas
     InTask() { t_in_parallel_task = true; }
     ~InTask() { t_in_parallel_task = saved; }
   };
-  const int threads = std::min(std::max(slots, 1), policy().wanted_threads());
-  if (threads > 1) {
+  const int threads = policy().wanted_threads();
+  if (threads > 1 && slots > 1) {
     std::atomic<bool> failed{false};
     std::exception_ptr error;
     std::mutex error_mu;
@@ -459,7 +463,7 @@ void parallel_for(int64_t tasks, int slots, const std::function<void(int64_t tas
         failed.store(true, std::memory_order_relaxed);
       }
     };
-    if (run_on_pool(tasks, threads, guarded)) {
+    if (run_on_pool(tasks, threads, guarded, slots)) {
       if (error) std::rethrow_exception(error);
       return;
     }
