@@ -9,6 +9,7 @@
 //   x = F::dropout(x, F::DropoutFuncOptions().p(0.5).training(is_training()));
 //   auto loss = F::cross_entropy(x, y, F::CrossEntropyFuncOptions().ignore_index(-1));
 #include "dp/nn/functional/activation.h"
+#include "dp/nn/functional/attention.h"
 #include "dp/nn/functional/conv.h"
 #include "dp/nn/functional/dropout.h"
 #include "dp/nn/functional/embedding.h"

@@ -38,6 +38,7 @@
 #include <climits>
 #include <cmath>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <iterator>
 #include <string>
@@ -59,17 +60,25 @@ constexpr int64_t kTileQuantum = 16;
 // Tiles per thread: enough that a thread slowed by another process leaves only a small tail.
 constexpr int64_t kTilesPerThread = 4;
 
-// One parallel call: `tasks` independent pieces, taken by index from `next`.
+// One parallel call: `tasks` independent pieces, taken by index from `next`; `slot` names the
+// thread that runs a piece (0: the caller, i + 1: pool helper i). Threads whose slot is `slots` or
+// more take no pieces (a call that wants fewer threads than the pool has, without resizing it).
 struct Job {
-  const std::function<void(int64_t)>* run = nullptr;
+  const std::function<void(int64_t, int)>* run = nullptr;
   int64_t tasks = 0;
+  int slots = INT_MAX;
   std::atomic<int64_t> next{0};
   int users = 0;  // pool helpers inside this job (guarded by the pool's mutex)
 
-  void work() {
-    for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) (*run)(t);
+  void work(int slot) {
+    if (slot >= slots) return;
+    for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) (*run)(t, slot);
   }
 };
+
+// Set while a thread runs a parallel_for task: its BLAS calls and nested parallel_for calls stay
+// in that thread.
+thread_local bool t_in_parallel_task = false;
 
 // The host GEMM pool: helper threads that sleep until a job is published. Created on the first
 // parallel host GEMM, never destroyed (its threads block forever at exit; after fork() the child
@@ -91,7 +100,7 @@ class HostPool {
       ++generation_;
     }
     wake_.notify_all();
-    job.work();
+    job.work(0);
     {
       std::unique_lock<std::mutex> lock(mu_);
       current_ = nullptr;  // helpers that wake from now on find nothing to do
@@ -153,7 +162,7 @@ class HostPool {
       Job* job = current_;
       ++job->users;
       lock.unlock();
-      job->work();
+      job->work(index + 1);
       lock.lock();
       if (--job->users == 0) done_.notify_all();
     }
@@ -188,7 +197,7 @@ class Policy {
   Policy() : host_threads_(std::max(1, openblas_get_num_threads())) { openblas_set_num_threads(1); }
 
   int wanted_threads() const {
-    if (Worker::current() != nullptr) return 1;
+    if (Worker::current() != nullptr || t_in_parallel_task) return 1;
     return host_threads();
   }
   int host_threads() const { return host_threads_.load(std::memory_order_acquire); }
@@ -205,14 +214,18 @@ Policy& policy() {
 
 // Runs tasks 0 .. tasks-1 over `threads` threads (the caller and the pool's helpers), or all in
 // the caller when the pool is busy or threads == 1.
+// Returns false, having run nothing, when the pool is busy (or not worth it: one task or thread).
+bool run_on_pool(int64_t tasks, int threads, const std::function<void(int64_t, int)>& fn, int slots = INT_MAX) {
+  if (tasks <= 1 || threads <= 1 || slots <= 1) return false;
+  Job job;
+  job.run = &fn;
+  job.tasks = tasks;
+  job.slots = slots;
+  return host_pool().run(job, threads - 1);  // a fixed helper count: no thread churn between calls
+}
+
 void run_tasks(int64_t tasks, int threads, const std::function<void(int64_t)>& fn) {
-  if (tasks > 1 && threads > 1) {
-    Job job;
-    job.run = &fn;
-    job.tasks = tasks;
-    HostPool& pool = host_pool();
-    if (pool.run(job, threads - 1)) return;  // a fixed helper count: no thread churn between calls
-  }
+  if (run_on_pool(tasks, threads, [&fn](int64_t t, int) { fn(t); })) return;
   for (int64_t t = 0; t < tasks; ++t) fn(t);
 }
 
@@ -423,6 +436,41 @@ int openblas_threads() {
   return openblas_get_num_threads();
 }
 int64_t pool_calls() { return host_pool().calls(); }
+
+int parallel_slots() { return policy().wanted_threads(); }
+
+void parallel_for(int64_t tasks, int slots, const std::function<void(int64_t task, int slot)>& fn) {
+  if (tasks <= 0) return;
+  // In a task, BLAS calls and nested parallel_for calls run in the task's thread.
+  struct InTask {
+    bool saved = t_in_parallel_task;
+    InTask() { t_in_parallel_task = true; }
+    ~InTask() { t_in_parallel_task = saved; }
+  };
+  const int threads = policy().wanted_threads();
+  if (threads > 1 && slots > 1) {
+    std::atomic<bool> failed{false};
+    std::exception_ptr error;
+    std::mutex error_mu;
+    const std::function<void(int64_t, int)> guarded = [&](int64_t t, int slot) {
+      if (failed.load(std::memory_order_relaxed)) return;  // skip what is left after an error
+      InTask in_task;
+      try {
+        fn(t, slot);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (!error) error = std::current_exception();
+        failed.store(true, std::memory_order_relaxed);
+      }
+    };
+    if (run_on_pool(tasks, threads, guarded, slots)) {
+      if (error) std::rethrow_exception(error);
+      return;
+    }
+  }
+  InTask in_task;
+  for (int64_t t = 0; t < tasks; ++t) fn(t, 0);
+}
 
 const char* coretype_suggestion() {
   static const char* suggestion = []() -> const char* {

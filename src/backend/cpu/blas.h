@@ -14,6 +14,7 @@
 // Matrices are row-major. trans = the operand is stored transposed (its memory holds op(X)^T
 // row-major, leading dimension ld), which is how a transposed view (x.t()) is passed without a copy.
 #include <cstdint>
+#include <functional>
 
 namespace dp::kernels::blas {
 
@@ -38,6 +39,20 @@ void set_host_threads(int n);
 int host_threads();
 // Threads a large BLAS call made by the calling thread would use now (1 on a device worker).
 int threads_for_current_thread();
+// Runs fn(task, slot) for every task in [0, tasks), for kernels that split their own work (the
+// fused attention kernels). From a host thread, up to `slots` threads (at most host_threads()) take
+// the tasks one at a time from a shared counter: the caller and the helpers of the host GEMM pool,
+// so no threads are started per call (and a smaller `slots` leaves the pool's size alone). From a
+// device worker, inside another parallel_for task, when the pool is busy with another host
+// thread's call, or with one slot, every task runs in the calling thread, in order. `slot`
+// (0 <= slot < slots) names the thread running the task, for per-thread scratch memory: two tasks
+// with one slot never run at once. BLAS calls made inside fn run single-threaded in fn's thread.
+// After an exception in fn the tasks not yet started are skipped and the first exception is
+// rethrown here once all threads have left.
+void parallel_for(int64_t tasks, int slots, const std::function<void(int64_t task, int slot)>& fn);
+// The slots a parallel_for issued by the calling thread would use now: host_threads() on a host
+// thread, 1 on a device worker or inside a parallel_for task. Size per-thread scratch with it.
+int parallel_slots();
 // The OPENBLAS_CORETYPE for this CPU's best kernels when OpenBLAS chose older ones, else "".
 const char* coretype_suggestion();
 // The thread count OpenBLAS is set to: always 1 (for tests).
