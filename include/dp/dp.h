@@ -9,6 +9,7 @@
 #include "dp/core/serialize.h"
 #include "dp/core/tensor.h"
 #include "dp/core/threads.h"
+#include "dp/ops/backends.h"
 #include "dp/ops/conv.h"
 #include "dp/ops/dropout.h"
 #include "dp/ops/elementwise.h"
