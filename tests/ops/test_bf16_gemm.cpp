@@ -135,6 +135,18 @@ TEST(BFloat16Gemm, MmEveryLayoutAndShape) {
       }
     }
   }
+  // Operands with a leading dimension larger than the matrix (slices of wider tensors): oneDNN's
+  // AMX kernels need dense matrices, so these are copied first; the values are the same.
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    const Tensor a = bf16_randn({150, 300}, g).narrow(1, 7, 260), b = bf16_randn({260, 400}, g).narrow(1, 3, 330);
+    const Tensor at = bf16_randn({270, 150}, g).narrow(0, 5, 260).t();
+    for (const Tensor& lhs : {a, at}) {
+      const Both r = both([&] { return mm(lhs, b); });
+      EXPECT_EQ(r.onednn_calls, 1);
+      expect_both_close(r, mm(f64(lhs), f64(b)), "slices, threads=" + std::to_string(threads));
+    }
+  }
   set_num_threads(before);
 }
 

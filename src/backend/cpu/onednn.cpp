@@ -13,14 +13,23 @@
 //    when each call brings its own scratchpad (scratchpad_mode::user): each call allocates it from
 //    dparallel's host allocator, which recycles the block.
 //
-// Threads (blas.h's policy): oneDNN's own OpenMP team is never used. A call from a device worker,
-// or a small one, computes in the calling thread. A large call from a host thread is cut into
-// tiles along the longer of C's dimensions (each tile one single-thread oneDNN call with a
-// primitive of its own shape: at most two shapes per product), which the caller and the sleeping
-// helpers of the host GEMM pool take one by one, as OpenBLAS's tiles are: a thread that loses its
-// core to another process takes fewer tiles instead of stalling the product. The tiles are a fixed
-// function of the shape and the thread count, and each element of C is computed by one kernel call
-// with the same k-order whatever the thread that runs it.
+//  * Its AMX kernels ("brg:...amx") take dense matrices only. A leading dimension larger than the
+//    matrix (a tile of a larger matrix, a column slice) makes it choose "gemm:jit", an AVX-512
+//    kernel measured 2-4 times slower here; so an operand that is not dense is first copied into a
+//    dense block (one pass over it, cheaper than the product), C computed there and copied back.
+//
+// Threads (blas.h's policy): oneDNN's own OpenMP team is never used (measured on this loaded
+// 2-core machine: its 2-thread products were slower than tiles on the pool, several times so for
+// small ones, whose OpenMP threads wait on each other). A call from a device worker, or a small
+// one, computes in the calling thread. A large call from a host thread is cut into tiles along the
+// longer of C's dimensions (each tile one single-thread oneDNN call with a primitive of its own
+// shape: at most two shapes per product), which the caller and the sleeping helpers of the host
+// GEMM pool take one by one, as OpenBLAS's tiles are: a thread that loses its core to another
+// process takes fewer tiles instead of stalling the product. Cutting the longer dimension keeps
+// the operand every tile re-reads small (weights are repacked once per tile: a row tile of a
+// [256, 50257] product would repack the whole [768, 50257] weight). The tiles are a fixed function
+// of the shape and the thread count. A batch of evenly spaced products (bmm, attention's heads) is
+// one primitive over a chunk of the batch per task.
 //
 // The OpenMP thread count is set through omp_get_max_threads / omp_set_num_threads looked up at run
 // time (dlsym): they bind to the OpenMP runtime the process loaded for libdnnl, whichever it is,
@@ -115,7 +124,7 @@ class OneThread {
     }
   }
   ~OneThread() {
-    if (saved_ > 1) set_(saved_);
+    if (saved_ != 1) set_(saved_);
   }
   OneThread(const OneThread&) = delete;
   OneThread& operator=(const OneThread&) = delete;
@@ -149,9 +158,12 @@ struct Key {
   bool ta, tb, bias;
   int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
+  // A batch of products in one primitive: element strides between A's, B's and C's matrices
+  // (0: the operand is broadcast).
+  int64_t batch = 1, sa = 0, sb = 0, sc = 0;
   bool operator<(const Key& o) const {
-    return std::tie(ta, tb, bias, m, n, k, lda, ldb, ldc, alpha, beta) <
-           std::tie(o.ta, o.tb, o.bias, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta);
+    return std::tie(ta, tb, bias, m, n, k, lda, ldb, ldc, alpha, beta, batch, sa, sb, sc) <
+           std::tie(o.ta, o.tb, o.bias, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta, o.batch, o.sa, o.sb, o.sc);
   }
 };
 
@@ -160,17 +172,23 @@ struct Prim {
   memory::desc a, b, c, bias, scratch;
 };
 
-memory::desc matrix_desc(int64_t rows, int64_t cols, bool trans, int64_t ld) {
-  return memory::desc({rows, cols}, memory::data_type::bf16, trans ? memory::dims{1, ld} : memory::dims{ld, 1});
+// A rows x cols matrix (trans: stored transposed, ld its leading dimension); with batch > 1, a
+// [batch, rows, cols] stack of them `stride` elements apart ([1, rows, cols] when stride is 0: the
+// same matrix for every product, which oneDNN broadcasts).
+memory::desc matrix_desc(int64_t rows, int64_t cols, bool trans, int64_t ld, int64_t batch = 1, int64_t stride = 0) {
+  const memory::dims s2 = trans ? memory::dims{1, ld} : memory::dims{ld, 1};
+  if (batch <= 1) return memory::desc({rows, cols}, memory::data_type::bf16, s2);
+  const int64_t extent = (trans ? cols : rows) * ld;  // a valid stride for a batch dim of one
+  return memory::desc({stride == 0 ? 1 : batch, rows, cols}, memory::data_type::bf16, {stride == 0 ? extent : stride, s2[0], s2[1]});
 }
 
 // The primitive of `key`, created on first use; nullptr when oneDNN has no kernel for it (or only
 // its reference loops, far slower than the float32 path).
 std::shared_ptr<const Prim> make_prim(const Key& key) {
   auto p = std::make_shared<Prim>();
-  p->a = matrix_desc(key.m, key.k, key.ta, key.lda);
-  p->b = matrix_desc(key.k, key.n, key.tb, key.ldb);
-  p->c = matrix_desc(key.m, key.n, false, key.ldc);
+  p->a = matrix_desc(key.m, key.k, key.ta, key.lda, key.batch, key.sa);
+  p->b = matrix_desc(key.k, key.n, key.tb, key.ldb, key.batch, key.sb);
+  p->c = matrix_desc(key.m, key.n, false, key.ldc, key.batch, key.sc);
   if (key.bias) p->bias = memory::desc({1, key.n}, memory::data_type::bf16, Tag::ab);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -240,6 +258,63 @@ void run(const Prim& p, const BFloat16* a, const BFloat16* b, BFloat16* c, const
   thread_stream().wait();
 }
 
+// How one product (or tile) is handed to oneDNN. Its AMX kernels take dense matrices only: a
+// leading dimension larger than the matrix (a tile of a larger one, a column slice) sends oneDNN
+// to a kernel without AMX, several times slower. Such an operand is first copied into a dense
+// block (A and B as plain row-major; C computed there and copied back), which costs one pass over
+// it, less than the product.
+struct Plan {
+  bool copy_a, copy_b, copy_c;
+  Key key;  // of the product on the operands as oneDNN sees them
+};
+Plan plan(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, bool bias, float alpha, float beta) {
+  Plan p{};
+  p.copy_a = m > 1 && k > 1 && (ta ? lda != m : lda != k);
+  p.copy_b = k > 1 && n > 1 && (tb ? ldb != k : ldb != n);
+  p.copy_c = m > 1 && ldc != n;
+  const bool ta2 = ta && !p.copy_a, tb2 = tb && !p.copy_b;
+  p.key = Key{ta2, tb2, bias, m, n, k, p.copy_a ? k : lda, p.copy_b ? n : ldb, p.copy_c ? n : ldc, alpha, beta};
+  return p;
+}
+
+// dst [rows, cols] dense = src(i, j) at src[i * rs + j * cs]; transposing reads go by 32 x 32 blocks.
+void copy_matrix(int64_t rows, int64_t cols, const BFloat16* src, int64_t rs, int64_t cs, BFloat16* dst) {
+  if (cs == 1) {
+    for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * cols, src + i * rs, static_cast<size_t>(cols) * sizeof(BFloat16));
+    return;
+  }
+  constexpr int64_t kB = 32;
+  for (int64_t i0 = 0; i0 < rows; i0 += kB)
+    for (int64_t j0 = 0; j0 < cols; j0 += kB) {
+      const int64_t i1 = std::min(rows, i0 + kB), j1 = std::min(cols, j0 + kB);
+      for (int64_t j = j0; j < j1; ++j)
+        for (int64_t i = i0; i < i1; ++i) dst[i * cols + j] = src[i * rs + j * cs];
+    }
+}
+
+void dense_run(const Prim& p, const Plan& pl, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
+               int64_t ldb, float beta, BFloat16* c, int64_t ldc, const BFloat16* bias) {
+  const size_t e = sizeof(BFloat16);
+  Scratch sa(pl.copy_a ? static_cast<size_t>(m * k) * e : 0), sb(pl.copy_b ? static_cast<size_t>(k * n) * e : 0),
+      sc(pl.copy_c ? static_cast<size_t>(m * n) * e : 0);
+  if (pl.copy_a) copy_matrix(m, k, a, ta ? 1 : lda, ta ? lda : 1, static_cast<BFloat16*>(sa.get()));
+  if (pl.copy_b) copy_matrix(k, n, b, tb ? 1 : ldb, tb ? ldb : 1, static_cast<BFloat16*>(sb.get()));
+  BFloat16* cd = pl.copy_c ? static_cast<BFloat16*>(sc.get()) : c;
+  if (pl.copy_c && beta != 0.0f) copy_matrix(m, n, c, ldc, 1, cd);
+  run(p, pl.copy_a ? static_cast<const BFloat16*>(sa.get()) : a, pl.copy_b ? static_cast<const BFloat16*>(sb.get()) : b, cd, bias);
+  if (pl.copy_c)
+    for (int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc, cd + i * n, static_cast<size_t>(n) * e);
+}
+
+// Whether p[0 .. count) are `stride` elements apart (stride >= 0; any stride for one pointer).
+bool evenly_spaced(const BFloat16* const* p, int64_t count, int64_t& stride) {
+  stride = count > 1 ? p[1] - p[0] : 0;
+  if (stride < 0) return false;
+  for (int64_t i = 2; i < count; ++i)
+    if (p[i] - p[0] != i * stride) return false;
+  return true;
+}
+
 }  // namespace
 
 bool compiled() { return true; }
@@ -266,32 +341,37 @@ bool gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
   if (!active() || m <= 0 || n <= 0 || k <= 0 || (bias != nullptr && alpha != 1.0f)) return false;
   const bool has_bias = bias != nullptr;
   int threads = static_cast<double>(m) * n * k >= kParallelWork ? blas::gemm_threads(m, n, k) : 1;
-  const bool by_rows = m > n;
+  const bool by_rows = m > n;  // the longer of C's dimensions is cut
   const int64_t len = by_rows ? m : n;
-  int64_t want = std::min<int64_t>(threads * kTilesPerThread, len / kTileQuantum);
+  const int64_t want = std::min<int64_t>(threads * kTilesPerThread, len / kTileQuantum);
   if (threads <= 1 || want < 2) {
-    auto p = prim({ta, tb, has_bias, m, n, k, lda, ldb, ldc, alpha, beta});
+    const Plan pl = plan(ta, tb, m, n, k, lda, ldb, ldc, has_bias, alpha, beta);
+    auto p = prim(pl.key);
     if (!p) return false;
-    run(*p, a, b, c, bias);
+    dense_run(*p, pl, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
     g_calls.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
   int64_t size = (len + want - 1) / want;
   size = (size + kTileQuantum - 1) / kTileQuantum * kTileQuantum;
   const int64_t count = (len + size - 1) / size, last = len - (count - 1) * size;
-  auto tile_key = [&](int64_t l) {
-    return by_rows ? Key{ta, tb, has_bias, l, n, k, lda, ldb, ldc, alpha, beta} : Key{ta, tb, has_bias, m, l, k, lda, ldb, ldc, alpha, beta};
+  auto tile_plan = [&](int64_t l) {
+    return by_rows ? plan(ta, tb, l, n, k, lda, ldb, ldc, has_bias, alpha, beta) : plan(ta, tb, m, l, k, lda, ldb, ldc, has_bias, alpha, beta);
   };
-  auto full = prim(tile_key(size));
-  auto tail = last == size ? full : prim(tile_key(last));
+  const Plan full_plan = tile_plan(size), tail_plan = tile_plan(last);
+  auto full = prim(full_plan.key);
+  auto tail = last == size ? full : prim(tail_plan.key);
   if (!full || !tail) return false;
   blas::run_parallel(count, threads, [&](int64_t i) {
     const int64_t lo = i * size;
-    const Prim& p = i == count - 1 ? *tail : *full;
+    const bool is_tail = i == count - 1;
+    const Prim& p = is_tail ? *tail : *full;
+    const Plan& pl = is_tail ? tail_plan : full_plan;
+    const int64_t l = is_tail ? last : size;
     if (by_rows)
-      run(p, a + (ta ? lo : lo * lda), b, c + lo * ldc, bias);
+      dense_run(p, pl, ta, tb, l, n, k, a + (ta ? lo : lo * lda), lda, b, ldb, beta, c + lo * ldc, ldc, bias);
     else
-      run(p, a, b + (tb ? lo * ldb : lo), c + lo, bias == nullptr ? nullptr : bias + lo);
+      dense_run(p, pl, ta, tb, m, l, k, a, lda, b + (tb ? lo * ldb : lo), ldb, beta, c + lo, ldc, bias == nullptr ? nullptr : bias + lo);
   });
   g_calls.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -301,13 +381,29 @@ bool gemm_bf16_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
                        const BFloat16* const* b, int64_t ldb, float beta, BFloat16* const* c, int64_t ldc, int64_t count) {
   if (!active() || m <= 0 || n <= 0 || k <= 0) return false;
   if (count <= 0) return true;
-  const int threads = static_cast<double>(m) * n * k * count >= kParallelWork ? blas::gemm_threads(m, n, k) : 1;
+  const int threads = static_cast<double>(m) * n * k * count >= kParallelWork ? blas::gemm_threads(m, n, k * count) : 1;  // the batch's work
   if (threads > 1 && count < threads) {  // few large products: each one cut into tiles
     if (!gemm_bf16(ta, tb, m, n, k, alpha, a[0], lda, b[0], ldb, beta, c[0], ldc)) return false;
     for (int64_t i = 1; i < count; ++i) {
       const bool ok = gemm_bf16(ta, tb, m, n, k, alpha, a[i], lda, b[i], ldb, beta, c[i], ldc);
       DP_CHECK(ok, Error, "onednn: a bfloat16 GEMM that ran once could not run again (", m, "x", n, "x", k, ")");
     }
+    return true;
+  }
+  // Matrices evenly spaced in memory (bmm on contiguous or strided batches, attention's heads):
+  // chunks of the batch, one primitive call each, spread over the threads; calling a primitive
+  // costs microseconds, a small product (64 x 64 x 64) less than one.
+  int64_t sa = 0, sb = 0, sc = 0;
+  const bool even = evenly_spaced(a, count, sa) && evenly_spaced(b, count, sb) && evenly_spaced(c, count, sc) && sc >= m * ldc;
+  if (even && count > 1) {
+    const int64_t chunks = std::min<int64_t>(count, threads > 1 ? threads * kTilesPerThread : 1);
+    const int64_t size = (count + chunks - 1) / chunks, used = (count + size - 1) / size, last = count - (used - 1) * size;
+    auto chunk_key = [&](int64_t len) { return Key{ta, tb, false, m, n, k, lda, ldb, ldc, alpha, beta, len, sa, sb, sc}; };
+    auto full = prim(chunk_key(size));
+    auto tail = last == size ? full : prim(chunk_key(last));
+    if (!full || !tail) return false;
+    blas::run_parallel(used, threads, [&](int64_t i) { run(i == used - 1 ? *tail : *full, a[i * size], b[i * size], c[i * size], nullptr); });
+    g_calls.fetch_add(count, std::memory_order_relaxed);
     return true;
   }
   auto p = prim({ta, tb, false, m, n, k, lda, ldb, ldc, alpha, beta});
