@@ -30,8 +30,15 @@ the loss and AdamW are not GEMMs and are not counted.
     /usr/bin/python3 bench/pytorch_gpt.py --configs gpt2,small --modes float32,bf16 --threads 1,2
     /usr/bin/python3 bench/pytorch_gpt.py --configs gpt2 --threads 1 --json   # one JSON object
 
-Threads: torch.set_num_threads(t) for each entry of --threads (set OMP_NUM_THREADS in the
-environment too when only one count is wanted: PyTorch's OpenMP pool is sized once).
+Threads: torch.set_num_threads(t) before each entry of --threads.
+
+--serve is how a C++ benchmark interleaves its own steps with these (bench/pytorch_training.py's
+protocol): one JSON request per line on stdin, one JSON line answered on stdout:
+    {"cmd": "build", "config": "gpt2", "mode": "bf16", "threads": 1}
+                                          -> {"torch": version, "gemm_gflop": G}  (model, batch, AdamW)
+    {"cmd": "steps", "n": N, "timed": true} -> {"times_ms": [...]}
+    {"cmd": "finish"}                     -> {"loss": L}  (one more step's loss)
+    {"cmd": "quit"}
 """
 import argparse
 import json
@@ -176,6 +183,34 @@ def run(name, mode, threads, warmup, steps):
             "max_ms": max(times), "times_ms": times, "gemm_gflop": gemm_flops(c) / 1e9, "loss": float(loss.item())}
 
 
+def serve():
+    step = None
+    for line in sys.stdin:
+        req = json.loads(line)
+        cmd = req["cmd"]
+        if cmd == "build":
+            c = CONFIGS[req["config"]]
+            torch.set_num_threads(int(req.get("threads", 1)))
+            step = make_step(c, req.get("mode", "float32") == "bf16")
+            out = {"torch": torch.__version__, "gemm_gflop": gemm_flops(c) / 1e9}
+        elif cmd == "steps":
+            times = []
+            for _ in range(req["n"]):
+                t0 = time.perf_counter()
+                step()
+                times.append((time.perf_counter() - t0) * 1e3)
+            out = {"times_ms": times if req.get("timed", True) else []}
+        elif cmd == "finish":
+            out = {"loss": float(step().item())}
+            step = None
+        elif cmd == "quit":
+            return
+        else:
+            out = {"error": f"unknown command {cmd!r}"}
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default="gpt2,small")
@@ -184,7 +219,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    ap.add_argument("--serve", action="store_true", help="answer requests on stdin (see the module doc)")
     a = ap.parse_args()
+    if a.serve:
+        serve()
+        return
     results = []
     if not a.json:
         print(f"torch {torch.__version__}; median (min-max) ms per step over {a.steps} steps after {a.warmup} warm-up")

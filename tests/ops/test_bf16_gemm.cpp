@@ -169,6 +169,7 @@ TEST(BFloat16Gemm, BatchedBroadcastAndFolded) {
       {"matmul [3,1,16,8]@[4,8,12] broadcast both", bf16_randn({3, 1, 16, 8}, g), bf16_randn({4, 8, 12}, g)},
       {"bmm attention [48,64,64]@[48,64,64]", bf16_randn({48, 64, 64}, g), bf16_randn({48, 64, 64}, g)},
       {"bmm two large [2,300,200]@[2,200,300]", bf16_randn({2, 300, 200}, g), bf16_randn({2, 200, 300}, g)},
+      {"bmm heads sliced from a wider tensor", bf16_randn({8, 16, 96}, g).narrow(2, 32, 32), bf16_randn({8, 96, 16}, g).narrow(1, 0, 32)},
   };
   for (const Case& c : cases) {
     const Tensor exact = matmul(f64(c.a), f64(c.b));

@@ -12,7 +12,6 @@
 //    shape's primitive is made once and cached. A primitive may run in several threads at once
 //    when each call brings its own scratchpad (scratchpad_mode::user): each call allocates it from
 //    dparallel's host allocator, which recycles the block.
-//
 //  * Its AMX kernels ("brg:...amx") take dense matrices only. A leading dimension larger than the
 //    matrix (a tile of a larger matrix, a column slice) makes it choose "gemm:jit", an AVX-512
 //    kernel measured 2-4 times slower here; so an operand that is not dense is first copied into a
@@ -36,7 +35,9 @@
 // without dparallel linking one of its own. Without them (a oneDNN built sequential) nothing is set.
 #include "backend/cpu/onednn.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -254,8 +255,12 @@ void run(const Prim& p, const BFloat16* a, const BFloat16* b, BFloat16* c, const
   args.emplace(DNNL_ARG_DST, memory(p.c, e, c));
   if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, memory(p.bias, e, const_cast<BFloat16*>(bias)));
   if (scratch_bytes > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, e, scratch.get()));
-  p.matmul.execute(thread_stream(), args);
-  thread_stream().wait();
+  try {
+    p.matmul.execute(thread_stream(), args);
+    thread_stream().wait();
+  } catch (const dnnl::error& err) {
+    throw Error(std::string("bfloat16 matrix product: oneDNN failed (") + err.what() + ")");
+  }
 }
 
 // How one product (or tile) is handed to oneDNN. Its AMX kernels take dense matrices only: a
@@ -338,7 +343,8 @@ bool active() { return enabled() && implementation()[0] != '\0'; }
 
 bool gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb,
                float beta, BFloat16* c, int64_t ldc, const BFloat16* bias) {
-  if (!active() || m <= 0 || n <= 0 || k <= 0 || (bias != nullptr && alpha != 1.0f)) return false;
+  // Non-finite scalars take the float32 path (they would also be keys of the primitive cache).
+  if (!active() || m <= 0 || n <= 0 || k <= 0 || (bias != nullptr && alpha != 1.0f) || !std::isfinite(alpha) || !std::isfinite(beta)) return false;
   const bool has_bias = bias != nullptr;
   int threads = static_cast<double>(m) * n * k >= kParallelWork ? blas::gemm_threads(m, n, k) : 1;
   const bool by_rows = m > n;  // the longer of C's dimensions is cut
@@ -379,7 +385,7 @@ bool gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
 
 bool gemm_bf16_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* const* a, int64_t lda,
                        const BFloat16* const* b, int64_t ldb, float beta, BFloat16* const* c, int64_t ldc, int64_t count) {
-  if (!active() || m <= 0 || n <= 0 || k <= 0) return false;
+  if (!active() || m <= 0 || n <= 0 || k <= 0 || !std::isfinite(alpha) || !std::isfinite(beta)) return false;
   if (count <= 0) return true;
   const int threads = static_cast<double>(m) * n * k * count >= kParallelWork ? blas::gemm_threads(m, n, k * count) : 1;  // the batch's work
   if (threads > 1 && count < threads) {  // few large products: each one cut into tiles
@@ -393,9 +399,13 @@ bool gemm_bf16_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
   // Matrices evenly spaced in memory (bmm on contiguous or strided batches, attention's heads):
   // chunks of the batch, one primitive call each, spread over the threads; calling a primitive
   // costs microseconds, a small product (64 x 64 x 64) less than one.
+  // Matrices that are not dense themselves (heads sliced out of a wider tensor) go one by one,
+  // each copied to a dense block first (see Plan).
+  const Plan pl = plan(ta, tb, m, n, k, lda, ldb, ldc, false, alpha, beta);
+  const bool dense = !pl.copy_a && !pl.copy_b && !pl.copy_c;
   int64_t sa = 0, sb = 0, sc = 0;
   const bool even = evenly_spaced(a, count, sa) && evenly_spaced(b, count, sb) && evenly_spaced(c, count, sc) && sc >= m * ldc;
-  if (even && count > 1) {
+  if (even && dense && count > 1) {
     const int64_t chunks = std::min<int64_t>(count, threads > 1 ? threads * kTilesPerThread : 1);
     const int64_t size = (count + chunks - 1) / chunks, used = (count + size - 1) / size, last = count - (used - 1) * size;
     auto chunk_key = [&](int64_t len) { return Key{ta, tb, false, m, n, k, lda, ldb, ldc, alpha, beta, len, sa, sb, sc}; };
@@ -406,9 +416,9 @@ bool gemm_bf16_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
     g_calls.fetch_add(count, std::memory_order_relaxed);
     return true;
   }
-  auto p = prim({ta, tb, false, m, n, k, lda, ldb, ldc, alpha, beta});
+  auto p = prim(pl.key);
   if (!p) return false;
-  blas::run_parallel(count, threads, [&](int64_t i) { run(*p, a[i], b[i], c[i], nullptr); });
+  blas::run_parallel(count, threads, [&](int64_t i) { dense_run(*p, pl, ta, tb, m, n, k, a[i], lda, b[i], ldb, beta, c[i], ldc, nullptr); });
   g_calls.fetch_add(count, std::memory_order_relaxed);
   return true;
 }
