@@ -9,6 +9,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache   # compiler, build system, compiler cache
   libopenblas-dev                            # GEMM
+  libdnnl-dev                                # oneDNN: bfloat16 GEMMs on AMX / AVX512-BF16 (optional for the build)
   libgtest-dev googletest                    # tests
   libbenchmark-dev                           # micro-benchmarks
   nlohmann-json3-dev                         # golden files, benchmark results

@@ -10,6 +10,7 @@
 #include "dp/core/tensor.h"
 #include "dp/core/threads.h"
 #include "dp/ops/attention.h"
+#include "dp/ops/backends.h"
 #include "dp/ops/conv.h"
 #include "dp/ops/dropout.h"
 #include "dp/ops/elementwise.h"

@@ -9,6 +9,12 @@
 // explicit dtype is left alone, as in PyTorch). cross_entropy is one op in dparallel but
 // log_softmax (float32) + nll_loss (float32) in PyTorch, so it is Fp32 on CUDA. binary_cross_entropy
 // is banned under CUDA autocast, as in PyTorch.
+//
+// One deliberate difference on the CPU: layer_norm is on the float32 list there too. PyTorch 1.13's
+// CPU autocast leaves it alone, and its CPU layer_norm refuses a bfloat16 input with float32
+// weights ("expected scalar type BFloat16 but found Float"), so a block whose LayerNorm follows a
+// Linear (Linear -> GELU -> Linear -> LayerNorm) fails under CPU autocast in torch 1.13; here it
+// runs in float32, as on CUDA, and returns float32.
 #include "amp/autocast_ops.h"
 
 namespace dp::autocast::detail {
@@ -21,8 +27,11 @@ Policy policy(Op op, DeviceType device) {
     case Op::matmul:
     case Op::addmm:
     case Op::bmm:
+    case Op::baddbmm:
     case Op::conv2d:
       return Policy::LowerPrecision;
+    case Op::layer_norm:  // CUDA's list, and the CPU's here (see above)
+      return Policy::Fp32;
     case Op::lstm_cell:  // CUDA's list only
       return cuda ? Policy::LowerPrecision : Policy::None;
     case Op::mse_loss:
@@ -44,7 +53,6 @@ Policy policy(Op op, DeviceType device) {
     case Op::reciprocal:
     case Op::rsqrt:
     case Op::softplus:
-    case Op::layer_norm:
     case Op::logsumexp:
     case Op::softmax:
     case Op::log_softmax:
@@ -67,6 +75,8 @@ const char* op_name(Op op) {
       return "addmm";
     case Op::bmm:
       return "bmm";
+    case Op::baddbmm:
+      return "baddbmm";
     case Op::conv2d:
       return "conv2d";
     case Op::lstm_cell:

@@ -2,10 +2,13 @@
 // (tests/golden/gen_autocast.py), where gradients land, the cast cache, nesting and disabling,
 // thread-locality, DataParallel replicas, and refused settings.
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <mutex>
 #include <thread>
 #include "dp/amp/autocast.h"
+#include "dp/dp.h"
+#include "dp/optim/optim.h"
 #include "dp/nn/nn.h"
 #include "dp/parallel/parallel.h"
 #include "support/cuda.h"
@@ -65,6 +68,62 @@ void check_training_step(const std::string& loss_name) {
 
 TEST(Autocast, MlpTrainingStepMatchesTorchMse) { check_training_step("mse_loss"); }
 TEST(Autocast, MlpTrainingStepMatchesTorchCrossEntropy) { check_training_step("cross_entropy"); }
+
+// A GPT-like block trains under CPU bfloat16 autocast without a dtype error: causal attention
+// (Linear q/k/v, q k^T * scale + a float32 mask, softmax, @ v, Linear), then Linear -> GELU(tanh)
+// -> Linear -> LayerNorm -> residual, a head and cross-entropy, AdamW. The products run in
+// bfloat16, layer_norm and the loss in float32 (the mask's addition promotes the scores to float32
+// before softmax, as in nanoGPT); the losses follow float32 training's closely.
+TEST(Autocast, GptLikeBlockTrainsUnderCpuBFloat16) {
+  const int64_t b = 4, t = 16, c = 32, vocab = 11;
+  auto run = [&](bool bf16, bool check_dtypes) {
+    manual_seed(0);
+    nn::Linear q(c, c), k(c, c), v(c, c), attn_proj(c, c), fc(c, 4 * c), proj(4 * c, c), head(c, vocab);
+    nn::LayerNorm ln(nn::LayerNormOptions({c}));
+    std::vector<Tensor> params;
+    for (nn::Module* m : std::initializer_list<nn::Module*>{q.get(), k.get(), v.get(), attn_proj.get(), fc.get(), proj.get(), head.get(), ln.get()})
+      for (const Tensor& p : m->parameters()) params.push_back(p);
+    optim::AdamW opt(params, optim::AdamWOptions(1e-2));
+    const Tensor x = randn({b, t, c}), y = randint(0, vocab, {b, t});
+    Tensor mask = zeros({t, t});  // 0 on and below the diagonal, -inf above
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = i + 1; j < t; ++j) mask.data_ptr<float>()[i * t + j] = -INFINITY;
+    std::vector<double> losses;
+    for (int step = 0; step < 8; ++step) {
+      opt.zero_grad();
+      Tensor loss;
+      {
+        AutocastGuard autocast(DeviceType::CPU, kBFloat16, bf16);
+        const Tensor scores = matmul(q(x), k(x).transpose(1, 2)) * (1.0 / std::sqrt(double(c))) + mask;
+        const Tensor att = softmax(scores, -1);
+        const Tensor h = x + attn_proj(matmul(att, v(x)));
+        const Tensor mlp = proj(gelu(fc(h), "tanh"));
+        const Tensor normed = ln(mlp);
+        const Tensor z = h + normed;
+        const Tensor logits = head(z);
+        loss = cross_entropy(logits.reshape({b * t, vocab}), y.reshape({b * t}));
+        if (check_dtypes) {
+          EXPECT_EQ(scores.dtype(), kFloat32);  // bfloat16 q k^T plus the float32 mask
+          EXPECT_EQ(mlp.dtype(), kBFloat16);
+          EXPECT_EQ(normed.dtype(), kFloat32);  // layer_norm on the float32 list
+          EXPECT_EQ(z.dtype(), kFloat32);
+          EXPECT_EQ(logits.dtype(), kBFloat16);
+          EXPECT_EQ(loss.dtype(), kFloat32);
+          check_dtypes = false;
+        }
+      }
+      loss.backward();
+      for (const Tensor& p : params) EXPECT_EQ(p.grad().dtype(), kFloat32);
+      opt.step();
+      losses.push_back(loss.item<double>());
+    }
+    return losses;
+  };
+  const std::vector<double> f32 = run(false, false), bf16 = run(true, true);
+  ASSERT_EQ(bf16.size(), f32.size());
+  EXPECT_LT(bf16.back(), 0.8 * bf16.front());  // it learns
+  for (size_t i = 0; i < f32.size(); ++i) EXPECT_NEAR(bf16[i], f32[i], 0.03 * f32[i]) << "step " << i;
+}
 
 TEST(Autocast, DefaultsAndStateRestoredAfterGuard) {
   EXPECT_FALSE(autocast::is_cpu_enabled());

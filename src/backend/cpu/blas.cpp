@@ -436,6 +436,8 @@ int openblas_threads() {
   return openblas_get_num_threads();
 }
 int64_t pool_calls() { return host_pool().calls(); }
+int gemm_threads(int64_t m, int64_t n, int64_t k) { return threads_for(m, n, k); }
+void run_parallel(int64_t tasks, int threads, const std::function<void(int64_t)>& fn) { run_tasks(tasks, threads, fn); }
 
 int parallel_slots() { return policy().wanted_threads(); }
 

@@ -60,4 +60,12 @@ int openblas_threads();
 // How many calls the host GEMM pool has run in this process (for tests).
 int64_t pool_calls();
 
+// The same policy for the other GEMM library behind it (onednn.h): the threads a product of
+// m x n x k issued by the calling thread uses now (1 on a device worker, or when it is too small
+// for a helper to pay off; else host_threads()), and fn(0) ... fn(tasks - 1) run by the caller and
+// threads - 1 helpers of the host GEMM pool, taking tasks one by one (all in the caller when the
+// pool is busy or threads == 1).
+int gemm_threads(int64_t m, int64_t n, int64_t k);
+void run_parallel(int64_t tasks, int threads, const std::function<void(int64_t)>& fn);
+
 }  // namespace dp::kernels::blas

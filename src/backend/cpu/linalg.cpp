@@ -3,7 +3,10 @@
 //    it is (x.t() and w.t() need no copy: the trans flag and leading dimension say how to read it);
 //    anything else is copied to a contiguous buffer first. When B has no batch dims and A's batch
 //    and row dims fold into one row dim ([B, n, k] @ [k, m], and linear on any rank), it is one GEMM.
-//  - float16/bfloat16: converted to float32, computed there, rounded back once.
+//  - bfloat16: oneDNN's matmul (onednn.h: AMX / AVX512-BF16, float32 accumulation, one rounding),
+//    with the same layouts, folding and batching as OpenBLAS's, when the build has oneDNN and it has
+//    a kernel for this CPU; otherwise as float16.
+//  - float16 (and bfloat16 without oneDNN): converted to float32, computed there, rounded back once.
 //  - uint8/int32/int64: a reference loop (wrapping arithmetic, as PyTorch's CPU integer GEMM).
 #include <algorithm>
 #include <optional>
@@ -11,6 +14,7 @@
 #include "backend/blas_layout.h"
 #include "backend/linalg_kernels.h"
 #include "backend/cpu/blas.h"
+#include "backend/cpu/onednn.h"
 #include "backend/dispatch.h"
 #include "backend/elementwise_kernels.h"
 #include "backend/cpu/loops.h"
@@ -55,8 +59,37 @@ std::vector<int64_t> batch_offsets(const Tensor& X, IntArrayRef batch) {
   return offs;
 }
 
-template <typename T>
-void gemm_blas(const Tensor& C, Tensor A, Tensor B, T alpha, T beta) {
+// One GEMM, or `count` of one shape, on the library for T: OpenBLAS for float and double, oneDNN
+// for bfloat16. false: that library cannot take the call (oneDNN absent or switched off), nothing
+// was written.
+bool lib_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+              float* c, int64_t ldc) {
+  kernels::blas::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  return true;
+}
+bool lib_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
+              double beta, double* c, int64_t ldc) {
+  kernels::blas::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  return true;
+}
+bool lib_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb,
+              float beta, BFloat16* c, int64_t ldc) {
+  return kernels::onednn::gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+template <typename T, typename S>
+bool lib_gemm_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, S alpha, const T* const* a, int64_t lda, const T* const* b, int64_t ldb,
+                      S beta, T* const* c, int64_t ldc, int64_t count) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    return kernels::onednn::gemm_bf16_batched(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, count);
+  } else {
+    kernels::blas::gemm_batched(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, count);
+    return true;
+  }
+}
+
+// C = alpha * A @ B + beta * C on lib_gemm (S: the scalars' type). false: lib_gemm could not, C untouched.
+template <typename T, typename S>
+bool gemm_blas(const Tensor& C, Tensor A, Tensor B, S alpha, S beta) {
   const int64_t m = C.size(-2), n = C.size(-1), k = A.size(-1);
   const Shape batch(C.sizes().begin(), C.sizes().end() - 2);
   auto la = blas_layout(m, k, A.stride(-2), A.stride(-1));
@@ -72,16 +105,11 @@ void gemm_blas(const Tensor& C, Tensor A, Tensor B, T alpha, T beta) {
   const T* a = static_cast<const T*>(A.data_ptr());
   const T* b = static_cast<const T*>(B.data_ptr());
   T* c = static_cast<T*>(C.data_ptr());
-  if (batch.empty()) {
-    kernels::blas::gemm(la->trans, lb->trans, m, n, k, alpha, a, la->ld, b, lb->ld, beta, c, n);
-    return;
-  }
+  if (batch.empty()) return lib_gemm(la->trans, lb->trans, m, n, k, alpha, a, la->ld, b, lb->ld, beta, c, n);
   const int64_t count = numel_of(batch);
   if (B.dim() == 2 && !la->trans) {
-    if (auto lda = fold_rows(A, k)) {  // [*, m, k] @ [k, n]: one GEMM with count*m rows
-      kernels::blas::gemm(false, lb->trans, count * m, n, k, alpha, a, *lda, b, lb->ld, beta, c, n);
-      return;
-    }
+    if (auto lda = fold_rows(A, k))  // [*, m, k] @ [k, n]: one GEMM with count*m rows
+      return lib_gemm(false, lb->trans, count * m, n, k, alpha, a, *lda, b, lb->ld, beta, c, n);
   }
   std::vector<int64_t> oa = batch_offsets(A, batch), ob = batch_offsets(B, batch);
   std::vector<const T*> pa(count), pb(count);
@@ -91,7 +119,7 @@ void gemm_blas(const Tensor& C, Tensor A, Tensor B, T alpha, T beta) {
     pb[i] = b + ob[i];
     pc[i] = c + i * m * n;
   }
-  kernels::blas::gemm_batched(la->trans, lb->trans, m, n, k, alpha, pa.data(), la->ld, pb.data(), lb->ld, beta, pc.data(), n, count);
+  return lib_gemm_batched<T, S>(la->trans, lb->trans, m, n, k, alpha, pa.data(), la->ld, pb.data(), lb->ld, beta, pc.data(), n, count);
 }
 
 // Integer GEMM: accumulates in 64 bits with wrap-around, as PyTorch's CPU kernel does in T.
@@ -157,8 +185,11 @@ void matmul_cpu(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar&
     case kFloat64:
       gemm_blas<double>(C, A, B, alpha.to_double(), beta.to_double());
       return;
-    case kFloat16:
-    case kBFloat16: {
+    case kBFloat16:
+      if (kernels::onednn::active() && gemm_blas<BFloat16>(C, A, B, static_cast<float>(alpha.to_double()), static_cast<float>(beta.to_double())))
+        return;
+      [[fallthrough]];
+    case kFloat16: {
       Tensor Cf = make_empty(C.sizes(), kFloat32, C.device());
       if (!is_zero(beta)) kernels::copy_kernel(Cf, C);
       gemm_blas<float>(Cf, raw_copy(A, kFloat32), raw_copy(B, kFloat32), static_cast<float>(alpha.to_double()), static_cast<float>(beta.to_double()));
@@ -264,60 +295,83 @@ Matrix as_matrix(const Tensor& t, int64_t rows, int64_t cols) {
 }
 
 bool is_blas_float(DType dt) { return dt == kFloat32 || dt == kFloat64; }
+// The dtypes the Linear fast paths take: OpenBLAS's, and bfloat16 while oneDNN is active.
+bool is_linear_fast(DType dt) { return is_blas_float(dt) || (dt == kBFloat16 && kernels::onednn::active()); }
 
 // The usual case of a forward: no w.t() view and no matmul dispatch; the bias rows first, then
-// C = X @ W^T + C in one GEMM.
+// C = X @ W^T + C in one GEMM (bfloat16: a contiguous [out_f] bias goes into oneDNN's primitive).
 bool linear_forward_cpu(const Tensor& C, const Tensor& X, const Tensor& w, const Tensor& bias) {
   const int64_t rows = X.size(0), in = X.size(1), out_f = w.size(0);
-  if (!is_blas_float(X.dtype()) || X.numel() == 0 || out_f == 0) return false;
+  if (!is_linear_fast(X.dtype()) || X.numel() == 0 || out_f == 0) return false;
   const auto lx = blas_layout(rows, in, X.stride(0), X.stride(1));
   const auto lw = blas_layout(in, out_f, w.stride(1), w.stride(0));  // w.t() as BLAS reads it
   if (!lx || !lw) return false;
+  bool done = false;
   kernels::dispatch_floating(X.dtype(), "linear", [&]<typename T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, BFloat16>) {
+      using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
       T* c = static_cast<T*>(C.data_ptr());
+      const T* fused = nullptr;  // bfloat16's bias vector, added by the GEMM itself
+      bool prefilled = false;
       if (bias.defined()) {
         const T* bp = static_cast<const T*>(bias.data_ptr());
         const int64_t bs = (bias.dim() == 1 && bias.size(0) == out_f) ? bias.stride(0) : 0;  // [out_f], or one value broadcast
-        if (bs == 0 || out_f == 1) {
-          std::fill_n(c, rows * out_f, bp[0]);
+        if (std::is_same_v<T, BFloat16> && (bs == 1 || out_f == 1) && bias.dim() == 1) {
+          fused = bp;
         } else {
-          for (int64_t j = 0; j < out_f; ++j) c[j] = bp[j * bs];
-          for (int64_t r = 1; r < rows; ++r) std::copy_n(c, out_f, c + r * out_f);
+          if (bs == 0 || out_f == 1) {
+            std::fill_n(c, rows * out_f, bp[0]);
+          } else {
+            for (int64_t j = 0; j < out_f; ++j) c[j] = bp[j * bs];
+            for (int64_t r = 1; r < rows; ++r) std::copy_n(c, out_f, c + r * out_f);
+          }
+          prefilled = true;
         }
       }
-      kernels::blas::gemm(lx->trans, lw->trans, rows, out_f, in, T(1), static_cast<const T*>(X.data_ptr()), lx->ld,
-                          static_cast<const T*>(w.data_ptr()), lw->ld, T(bias.defined() ? 1 : 0), c, out_f);
+      const T* x = static_cast<const T*>(X.data_ptr());
+      const T* wp = static_cast<const T*>(w.data_ptr());
+      if constexpr (std::is_same_v<T, BFloat16>)
+        done =
+            kernels::onednn::gemm_bf16(lx->trans, lw->trans, rows, out_f, in, 1.0f, x, lx->ld, wp, lw->ld, prefilled ? 1.0f : 0.0f, c, out_f, fused);
+      else
+        done = lib_gemm(lx->trans, lw->trans, rows, out_f, in, S(1), x, lx->ld, wp, lw->ld, S(prefilled ? 1 : 0), c, out_f);
     }
   });
-  return true;
+  return done;  // false (oneDNN without a kernel for this shape): the op's general path rewrites C
 }
 
 // dx = G @ W and dw = G^T @ X as two GEMMs on the operands as they lie (a copy only for what BLAS
 // cannot read in place): no views, shape checks or graph.
 bool linear_backward_cpu(const Tensor& grad, const Tensor& x, const Tensor& w, int64_t rows, int64_t in, int64_t out_f, Tensor& dx, Tensor& dw) {
   const DType dt = grad.dtype();
-  if (!is_blas_float(dt)) return false;
+  if (!is_linear_fast(dt)) return false;
   const Matrix G = as_matrix(grad, rows, out_f);
   auto gemm = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& A, int64_t lda, const Tensor& B, int64_t ldb, const Tensor& out) {
+    bool ok = false;
     kernels::dispatch_floating(dt, "linear", [&]<typename T>() {
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-        kernels::blas::gemm(ta, tb, m, n, k, T(1), static_cast<const T*>(A.data_ptr()), lda, static_cast<const T*>(B.data_ptr()), ldb, T(0),
-                            static_cast<T*>(out.data_ptr()), n);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, BFloat16>) {
+        using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+        ok = lib_gemm(ta, tb, m, n, k, S(1), static_cast<const T*>(A.data_ptr()), lda, static_cast<const T*>(B.data_ptr()), ldb, S(0),
+                      static_cast<T*>(out.data_ptr()), n);
+      }
     });
+    return ok;
   };
+  Tensor gx, gw;
   if (w.defined()) {  // dx [rows, in] = G [rows, out_f] @ W [out_f, in], shaped as x
     const Matrix W = as_matrix(w, out_f, in);
     Shape x_shape(grad.sizes().begin(), grad.sizes().end() - 1);
     x_shape.push_back(in);
-    dx = make_empty(x_shape, dt, grad.device());
-    gemm(G.layout.trans, W.layout.trans, rows, in, out_f, G.data, G.layout.ld, W.data, W.layout.ld, dx);
+    gx = make_empty(x_shape, dt, grad.device());
+    if (!gemm(G.layout.trans, W.layout.trans, rows, in, out_f, G.data, G.layout.ld, W.data, W.layout.ld, gx)) return false;
   }
   if (x.defined()) {  // dw [out_f, in] = G^T [out_f, rows] @ X [rows, in]
     const Matrix X = as_matrix(x, rows, in);
-    dw = make_empty({out_f, in}, dt, grad.device());
-    gemm(!G.layout.trans, X.layout.trans, out_f, in, rows, G.data, G.layout.ld, X.data, X.layout.ld, dw);
+    gw = make_empty({out_f, in}, dt, grad.device());
+    if (!gemm(!G.layout.trans, X.layout.trans, out_f, in, rows, G.data, G.layout.ld, X.data, X.layout.ld, gw)) return false;
   }
+  dx = gx;  // only now: a false return leaves dx and dw as they were
+  dw = gw;
   return true;
 }
 
