@@ -1,9 +1,12 @@
 #include "dp/nn/modules/attention.h"
 
+#include "dp/ops/attention.h"
+
 #include <cmath>
 #include <limits>
 #include "dp/nn/init.h"
 #include "dp/nn/modules/normalization.h"
+#include "dp/ops/attention.h"
 #include "dp/ops/dropout.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
@@ -27,24 +30,11 @@ std::string tuple_str(IntArrayRef s) {
   return out + (s.size() == 1 ? ",)" : ")");
 }
 
-// The causal mask of scaled_dot_product_attention: -inf where key j > query i (top-left aligned).
-Tensor causal_float_mask(int64_t L, int64_t S, DType dtype, Device device) {
-  TensorOptions opts = TensorOptions(kInt64).device(device);
-  Tensor blocked = gt(arange(S, opts).unsqueeze(0), arange(L, opts).unsqueeze(1));
-  return masked_fill(zeros({L, S}, TensorOptions(dtype).device(device)), blocked, kNegInf);
-}
-
-// need_weights = false: attention without returning its weights. This is the semantics of
-// F::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal) with a floating mask
-// (PyTorch's MultiheadAttention calls SDPA here); the fused kernel can replace this body.
+// need_weights = false: attention without returning its weights, through the fused
+// F::scaled_dot_product_attention (a floating mask; is_causal only without a mask), as PyTorch's
+// MultiheadAttention does.
 Tensor attention_no_weights(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p, bool is_causal) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  Tensor scores = matmul(mul(q, scale), k.transpose(-2, -1));
-  if (is_causal) scores = add(scores, causal_float_mask(q.size(-2), k.size(-2), q.dtype(), q.device()));
-  if (mask.defined()) scores = add(scores, mask);
-  Tensor p = softmax(scores, -1);
-  if (dropout_p > 0.0) p = dropout(p, dropout_p, true);
-  return matmul(p, v);
+  return scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal);
 }
 
 // A bool mask (True = blocked) as an additive float mask of `dtype`; a floating one converted.
