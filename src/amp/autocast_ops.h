@@ -39,6 +39,7 @@ enum class Op : uint8_t {
   matmul,
   addmm,
   bmm,
+  baddbmm,
   conv2d,
   lstm_cell,
   dot,

@@ -21,6 +21,7 @@ Policy policy(Op op, DeviceType device) {
     case Op::matmul:
     case Op::addmm:
     case Op::bmm:
+    case Op::baddbmm:
     case Op::conv2d:
       return Policy::LowerPrecision;
     case Op::lstm_cell:  // CUDA's list only
@@ -67,6 +68,8 @@ const char* op_name(Op op) {
       return "addmm";
     case Op::bmm:
       return "bmm";
+    case Op::baddbmm:
+      return "baddbmm";
     case Op::conv2d:
       return "conv2d";
     case Op::lstm_cell:

@@ -1,14 +1,15 @@
 // The CPU backend's kernels of the op families whose kernels live in this folder (index, matrix
-// products, LSTM, normalization, random fills and transfers), and its capabilities.
+// products, LSTM, normalization, random fills, sequence ops and transfers), and its capabilities.
 #include "backend/capabilities.h"
 
 namespace dp::backend {
 
-void register_cpu_index_kernels();   // index.cpp
-void register_cpu_linalg_kernels();  // linalg.cpp
-void register_cpu_lstm_kernels();    // lstm.cpp
-void register_cpu_norm_kernels();    // normalization.cpp
-void register_cpu_random_kernels();  // random.cpp
+void register_cpu_index_kernels();     // index.cpp
+void register_cpu_linalg_kernels();    // linalg.cpp
+void register_cpu_lstm_kernels();      // lstm.cpp
+void register_cpu_norm_kernels();      // normalization.cpp
+void register_cpu_random_kernels();    // random.cpp
+void register_cpu_sequence_kernels();  // sequence.cpp
 
 void register_cpu_ops_kernels() {
   // Host kernels for every op; 16-bit floats only where PyTorch's CPU kernels take them (the ops
@@ -19,6 +20,7 @@ void register_cpu_ops_kernels() {
   register_cpu_lstm_kernels();
   register_cpu_norm_kernels();
   register_cpu_random_kernels();
+  register_cpu_sequence_kernels();
 }
 
 }  // namespace dp::backend
