@@ -49,7 +49,8 @@ using Cumsum = void(const Tensor& out, const Tensor& a, DimSplit split, bool rev
 // reads the 64-bit word (r * num_samples + s) % 2 of block first + (r * num_samples + s) / 2 and
 // inverts the row's cumulative distribution; without replacement, category c of row r reads word
 // (r * categories + c) % 2 of block first + (r * categories + c) / 2 as a uniform u and the
-// num_samples largest p / -log(u) win (the exponential race, as PyTorch), in decreasing order.
+// num_samples largest p / -log(u) win (the exponential race, as PyTorch), in decreasing order. (The
+// op draws one sample without replacement as one with replacement: the same distribution.)
 using Multinomial = void(const Tensor& out, const Tensor& probs, int64_t num_samples, bool replacement, uint64_t seed, uint64_t first);
 // The first invalid entry of probs [rows, categories] (floating, contiguous) for multinomial, or
 // none: writes the problem into `bad` (row, column, value, kind) and returns false. kind: 1 negative,

@@ -301,7 +301,7 @@ Tensor Equation::run(const TensorList& operands) const {
   // The output order (every output label is in cur: each came from an operand and stays needed).
   Shape perm;
   for (int l : output_) perm.push_back(std::find(cur.labels.begin(), cur.labels.end(), l) - cur.labels.begin());
-  bool identity = true;
+  bool identity = !cur.t.is_same(operands[0]);  // an operand passed through: a view of it, as PyTorch
   for (size_t d = 0; d < perm.size(); ++d) identity = identity && perm[d] == static_cast<int64_t>(d);
   return identity ? cur.t : dp::permute(cur.t, perm);
 }

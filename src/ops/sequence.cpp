@@ -145,12 +145,10 @@ Generator& pick(Generator* gen, Device d) { return gen ? *gen : default_generato
 // ---------------------------------------------------------------------------------------------
 // repeat_interleave
 
-// The input seen along the repeated dim: flattened when dim is unset, a 0-dim input as [1].
+// The input seen along the repeated dim: flattened when dim is unset (a 0-dim input has no dim).
 std::pair<Tensor, int64_t> repeat_operand(const char* op, const Tensor& a, std::optional<int64_t> dim) {
-  if (!dim || a.dim() == 0) {
-    if (dim) wrap_dim(*dim, a.dim(), op);  // only 0 and -1 are valid for a 0-dim input
-    return {dp::reshape(a, {a.numel()}), 0};
-  }
+  if (!dim) return {dp::reshape(a, {a.numel()}), 0};
+  DP_CHECK(a.dim() > 0, IndexError, op, ": Dimension specified as ", *dim, " but tensor has no dimensions");
   return {a, wrap_dim(*dim, a.dim(), op)};
 }
 
@@ -183,8 +181,10 @@ std::pair<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim, bool lar
   if (a.dim() > 0) out_shape[dim] = k;
   Tensor values = make_empty(out_shape, a.dtype(), a.device());
   Tensor indices = make_empty(out_shape, kInt64, a.device());
+  // A 0-dim input gives its element for k = 0 too (PyTorch's result: the output has no dim to be 0).
+  const int64_t kk = a.dim() == 0 ? 1 : k;
   if (values.numel() > 0)
-    backend::topk_kernel(a.device().type, values, indices, kernels::contiguous_nograd(a), backend::split_at(a.sizes(), dim), k, largest, sorted);
+    backend::topk_kernel(a.device().type, values, indices, kernels::contiguous_nograd(a), backend::split_at(a.sizes(), dim), kk, largest, sorted);
   record_select_backward("TopkBackward0", a, values, indices, dim);
   return {values, indices};
 }
@@ -220,6 +220,9 @@ Tensor multinomial(const Tensor& a, int64_t num_samples, bool replacement, Gener
   const DeviceType type = a.device().type;
   if (backend::MultinomialProblem bad; R > 0 && !backend::multinomial_check(type, p, num_samples, replacement, bad))
     throw_bad_distribution(a, bad, num_samples);
+  // One sample without replacement is one draw from the distribution: the (cheaper) with-replacement
+  // path draws it.
+  if (num_samples == 1) replacement = true;
   Tensor out = make_empty({R, num_samples}, kInt64, a.device());
   if (R > 0) {
     Generator& g = pick(gen, a.device());

@@ -320,7 +320,12 @@ TEST(SequenceOps, EmptyAndZeroDim) {
   auto [zv, zi] = topk(scalar_tensor(1.5), 1, 0);
   EXPECT_EQ(zv.dim(), 0);
   EXPECT_EQ(zi.item<int64_t>(), 0);
+  auto [z0v, z0i] = topk(scalar_tensor(1.5), 0);  // PyTorch's quirk: the element, for k = 0 too
+  EXPECT_EQ(z0v.item<double>(), 1.5);
+  EXPECT_EQ(z0i.item<int64_t>(), 0);
   expect_error<IndexError>([] { topk(scalar_tensor(1.5), 2); }, {"topk", "k = 2", "size 1"});
+  expect_error<IndexError>([] { repeat_interleave(scalar_tensor(1.5), 2, 0); }, {"repeat_interleave", "no dimensions"});
+  EXPECT_EQ(repeat_interleave(scalar_tensor(1.5), tensor<int64_t>({2})).sizes(), Shape({2}));
 }
 
 TEST(SequenceOps, TrilHugeDiagonalAndDtypes) {
@@ -339,6 +344,17 @@ TEST(SequenceOps, TrilHugeDiagonalAndDtypes) {
     for (int64_t i = 0; i < 3; ++i)
       for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(v[i * 4 + j], j <= i ? 1.0 : 0.0);
   }
+}
+
+TEST(SequenceOps, EinsumIdentityIsAView) {
+  Tensor x = randn({2, 3});
+  Tensor y = einsum("ij->ij", {x});
+  EXPECT_FALSE(y.is_same(x));
+  EXPECT_EQ(y.data_ptr(), x.data_ptr());
+  EXPECT_TRUE(equal(y, x));
+  Tensor t = einsum("ij->ji", {x});
+  EXPECT_EQ(t.data_ptr(), x.data_ptr());  // a transposed view, as PyTorch's
+  EXPECT_TRUE(equal(t, x.t()));
 }
 
 TEST(SequenceOps, RepeatInterleaveReturnsANewTensor) {
@@ -497,7 +513,8 @@ double chi_square(const std::vector<int64_t>& counts, const std::vector<double>&
   return chi;
 }
 
-// Chi-square quantiles for a false-failure probability of 1e-7 (scipy.stats.chi2.isf(1e-7, k)).
+// Chi-square quantiles for a false-failure probability of about 1e-7 (chi2.isf(1e-7, k): upper
+// tail probabilities 1.0e-7 to 1.3e-7).
 double chi_square_bound(int dof) {
   static const std::map<int, double> bound = {{2, 32.24}, {3, 35.08}, {4, 37.73}, {5, 40.25}, {9, 49.64}};
   return bound.at(dof);
@@ -522,6 +539,18 @@ TEST(SequenceOps, MultinomialWithReplacementFollowsTheDistribution) {
     std::vector<double> pn;
     for (double x : w) pn.push_back(x / total_w);
     EXPECT_LT(chi_square(counts, pn, n), chi_square_bound(3));
+  }
+  // A row of several 64-category blocks, zeros around the block edges: the block search.
+  {
+    std::vector<double> wb(130, 0.0);
+    const std::vector<std::pair<int, double>> nz = {{1, 1.0}, {62, 2.0}, {65, 0.5}, {100, 1.5}, {127, 3.0}, {129, 2.0}};
+    for (auto [c, v] : nz) wb[c] = v;
+    const int64_t n = 100000;
+    std::vector<int64_t> counts(130, 0);
+    for (int64_t v : multinomial(tensor<double>(wb), n, true).to_vector<int64_t>()) ++counts[v];
+    std::vector<double> pb;
+    for (double x : wb) pb.push_back(x / 10.0);
+    EXPECT_LT(chi_square(counts, pb, n), chi_square_bound(5));
   }
   // 2-D: each row its own distribution.
   Tensor p2 = tensor({0.9, 0.1, 0.0, 0.0, 0.5, 0.5, 0.2, 0.3, 0.5}).reshape({3, 3});

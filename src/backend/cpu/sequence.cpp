@@ -6,8 +6,9 @@
 // to 0.0), inverted for a descending order, and, for the dtypes of at most 32 bits on rows of at
 // most 2^32 elements, key and position share one uint64 (key << 32 | position). std::sort on those
 // words is then a stable sort (equal keys fall back to the position) at the speed of an integer
-// sort; topk is std::nth_element on them (ties taken in index order) plus a sort of the k chosen.
-// float64 and int64 use (key, position) pairs. The values are then read back from the input at the
+// sort: std::sort on short rows, an LSD radix sort of the keys on long ones (a radix sort is stable,
+// and positions come in ascending). float64 and int64 use (key, position) pairs. topk is
+// std::nth_element on the same entries (ties taken in index order) plus a sort of the k chosen. The values are then read back from the input at the
 // chosen positions, so they are bit for bit the input's (NaN payloads and the sign of zero kept).
 //
 // Rows are independent: large inputs are split over threads by rows (not from a device worker,
@@ -93,25 +94,20 @@ void triangle_cpu(const Tensor& out, const Tensor& a, int64_t diagonal, bool low
 
 // An unsigned key whose integer order is the value order: NaN (any payload) above +inf, -0.0 equal
 // to 0.0. 32 bits for the dtypes of at most 32 bits, 64 for float64 and int64.
+// Branch-free (the sort and topk loops vectorise): one NaN, -0.0 as 0.0, then the sign flip.
 inline uint32_t order_key(float v) {
   uint32_t u;
-  if (std::isnan(v)) {
-    u = 0x7FC00000u;
-  } else {
-    if (v == 0.0f) v = 0.0f;
-    std::memcpy(&u, &v, sizeof u);
-  }
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  std::memcpy(&u, &v, sizeof u);
+  u = v != v ? 0x7FC00000u : u;
+  u = u == 0x80000000u ? 0u : u;
+  return u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
 }
 inline uint64_t order_key(double v) {
   uint64_t u;
-  if (std::isnan(v)) {
-    u = 0x7FF8000000000000ull;
-  } else {
-    if (v == 0.0) v = 0.0;
-    std::memcpy(&u, &v, sizeof u);
-  }
-  return (u & 0x8000000000000000ull) ? ~u : (u | 0x8000000000000000ull);
+  std::memcpy(&u, &v, sizeof u);
+  u = v != v ? 0x7FF8000000000000ull : u;
+  u = u == 0x8000000000000000ull ? 0ull : u;
+  return u ^ (static_cast<uint64_t>(static_cast<int64_t>(u) >> 63) | 0x8000000000000000ull);
 }
 inline uint32_t order_key(Half v) { return order_key(static_cast<float>(v)); }
 inline uint32_t order_key(BFloat16 v) { return order_key(static_cast<float>(v)); }
@@ -144,6 +140,15 @@ void fill_entries(const T* x, int64_t n, int64_t stride, bool flip, std::vector<
   }
 }
 
+// The entry of element j (value v).
+template <bool Packed, typename T>
+inline auto make_entry(T v, int64_t j, bool flip) {
+  if constexpr (Packed)
+    return ((static_cast<uint64_t>(order_key(v)) ^ (flip ? 0xFFFFFFFFull : 0)) << 32) | static_cast<uint64_t>(j);
+  else
+    return WideEntry{static_cast<uint64_t>(order_key(v)) ^ (flip ? ~uint64_t{0} : 0), static_cast<uint64_t>(j)};
+}
+
 template <bool Packed, typename E>
 inline int64_t position(const E& e) {
   if constexpr (Packed)
@@ -152,8 +157,9 @@ inline int64_t position(const E& e) {
     return static_cast<int64_t>(e.pos);
 }
 
-// Runs row_fn(x_row, values_row, indices_row, in_stride, out_stride, buf) for every row of the
-// [outer, n, inner] input, rows split over threads, each thread with its own entry buffer.
+// Runs row_fn(x_row, values_row, indices_row, buf, tmp) for every row of the [outer, n, inner]
+// input (element j of a row at j * inner), rows split over threads, each thread with its own
+// buffers.
 // `out_n` is the length of an output row (n for sort, k for topk).
 template <bool Packed, typename T, typename RowFn>
 void for_rows(const Tensor& values, const Tensor& indices, const Tensor& a, DimSplit s, int64_t out_n, const RowFn& row_fn) {
@@ -163,20 +169,61 @@ void for_rows(const Tensor& values, const Tensor& indices, const Tensor& a, DimS
   int64_t* ix = indices.data_ptr<int64_t>();
   const int64_t rows = s.outer * s.inner;
   run_ranges(rows, plan_threads(rows, s.n * 4), [&](int64_t r0, int64_t r1) {
-    std::vector<E> buf;
+    std::vector<E> buf, tmp;  // tmp: the radix sort's second buffer
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t o = r / s.inner, i = r % s.inner;
-      row_fn(x + o * s.n * s.inner + i, v + o * out_n * s.inner + i, ix + o * out_n * s.inner + i, buf);
+      row_fn(x + o * s.n * s.inner + i, v + o * out_n * s.inner + i, ix + o * out_n * s.inner + i, buf, tmp);
     }
   });
+}
+
+// Sorts entries (positions ascending on entry) by key, stably: an LSD radix sort of the keys in
+// passes of 11 bits (a pass is skipped when every key has the same digit there, as the high bits
+// of similar floats often do). O(n) per row against std::sort's O(n log n) compares; for short
+// rows std::sort is faster.
+constexpr int64_t kRadixMinRow = 1024;
+
+inline uint64_t key_of(uint64_t packed) { return packed >> 32; }
+inline uint64_t key_of(const WideEntry& e) { return e.key; }
+
+template <typename E>
+void radix_sort(std::vector<E>& a, std::vector<E>& tmp) {
+  constexpr int kBits = 11, kDigits = 1 << kBits;
+  constexpr int kPasses = std::is_same_v<E, uint64_t> ? 3 : 6;  // 32- or 64-bit keys
+  const size_t n = a.size();
+  tmp.resize(n);
+  std::vector<uint32_t> hist(static_cast<size_t>(kPasses) * kDigits, 0);
+  for (const E& x : a) {
+    const uint64_t k = key_of(x);
+    for (int p = 0; p < kPasses; ++p) ++hist[p * kDigits + ((k >> (p * kBits)) & (kDigits - 1))];
+  }
+  E* src = a.data();
+  E* dst = tmp.data();
+  for (int p = 0; p < kPasses; ++p) {
+    const int shift = p * kBits;
+    uint32_t* h = hist.data() + p * kDigits;
+    if (h[(key_of(src[0]) >> shift) & (kDigits - 1)] == n) continue;  // one digit for all: nothing moves
+    uint32_t sum = 0;
+    for (int d = 0; d < kDigits; ++d) {
+      const uint32_t c = h[d];
+      h[d] = sum;  // the digit's first slot
+      sum += c;
+    }
+    for (size_t i = 0; i < n; ++i) dst[h[(key_of(src[i]) >> shift) & (kDigits - 1)]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != a.data()) std::copy(src, src + n, a.data());
 }
 
 template <bool Packed, typename T>
 void sort_typed(const Tensor& values, const Tensor& indices, const Tensor& a, DimSplit s, bool descending) {
   const int64_t n = s.n, st = s.inner;
-  for_rows<Packed, T>(values, indices, a, s, n, [&](const T* x, T* v, int64_t* ix, auto& buf) {
+  for_rows<Packed, T>(values, indices, a, s, n, [&](const T* x, T* v, int64_t* ix, auto& buf, auto& tmp) {
     fill_entries<Packed>(x, n, st, descending, buf);
-    std::sort(buf.begin(), buf.end());
+    if (n >= kRadixMinRow && n <= int64_t{0xFFFFFFFF})  // (32-bit digit counts)
+      radix_sort(buf, tmp);
+    else
+      std::sort(buf.begin(), buf.end());
     for (int64_t j = 0; j < n; ++j) {
       const int64_t p = position<Packed>(buf[j]);
       v[j * st] = x[p * st];
@@ -188,10 +235,39 @@ void sort_typed(const Tensor& values, const Tensor& indices, const Tensor& a, Di
 template <bool Packed, typename T>
 void topk_typed(const Tensor& values, const Tensor& indices, const Tensor& a, DimSplit s, int64_t k, bool largest, bool sorted) {
   const int64_t n = s.n, st = s.inner;
-  for_rows<Packed, T>(values, indices, a, s, k, [&](const T* x, T* v, int64_t* ix, auto& buf) {
-    // Ascending keys (inverted for largest): the k first entries are the k wanted ones.
-    fill_entries<Packed>(x, n, st, largest, buf);
-    if (k < n) std::nth_element(buf.begin(), buf.begin() + k, buf.end());
+  // Small k: one pass that keeps only the entries below the current k-th smallest (a threshold that
+  // tightens as the buffer of candidates fills and is cut back to k), instead of writing an entry
+  // for every element.
+  const bool streaming = k > 0 && k <= n / 16;
+  const size_t cap = static_cast<size_t>(2 * k + 64);
+  for_rows<Packed, T>(values, indices, a, s, k, [&](const T* x, T* v, int64_t* ix, auto& buf, auto&) {
+    // Ascending entries (keys inverted for largest): the k first entries are the k wanted ones.
+    if (streaming) {
+      buf.clear();
+      buf.reserve(cap);
+      const int64_t stride = st;  // locals: the loop's stores into buf cannot alias them
+      const bool flip = largest;
+      for (int64_t j = 0; j < k; ++j) buf.push_back(make_entry<Packed>(x[j * stride], j, flip));
+      auto worst = *std::max_element(buf.begin(), buf.end());
+      // Adds e (below the threshold); when the buffer is full, cuts it back to the k best.
+      auto keep = [&](const auto& e) {
+        buf.push_back(e);
+        if (buf.size() == cap) {
+          std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end());
+          buf.resize(static_cast<size_t>(k));
+          worst = buf[k - 1];
+        }
+      };
+      for (int64_t j = k; j < n; ++j) {
+        const auto e = make_entry<Packed>(x[j * stride], j, flip);
+        if (e < worst) [[unlikely]]
+          keep(e);
+      }
+      std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end());
+    } else {
+      fill_entries<Packed>(x, n, st, largest, buf);
+      if (k < n) std::nth_element(buf.begin(), buf.begin() + k, buf.end());
+    }
     if (sorted) std::sort(buf.begin(), buf.begin() + k);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t p = position<Packed>(buf[j]);
@@ -280,23 +356,30 @@ bool multinomial_check_cpu(const Tensor& probs, int64_t num_samples, bool replac
   kernels::dispatch_floating(probs.dtype(), "multinomial", [&]<typename T>() {
     const T* p = probs.data_ptr<T>();
     for (int64_t r = 0; r < R && ok; ++r) {
-      double sum = 0;
-      int64_t nonzero = 0;
+      const T* pr = p + r * C;
+      // One pass of flags (no early exit, so it vectorises); the first bad entry is looked up only
+      // when there is one. All entries non-negative: the row sums to zero iff none is positive.
+      using F = std::conditional_t<std::is_same_v<T, double>, double, float>;  // 16-bit floats: exactly as float
+      int32_t nonzero = 0, invalid = 0;                                        // C <= 2^24 (the op checks)
       for (int64_t c = 0; c < C; ++c) {
-        const double v = kernels::convert<double>(p[r * C + c]);
-        if (!std::isfinite(v) || v < 0) {
-          bad = MultinomialProblem{r, c, v, v < 0 ? 1 : 2};
-          ok = false;
-          return;
-        }
-        sum += v;
-        nonzero += v > 0;
+        const F v = kernels::convert<F>(pr[c]);
+        invalid += !((v >= F(0)) & (v <= std::numeric_limits<F>::max()));
+        nonzero += v > F(0);
       }
-      if (sum <= 0) {
-        bad = MultinomialProblem{r, 0, sum, 3};
+      if (invalid > 0) {
+        for (int64_t c = 0; c < C; ++c) {
+          const double v = kernels::convert<double>(pr[c]);
+          if (!(v >= 0 && std::isfinite(v))) {
+            bad = MultinomialProblem{r, c, v, v < 0 ? 1 : 2};
+            break;
+          }
+        }
+        ok = false;
+      } else if (nonzero == 0) {
+        bad = MultinomialProblem{r, 0, 0.0, 3};
         ok = false;
       } else if (!replacement && nonzero < num_samples) {
-        bad = MultinomialProblem{r, nonzero, sum, 4};
+        bad = MultinomialProblem{r, nonzero, 0.0, 4};
         ok = false;
       }
     }
@@ -324,6 +407,8 @@ class WordStream {
   uint32_t w_[4] = {};
 };
 
+constexpr int64_t kSampleBlock = 64;
+
 void multinomial_cpu(const Tensor& out, const Tensor& probs, int64_t n, bool replacement, uint64_t seed, uint64_t first) {
   const int64_t R = probs.size(0), C = probs.size(1);
   int64_t* y = out.data_ptr<int64_t>();
@@ -331,27 +416,52 @@ void multinomial_cpu(const Tensor& out, const Tensor& probs, int64_t n, bool rep
     const T* p = probs.data_ptr<T>();
     run_ranges(R, plan_threads(R, replacement ? C + n * 8 : C * 4), [&](int64_t r0, int64_t r1) {
       WordStream words(seed, first);
-      std::vector<double> cdf;
+      std::vector<double> block_end;
       std::vector<std::pair<double, int64_t>> race;
       for (int64_t r = r0; r < r1; ++r) {
         const T* pr = p + r * C;
         int64_t* yr = y + r * n;
         if (replacement) {
-          // Inverse of the cumulative distribution: category c covers [cdf[c-1], cdf[c]), so a
-          // zero-probability category (an empty interval) is never drawn.
-          cdf.resize(static_cast<size_t>(C));
+          // Inverse of the cumulative distribution: category c covers [S(c-1), S(c)), so a
+          // zero-probability category (an empty interval) is never drawn. The row is cut into
+          // blocks of 64 whose sums (eight independent lanes: vectorised) give the cumulative sum
+          // at each block's end; a draw binary-searches the blocks, then walks one block.
+          const int64_t nb = (C + kSampleBlock - 1) / kSampleBlock;
+          block_end.resize(static_cast<size_t>(nb));
           double sum = 0;
-          int64_t last_nonzero = 0;
-          for (int64_t c = 0; c < C; ++c) {
-            const double v = kernels::convert<double>(pr[c]);
-            sum += v;
-            cdf[c] = sum;
-            if (v > 0) last_nonzero = c;
+          for (int64_t b = 0; b < nb; ++b) {
+            const int64_t c0 = b * kSampleBlock, c1 = std::min(C, c0 + kSampleBlock);
+            double lane[8] = {};
+            int64_t c = c0;
+            for (; c + 8 <= c1; c += 8)
+              for (int l = 0; l < 8; ++l) lane[l] += kernels::convert<double>(pr[c + l]);
+            for (; c < c1; ++c) lane[0] += kernels::convert<double>(pr[c]);
+            sum += ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+            block_end[b] = sum;
           }
+          // The last category with a non-zero probability in [c0, c1) (one exists where called).
+          auto last_nonzero = [&](int64_t c0, int64_t c1) {
+            for (int64_t c = c1 - 1; c > c0; --c)
+              if (kernels::convert<double>(pr[c]) > 0) return c;
+            return c0;
+          };
           for (int64_t s = 0; s < n; ++s) {
             const double x = cpu::u53(words.word(r * n + s)) * sum;
-            const int64_t c = std::upper_bound(cdf.begin(), cdf.end(), x) - cdf.begin();
-            yr[s] = c < C ? c : last_nonzero;  // u * sum rounded up to sum: the last category drawn
+            const int64_t b = std::upper_bound(block_end.begin(), block_end.end(), x) - block_end.begin();
+            if (b == nb) {  // u * sum rounded up to sum
+              yr[s] = last_nonzero(0, C);
+              continue;
+            }
+            const int64_t c0 = b * kSampleBlock, c1 = std::min(C, c0 + kSampleBlock);
+            double acc = b > 0 ? block_end[b - 1] : 0.0;
+            int64_t chosen = -1;
+            for (int64_t c = c0; c < c1 && chosen < 0; ++c) {
+              acc += kernels::convert<double>(pr[c]);
+              if (x < acc) chosen = c;
+            }
+            // A walk that rounds differently from the block sum and ends below x: the block's last
+            // non-zero category (the block holds x, so it has one).
+            yr[s] = chosen >= 0 ? chosen : last_nonzero(c0, c1);
           }
         } else {
           // The exponential race: the n largest p / E, E ~ Exp(1) = -log(u), u in (0, 1] (the
