@@ -22,4 +22,5 @@
 #include "dp/ops/pooling.h"
 #include "dp/ops/reduction.h"
 #include "dp/ops/rnn.h"
+#include "dp/ops/sequence.h"
 #include "dp/ops/shape.h"

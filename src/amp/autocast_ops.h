@@ -39,7 +39,7 @@ enum class Op : uint8_t {
   matmul,
   addmm,
   bmm,
-  baddbmm,  // declared in dp/ops/sequence.h; its op must start with the hook
+  baddbmm,
   conv2d,
   lstm_cell,
   dot,

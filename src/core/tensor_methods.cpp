@@ -95,6 +95,10 @@ Tensor Tensor::bmm(const Tensor& o) const { return dp::bmm(*this, o); }
 Tensor Tensor::index_select(int64_t d, const Tensor& i) const { return dp::index_select(*this, d, i); }
 Tensor Tensor::gather(int64_t d, const Tensor& i) const { return dp::gather(*this, d, i); }
 Tensor Tensor::scatter_add(int64_t d, const Tensor& i, const Tensor& s) const { return dp::scatter_add(*this, d, i, s); }
+Tensor Tensor::masked_fill(const Tensor& m, const Scalar& v) const { return dp::masked_fill(*this, m, v); }
+// The sequence ops' methods (tril, triu, topk, sort, argsort, cumsum, repeat_interleave, baddbmm,
+// multinomial, masked_fill_) are defined in src/ops/sequence.cpp: here they would need an include
+// of dp/ops/sequence.h, a new edge from core up to ops.
 
 Tensor& Tensor::add_(const Tensor& o, const Scalar& a) { return dp::add_(*this, o, a); }
 Tensor& Tensor::add_(const Scalar& o) { return dp::add_(*this, o); }

@@ -15,9 +15,10 @@ class Generator;
 Tensor tril(const Tensor& a, int64_t diagonal = 0);
 Tensor triu(const Tensor& a, int64_t diagonal = 0);
 
-// torch.topk: (values, indices) of the k largest (largest = false: smallest) along dim.
+// torch.topk: (values, indices) of the k largest (largest = false: smallest) along dim, 0 <= k <=
+// size (else IndexError); equal values are taken in index order, NaN counts as the largest.
 std::pair<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
-// torch.sort (stable) and torch.argsort.
+// torch.sort (always stable, NaN sorted as the largest value) and torch.argsort; indices int64.
 std::pair<Tensor, Tensor> sort(const Tensor& a, int64_t dim = -1, bool descending = false);
 Tensor argsort(const Tensor& a, int64_t dim = -1, bool descending = false);
 
@@ -25,15 +26,18 @@ Tensor argsort(const Tensor& a, int64_t dim = -1, bool descending = false);
 Tensor cumsum(const Tensor& a, int64_t dim);
 
 // torch.multinomial: num_samples indices per row of the probabilities `a` ([C] or [N, C]; need
-// not sum to one; non-negative, finite, not all zero), int64.
+// not sum to one; non-negative, finite, not all zero; without replacement at least num_samples of
+// them non-zero), int64, drawn from `gen` (nullptr: the device's default generator).
 Tensor multinomial(const Tensor& a, int64_t num_samples, bool replacement = false, Generator* gen = nullptr);
 
 // torch.baddbmm: beta * self + alpha * (batch1 @ batch2); batch1 [B, n, m], batch2 [B, m, p],
 // self broadcastable to [B, n, p].
 Tensor baddbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2, const Scalar& beta = 1, const Scalar& alpha = 1);
 
-// torch.einsum for one or two operands: "ij,jk->ik", "bhqd,bhkd->bhqk", "bij->bji", "ii->i" is not
-// supported (repeated indices within one operand); implicit output ("ij,jk") as NumPy's rule.
+// torch.einsum: "ij,jk->ik", "bhqd,bhkd->bhqk", "i,j->ij", "ij->ji", "ij->i", "...ij,...jk->...ik",
+// implicit output ("ij,jk": NumPy's rule), size-1 dims broadcast, any number of operands (contracted
+// left to right, each pair with one batched matrix product). A subscript repeated within one operand
+// (a diagonal, "ii->i") is a NotImplementedError. Errors name the equation and the operand.
 Tensor einsum(const std::string& equation, const TensorList& operands);
 
 // torch.repeat_interleave: each element (dim unset: of the flattened tensor) repeated `repeats`

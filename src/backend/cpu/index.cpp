@@ -146,7 +146,9 @@ void one_hot_cpu(const Tensor& out, const Tensor& /*indices*/, const std::vector
 }
 
 void masked_fill_cpu(const Tensor& out, const Tensor& a, const Tensor& mask, const Scalar& value) {
-  kernels::copy_kernel(out, a);
+  // In place (masked_fill_: out is a) there is nothing to copy.
+  const bool in_place = out.data_ptr() == a.data_ptr() && out.sizes() == a.sizes() && out.strides() == a.strides() && out.dtype() == a.dtype();
+  if (!in_place) kernels::copy_kernel(out, a);
   kernels::ElementwiseIter it({&out, &out, &mask}, out.sizes());
   kernels::dispatch_all(a.dtype(), "masked_fill", [&]<typename T>() {
     const T v = scalar_to<T>(value);

@@ -1,6 +1,6 @@
 // The CPU backend's kernels of the op families whose kernels live in this folder (index, matrix
-// products, attention, recurrent layers, normalization, random fills and transfers), and its
-// capabilities.
+// products, attention, recurrent layers, normalization, random fills, sequence ops and transfers),
+// and its capabilities.
 #include "backend/capabilities.h"
 
 namespace dp::backend {
@@ -11,6 +11,7 @@ void register_cpu_linalg_kernels();     // linalg.cpp
 void register_cpu_rnn_kernels();        // rnn_layer.cpp
 void register_cpu_norm_kernels();       // normalization.cpp
 void register_cpu_random_kernels();     // random.cpp
+void register_cpu_sequence_kernels();   // sequence.cpp
 
 void register_cpu_ops_kernels() {
   // Host kernels for every op; 16-bit floats only where PyTorch's CPU kernels take them (the ops
@@ -22,6 +23,7 @@ void register_cpu_ops_kernels() {
   register_cpu_norm_kernels();
   register_cpu_random_kernels();
   register_cpu_rnn_kernels();
+  register_cpu_sequence_kernels();
 }
 
 }  // namespace dp::backend
