@@ -26,6 +26,7 @@ ModulePtr Module::clone_with(const TensorCloneFn& make_tensor) const {
       const Module* m = stack.back();
       stack.pop_back();
       if (!visited.insert(m).second) continue;
+      m->sync_bound();
       auto add = [&](const TensorDict& dict, bool is_param) {
         for (const auto& item : dict) {
           const Tensor& t = item.value();

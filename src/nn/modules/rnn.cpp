@@ -171,6 +171,10 @@ LSTMCellImpl::LSTMCellImpl(const LSTMCellOptions& opts) : options(opts) {
   weight_hh = register_parameter("weight_hh", empty({G, H}));
   bias_ih = register_parameter("bias_ih", options.bias() ? empty({G}) : Tensor());
   bias_hh = register_parameter("bias_hh", options.bias() ? empty({G}) : Tensor());
+  bind_tensor<&LSTMCellImpl::weight_ih>("weight_ih");
+  bind_tensor<&LSTMCellImpl::weight_hh>("weight_hh");
+  bind_tensor<&LSTMCellImpl::bias_ih>("bias_ih");
+  bind_tensor<&LSTMCellImpl::bias_hh>("bias_hh");
   reset_parameters();
 }
 
