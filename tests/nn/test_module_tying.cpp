@@ -239,5 +239,98 @@ TEST(WeightTying, ConcurrentQueriesAfterAnAssignmentAgree) {
   EXPECT_EQ(ok.load(), 800);
 }
 
+// ------------------------------------------------------------------ children held by pointer
+
+struct Block : nn::Module {
+  nn::Linear fc{nullptr};
+  Block() { fc = register_module("fc", nn::Linear(3, 3)); }
+  Tensor forward(const Tensor& x) { return fc(x).relu(); }
+};
+
+// The trap: a registered child also kept as std::shared_ptr (or a raw pointer).
+struct SharedPtrChild : nn::Module {
+  std::shared_ptr<Block> block;
+  SharedPtrChild() { block = register_module("block", std::make_shared<Block>()); }
+  Tensor forward(const Tensor& x) { return block->forward(x); }
+};
+struct RawPtrChild : nn::Module {
+  int64_t scale = 2;
+  Block* block = nullptr;
+  RawPtrChild() { block = register_module("block", std::make_shared<Block>()).get(); }
+  Tensor forward(const Tensor& x) { return block->forward(x) * static_cast<double>(scale); }
+};
+// One level down: the encoder holds its sibling's child.
+struct Encoder : nn::Module {
+  std::shared_ptr<nn::LinearImpl> shared_out;
+  nn::Linear fc{nullptr};
+  Encoder() { fc = register_module("fc", nn::Linear(3, 3)); }
+};
+struct Nested : nn::Module {
+  nn::ModuleHolder<Encoder> encoder{nullptr};
+  nn::Linear out{nullptr};
+  Nested() {
+    encoder = register_module("encoder", nn::ModuleHolder<Encoder>());
+    out = register_module("out", nn::Linear(3, 3));
+    encoder->shared_out = out.ptr();
+  }
+};
+
+// Correct ways to hold children: none is refused.
+struct Correct : nn::Module {
+  nn::ModuleHolder<Block> block{nullptr};
+  nn::Linear fc{nullptr};
+  nn::Sequential seq{nullptr};
+  nn::ModuleList list{nullptr};
+  nn::ModuleDict dict{nullptr};
+  std::vector<nn::Linear> heads;
+  std::shared_ptr<nn::LinearImpl> frozen;  // a module outside the tree: shared, as Python's shallow copy
+  Tensor w;
+  std::string label = "correct";
+  Correct(std::shared_ptr<nn::LinearImpl> external) : frozen(std::move(external)) {
+    block = register_module("block", nn::ModuleHolder<Block>());
+    fc = register_module("fc", nn::Linear(3, 3));
+    seq = register_module("seq", nn::Sequential(nn::Linear(3, 3), nn::ReLU()));
+    list = register_module("list", nn::ModuleList());
+    list->push_back(nn::Linear(3, 3));
+    dict = register_module("dict", nn::ModuleDict());
+    dict->insert("head", nn::Linear(3, 2));
+    for (int i = 0; i < 2; ++i) heads.push_back(register_module("head" + std::to_string(i), nn::Linear(3, 1)));
+    w = register_parameter("w", randn({3}));
+  }
+  Tensor forward(const Tensor& x) {
+    Tensor h = seq(block(fc(x))) + list->ptr<nn::LinearImpl>(0)->forward(x) * w;
+    return dict->at<nn::LinearImpl>("head")->forward(h) + heads[1](h) + frozen->forward(h).sum(-1, true);
+  }
+};
+
+TEST(ChildrenByPointer, ASharedPtrOrRawPointerMemberIsRefusedByName) {
+  auto m = std::make_shared<SharedPtrChild>();
+  expect_error<ValueError>([&] { nn::clone(m); }, {"cannot copy SharedPtrChild", "the copy of the module itself (a SharedPtrChild)",
+                                                   "submodule 'block' (a Block)", "std::shared_ptr<Block>", "dp::nn::ModuleHolder<Block>"});
+  auto raw = std::make_shared<RawPtrChild>();
+  expect_error<ValueError>([&] { nn::clone(raw); }, {"submodule 'block' (a Block)", "raw pointer", "byte offset"});
+  auto nested = std::make_shared<Nested>();
+  expect_error<ValueError>([&] { nn::clone(nested); }, {"the copy of 'encoder' (a Encoder)", "submodule 'out' (a Linear)", "ModuleHolder<Linear>"});
+}
+
+TEST(ChildrenByPointer, CorrectlyHeldChildrenAreCloned) {
+  manual_seed(5);
+  auto external = nn::Linear(3, 1).ptr();
+  auto m = std::make_shared<Correct>(external);
+  auto c = nn::clone(m);
+  EXPECT_NE(c->block.get(), m->block.get());
+  EXPECT_NE(c->heads[1].get(), m->heads[1].get());
+  EXPECT_TRUE(c->heads[1]->weight.is_same(c->named_parameters()["head1.weight"]));
+  EXPECT_EQ(c->frozen.get(), external.get()) << "a module outside the tree stays shared";
+  Tensor x = randn({4, 3});
+  EXPECT_TRUE(allclose(c->forward(x), m->forward(x)));
+  // The library's own models too.
+  EXPECT_NO_THROW(nn::clone(std::make_shared<TiedLM>()));
+  nn::Sequential seq(nn::Linear(2, 2), nn::Tanh(), nn::Linear(2, 1));
+  EXPECT_NO_THROW(nn::clone(seq.ptr()));
+  nn::LSTM lstm(nn::LSTMOptions(3, 4).num_layers(2));
+  EXPECT_NO_THROW(nn::clone(lstm.ptr()));
+}
+
 }  // namespace
 }  // namespace dp

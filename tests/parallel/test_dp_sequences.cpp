@@ -126,5 +126,42 @@ TEST_F(DPSequences, TiedWeightsGiveOneDeviceGradientsUnderDDP) {
   });
 }
 
+// ------------------------------------------------------------------ children held by pointer
+
+struct Block : nn::Module {
+  nn::Linear fc{nullptr};
+  Block() { fc = register_module("fc", nn::Linear(3, 3)); }
+  Tensor forward(const Tensor& x) { return fc(x).relu(); }
+};
+struct SharedPtrChild : nn::Module {
+  std::shared_ptr<Block> block;
+  SharedPtrChild() { block = register_module("block", std::make_shared<Block>()); }
+  Tensor forward(const Tensor& x) { return block->forward(x); }
+};
+// The pointers live in a vector's heap buffer, out of the copy check's sight.
+struct VectorOfSharedPtrs : nn::Module {
+  std::vector<std::shared_ptr<Block>> blocks;
+  VectorOfSharedPtrs() {
+    for (int i = 0; i < 2; ++i) blocks.push_back(register_module("block" + std::to_string(i), std::make_shared<Block>()));
+  }
+  Tensor forward(const Tensor& x) { return blocks[1]->forward(blocks[0]->forward(x)); }
+};
+
+TEST_F(DPSequences, ASharedPtrChildWorksOnOneDeviceAndIsRefusedByNameOnTwo) {
+  auto model = std::make_shared<SharedPtrChild>();
+  const Tensor x = randn({4, 3});
+  nn::DataParallel<SharedPtrChild> one(model, cpu_devices(1));  // the module itself is called
+  EXPECT_EQ(one(x).sizes(), Shape({4, 3}));
+  nn::DataParallel<SharedPtrChild> two(model, cpu_devices(2));
+  expect_error<ValueError>([&] { two(x); }, {"DataParallel replica", "submodule 'block' (a Block)", "std::shared_ptr<Block>", "ModuleHolder<Block>"});
+}
+
+TEST_F(DPSequences, AContainerOfSharedPtrsFailsWithAHintAtTheDeviceError) {
+  auto model = std::make_shared<VectorOfSharedPtrs>();
+  model->to(Device::cpu(0));
+  nn::DataParallel<VectorOfSharedPtrs> net(model, cpu_devices(2));
+  expect_error<DeviceError>([&] { net(randn({4, 3})); }, {"in replica 1 on device cpu:1", "it met a tensor on cpu:0", "ModuleHolder<...>"});
+}
+
 }  // namespace
 }  // namespace dp::parallel

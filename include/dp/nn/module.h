@@ -15,8 +15,12 @@
 // (dp/core/clone_map.h), so its Tensor and ModuleHolder members re-point to the copy's own
 // parameters and children. The exact type is remembered when the module passes through a typed
 // entry point: register_module<M>, ModuleHolder<M>, nn::clone<M>, DataParallel<M>. Members that
-// are raw std::shared_ptr<Child> are not re-pointed: hold children as ModuleHolder<Child> (or
-// reach them through the registry).
+// are std::shared_ptr<Child> or raw pointers are not re-pointed: hold children as
+// ModuleHolder<Child> (or reach them through the registry). A clone whose copy still holds the
+// address of a module of the original (such a member, or a lambda capturing one) is refused with a
+// ValueError naming both modules (the copy would run the original's child: under DataParallel, on
+// the wrong device). Containers of such pointers (std::vector<std::shared_ptr<Child>>) live
+// outside the object and are not detected: use ModuleList or std::vector<ModuleHolder<Child>>.
 //
 // Weight tying (PyTorch's `lm_head.weight = wte.weight`): the library's layers bind their public
 // Tensor members to their registry slots (bind_tensor), so assigning the member re-registers it:
@@ -310,10 +314,18 @@ class Module : public std::enable_shared_from_this<Module> {
 std::ostream& operator<<(std::ostream& os, const Module& m);
 
 namespace detail {
+// Called by copy_module for every module a clone copies: clone_with() then checks that no copy still
+// holds the address of a module of the original tree (a child held by std::shared_ptr or raw
+// pointer, which the clone map can't re-point). Outside a clone it does nothing.
+void note_copy(const Module& original, const void* original_object, const void* copy_object, size_t size);
+
 template <typename M>
 std::shared_ptr<Module> copy_module(const Module& m) {
   if constexpr (std::is_copy_constructible_v<M> && !std::is_abstract_v<M>) {
-    return std::make_shared<M>(static_cast<const M&>(m));
+    const M& original = static_cast<const M&>(m);
+    std::shared_ptr<M> copy = std::make_shared<M>(original);
+    note_copy(m, std::addressof(original), copy.get(), sizeof(M));
+    return copy;
   } else {
     throw NotImplementedError("cannot copy module " + m.name() +
                               ": its class is not copy-constructible (clone and DataParallel copy modules with their copy constructor)");
