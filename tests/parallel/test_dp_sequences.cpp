@@ -1,11 +1,16 @@
 // DataParallel and DistributedDataParallel with the models of sequence work: tied weights (a GPT's
-// embedding and head) give one-device gradients on 2 CPU devices and 2 DDP ranks.
+// embedding and head) give one-device gradients on 2 CPU devices and 2 DDP ranks; submodules held
+// by pointer are refused by name; a per-token loss (ignore_index over padded sequences) returned by
+// a plain lambda is exact whatever the replicas' numbers of real tokens.
 #include <gtest/gtest.h>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 #include "distributed/ddp_test_support.h"
 #include "dp/distributed/distributed_data_parallel.h"
 #include "dp/dp.h"
+#include "dp/nn/functional.h"
 #include "dp/nn/nn.h"
 #include "dp/optim/optim.h"
 #include "dp/parallel/parallel.h"
@@ -161,6 +166,144 @@ TEST_F(DPSequences, AContainerOfSharedPtrsFailsWithAHintAtTheDeviceError) {
   model->to(Device::cpu(0));
   nn::DataParallel<VectorOfSharedPtrs> net(model, cpu_devices(2));
   expect_error<DeviceError>([&] { net(randn({4, 3})); }, {"in replica 1 on device cpu:1", "it met a tensor on cpu:0", "ModuleHolder<...>"});
+}
+
+// ------------------------------------------------------------------ per-token losses
+
+namespace F = nn::functional;
+constexpr int64_t kPad = -100;
+
+// A tagger: one tag per token ([B, T] tokens -> [B, T, 5] logits).
+struct Tagger : nn::Module {
+  nn::Embedding emb{nullptr};
+  nn::Linear out{nullptr};
+  Tagger() {
+    emb = register_module("emb", nn::Embedding(20, 8));
+    out = register_module("out", nn::Linear(8, 5));
+  }
+  Tensor forward(const Tensor& tokens) { return out(emb(tokens).tanh()); }
+};
+
+std::shared_ptr<Tagger> tagger(uint64_t seed) {
+  manual_seed(seed);
+  auto m = std::make_shared<Tagger>();
+  m->remember_type<Tagger>();
+  return m;
+}
+
+// Six padded sequences whose real lengths make the replicas' token counts very uneven
+// (2 devices: 21 and 4 tokens; 3 devices: 14, 8 and 3).
+std::pair<Tensor, Tensor> tagged_batch() {
+  const std::vector<int64_t> lengths{7, 7, 7, 1, 1, 2};
+  Generator gen(11);
+  Tensor tokens = randint(1, 20, {6, 7}, TensorOptions().dtype(kInt64), &gen);
+  Tensor tags = randint(0, 5, {6, 7}, TensorOptions().dtype(kInt64), &gen);
+  Tensor pos = arange(7, kInt64).view({1, 7});
+  Tensor valid = pos.lt(tensor<int64_t>(lengths).view({6, 1}));
+  return {where(valid, tokens, zeros_like(tokens)), where(valid, tags, full_like(tags, kPad))};
+}
+
+// One device: the loss of the whole batch and the parameters' gradients.
+std::pair<Tensor, std::vector<Tensor>> one_device(const std::function<Tensor(const Tensor&, const Tensor&)>& criterion) {
+  auto [tokens, tags] = tagged_batch();
+  auto ref = tagger(21);
+  Tensor loss = criterion(ref->forward(tokens), tags);
+  loss.backward();
+  std::vector<Tensor> grads;
+  for (const Tensor& p : ref->parameters()) grads.push_back(p.grad());
+  return {loss.detach(), grads};
+}
+
+void expect_same_as_one_device(const std::function<Tensor(const Tensor&, const Tensor&)>& criterion, int devices) {
+  SCOPED_TRACE(std::to_string(devices) + " devices");
+  auto [expect_loss, expect_grads] = one_device(criterion);
+  auto [tokens, tags] = tagged_batch();
+  auto model = tagger(21);
+  model->to(Device::cpu(0));
+  nn::DataParallel<Tagger> net(model, cpu_devices(devices));
+  Tensor loss = net->forward_loss(criterion, tags, tokens);
+  EXPECT_TRUE(allclose(loss.cpu(), expect_loss, 1e-5, 1e-6)) << loss.item<double>() << " vs " << expect_loss.item<double>();
+  loss.backward();
+  const auto params = model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(allclose(params[i].grad().cpu(), expect_grads[i], 1e-5, 1e-6)) << "parameter " << i;
+}
+
+Tensor token_cross_entropy(const Tensor& out, const Tensor& tags) {
+  return F::cross_entropy(out.flatten(0, 1), tags.flatten(), F::CrossEntropyFuncOptions().ignore_index(kPad));
+}
+
+TEST_F(DPSequences, APerTokenLossFromALambdaIsExactWithUnevenTokenCounts) {
+  for (int devices : {2, 3}) expect_same_as_one_device(token_cross_entropy, devices);
+  // Weighted, with label smoothing, through the module called in the lambda, and nll_loss.
+  const Tensor w = tensor<float>({1.0f, 2.0f, 0.5f, 1.5f, 3.0f});
+  auto weighted = [w](const Tensor& out, const Tensor& tags) {
+    nn::CrossEntropyLoss ce(nn::CrossEntropyLossOptions().weight(w.to(out.device())).ignore_index(kPad).label_smoothing(0.1));
+    return ce(out.flatten(0, 1), tags.flatten());
+  };
+  expect_same_as_one_device(weighted, 3);
+  auto nll = [w](const Tensor& out, const Tensor& tags) {
+    return nll_loss(log_softmax(out, -1).flatten(0, 1), tags.flatten(), w.to(out.device()), kPad);
+  };
+  expect_same_as_one_device(nll, 2);
+  // An element-wise mean (mse over the padded logits): counted by elements.
+  auto mse = [](const Tensor& out, const Tensor& tags) { return mse_loss(out.sum(-1), tags.to(out.dtype())); };
+  expect_same_as_one_device(mse, 3);
+}
+
+TEST_F(DPSequences, AnyOtherTensorIsAMeanOverTheTargetsElements) {
+  // Not one of the library's means (scaled), so the documented fallback applies: each replica's
+  // value weighted by its target's element count (here equal: 3 rows of 7), not by real tokens.
+  auto scaled = [](const Tensor& out, const Tensor& tags) { return token_cross_entropy(out, tags) * 2.0; };
+  auto [tokens, tags] = tagged_batch();
+  auto model = tagger(21);
+  Tensor full_out = model->forward(tokens).detach();
+  const Tensor part0 = scaled(full_out.narrow(0, 0, 3), tags.narrow(0, 0, 3));
+  const Tensor part1 = scaled(full_out.narrow(0, 3, 3), tags.narrow(0, 3, 3));
+  const Tensor fallback = (part0 * 21.0 + part1 * 21.0) / 42.0;
+  model->to(Device::cpu(0));
+  nn::DataParallel<Tagger> net(model, cpu_devices(2));
+  Tensor loss = net->forward_loss(scaled, tags, tokens);
+  EXPECT_TRUE(allclose(loss.cpu(), fallback, 1e-5, 1e-6));
+  // ...which is not the per-token loss: the uneven counts matter.
+  EXPECT_FALSE(allclose(loss.cpu(), scaled(full_out, tags), 1e-3, 1e-4));
+}
+
+TEST_F(DPSequences, MeanLossRecorderRecordsTheLibrarysMeans) {
+  auto [tokens, tags] = tagged_batch();
+  Tensor logits = randn({42, 5});
+  const Tensor plain = cross_entropy(logits, tags.flatten(), {}, kPad);
+  MeanLossRecorder outer;
+  Tensor a;
+  {
+    MeanLossRecorder inner;
+    a = cross_entropy(logits, tags.flatten(), {}, kPad);
+    const MeanLossRecorder::Entry* e = inner.find(a);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->count.item<double>(), 25.0);  // the real tokens
+    EXPECT_TRUE(allclose(e->sum, cross_entropy(logits, tags.flatten(), {}, kPad, Reduction::Sum)));
+    EXPECT_EQ(outer.find(a), nullptr) << "the innermost recorder records";
+    EXPECT_EQ(inner.find(a + 0.0), nullptr) << "an equal tensor is not the recorded one";
+  }
+  EXPECT_TRUE(allclose(a, plain, 1e-6, 1e-7)) << "the recorded mean is the mean";
+  Tensor b = mse_loss(logits, zeros_like(logits));
+  ASSERT_NE(outer.find(b), nullptr);
+  EXPECT_EQ(outer.find(b)->count.item<double>(), 210.0);
+  EXPECT_EQ(outer.find(mse_loss(logits, zeros_like(logits), Reduction::Sum)), nullptr) << "sums are not recorded";
+}
+
+TEST_F(DPSequences, APerTokenLossIsExactUnderDDPWithUnevenTokenCounts) {
+  auto [expect_loss, expect_grads] = one_device(token_cross_entropy);
+  auto [tokens, tags] = tagged_batch();
+  std::vector<std::shared_ptr<Tagger>> models{tagger(21), tagger(5)};
+  distributed::test::run_ranks(2, [&](const distributed::ProcessGroupPtr& group, int r) {
+    nn::DistributedDataParallel<Tagger> ddp(models[r], group);
+    Tensor loss = ddp->forward_loss(token_cross_entropy, tags.narrow(0, 3 * r, 3), tokens.narrow(0, 3 * r, 3));
+    EXPECT_TRUE(allclose(loss, expect_loss, 1e-5, 1e-6)) << "rank " << r;
+    loss.backward();
+    const auto params = ddp->parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(allclose(params[i].grad(), expect_grads[i], 1e-5, 1e-6)) << "rank " << r << " parameter " << i;
+  });
 }
 
 }  // namespace

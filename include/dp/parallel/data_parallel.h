@@ -154,9 +154,9 @@ decltype(auto) criterion_ref(C& c) {
     return (c);
 }
 
-// One replica's loss part from any supported criterion.
+// One replica's loss part from any supported criterion (the rules in parallel_loss.h).
 template <typename C, typename Out, typename Target>
-LossPart make_loss_part(C& criterion, const Out& output, const Target& target, int64_t dim) {
+LossPart make_loss_part(C& criterion, const Out& output, const Target& target) {
   auto& fn = criterion_ref(criterion);
   using Fn = std::remove_reference_t<decltype(fn)>;
   if constexpr (requires(Fn & f, const Out& o, const Target& t) { loss_part(f, o, t); }) {
@@ -167,15 +167,19 @@ LossPart make_loss_part(C& criterion, const Out& output, const Target& target, i
       return fn(output, target);
     } else {
       static_assert(std::is_same_v<Result, Tensor>, "forward_loss: the criterion must return a Tensor or a dp::parallel::LossPart");
+      MeanLossRecorder recorder;  // the library's mean losses computed by the criterion record their parts
       Tensor mean = fn(output, target);
+      if (const MeanLossRecorder::Entry* e = recorder.find(mean)) return {e->sum, e->count};
+      // Any other tensor: a mean over the elements of the target (its first tensor).
       std::vector<Tensor> ts;
       auto collect = [&ts](const Tensor& t) { ts.push_back(t); };
       Walk<Target>::tensors(target, collect);
       DP_CHECK(!ts.empty(), ValueError,
-               "forward_loss: the target holds no tensor, so its rows can't be counted; return a LossPart from the criterion");
-      const int64_t d = dim < 0 ? dim + ts[0].dim() : dim;
-      Tensor rows = full({}, static_cast<double>(ts[0].size(d)), TensorOptions().dtype(mean.dtype()).device(mean.device()));
-      return {mean * rows, rows};
+               "forward_loss: the criterion returned a Tensor that is not one of the library's mean losses and the target holds no "
+               "tensor, so the mean's count is unknown; return a LossPart from the criterion");
+      DP_CHECK(mean.defined(), ValueError, "forward_loss: the criterion returned an undefined tensor");
+      Tensor n = full({}, static_cast<double>(ts[0].numel()), TensorOptions().dtype(mean.dtype()).device(mean.device()));
+      return {mean * n, n};
     }
   }
 }
@@ -293,10 +297,9 @@ class DataParallelImpl : public nn::Module {
   template <typename Criterion, typename Target, typename... Args>
   LossPart forward_loss_part(Criterion&& criterion, const Target& target, Args&&... args) {
     using Packed = std::tuple<Target, std::decay_t<Args>...>;
-    const int64_t dim = core_.dim();
     auto run_one = [&](M& module, Packed& in, Device) -> LossPart {
       auto out = std::apply([&](auto& t, auto&... a) { return nn::call(module, a...); }, in);
-      return detail::make_loss_part(criterion, out, std::get<0>(in), dim);
+      return detail::make_loss_part(criterion, out, std::get<0>(in));
     };
     Packed packed(target, std::forward<Args>(args)...);
     if (core_.no_device()) return sum_loss_parts({run_one(*module_, packed, Device::cpu())}, loss_device(packed));
