@@ -1,7 +1,9 @@
 // DataParallel and DistributedDataParallel with the models of sequence work: tied weights (a GPT's
 // embedding and head) give one-device gradients on 2 CPU devices and 2 DDP ranks; submodules held
 // by pointer are refused by name; a per-token loss (ignore_index over padded sequences) returned by
-// a plain lambda is exact whatever the replicas' numbers of real tokens.
+// a plain lambda is exact whatever the replicas' numbers of real tokens; per-argument scatter and
+// gather dims (time-major input, lengths as a tensor or a std::vector<int64_t>, h0) give
+// one-device outputs and gradients on 2 and 3 devices; per-replica padding is a named gather error.
 #include <gtest/gtest.h>
 #include <functional>
 #include <string>
@@ -304,6 +306,208 @@ TEST_F(DPSequences, APerTokenLossIsExactUnderDDPWithUnevenTokenCounts) {
     for (size_t i = 0; i < params.size(); ++i)
       EXPECT_TRUE(allclose(params[i].grad(), expect_grads[i], 1e-5, 1e-6)) << "rank " << r << " parameter " << i;
   });
+}
+
+// ------------------------------------------------------------------ per-argument dims
+
+// A time-major masked recurrent layer written with plain ops: x [T, B, I], lengths [B], h0 [1, B, H]
+// -> (out [T, B, H], zero past each sequence's length; h_n [1, B, H], each sequence's last state).
+struct MaskedRnn : nn::Module {
+  nn::Linear in{nullptr}, rec{nullptr};
+  MaskedRnn() {
+    in = register_module("in", nn::Linear(3, 5));
+    rec = register_module("rec", nn::Linear(nn::LinearOptions(5, 5).bias(false)));
+  }
+  std::tuple<Tensor, Tensor> forward(const Tensor& x, const Tensor& lengths, const Tensor& h0) {
+    Tensor h = h0.select(0, 0);
+    const Tensor len = lengths.to(x.device());
+    std::vector<Tensor> outs;
+    for (int64_t t = 0; t < x.size(0); ++t) {
+      Tensor next = (in(x.select(0, t)) + rec(h)).tanh();
+      Tensor live = len.gt(t).to(x.dtype()).unsqueeze(1);
+      h = next * live + h * (1.0 - live);
+      outs.push_back(next * live);
+    }
+    return {stack(outs, 0), h.unsqueeze(0)};
+  }
+  // The lengths as a host vector (as a Python list would be).
+  std::tuple<Tensor, Tensor> forward(const Tensor& x, const std::vector<int64_t>& lengths, const Tensor& h0) {
+    return forward(x, tensor<int64_t>(lengths), h0);
+  }
+};
+
+std::shared_ptr<MaskedRnn> masked_rnn() {
+  manual_seed(31);
+  auto m = std::make_shared<MaskedRnn>();
+  m->remember_type<MaskedRnn>();
+  return m;
+}
+
+struct RnnBatch {
+  Tensor x, h0;
+  std::vector<int64_t> lengths{6, 2, 5, 1, 3, 6, 4};
+  RnnBatch() {
+    Generator gen(41);
+    x = randn({6, 7, 3}, TensorOptions(), &gen).requires_grad_();
+    h0 = randn({1, 7, 5}, TensorOptions(), &gen).requires_grad_();
+  }
+};
+
+// A loss that weighs every output differently, so a misplaced row can't cancel out.
+Tensor rnn_loss(const Tensor& out, const Tensor& h_n) {
+  Tensor w = arange(out.numel(), kFloat32).view(out.sizes()).to(out.device()).mul(0.01).sin();
+  return (out * w).sum() + h_n.pow(2).sum();
+}
+
+TEST_F(DPSequences, PerArgumentDimsGiveOneDeviceOutputsAndGradients) {
+  RnnBatch b;
+  const Tensor lengths = tensor<int64_t>(b.lengths);
+  auto ref = masked_rnn();
+  auto [out_ref, h_ref] = ref->forward(b.x, lengths, b.h0);
+  rnn_loss(out_ref, h_ref).backward();
+  const Tensor gx = b.x.grad().clone(), gh = b.h0.grad().clone();
+  std::vector<Tensor> gp;
+  for (const Tensor& p : ref->parameters()) gp.push_back(p.grad());
+
+  for (int devices : {2, 3}) {
+    for (bool as_vector : {false, true}) {
+      SCOPED_TRACE(std::to_string(devices) + " devices, lengths as " + (as_vector ? "std::vector" : "a tensor"));
+      b.x.set_grad(Tensor());
+      b.h0.set_grad(Tensor());
+      auto model = masked_rnn();
+      model->to(Device::cpu(0));
+      nn::DataParallel<MaskedRnn> net(model, DataParallelOptions(cpu_devices(devices)).in_dims({1, 0, 1}).out_dims({1, 1}));
+      auto [out, h_n] = as_vector ? net(b.x, b.lengths, b.h0) : net(b.x, lengths, b.h0);
+      EXPECT_EQ(out.sizes(), Shape({6, 7, 5}));
+      EXPECT_EQ(h_n.sizes(), Shape({1, 7, 5}));
+      EXPECT_TRUE(allclose(out.cpu(), out_ref, 1e-5, 1e-6));
+      EXPECT_TRUE(allclose(h_n.cpu(), h_ref, 1e-5, 1e-6));
+      rnn_loss(out, h_n).backward();
+      EXPECT_TRUE(allclose(b.x.grad(), gx, 1e-5, 1e-6));
+      EXPECT_TRUE(allclose(b.h0.grad(), gh, 1e-5, 1e-6));
+      const auto params = model->parameters();
+      for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(allclose(params[i].grad().cpu(), gp[i], 1e-5, 1e-6)) << "parameter " << i;
+    }
+  }
+}
+
+TEST_F(DPSequences, TargetDimSplitsATimeMajorTargetForForwardLoss) {
+  RnnBatch b;
+  Generator gen(43);
+  Tensor tags = randint(0, 5, {6, 7}, TensorOptions().dtype(kInt64), &gen);
+  tags = where(arange(6, kInt64).view({6, 1}).lt(tensor<int64_t>(b.lengths).view({1, 7})), tags, full_like(tags, kPad));
+  auto criterion = [](const std::tuple<Tensor, Tensor>& out, const Tensor& t) {
+    return F::cross_entropy(std::get<0>(out).flatten(0, 1), t.flatten(), F::CrossEntropyFuncOptions().ignore_index(kPad));
+  };
+  auto ref = masked_rnn();
+  Tensor expect = criterion(ref->forward(b.x, b.lengths, b.h0), tags);
+  expect.backward();
+  auto model = masked_rnn();
+  model->to(Device::cpu(0));
+  nn::DataParallel<MaskedRnn> net(model, DataParallelOptions(cpu_devices(3)).in_dims({1, 0, 1}).target_dim(1));
+  Tensor loss = net->forward_loss(criterion, tags, b.x, b.lengths, b.h0);
+  EXPECT_TRUE(allclose(loss.cpu(), expect.detach(), 1e-5, 1e-6));
+  loss.backward();
+  const auto params = model->parameters(), ref_params = ref->parameters();
+  for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(allclose(params[i].grad().cpu(), ref_params[i].grad(), 1e-5, 1e-6)) << "parameter " << i;
+}
+
+TEST_F(DPSequences, VectorsOfValuesAreCopiedByDefaultAndSplitWithAnInDim) {
+  SplitOptions two;
+  two.devices = cpu_devices(2);
+  const std::vector<int64_t> lengths{5, 4, 3, 2, 1};
+  const Tensor x = randn({5, 2});
+  // PyTorch's rule for a Python list: every replica gets all of it.
+  auto copied = scatter_args(std::make_tuple(x, lengths), two);
+  ASSERT_EQ(copied.size(), 2u);
+  EXPECT_EQ(std::get<1>(copied[1]), lengths);
+  // With per-argument dims: split with the batch, also inside containers of the argument.
+  two.arg_dims = {0, 0};
+  auto split = scatter_args(std::make_tuple(x, lengths), two);
+  EXPECT_EQ(std::get<1>(split[0]), (std::vector<int64_t>{5, 4, 3}));
+  EXPECT_EQ(std::get<1>(split[1]), (std::vector<int64_t>{2, 1}));
+  using Nested = std::pair<Tensor, std::vector<std::string>>;
+  two.arg_dims = {0};
+  auto nested = scatter_value(Nested{x, {"a", "b", "c", "d", "e"}}, two);
+  EXPECT_EQ(nested[1].second, (std::vector<std::string>{"d", "e"}));
+  EXPECT_EQ(nested[1].first.sizes(), Shape({2, 2}));
+  // std::nullopt: the whole value on every replica's device (vectors included).
+  two.arg_dims = {0, std::nullopt, std::nullopt};
+  const Tensor mask = randn({3, 3});
+  auto whole = scatter_args(std::make_tuple(x, mask, lengths), two);
+  EXPECT_TRUE(equal(std::get<1>(whole[1]).cpu(), mask));
+  EXPECT_EQ(std::get<1>(whole[1]).device(), Device::cpu(1));
+  EXPECT_EQ(std::get<2>(whole[1]), lengths);
+  // The gathered vector of an output with an out_dim is the concatenation of the runs.
+  std::vector<std::pair<Tensor, std::vector<int64_t>>> outs{{randn({3}), {5, 4, 3}}, {randn({2}), {2, 1}}};
+  auto g = gather_outputs(outs, Device::cpu(), 0, {0, 0});
+  EXPECT_EQ(g.second, lengths);
+  EXPECT_EQ(g.first.sizes(), Shape({5}));
+}
+
+// A tensor that is not batched (in_dim std::nullopt) reaches every replica whole, and its gradient
+// is the sum of the replicas'.
+struct Scaled : nn::Module {
+  nn::Linear fc{nullptr};
+  Scaled() { fc = register_module("fc", nn::Linear(4, 4)); }
+  Tensor forward(const Tensor& x, const Tensor& scale) { return fc(x) * scale; }
+};
+
+TEST_F(DPSequences, AWholeTensorArgumentIsDifferentiable) {
+  manual_seed(51);
+  auto model = std::make_shared<Scaled>();
+  Tensor x = randn({6, 4}), scale = randn({4}).requires_grad_();
+  model->forward(x, scale).pow(2).sum().backward();
+  const Tensor expect = scale.grad().clone();
+  scale.set_grad(Tensor());
+  model->to(Device::cpu(0));
+  nn::DataParallel<Scaled> net(model, DataParallelOptions(cpu_devices(3)).in_dims({0, std::nullopt}));
+  net(x, scale).pow(2).sum().backward();
+  EXPECT_TRUE(allclose(scale.grad(), expect, 1e-5, 1e-6));
+}
+
+// Each replica pads to its own longest sequence: PyTorch's FAQ mistake.
+struct PadsPerReplica : nn::Module {
+  nn::Linear fc{nullptr};
+  PadsPerReplica() { fc = register_module("fc", nn::Linear(3, 4)); }
+  std::tuple<Tensor, Tensor> forward(const Tensor& x, const Tensor& lengths) {  // x [B, T, 3], batch first
+    const int64_t longest = lengths.max().item<int64_t>();
+    Tensor out = fc(x.narrow(1, 0, longest));
+    return {out.sum(-1), out};
+  }
+};
+
+TEST_F(DPSequences, OutputsPaddedPerReplicaAreANamedGatherError) {
+  auto model = std::make_shared<PadsPerReplica>();
+  model->to(Device::cpu(0));
+  nn::DataParallel<PadsPerReplica> net(model, cpu_devices(2));
+  const Tensor x = randn({6, 7, 3}), lengths = tensor<int64_t>({7, 3, 2, 2, 1, 2});
+  expect_error<ShapeError>([&] { net(x, lengths); }, {"DataParallel gather of output.get<0>()", "[3, 7], [3, 2]", "gather dim (dim 0)",
+                                                      "pad_packed_sequence", "total_length = padded.size(1)"});
+  // With out_dims the position names the option.
+  nn::DataParallel<PadsPerReplica> dims(model, DataParallelOptions(cpu_devices(2)).out_dims({0, 0}));
+  expect_error<ShapeError>([&] { dims(x, lengths); }, {"output.get<0>()", "(out_dims[0] = 0)"});
+}
+
+TEST_F(DPSequences, BadPerArgumentDimsAreNamedErrors) {
+  RnnBatch b;
+  auto model = masked_rnn();
+  model->to(Device::cpu(0));
+  auto net_with = [&](DataParallelOptions o) { return nn::DataParallel<MaskedRnn>(model, o.device_ids(cpu_devices(2))); };
+  const Tensor lengths = tensor<int64_t>(b.lengths);
+  auto range = net_with(DataParallelOptions().in_dims({1, 1, 1}));
+  expect_error<IndexError>([&] { range(b.x, lengths, b.h0); }, {"dim 1 is out of range for a tensor of size [7]", "argument 1 (in_dims[1] = 1)"});
+  auto count = net_with(DataParallelOptions().in_dims({1, 0}));
+  expect_error<ValueError>([&] { count(b.x, lengths, b.h0); }, {"in_dims has 2 entries but forward was called with 3 arguments"});
+  auto batch = net_with(DataParallelOptions().in_dims({1, 0, 2}));
+  expect_error<ShapeError>([&] { batch(b.x, lengths, b.h0); }, {"argument 2 (in_dims[2] = 2) (a tensor of size [1, 7, 5], along dim 2) has 5 rows",
+                                                                "argument 0 (in_dims[0] = 1)", "has 7"});
+  auto short_vector = net_with(DataParallelOptions().in_dims({1, 0, 1}));
+  expect_error<ShapeError>([&] { short_vector(b.x, std::vector<int64_t>{6, 2, 5}, b.h0); }, {"a std::vector of 3 values", "has 7"});
+  auto outs = net_with(DataParallelOptions().in_dims({1, 0, 1}).out_dims({1}));
+  expect_error<ValueError>([&] { outs(b.x, lengths, b.h0); }, {"out_dims has 1 entries but the forward returns 2 elements"});
+  auto out_range = net_with(DataParallelOptions().in_dims({1, 0, 1}).out_dims({1, 3}));
+  expect_error<IndexError>([&] { out_range(b.x, lengths, b.h0); }, {"output.get<1>()", "out_dims[1] = 3 is out of range", "[1, 4, 5]"});
 }
 
 }  // namespace
