@@ -48,10 +48,11 @@ Module::Module(const Module& other)
       name_(other.name_),
       training_(other.training_),
       transparent_names_(other.transparent_names_),
-      parameters_(other.parameters_),  // Tensor copies re-point during a clone
-      buffers_(other.buffers_),
+      parameters_(other.own_parameters()),  // Tensor copies re-point during a clone
+      buffers_(other.own_buffers()),
       non_persistent_(other.non_persistent_),
       copier_(other.copier_),
+      bindings_(other.bindings_),
       hooks_(other.hooks_) {
   dp::detail::CloneMap* map = dp::detail::tls_clone_map;
   if (map == nullptr) {
@@ -92,21 +93,78 @@ void Module::check_new_name(const std::string& kind, const std::string& name) co
 }
 
 Tensor Module::register_parameter(std::string name, Tensor tensor, bool requires_grad) {
-  check_new_name("parameter", name);
+  const bool existing = parameters_.contains(name);
+  if (!existing) check_new_name("parameter", name);
   if (tensor.defined()) {
     DP_CHECK(tensor.is_leaf(), ValueError, "register_parameter('", name, "') in ", this->name(),
              ": the tensor has autograd history (not a leaf); register tensor.detach()");
     tensor.requires_grad_(requires_grad);
   }
-  parameters_.insert(name, tensor);
+  if (!existing) {
+    parameters_.insert(name, tensor);
+    return tensor;
+  }
+  // Python's register_parameter on an existing parameter: the slot now holds `tensor` (and so
+  // does a member bound to it, or the next query would put the member's tensor back).
+  std::lock_guard<std::mutex> lock(bind_mutex_);
+  parameters_[name] = tensor;
+  assign_bound(true, name, tensor);
   return tensor;
 }
 
 Tensor Module::register_buffer(std::string name, Tensor tensor, bool persistent) {
+  auto np = std::find(non_persistent_.begin(), non_persistent_.end(), name);
+  if (buffers_.contains(name)) {  // re-point, as PyTorch's register_buffer on an existing buffer
+    std::lock_guard<std::mutex> lock(bind_mutex_);
+    buffers_[name] = tensor;
+    assign_bound(false, name, tensor);
+    if (persistent && np != non_persistent_.end()) non_persistent_.erase(np);
+    if (!persistent && np == non_persistent_.end()) non_persistent_.push_back(name);
+    return tensor;
+  }
   check_new_name("buffer", name);
   buffers_.insert(name, tensor);
   if (!persistent) non_persistent_.push_back(name);
   return tensor;
+}
+
+// ---------------------------------------------------------------- members bound to slots
+
+void Module::add_binding(const std::string& name, TensorAccess member) {
+  const bool is_parameter = parameters_.contains(name);
+  DP_CHECK(is_parameter || buffers_.contains(name), ValueError, "bind_tensor('", name, "') in ", this->name(),
+           ": no parameter or buffer of that name is registered; register it first");
+  const TensorDict& dict = is_parameter ? parameters_ : buffers_;
+  size_t index = 0;
+  while (dict[index].key() != name) ++index;
+  DP_CHECK(member(*this).is_same(dict[index].value()), ValueError, "bind_tensor('", name, "') in ", this->name(),
+           ": the member does not hold the registered tensor; assign it first (member = register_parameter(\"", name, "\", ...))");
+  std::lock_guard<std::mutex> lock(bind_mutex_);
+  for (const Binding& b : bindings_)
+    DP_CHECK(b.name != name, ValueError, "bind_tensor('", name, "') in ", this->name(), ": the slot is already bound to a member");
+  bindings_.push_back({name, is_parameter, index, member});
+}
+
+void Module::assign_bound(bool is_parameter, const std::string& name, const Tensor& tensor) {
+  for (const Binding& b : bindings_)
+    if (b.is_parameter == is_parameter && b.name == name) b.member(*this) = tensor;
+}
+
+void Module::sync_bound() const {
+  if (bindings_.empty()) return;
+  // A Module sliced out of a layer (Module m(*linear)) keeps the bindings but not the members.
+  if (typeid(*this) == typeid(Module)) return;
+  auto& self = const_cast<Module&>(*this);
+  std::lock_guard<std::mutex> lock(bind_mutex_);
+  for (const Binding& b : bindings_) {
+    const Tensor& member = b.member(self);
+    Tensor& slot = (b.is_parameter ? self.parameters_ : self.buffers_)[b.index].value();
+    if (member.unsafe_impl() == slot.unsafe_impl()) continue;
+    DP_CHECK(!b.is_parameter || !member.defined() || member.is_leaf(), ValueError, name(), ": parameter '", b.name,
+             "' was assigned a tensor with autograd history (not a leaf), which can't be a parameter; assign tensor.detach() (or a "
+             "parameter of another module, to tie them)");
+    slot = member;
+  }
 }
 
 void Module::add_child(std::string name, ModulePtr module) {
@@ -242,6 +300,7 @@ void Module::for_each_tensor(Fn&& fn) {
     Module* m = stack.back();
     stack.pop_back();
     if (!visited.insert(m).second) continue;
+    m->sync_bound();
     for (auto& p : m->parameters_)
       if (p.value().defined() && seen.insert(p.value().unsafe_impl()).second) fn(p.value());
     for (auto& b : m->buffers_)
@@ -301,6 +360,7 @@ void Module::zero_grad(bool set_to_none) {
 // ---------------------------------------------------------------- state dicts
 
 void Module::collect_state(const std::string& prefix, TensorDict& out) const {
+  sync_bound();
   for (const auto& p : parameters_)
     if (p.value().defined()) out.insert_or_assign(join(prefix, p.key()), p.value().detach());
   for (const auto& b : buffers_)
@@ -334,6 +394,7 @@ LoadResult Module::load_state_dict(const TensorDict& state, bool strict) {
       targets.insert_or_assign(join(prefix, key), t);
       if (full != prefix) spelled.emplace(join(full, key), join(prefix, key));
     };
+    m.sync_bound();
     for (auto& p : m.parameters_)
       if (p.value().defined()) add(p.key(), p.value());
     for (auto& b : m.buffers_)
@@ -368,6 +429,24 @@ LoadResult Module::load_state_dict(const TensorDict& state, bool strict) {
   }
   for (const auto& s : state_in)
     if (!targets.contains(s.key())) result.unexpected_keys.push_back(s.key());
+  // Tied tensors (one tensor under several keys): PyTorch copies every key in turn, so the key
+  // copied last silently wins. Here the checkpoint's values for them must agree.
+  std::unordered_map<const TensorImpl*, std::string> first_key;
+  for (const auto& t : targets) {
+    auto [it, inserted] = first_key.emplace(t.value().unsafe_impl(), t.key());
+    if (inserted) continue;
+    const Tensor* a = state_in.find(it->second);
+    const Tensor* b = state_in.find(t.key());
+    const Shape& shape = t.value().sizes();
+    if (a == nullptr || b == nullptr || !a->defined() || !b->defined() || a->sizes() != shape || b->sizes() != shape || a->is_same(*b)) continue;
+    NoGradGuard no_grad;
+    const bool same = (a->dtype() == b->dtype() && a->device() == b->device()) ? equal(*a, *b) : equal(a->to(b->device(), b->dtype()), *b);
+    if (!same)
+      mismatches.push_back("tied parameters " + it->second + " and " + t.key() +
+                           " are one tensor in the current model, but the checkpoint holds different values for them (PyTorch would "
+                           "silently keep the one loaded last, " +
+                           t.key() + "); make the two entries equal, or untie the model before loading.");
+  }
 
   bool fail = !mismatches.empty() || (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty()));
   if (fail) {

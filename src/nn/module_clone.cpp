@@ -1,10 +1,95 @@
 // Deep copies of module trees: new tensors first, then the classes' own copy constructors run with
 // a clone map installed so every member re-points to the copy (see dp/core/clone_map.h).
+#include <cstdint>
+#include <cstring>
+#include <unordered_map>
 #include <unordered_set>
 #include "dp/autograd/grad_mode.h"
 #include "dp/nn/module.h"
 
 namespace dp::nn {
+namespace {
+
+// One module copied by a clone: its original and the two objects' bytes (copy_module's sizeof(M)).
+struct CopyRecord {
+  const Module* original;
+  const unsigned char* original_object;
+  const unsigned char* copy_object;
+  size_t size;
+};
+thread_local std::vector<CopyRecord>* tls_copies = nullptr;
+
+// "'block.0' (a Block)", or "the module itself (a Model)" for the root.
+std::string describe(const Module& root, const Module* target) {
+  std::vector<std::pair<std::string, const Module*>> stack{{"", &root}};
+  std::unordered_set<const Module*> seen;
+  while (!stack.empty()) {
+    auto [path, m] = std::move(stack.back());
+    stack.pop_back();
+    if (!seen.insert(m).second) continue;
+    if (m == target) return (path.empty() ? std::string("the module itself") : "'" + path + "'") + " (a " + m->name() + ")";
+    const auto& kids = m->own_children();
+    for (size_t i = kids.size(); i-- > 0;)
+      if (kids[i].value()) stack.emplace_back(path.empty() ? kids[i].key() : path + "." + kids[i].key(), kids[i].value().get());
+  }
+  return "a " + target->name();
+}
+
+// A member that the copy constructor copied unchanged (the same bits in the original and the
+// copy) and that is the address of a module of the original tree: a std::shared_ptr<Child>, a raw
+// pointer, a lambda capture. ModuleHolder and Tensor members were re-pointed, so they differ.
+void check_no_original_addresses(const Module& root, const dp::detail::CloneMap& map, const std::vector<CopyRecord>& copies) {
+  std::unordered_map<uintptr_t, const Module*> originals;
+  auto add = [&](const Module* m) {
+    originals.emplace(reinterpret_cast<uintptr_t>(m), m);
+    originals.emplace(reinterpret_cast<uintptr_t>(dynamic_cast<const void*>(m)), m);  // a pointer to the most-derived class
+  };
+  add(&root);
+  for (const auto& item : map.modules) add(item.first);
+  for (const CopyRecord& r : copies) {
+    for (size_t off = 0; off + sizeof(uintptr_t) <= r.size; off += alignof(uintptr_t)) {
+      uintptr_t in_copy = 0, in_original = 0;
+      std::memcpy(&in_copy, r.copy_object + off, sizeof in_copy);
+      if (in_copy == 0) continue;
+      std::memcpy(&in_original, r.original_object + off, sizeof in_original);
+      if (in_copy != in_original) continue;
+      auto it = originals.find(in_copy);
+      if (it == originals.end()) continue;
+      const std::string child = it->second->name();
+      throw ValueError(::dp::detail::str(
+          "cannot copy ", root.name(), " (clone, or a DataParallel replica): the copy of ", describe(root, r.original),
+          " still holds, at byte offset ", off, " of the object, the address of the original's submodule ", describe(root, it->second),
+          ". A member that is a std::shared_ptr<", child,
+          ">, a raw pointer or a lambda capture is copied as it is, so the copy would run "
+          "the original's submodule (under DataParallel: with its parameters on device_ids[0], from every replica's device). Hold it as "
+          "dp::nn::ModuleHolder<",
+          child, "> (`dp::nn::ModuleHolder<", child,
+          "> block{nullptr};` assigned from register_module), which a copy re-points to its own "
+          "submodule, or reach it through the registry (named_children())"));
+    }
+  }
+}
+
+class CopyRecorder {
+ public:
+  CopyRecorder() : prev_(tls_copies) { tls_copies = &records; }
+  ~CopyRecorder() { tls_copies = prev_; }
+  CopyRecorder(const CopyRecorder&) = delete;
+  CopyRecorder& operator=(const CopyRecorder&) = delete;
+  std::vector<CopyRecord> records;
+
+ private:
+  std::vector<CopyRecord>* prev_;
+};
+
+}  // namespace
+
+namespace detail {
+void note_copy(const Module& original, const void* original_object, const void* copy_object, size_t size) {
+  if (tls_copies == nullptr || dp::detail::tls_clone_map == nullptr) return;
+  tls_copies->push_back({&original, static_cast<const unsigned char*>(original_object), static_cast<const unsigned char*>(copy_object), size});
+}
+}  // namespace detail
 
 bool Module::is_clonable() const {
   if (copier_ == nullptr) return false;
@@ -26,6 +111,7 @@ ModulePtr Module::clone_with(const TensorCloneFn& make_tensor) const {
       const Module* m = stack.back();
       stack.pop_back();
       if (!visited.insert(m).second) continue;
+      m->sync_bound();
       auto add = [&](const TensorDict& dict, bool is_param) {
         for (const auto& item : dict) {
           const Tensor& t = item.value();
@@ -42,8 +128,14 @@ ModulePtr Module::clone_with(const TensorCloneFn& make_tensor) const {
     }
   }
   // Phase 2: copy-construct the tree with the map installed.
-  dp::detail::CloneMapGuard on(&map);
-  ModulePtr copy = copier_(*this);
+  CopyRecorder recorder;
+  ModulePtr copy;
+  {
+    dp::detail::CloneMapGuard on(&map);
+    copy = copier_(*this);
+  }
+  // Phase 3: no copy may still point at a module of the original.
+  check_no_original_addresses(*this, map, recorder.records);
   return copy;
 }
 

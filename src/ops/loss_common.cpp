@@ -2,6 +2,10 @@
 #include "ops/loss_common.h"
 
 #include "backend/capabilities.h"
+#include "dp/autograd/grad_mode.h"
+#include "dp/ops/reduction.h"
+#include "dp/ops/index.h"
+#include "dp/ops/elementwise.h"
 
 namespace dp {
 
@@ -115,5 +119,47 @@ Tensor per_sample_to_input(const Tensor& g, const ClassGeometry& geo) {
 
 Tensor plain(const Tensor& g, DType dtype) { return kernels::contiguous_nograd(kernels::convert_nograd(g, dtype)); }
 
+// ---------------------------------------------------------------- MeanLossRecorder
+
+Tensor mean_count(double n, const Tensor& input) { return device_scalar(n, backend::loss_acc_dtype(input.dtype()), input.device()); }
+
+Tensor class_mean_count(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index) {
+  NoGradGuard no_grad;
+  const DType acc = backend::loss_acc_dtype(input.dtype());
+  Tensor keep = dp::ne(target, Scalar(ignore_index));
+  if (!weight.defined()) return dp::sum(keep).to(acc);
+  Tensor safe = dp::where(keep, target, Scalar(0)).to(kInt64);
+  Tensor w = dp::index_select(weight, 0, safe.reshape({-1})).reshape(target.sizes());
+  return dp::sum(dp::where(keep, w, Scalar(0))).to(acc);
+}
+
+Tensor record_mean(const Tensor& sum, const Tensor& count) {
+  MeanLossRecorder* recorder = MeanLossRecorder::current();
+  DP_CHECK(recorder != nullptr, ValueError, "record_mean: no MeanLossRecorder on this thread");
+  return recorder->record(sum, count);
+}
+
 }  // namespace loss
+
+namespace {
+thread_local MeanLossRecorder* tls_mean_recorder = nullptr;
+}  // namespace
+
+MeanLossRecorder::MeanLossRecorder() : previous_(tls_mean_recorder) { tls_mean_recorder = this; }
+MeanLossRecorder::~MeanLossRecorder() { tls_mean_recorder = previous_; }
+MeanLossRecorder* MeanLossRecorder::current() { return tls_mean_recorder; }
+
+const MeanLossRecorder::Entry* MeanLossRecorder::find(const Tensor& loss) const {
+  if (!loss.defined()) return nullptr;
+  for (const Entry& e : entries_)
+    if (e.mean.is_same(loss)) return &e;
+  return nullptr;
+}
+
+Tensor MeanLossRecorder::record(const Tensor& sum, const Tensor& count) {
+  Tensor mean = dp::div(sum, count.to(sum.dtype()));
+  entries_.push_back({mean, sum, count});
+  return mean;
+}
+
 }  // namespace dp

@@ -54,4 +54,13 @@ inline backend::ClassShape class_shape(const ClassGeometry& geo) { return backen
 // given; in `dtype`, contiguous, on g's device.
 backend::LossGrad loss_grad(const Tensor& g, Reduction red, DType dtype, double scale, const Tensor& divisor = {});
 
+// ---- MeanLossRecorder (dp/ops/loss.h): a Mean computed as sum / count and recorded ----
+// What a class-index loss's Mean divides by: the summed weight[t] of the non-ignored targets (their
+// count without weight); no autograd.
+Tensor class_mean_count(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index);
+// n as the count of a mean of `input`'s loss.
+Tensor mean_count(double n, const Tensor& input);
+// The mean sum / count, recorded by this thread's recorder (which must exist).
+Tensor record_mean(const Tensor& sum, const Tensor& count);
+
 }  // namespace dp::loss

@@ -17,6 +17,7 @@
 // The passes are the kernels of backend/loss_kernels.h, one per device type (the CPU's in
 // src/backend/cpu/loss_cross_entropy.cpp, CUDA's in src/backend/cuda/loss.cu); this file checks the
 // arguments, calls them and records the backward, once for every device.
+#include <algorithm>
 #include <cmath>
 #include "backend/loss_kernels.h"
 #include "dp/ops/elementwise.h"
@@ -214,6 +215,14 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
                      double label_smoothing) {
   if (autocast::detail::Cast ac{autocast::detail::Op::cross_entropy, {&input, &target, &weight}})
     return ac([&] { return dp::cross_entropy(ac[0], ac[1], ac[2], ignore_index, reduction, label_smoothing); });
+  if (reduction == Reduction::Mean && MeanLossRecorder::current() != nullptr) {
+    Tensor sum = dp::cross_entropy(input, target, weight, ignore_index, Reduction::Sum, label_smoothing);  // checks the arguments
+    // Class probabilities (target shaped as the input) average over the samples, indices as nll_loss.
+    if (target.sizes() == input.sizes())
+      return loss::record_mean(
+          sum, loss::mean_count(input.dim() <= 1 ? 1.0 : static_cast<double>(input.numel() / std::max<int64_t>(1, input.size(1))), input));
+    return loss::record_mean(sum, loss::class_mean_count(input, target, weight, ignore_index));
+  }
   loss::check_input(kOp, input);
   ops::check_defined(kOp, target, "target");
   ops::check_same_device(kOp, {&input, &target});

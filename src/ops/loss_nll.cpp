@@ -24,6 +24,10 @@ constexpr const char* kOp = "nll_loss";
 Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index, Reduction reduction) {
   if (autocast::detail::Cast ac{autocast::detail::Op::nll_loss, {&input, &target, &weight}})
     return ac([&] { return dp::nll_loss(ac[0], ac[1], ac[2], ignore_index, reduction); });
+  if (reduction == Reduction::Mean && MeanLossRecorder::current() != nullptr) {
+    Tensor sum = dp::nll_loss(input, target, weight, ignore_index, Reduction::Sum);  // checks the arguments
+    return loss::record_mean(sum, loss::class_mean_count(input, target, weight, ignore_index));
+  }
   loss::check_input(kOp, input);
   ops::check_defined(kOp, target, "target");
   ops::check_same_device(kOp, {&input, &target});

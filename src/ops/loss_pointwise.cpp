@@ -99,6 +99,10 @@ void check_side(const char* op, const Tensor& input, const Tensor& side, const c
 }
 
 Tensor pointwise_loss(Kind k, const Tensor& input, const Tensor& target, const Tensor& weight, const Tensor& pos_weight, Reduction red) {
+  if (red == Reduction::Mean && MeanLossRecorder::current() != nullptr) {
+    Tensor sum = pointwise_loss(k, input, target, weight, pos_weight, Reduction::Sum);  // checks the arguments
+    return loss::record_mean(sum, loss::mean_count(static_cast<double>(input.numel()), input));
+  }
   const char* op = backend::pointwise_loss_name(k);
   loss::check_input(op, input);
   ops::check_defined(op, target, "target");

@@ -60,6 +60,34 @@ DataParallelCore::DataParallelCore(const nn::ModulePtr& module, const DataParall
   for (int64_t s : split_.chunk_sizes) DP_CHECK(s >= 0, ValueError, "DataParallel: chunk_sizes must be non-negative, got ", s);
 }
 
+SplitOptions DataParallelCore::split_for(size_t args, bool with_target) const {
+  const auto& in_dims = options_.in_dims();
+  const auto& target_dim = options_.target_dim();
+  if (!in_dims && !(with_target && target_dim)) return split_;
+  SplitOptions split = split_;
+  if (with_target) {
+    const int64_t d = target_dim.value_or(options_.dim());
+    split.arg_dims.push_back(d);
+    split.arg_names.push_back("the target (" + std::string(target_dim ? "target_dim" : "dim") + " = " + std::to_string(d) + ")");
+  }
+  if (in_dims) {
+    DP_CHECK(in_dims->size() == args, ValueError, "DataParallel: in_dims has ", in_dims->size(), " entries but forward", with_target ? "_loss" : "",
+             " was called with ", args, " argument", args == 1 ? "" : "s", " (", with_target ? "after the target; " : "",
+             "give one dim per argument, std::nullopt for one that is not split)");
+    for (size_t i = 0; i < args; ++i) {
+      split.arg_dims.push_back((*in_dims)[i]);
+      split.arg_names.push_back("argument " + std::to_string(i) + " (in_dims[" + std::to_string(i) +
+                                "] = " + ((*in_dims)[i] ? std::to_string(*(*in_dims)[i]) : std::string("nullopt")) + ")");
+    }
+  } else {
+    for (size_t i = 0; i < args; ++i) {
+      split.arg_dims.push_back(options_.dim());
+      split.arg_names.push_back("argument " + std::to_string(i) + " (dim = " + std::to_string(options_.dim()) + ")");
+    }
+  }
+  return split;
+}
+
 void DataParallelCore::check_location(const nn::ModulePtr& module) {
   if (!replicas_ || replicas_->original() != module) replicas_ = std::make_unique<ReplicaSet>(module);
   replicas_->check_location(device_ids_[0]);

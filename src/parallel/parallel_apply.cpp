@@ -1,6 +1,7 @@
 // Errors of replicas: re-thrown with the replica and device named, type kept (errors in the backward of
 // a replica's nodes get the same context from the autograd engine: Node::replica()).
 #include "dp/parallel/parallel_apply.h"
+#include <cctype>
 #include <cxxabi.h>
 #include <cstdlib>
 #include <memory>
@@ -63,6 +64,27 @@ void rethrow_first_replica_error(const std::vector<std::exception_ptr>& errors, 
   std::vector<std::string> remarks;
   if (first < notes.size() && !notes[first].empty()) remarks.push_back(notes[first]);
   if (failed > 1) remarks.push_back(std::to_string(failed - 1) + " other replica(s) failed too; the first by index is shown");
+  // A replica that met a tensor of device_ids[0] most likely reached the original module through
+  // a member its copy could not re-point (copies that hold the original's child directly are
+  // refused when the replica is built; a container of pointers is not seen there).
+  if (first > 0) {
+    try {
+      std::rethrow_exception(errors[first]);
+    } catch (const DeviceError& e) {
+      const std::string msg = e.what(), d0 = devices[0].str();
+      for (size_t at = msg.find(d0); at != std::string::npos; at = msg.find(d0, at + 1)) {
+        const bool whole = at + d0.size() == msg.size() || !std::isdigit(static_cast<unsigned char>(msg[at + d0.size()]));
+        if (!whole) continue;
+        remarks.push_back("it met a tensor on " + d0 +
+                          ", the original module's device: does the module reach a submodule or tensor through a member that its copy "
+                          "can't re-point (a std::shared_ptr or raw pointer, or a container of them)? Hold submodules as "
+                          "dp::nn::ModuleHolder<...> (in a ModuleList or a std::vector<ModuleHolder<...>>) and tensors as registered "
+                          "parameters or buffers");
+        break;
+      }
+    } catch (...) {
+    }
+  }
   std::string where = "in replica " + std::to_string(first) + " on device " + devices[first].str();
   for (size_t r = 0; r < remarks.size(); ++r) where += (r == 0 ? " (" : "; ") + remarks[r];
   if (!remarks.empty()) where += ")";

@@ -38,8 +38,8 @@ namespace {
 class ScatterGather : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { set_cpu_device_count(4); }
-  SplitOptions two{{Device("cpu:0"), Device("cpu:1")}, 0, SplitPolicy::Chunk, {}};
-  SplitOptions four{{Device("cpu:0"), Device("cpu:1"), Device("cpu:2"), Device("cpu:3")}, 0, SplitPolicy::Chunk, {}};
+  SplitOptions two{{Device("cpu:0"), Device("cpu:1")}, 0, SplitPolicy::Chunk, {}, {}, {}};
+  SplitOptions four{{Device("cpu:0"), Device("cpu:1"), Device("cpu:2"), Device("cpu:3")}, 0, SplitPolicy::Chunk, {}, {}, {}};
 };
 
 TEST_F(ScatterGather, TensorsAreSplitAndOtherArgumentsCopied) {

@@ -55,7 +55,8 @@ struct DistributedDataParallelOptions {
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;
   bool broadcast_buffers = true;
-  // forward_loss: the dimension that indexes rows (a criterion returning a mean Tensor counts them).
+  // Unused: a criterion returning a mean Tensor that none of the library's losses recorded is
+  // weighted by its target's element count (dp/parallel/parallel_loss.h), whatever the dim.
   int64_t dim = 0;
 };
 
@@ -146,7 +147,7 @@ class DistributedDataParallelImpl : public nn::Module {
       part = module_->forward_loss_part(criterion, target, std::forward<Args>(args)...);
     } else {
       auto out = nn::call(*module_, std::forward<Args>(args)...);
-      part = parallel::detail::make_loss_part(criterion, out, target, core_->dim());
+      part = parallel::detail::make_loss_part(criterion, out, target);
     }
     if (GradMode::is_enabled() && part.sum.defined()) core_->mark_outputs({part.sum});
     return core_->global_loss(part);

@@ -15,12 +15,26 @@
 // (dp/core/clone_map.h), so its Tensor and ModuleHolder members re-point to the copy's own
 // parameters and children. The exact type is remembered when the module passes through a typed
 // entry point: register_module<M>, ModuleHolder<M>, nn::clone<M>, DataParallel<M>. Members that
-// are raw std::shared_ptr<Child> are not re-pointed: hold children as ModuleHolder<Child> (or
-// reach them through the registry).
+// are std::shared_ptr<Child> or raw pointers are not re-pointed: hold children as
+// ModuleHolder<Child> (or reach them through the registry). A clone whose copy still holds the
+// address of a module of the original (such a member, or a lambda capturing one) is refused with a
+// ValueError naming both modules (the copy would run the original's child: under DataParallel, on
+// the wrong device). Containers of such pointers (std::vector<std::shared_ptr<Child>>) live
+// outside the object and are not detected: use ModuleList or std::vector<ModuleHolder<Child>>.
+//
+// Weight tying (PyTorch's `lm_head.weight = wte.weight`): the library's layers bind their public
+// Tensor members to their registry slots (bind_tensor), so assigning the member re-registers it:
+//
+//   lm_head->weight = wte->weight;   // one tensor, registered as "wte.weight" and "lm_head.weight"
+//
+// parameters() then yields it once (under its first name in traversal order), state_dict() has
+// both keys, clones and DataParallel replicas keep one shared tensor, and both uses accumulate into
+// its one .grad. register_parameter(name, t) on an existing parameter name re-points the slot too.
 #include <atomic>
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -51,7 +65,13 @@ struct LoadResult {
 namespace detail {
 template <typename M>
 std::shared_ptr<Module> copy_module(const Module& m);
-}
+template <typename T>
+struct member_class {};
+template <typename C>
+struct member_class<Tensor C::*> {
+  using type = C;
+};
+}  // namespace detail
 
 class Module : public std::enable_shared_from_this<Module> {
  public:
@@ -72,8 +92,12 @@ class Module : public std::enable_shared_from_this<Module> {
   // ---- registration (names: non-empty, no '.', unique across parameters, buffers, children) ----
   // An undefined tensor registers an absent parameter (bias=False): kept in the slot, skipped by
   // parameters() and state_dict(). A parameter must be a leaf (no autograd history).
+  // On a name that is already a parameter, the slot is re-pointed to `tensor` (Python's
+  // register_parameter / attribute assignment; a member bound to the slot follows); a name that is
+  // a buffer or a submodule is an error.
   Tensor register_parameter(std::string name, Tensor tensor, bool requires_grad = true);
-  // Non-persistent buffers are moved by to() and replicated, but not saved in state_dict().
+  // Non-persistent buffers are moved by to() and replicated, but not saved in state_dict(). On a
+  // name that is already a buffer, the slot is re-pointed (and its persistence set) as above.
   Tensor register_buffer(std::string name, Tensor tensor, bool persistent = true);
   template <typename M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
@@ -105,9 +129,16 @@ class Module : public std::enable_shared_from_this<Module> {
   // Pre-order, de-duplicated. include_self needs this module to be owned by a shared_ptr.
   std::vector<ModulePtr> modules(bool include_self = true) const;
   OrderedDict<std::string, ModulePtr> named_modules(const std::string& prefix = "", bool include_self = true) const;
-  // This module's own slots (absent parameters included, as undefined tensors).
-  const TensorDict& own_parameters() const { return parameters_; }
-  const TensorDict& own_buffers() const { return buffers_; }
+  // This module's own slots (absent parameters included, as undefined tensors), bound members
+  // re-read first (see bind_tensor).
+  const TensorDict& own_parameters() const {
+    sync_bound();
+    return parameters_;
+  }
+  const TensorDict& own_buffers() const {
+    sync_bound();
+    return buffers_;
+  }
   const OrderedDict<std::string, ModulePtr>& own_children() const { return children_; }
   bool is_persistent_buffer(const std::string& name) const;
   // The prefix under which the tensors of this module's child `key` are named, given this
@@ -216,6 +247,27 @@ class Module : public std::enable_shared_from_this<Module> {
 
  protected:
   void set_child(const std::string& name, ModulePtr module);
+  // Binds a public Tensor member (a pointer to member: &LinearImpl::weight) to the parameter or
+  // buffer registered as `name`, which it must hold now:
+  //
+  //   weight = register_parameter("weight", empty({out, in}));
+  //   bind_tensor<&LinearImpl::weight>("weight");
+  //
+  // From then on the registry follows the member: every query (parameters(), named_parameters(),
+  // state_dict(), load_state_dict(), to(), clone(), DataParallel's replicas, DDP) first re-reads
+  // the bound members, and a member assigned another tensor re-points its slot (`lm_head->weight =
+  // wte->weight` ties the two; an undefined tensor makes the parameter absent, like PyTorch's
+  // `bias = None`). The tensor is taken as it is (its requires_grad flag included); a parameter
+  // must stay a leaf (a member assigned a tensor with autograd history makes the next query throw).
+  // register_parameter()/register_buffer() on the name assign the member too. Copies (clone,
+  // replicas) keep the binding. Cost per query: one uncontended lock and a pointer compare per
+  // bound member, so modules may be queried from several threads at once.
+  template <auto Member>
+  void bind_tensor(const std::string& name) {
+    using Class = typename detail::member_class<decltype(Member)>::type;
+    static_assert(std::is_base_of_v<Module, Class>, "bind_tensor<&Class::member>: Class must derive from dp::nn::Module");
+    add_binding(name, [](Module& m) -> Tensor& { return static_cast<Class&>(m).*Member; });
+  }
   // A wrapper (DataParallel) whose children's tensors are named as if they were its own: its
   // state_dict() and named_parameters() equal the wrapped module's ("fc.weight", not
   // "module.fc.weight"), also when the wrapper is itself a child. Module paths (named_modules,
@@ -223,6 +275,18 @@ class Module : public std::enable_shared_from_this<Module> {
   void set_transparent_names(bool on) { transparent_names_ = on; }
 
  private:
+  using TensorAccess = Tensor& (*)(Module&);
+  struct Binding {
+    std::string name;
+    bool is_parameter = true;
+    size_t index = 0;  // the slot's position in parameters_ or buffers_
+    TensorAccess member;
+  };
+  void add_binding(const std::string& name, TensorAccess member);
+  // Re-points every bound slot whose member was assigned another tensor (see bind_tensor).
+  void sync_bound() const;
+  // Assigns `tensor` to the member bound to the parameter or buffer `name`, if any.
+  void assign_bound(bool is_parameter, const std::string& name, const Tensor& tensor);
   void add_child(std::string name, ModulePtr module);
   RemovableHandle add_hook(detail::HookKind kind, detail::HookFn fn, const std::string& name);
   void check_new_name(const std::string& kind, const std::string& name) const;
@@ -240,6 +304,8 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::string> non_persistent_;
   OrderedDict<std::string, ModulePtr> children_;
   Copier copier_ = nullptr;
+  std::vector<Binding> bindings_;                      // copied: a copy is the same class, its members at the same places
+  mutable std::mutex bind_mutex_;                      // guards the slots of bindings_ while sync_bound() re-points them
   std::shared_ptr<std::atomic<bool>> replica_warned_;  // set on replicas only (not copied)
   // Never null. A plain copy shares it, a clone copies it, replicas share the original's.
   std::shared_ptr<detail::HookRegistry> hooks_ = std::make_shared<detail::HookRegistry>();
@@ -248,10 +314,18 @@ class Module : public std::enable_shared_from_this<Module> {
 std::ostream& operator<<(std::ostream& os, const Module& m);
 
 namespace detail {
+// Called by copy_module for every module a clone copies: clone_with() then checks that no copy still
+// holds the address of a module of the original tree (a child held by std::shared_ptr or raw
+// pointer, which the clone map can't re-point). Outside a clone it does nothing.
+void note_copy(const Module& original, const void* original_object, const void* copy_object, size_t size);
+
 template <typename M>
 std::shared_ptr<Module> copy_module(const Module& m) {
   if constexpr (std::is_copy_constructible_v<M> && !std::is_abstract_v<M>) {
-    return std::make_shared<M>(static_cast<const M&>(m));
+    const M& original = static_cast<const M&>(m);
+    std::shared_ptr<M> copy = std::make_shared<M>(original);
+    note_copy(m, std::addressof(original), copy.get(), sizeof(M));
+    return copy;
   } else {
     throw NotImplementedError("cannot copy module " + m.name() +
                               ": its class is not copy-constructible (clone and DataParallel copy modules with their copy constructor)");

@@ -10,6 +10,7 @@
 // Mean and Sum give a 0-dim tensor; None gives the per-element (or per-sample) losses. The mean of
 // an empty input is NaN, as in PyTorch.
 #include <cstdint>
+#include <vector>
 #include "dp/core/reduction.h"
 #include "dp/core/tensor.h"
 
@@ -51,5 +52,37 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight 
 // q = (1 - ls) * target + ls / C, and Mean divides by the number of samples (N * d1 * ...).
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {}, int64_t ignore_index = -100,
                      Reduction reduction = Reduction::Mean, double label_smoothing = 0.0);
+
+// The exact parts of a mean, for DataParallel's forward_loss (dp/parallel/parallel_loss.h).
+// While a MeanLossRecorder exists on a thread, each loss above called there with Reduction::Mean
+// computes its mean as sum / count and records the three tensors. `count` is what the mean divides
+// by: the summed weights of the non-ignored targets (nll_loss, cross_entropy with class indices),
+// the number of samples (class probabilities) or of elements (the others), a 0-dim tensor on the
+// input's device (float32 for 16-bit inputs). A caller that gets one of those means back can then
+// add the sums and the counts of several slices of a batch exactly: the per-token mean of padded
+// sequences whose slices hold different numbers of real tokens. Recorders nest (the innermost
+// records); a recorder belongs to its thread.
+class MeanLossRecorder {
+ public:
+  struct Entry {
+    Tensor mean;   // what the loss returned: sum / count (differentiable)
+    Tensor sum;    // the loss with Reduction::Sum (differentiable)
+    Tensor count;  // the mean's denominator (no autograd history)
+  };
+  MeanLossRecorder();
+  ~MeanLossRecorder();
+  MeanLossRecorder(const MeanLossRecorder&) = delete;
+  MeanLossRecorder& operator=(const MeanLossRecorder&) = delete;
+  // The entry whose mean is `loss` itself (the same tensor, not an equal one); nullptr if none.
+  const Entry* find(const Tensor& loss) const;
+  // This thread's innermost recorder; nullptr when there is none (the losses' fast path).
+  static MeanLossRecorder* current();
+  // The losses call this: records {sum / count, sum, count} and returns the mean.
+  Tensor record(const Tensor& sum, const Tensor& count);
+
+ private:
+  std::vector<Entry> entries_;
+  MeanLossRecorder* previous_;
+};
 
 }  // namespace dp

@@ -16,6 +16,10 @@
 //    device it is honoured too (the output is moved there).
 //  - dim: the dimension inputs are split along and outputs gathered along (negative counts from
 //    the end). Splits follow torch.chunk unless a policy or explicit sizes say otherwise.
+//  - in_dims / out_dims / target_dim (vmap's in_dims/out_dims): one dim per forward argument
+//    (std::nullopt: not split) and per element of a returned tuple, for sequence models whose
+//    arguments carry the batch on different dims ([T, B, *] input, [B] lengths, [L*D, B, H] h0).
+//    A std::vector of non-tensors (lengths) in an argument with a dim is split with the batch.
 //  - Every forward checks that the module's parameters and buffers are on device_ids[0].
 //  - Replicas are built once and kept: each forward refreshes them (no copy of parameters between
 //    CPU devices, buffers copied) and links their parameters to the originals for backward. Replica
@@ -89,6 +93,29 @@ struct DataParallelOptions {
     keep_replicas_ = on;
     return *this;
   }
+  // Per-argument split dims, one per forward argument in order (vmap's in_dims): a dim applies to
+  // every tensor inside that argument (tuples, vectors, DP_FIELDS structs included), std::nullopt
+  // passes the argument whole to every replica (its tensors moved to the replica's device). With
+  // in_dims, every split argument must hold the same batch, and a std::vector of non-tensors inside
+  // a split argument (std::vector<int64_t> lengths) is split with the batch, one element per row;
+  // without, such a vector is copied whole to every replica (PyTorch's rule for Python lists).
+  //   DataParallelOptions().in_dims({1, 0, 1})   // forward(x [T, B, I], lengths [B], h0 [L, B, H])
+  DataParallelOptions& in_dims(std::vector<std::optional<int64_t>> dims) {
+    in_dims_ = std::move(dims);
+    return *this;
+  }
+  // Per-output gather dims: one per element of a returned std::tuple / std::pair (applying to every
+  // tensor of that element: an LSTM's (h_n, c_n) pair takes one), or one for any other output.
+  // Vectors of non-tensors in the output are concatenated. Default: dim() for everything.
+  DataParallelOptions& out_dims(std::vector<int64_t> dims) {
+    out_dims_ = std::move(dims);
+    return *this;
+  }
+  // forward_loss: the dim the target is split along (default: dim()).
+  DataParallelOptions& target_dim(int64_t d) {
+    target_dim_ = d;
+    return *this;
+  }
 
   const std::optional<std::vector<Device>>& device_ids() const { return device_ids_; }
   const std::optional<Device>& output_device() const { return output_device_; }
@@ -96,6 +123,9 @@ struct DataParallelOptions {
   SplitPolicy split() const { return split_; }
   const std::vector<int64_t>& chunk_sizes() const { return chunk_sizes_; }
   bool keep_replicas() const { return keep_replicas_; }
+  const std::optional<std::vector<std::optional<int64_t>>>& in_dims() const { return in_dims_; }
+  const std::vector<int64_t>& out_dims() const { return out_dims_; }
+  const std::optional<int64_t>& target_dim() const { return target_dim_; }
 
  private:
   std::optional<std::vector<Device>> device_ids_;
@@ -104,6 +134,9 @@ struct DataParallelOptions {
   SplitPolicy split_ = SplitPolicy::Chunk;
   std::vector<int64_t> chunk_sizes_;
   bool keep_replicas_ = true;
+  std::optional<std::vector<std::optional<int64_t>>> in_dims_;
+  std::vector<int64_t> out_dims_;
+  std::optional<int64_t> target_dim_;
 };
 
 namespace detail {
@@ -117,6 +150,9 @@ class DataParallelCore {
   Device output_device() const { return output_device_; }
   int64_t dim() const { return options_.dim(); }
   const SplitOptions& split() const { return split_; }
+  // The split of a forward with `args` arguments (forward_loss: the target first, then the
+  // arguments): split() with per-argument dims when in_dims or target_dim is set.
+  SplitOptions split_for(size_t args, bool with_target) const;
   const DataParallelOptions& options() const { return options_; }
   // The location check of every forward.
   void check_location(const nn::ModulePtr& module);
@@ -154,9 +190,9 @@ decltype(auto) criterion_ref(C& c) {
     return (c);
 }
 
-// One replica's loss part from any supported criterion.
+// One replica's loss part from any supported criterion (the rules in parallel_loss.h).
 template <typename C, typename Out, typename Target>
-LossPart make_loss_part(C& criterion, const Out& output, const Target& target, int64_t dim) {
+LossPart make_loss_part(C& criterion, const Out& output, const Target& target) {
   auto& fn = criterion_ref(criterion);
   using Fn = std::remove_reference_t<decltype(fn)>;
   if constexpr (requires(Fn & f, const Out& o, const Target& t) { loss_part(f, o, t); }) {
@@ -167,15 +203,19 @@ LossPart make_loss_part(C& criterion, const Out& output, const Target& target, i
       return fn(output, target);
     } else {
       static_assert(std::is_same_v<Result, Tensor>, "forward_loss: the criterion must return a Tensor or a dp::parallel::LossPart");
+      MeanLossRecorder recorder;  // the library's mean losses computed by the criterion record their parts
       Tensor mean = fn(output, target);
+      if (const MeanLossRecorder::Entry* e = recorder.find(mean)) return {e->sum, e->count};
+      // Any other tensor: a mean over the elements of the target (its first tensor).
       std::vector<Tensor> ts;
       auto collect = [&ts](const Tensor& t) { ts.push_back(t); };
       Walk<Target>::tensors(target, collect);
       DP_CHECK(!ts.empty(), ValueError,
-               "forward_loss: the target holds no tensor, so its rows can't be counted; return a LossPart from the criterion");
-      const int64_t d = dim < 0 ? dim + ts[0].dim() : dim;
-      Tensor rows = full({}, static_cast<double>(ts[0].size(d)), TensorOptions().dtype(mean.dtype()).device(mean.device()));
-      return {mean * rows, rows};
+               "forward_loss: the criterion returned a Tensor that is not one of the library's mean losses and the target holds no "
+               "tensor, so the mean's count is unknown; return a LossPart from the criterion");
+      DP_CHECK(mean.defined(), ValueError, "forward_loss: the criterion returned an undefined tensor");
+      Tensor n = full({}, static_cast<double>(ts[0].numel()), TensorOptions().dtype(mean.dtype()).device(mean.device()));
+      return {mean * n, n};
     }
   }
 }
@@ -187,14 +227,15 @@ LossPart make_loss_part(C& criterion, const Out& output, const Target& target, i
 // (run_replicas); the first replica error is rethrown with which rows of the batch that replica
 // got. Returns each device's result in device order; nothing when run returns void.
 template <typename M, typename Packed, typename Run>
-auto run_data_parallel(DataParallelCore& core, const std::shared_ptr<M>& module, const Packed& packed, Run&& run) {
+auto run_data_parallel(DataParallelCore& core, const std::shared_ptr<M>& module, const Packed& packed, Run&& run, const SplitOptions& split) {
   using R = std::invoke_result_t<Run&, M&, Packed&, Device>;
   core.check_location(module);
   std::vector<Packed> inputs;
+  ScatterPlan plan;
   if constexpr (std::tuple_size_v<Packed> == 0)
     inputs.emplace_back();  // zero arguments: one run, on device_ids[0]
   else
-    inputs = scatter_args(packed, core.split());
+    inputs = scatter_args(packed, split, &plan);
   const std::vector<Device> used(core.device_ids().begin(), core.device_ids().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
   if (core.device_ids().size() == 1) {
     if constexpr (std::is_void_v<R>)
@@ -203,7 +244,7 @@ auto run_data_parallel(DataParallelCore& core, const std::shared_ptr<M>& module,
       return std::vector<R>{run(*module, inputs[0], used[0])};
   }
   const std::vector<nn::ModulePtr> replicas = core.replicas(module, inputs.size());
-  const std::vector<std::string> notes = slice_notes(packed, inputs, core.dim());
+  const std::vector<std::string> notes = plan.split ? describe_slices(plan.batch, plan.rows, plan.dim) : std::vector<std::string>{};
   const bool grad_enabled = GradMode::is_enabled();
   auto on_replica = [&](size_t i) -> R {
     AutoGradMode mode(grad_enabled);
@@ -236,11 +277,11 @@ auto call_on_slice(M& module, Tuple& slice, Device device) {
 }
 
 // The outputs of a run: on one device the module's output moved to output_device; from several,
-// gathered there along dim.
+// gathered there along dim (or out_dims).
 template <typename R>
 R finish_outputs(std::vector<R> outputs, const DataParallelCore& core) {
   if (core.device_ids().size() == 1) return move_output(std::move(outputs[0]), core.output_device());
-  return gather_outputs(std::move(outputs), core.output_device(), core.dim());
+  return gather_outputs(std::move(outputs), core.output_device(), core.dim(), core.options().out_dims());
 }
 
 }  // namespace detail
@@ -272,10 +313,11 @@ class DataParallelImpl : public nn::Module {
     if (core_.no_device()) return static_cast<R>(nn::call(*module_, std::forward<Args>(args)...));
     const std::tuple<std::decay_t<Args>...> packed(std::forward<Args>(args)...);
     auto run = [](M& m, std::tuple<std::decay_t<Args>...>& slice, Device d) { return detail::call_on_slice(m, slice, d); };
+    const SplitOptions split = core_.split_for(sizeof...(Args), false);
     if constexpr (std::is_void_v<R>)
-      detail::run_data_parallel(core_, module_.ptr(), packed, run);
+      detail::run_data_parallel(core_, module_.ptr(), packed, run, split);
     else
-      return detail::finish_outputs(detail::run_data_parallel(core_, module_.ptr(), packed, run), core_);
+      return detail::finish_outputs(detail::run_data_parallel(core_, module_.ptr(), packed, run, split), core_);
   }
 
   // The loss computed on the replicas (see parallel_loss.h): `target` is split like the inputs,
@@ -293,14 +335,14 @@ class DataParallelImpl : public nn::Module {
   template <typename Criterion, typename Target, typename... Args>
   LossPart forward_loss_part(Criterion&& criterion, const Target& target, Args&&... args) {
     using Packed = std::tuple<Target, std::decay_t<Args>...>;
-    const int64_t dim = core_.dim();
     auto run_one = [&](M& module, Packed& in, Device) -> LossPart {
       auto out = std::apply([&](auto& t, auto&... a) { return nn::call(module, a...); }, in);
-      return detail::make_loss_part(criterion, out, std::get<0>(in), dim);
+      return detail::make_loss_part(criterion, out, std::get<0>(in));
     };
     Packed packed(target, std::forward<Args>(args)...);
     if (core_.no_device()) return sum_loss_parts({run_one(*module_, packed, Device::cpu())}, loss_device(packed));
-    return sum_loss_parts(detail::run_data_parallel(core_, module_.ptr(), packed, run_one), core_.output_device());
+    return sum_loss_parts(detail::run_data_parallel(core_, module_.ptr(), packed, run_one, core_.split_for(sizeof...(Args), true)),
+                          core_.output_device());
   }
 
   const std::shared_ptr<M>& module() const { return module_.ptr(); }
@@ -358,9 +400,9 @@ auto data_parallel(const std::shared_ptr<M>& module, const std::tuple<Args...>& 
   using R = std::decay_t<decltype(std::declval<M&>().forward(std::declval<Args&>()...))>;
   auto run = [](M& m, std::tuple<Args...>& slice, Device d) { return detail::call_on_slice(m, slice, d); };
   if constexpr (std::is_void_v<R>)
-    detail::run_data_parallel(core, module, inputs, run);
+    detail::run_data_parallel(core, module, inputs, run, core.split());
   else
-    return detail::finish_outputs(detail::run_data_parallel(core, module, inputs, run), core);
+    return detail::finish_outputs(detail::run_data_parallel(core, module, inputs, run, core.split()), core);
 }
 // One tensor input (libtorch's signature).
 template <typename M>

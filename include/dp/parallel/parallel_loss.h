@@ -10,12 +10,24 @@
 //  - dparallel's loss modules (BCELoss, BCEWithLogitsLoss, MSELoss, L1Loss, NLLLoss,
 //    CrossEntropyLoss, as holders or shared_ptrs) are split this way automatically.
 //  - Any other callable (output, target) -> LossPart is used as is.
-//  - A callable returning a Tensor is taken to be a mean over its slice's rows (along dim): its
-//    part is {loss * rows, rows}.
+//  - A callable returning a Tensor: while it runs, the library's mean losses (dp::cross_entropy,
+//    F::cross_entropy, nll_loss, mse_loss, l1_loss, binary_cross_entropy(_with_logits), and the
+//    loss modules called inside) record their sum and count (dp::MeanLossRecorder, dp/ops/loss.h).
+//    If the callable returns exactly such a mean, its part is that {sum, count}: a per-token mean
+//    with ignore_index over padded sequences is exact whatever the replicas' numbers of real tokens.
+//    Any other tensor (a sum of two losses, a loss times a constant, your own mean) is taken to be a
+//    mean over the target's elements (its first tensor's numel): its part is {loss * n, n}. When
+//    neither holds, return a LossPart.
 #include "dp/nn/modules/loss.h"
 
 namespace dp::parallel {
 
+// A criterion may return one itself: forward_loss(criterion, target, inputs...) with
+//   [](const Tensor& out, const Tensor& y) -> dp::parallel::LossPart {
+//     Tensor keep = y.ne(pad);
+//     return {my_loss(out, y, Reduction::Sum), keep.sum().to(out.dtype())};
+//   }
+// gives sum(sums) / sum(counts) over the batch (count undefined in every replica: a summed loss).
 struct LossPart {
   Tensor sum;    // the loss summed over this replica's slice (0-dim or one element)
   Tensor count;  // the mean's denominator for this slice; undefined for a summed loss

@@ -97,7 +97,8 @@ constexpr bool replicable() {
   static_assert(std::is_abstract_v<M> || std::is_copy_constructible_v<M>,
                 "DataParallel / replicate: the module type is not copy-constructible, but each replica is a copy made with its copy "
                 "constructor. Add a copy constructor: hold non-copyable members (std::unique_ptr, std::mutex, std::atomic, std::thread) "
-                "through std::shared_ptr, or write M(const M& other) yourself instead of deleting it");
+                "through std::shared_ptr (but a submodule through dp::nn::ModuleHolder<Child>, which a copy re-points to its own "
+                "child), or write M(const M& other) yourself instead of deleting it");
   return true;
 }
 

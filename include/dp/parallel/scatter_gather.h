@@ -35,6 +35,18 @@
 // longer one; here that is an error naming the shapes). That number may be smaller than the number
 // of devices (a batch of 1 on 2 devices runs one replica). Arguments with no tensor at all run on
 // every device.
+//
+// Per-argument dims (SplitOptions::arg_dims, DataParallelOptions::in_dims; vmap's in_dims): each
+// argument's tensors are split along that argument's own dim (an RNN's [T, B, *] input on dim 1,
+// its lengths [B] on dim 0, h0 [L*D, B, H] on dim 1), or not at all (std::nullopt: the whole
+// value, moved to each replica's device). Every split argument must then hold the same batch, and
+// a std::vector of non-tensors (std::vector<int64_t> lengths, std::vector<std::string> ids) inside
+// a split argument is split with the batch into consecutive runs, one per replica (by default such
+// a vector is copied whole, as PyTorch copies a Python list). Outputs: gather_outputs' out_dims
+// give each element of a returned std::tuple / std::pair (or the whole output) its own dim.
+//
+// Gathering checks that the replicas' tensors agree in every dim but the gather dim, and names the
+// output and the shapes when they don't (the PyTorch FAQ's pad_packed_sequence mistake).
 #include <array>
 #include <concepts>
 #include <cstdint>
@@ -67,6 +79,11 @@ struct SplitOptions {
   SplitPolicy policy = SplitPolicy::Chunk;
   // Explicit rows per device (overrides the policy); must sum to each tensor's size along dim.
   std::vector<int64_t> chunk_sizes;
+  // Per-argument dims for scatter_args, one per argument: a dim, or std::nullopt (not split: every
+  // replica gets the whole value). Empty: every argument along `dim`, vectors of non-tensors copied.
+  std::vector<std::optional<int64_t>> arg_dims;
+  // How errors name argument i (default "argument i").
+  std::vector<std::string> arg_names;
 };
 
 // The sizes a tensor with `batch` rows along the split dim is cut into.
@@ -117,6 +134,32 @@ struct is_optional<std::optional<V>> : std::true_type {};
 template <typename T>
 inline constexpr bool always_false = false;
 
+// Whether a value of type T may hold tensors by the rules above (a struct with fields: assumed so).
+template <typename T>
+struct holds_tensors;
+template <typename T>
+inline constexpr bool holds_tensors_v = holds_tensors<T>::value;
+template <typename T>
+struct holds_tensors : std::bool_constant<std::is_same_v<T, Tensor>> {};
+template <typename V, typename A>
+struct holds_tensors<std::vector<V, A>> : holds_tensors<V> {};
+template <typename V, size_t N>
+struct holds_tensors<std::array<V, N>> : holds_tensors<V> {};
+template <typename V>
+struct holds_tensors<std::optional<V>> : holds_tensors<V> {};
+template <typename... Ts>
+struct holds_tensors<std::tuple<Ts...>> : std::bool_constant<(holds_tensors_v<Ts> || ...)> {};
+template <typename A, typename B>
+struct holds_tensors<std::pair<A, B>> : std::bool_constant<holds_tensors_v<A> || holds_tensors_v<B>> {};
+template <typename K, typename V, typename C, typename A>
+struct holds_tensors<std::map<K, V, C, A>> : holds_tensors<V> {};
+template <typename K, typename V, typename H, typename E, typename A>
+struct holds_tensors<std::unordered_map<K, V, H, E, A>> : holds_tensors<V> {};
+
+// A std::vector of values without tensors: one element per sample when split with the batch.
+template <typename T>
+concept sequence_of_values = is_vector<T>::value && !holds_tensors_v<typename T::value_type> && !has_fields<typename T::value_type>;
+
 // A printable key for error messages.
 template <typename K>
 std::string key_str(const K& k) {
@@ -151,8 +194,15 @@ struct TensorGatherer {
   // A single device's output: tensors are moved to the destination (no copy when already there,
   // scalars stay scalars) instead of being concatenated.
   bool move_only = false;
+  // Where `dim` came from, for messages ("dim 0", "out_dims[1] = 2").
+  std::string dim_source;
+  // out_dims given: std::vector outputs of non-tensors are concatenated (the replicas' runs).
+  bool concat_sequences = false;
   Tensor gather(const std::vector<Tensor>& parts);
   [[noreturn]] void fail(const std::string& what);
+  // The replicas' tensors must agree in every dim but the gather dim (ShapeError naming the output,
+  // the shapes and the pad_packed_sequence fix otherwise).
+  void check_shapes(const std::vector<Tensor>& parts) const;
 };
 
 // Collects the tensors of a value in a fixed order, and rebuilds the value from replacements
@@ -176,6 +226,25 @@ struct Walk {
     }
   }
 
+  // Calls f(n) for every std::vector of non-tensors in v (n: its length), in the order rebuild()
+  // meets them.
+  template <typename F>
+  static void sequences(const T& v, F& f) {
+    if constexpr (sequence_of_values<T>) {
+      f(v.size());
+    } else if constexpr (is_vector<T>::value || is_array<T>::value) {
+      for (const auto& e : v) Walk<std::decay_t<decltype(e)>>::sequences(e, f);
+    } else if constexpr (is_tuple_like<T>::value) {
+      std::apply([&](const auto&... e) { (Walk<std::decay_t<decltype(e)>>::sequences(e, f), ...); }, v);
+    } else if constexpr (is_map<T>::value) {
+      for (const auto& kv : v) Walk<std::decay_t<decltype(kv.second)>>::sequences(kv.second, f);
+    } else if constexpr (is_optional<T>::value) {
+      if (v) Walk<typename T::value_type>::sequences(*v, f);
+    } else if constexpr (has_fields<T>) {
+      std::apply([&](const auto&... e) { (Walk<std::decay_t<decltype(e)>>::sequences(e, f), ...); }, Fields<T>::tie(v));
+    }
+  }
+
   // Calls f(t) on every defined tensor of v, by reference, in the same order (f may replace it).
   template <typename F>
   static void update(T& v, F& f) {
@@ -194,10 +263,17 @@ struct Walk {
     }
   }
 
+  // `next()` gives the replacement of each tensor in turn; `next.slice(v)`, when Next has it, the
+  // replacement of each vector of non-tensors (else it is copied).
   template <typename Next>
   static T rebuild(const T& v, Next& next) {
     if constexpr (std::is_same_v<T, Tensor>) {
       return v.defined() ? next() : Tensor();
+    } else if constexpr (sequence_of_values<T>) {
+      if constexpr (requires { next.slice(v); })
+        return next.slice(v);
+      else
+        return v;
     } else if constexpr (is_vector<T>::value) {
       T out;
       out.reserve(v.size());
@@ -237,6 +313,13 @@ struct Walk {
       return g.gather(parts);
     } else if constexpr (is_vector<T>::value) {
       using E = typename T::value_type;
+      if constexpr (sequence_of_values<T>) {
+        if (g.concat_sequences) {  // the replicas' runs of a vector split with the batch
+          T out;
+          for (auto& p : parts) out.insert(out.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));
+          return out;
+        }
+      }
       for (size_t i = 1; i < parts.size(); ++i)
         if (parts[i].size() != parts[0].size())
           g.fail("replica 0 returned " + std::to_string(parts[0].size()) + " elements but replica " + std::to_string(i) + " returned " +
@@ -345,6 +428,29 @@ struct Walk {
 // and the replica count. Throws if the tensors disagree on the chunk count.
 std::vector<std::vector<Tensor>> split_all(const std::vector<Tensor>& tensors, const SplitOptions& options, size_t& replicas);
 
+// What a scatter did: how many replicas run and which rows of the batch each got (along `dim`,
+// measured on the first split tensor, or on the first vector split with the batch).
+struct ScatterPlan {
+  size_t replicas = 0;
+  bool split = false;  // false: nothing was split (every replica got whole values)
+  int64_t batch = 0;
+  int64_t dim = 0;
+  std::vector<int64_t> rows;  // per replica (when split)
+};
+// A tensor of argument `arg`, and the length of a vector of non-tensors of argument `arg`.
+struct ArgTensor {
+  Tensor tensor;
+  size_t arg;
+};
+struct ArgSequence {
+  size_t length;
+  size_t arg;
+};
+// scatter_args' plan: pieces[tensor][replica] for `tensors` (split along their argument's dim, or
+// whole on each device), checked, with what was done in `plan`. Without arg_dims: split_all.
+std::vector<std::vector<Tensor>> plan_scatter(const std::vector<ArgTensor>& tensors, const std::vector<ArgSequence>& sequences,
+                                              const SplitOptions& options, ScatterPlan& plan);
+
 // "replica j of k got rows a..b of a batch of B split along dim d", one per replica, from the
 // batch size and each replica's row count (errors in replicas carry it).
 std::vector<std::string> describe_slices(int64_t batch, const std::vector<int64_t>& rows, int64_t dim);
@@ -387,21 +493,65 @@ void move_tensors_to(T& value, Device device) {
 
 }  // namespace detail
 
-// Scatters a tuple of arguments: result[j] is replica j's argument tuple.
+namespace detail {
+// Replica j's replacements while its arguments are rebuilt: the next tensor piece, and the run of
+// a vector of non-tensors that belongs to replica j (when the argument is split).
+struct ScatterCursor {
+  const std::vector<std::vector<Tensor>>* pieces;
+  size_t* next_piece;
+  size_t replica;
+  bool split_sequences;
+  int64_t offset, rows;
+  Tensor operator()() { return (*pieces)[(*next_piece)++][replica]; }
+  template <typename V>
+  V slice(const V& v) const {
+    if (!split_sequences) return v;
+    return V(v.begin() + offset, v.begin() + offset + rows);
+  }
+};
+}  // namespace detail
+
+// Scatters a tuple of arguments: result[j] is replica j's argument tuple. `plan`, when given,
+// receives what was split (the rows of each replica).
 template <typename... Args>
-std::vector<std::tuple<Args...>> scatter_args(const std::tuple<Args...>& args, const SplitOptions& options) {
+std::vector<std::tuple<Args...>> scatter_args(const std::tuple<Args...>& args, const SplitOptions& options, detail::ScatterPlan* plan = nullptr) {
   using Tuple = std::tuple<Args...>;
-  std::vector<Tensor> tensors;
-  auto collect = [&tensors](const Tensor& t) { tensors.push_back(t); };
-  detail::Walk<Tuple>::tensors(args, collect);
-  size_t replicas = 0;
-  std::vector<std::vector<Tensor>> pieces = detail::split_all(tensors, options, replicas);
+  constexpr size_t kArgs = sizeof...(Args);
+  const bool per_arg = !options.arg_dims.empty();
+  DP_CHECK(!per_arg || options.arg_dims.size() == kArgs, ValueError, "scatter: ", options.arg_dims.size(), " per-argument dims for ", kArgs,
+           " arguments (give one per argument; std::nullopt for one that is not split)");
+  std::vector<detail::ArgTensor> tensors;
+  std::vector<detail::ArgSequence> sequences;
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (
+        [&] {
+          using A = std::tuple_element_t<I, Tuple>;
+          auto collect = [&tensors](const Tensor& t) { tensors.push_back({t, I}); };
+          detail::Walk<A>::tensors(std::get<I>(args), collect);
+          if (per_arg && options.arg_dims[I]) {
+            auto lengths = [&sequences](size_t n) { sequences.push_back({n, I}); };
+            detail::Walk<A>::sequences(std::get<I>(args), lengths);
+          }
+        }(),
+        ...);
+  }
+  (std::make_index_sequence<kArgs>{});
+  detail::ScatterPlan local;
+  detail::ScatterPlan& p = plan ? *plan : local;
+  const std::vector<std::vector<Tensor>> pieces = detail::plan_scatter(tensors, sequences, options, p);
   std::vector<Tuple> out;
-  out.reserve(replicas);
-  for (size_t j = 0; j < replicas; ++j) {
-    size_t cursor = 0;
-    auto next = [&]() -> Tensor { return pieces[cursor++][j]; };
-    out.push_back(detail::Walk<Tuple>::rebuild(args, next));
+  out.reserve(p.replicas);
+  int64_t offset = 0;
+  for (size_t j = 0; j < p.replicas; ++j) {
+    size_t next_piece = 0;
+    const int64_t rows = p.split ? p.rows[j] : 0;
+    out.push_back([&]<size_t... I>(std::index_sequence<I...>) {
+      return Tuple{[&] {
+        detail::ScatterCursor cursor{&pieces, &next_piece, j, per_arg && p.split && options.arg_dims[I].has_value(), offset, rows};
+        return detail::Walk<std::tuple_element_t<I, Tuple>>::rebuild(std::get<I>(args), cursor);
+      }()...};
+    }(std::make_index_sequence<kArgs>{}));
+    offset += rows;
   }
   return out;
 }
@@ -418,8 +568,43 @@ std::vector<T> scatter_value(const T& value, const SplitOptions& options) {
 template <typename T>
 T gather_outputs(std::vector<T> outputs, Device destination, int64_t dim = 0) {
   DP_CHECK(!outputs.empty(), ValueError, "gather: no outputs to gather");
-  detail::TensorGatherer g{destination, dim, {}, false};
+  detail::TensorGatherer g{destination, dim, {}, false, "dim " + std::to_string(dim), false};
   return detail::Walk<T>::gather(outputs, g);
+}
+
+// The same with one dim per output element (DataParallelOptions::out_dims, vmap's out_dims): for
+// a std::tuple / std::pair output, out_dims[i] applies to every tensor of element i (a (h_n, c_n)
+// pair included); for any other output, out_dims holds one dim for all of it. Vectors of
+// non-tensors are concatenated (the runs of a vector split with the batch). Empty: `dim` for all.
+template <typename T>
+T gather_outputs(std::vector<T> outputs, Device destination, int64_t dim, const std::vector<int64_t>& out_dims) {
+  if (out_dims.empty()) return gather_outputs(std::move(outputs), destination, dim);
+  DP_CHECK(!outputs.empty(), ValueError, "gather: no outputs to gather");
+  auto gatherer = [&](size_t i) {
+    return detail::TensorGatherer{destination, out_dims[i], {}, false, "out_dims[" + std::to_string(i) + "] = " + std::to_string(out_dims[i]), true};
+  };
+  if constexpr (detail::is_tuple_like<T>::value) {
+    constexpr size_t kOut = std::tuple_size_v<T>;
+    DP_CHECK(out_dims.size() == kOut, ValueError, "DataParallel: out_dims has ", out_dims.size(), " entries but the forward returns ", kOut,
+             " elements (a std::tuple or std::pair): give one dim per element");
+    return [&]<size_t... I>(std::index_sequence<I...>) {
+      return T{[&] {
+        using E = std::tuple_element_t<I, T>;
+        std::vector<E> column;
+        column.reserve(outputs.size());
+        for (auto& o : outputs) column.push_back(std::move(std::get<I>(o)));
+        detail::TensorGatherer g = gatherer(I);
+        g.path.push(".get<" + std::to_string(I) + ">()");
+        return detail::Walk<E>::gather(column, g);
+      }()...};
+    }
+    (std::make_index_sequence<kOut>{});
+  } else {
+    DP_CHECK(out_dims.size() == 1, ValueError, "DataParallel: out_dims has ", out_dims.size(),
+             " entries but the forward returns one value (not a std::tuple or std::pair): give one dim");
+    detail::TensorGatherer g = gatherer(0);
+    return detail::Walk<T>::gather(outputs, g);
+  }
 }
 
 // A single device's output moved to `destination` (tensors moved, differentiably, only where they
@@ -428,7 +613,7 @@ template <typename T>
 T move_output(T output, Device destination) {
   std::vector<T> parts;
   parts.push_back(std::move(output));
-  detail::TensorGatherer g{destination, 0, {}, true};
+  detail::TensorGatherer g{destination, 0, {}, true, "dim 0", false};
   return detail::Walk<T>::gather(parts, g);
 }
 

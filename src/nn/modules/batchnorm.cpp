@@ -23,6 +23,11 @@ BatchNormImplBase::BatchNormImplBase(const BatchNormOptions& opts) : options(opt
     running_var = register_buffer("running_var", Tensor());
     num_batches_tracked = register_buffer("num_batches_tracked", Tensor());
   }
+  bind_tensor<&BatchNormImplBase::weight>("weight");
+  bind_tensor<&BatchNormImplBase::bias>("bias");
+  bind_tensor<&BatchNormImplBase::running_mean>("running_mean");
+  bind_tensor<&BatchNormImplBase::running_var>("running_var");
+  bind_tensor<&BatchNormImplBase::num_batches_tracked>("num_batches_tracked");
   reset_parameters();
 }
 

@@ -25,6 +25,8 @@ Conv2dImpl::Conv2dImpl(const Conv2dOptions& opts) : options(opts) {
            options.dilation().tuple_str());
   weight = register_parameter("weight", empty({out, in / groups, k[0], k[1]}));
   bias = register_parameter("bias", options.bias() ? empty({out}) : Tensor());
+  bind_tensor<&Conv2dImpl::weight>("weight");
+  bind_tensor<&Conv2dImpl::bias>("bias");
   reset_parameters();
 }
 

@@ -15,6 +15,7 @@ EmbeddingImpl::EmbeddingImpl(const EmbeddingOptions& opts) : options(opts) {
              options.num_embeddings(), "), got ", *p);
   }
   weight = register_parameter("weight", empty({options.num_embeddings(), options.embedding_dim()}));
+  bind_tensor<&EmbeddingImpl::weight>("weight");
   reset_parameters();
 }
 

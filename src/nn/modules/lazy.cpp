@@ -34,6 +34,8 @@ LazyLinearImpl::LazyLinearImpl(const LazyLinearOptions& opts) : options(opts) {
   DP_CHECK(options.out_features() >= 0, ValueError, "LazyLinear: out_features must be non-negative, got ", options.out_features());
   weight = register_parameter("weight", empty({0}));
   bias = register_parameter("bias", options.bias() ? empty({0}) : Tensor());
+  bind_tensor<&LazyLinearImpl::weight>("weight");
+  bind_tensor<&LazyLinearImpl::bias>("bias");
 }
 
 void LazyLinearImpl::initialize_parameters(int64_t in_features) {

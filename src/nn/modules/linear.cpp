@@ -12,6 +12,8 @@ LinearImpl::LinearImpl(const LinearOptions& opts) : options(opts) {
            options.in_features(), " and ", options.out_features());
   weight = register_parameter("weight", empty({options.out_features(), options.in_features()}));
   bias = register_parameter("bias", options.bias() ? empty({options.out_features()}) : Tensor());
+  bind_tensor<&LinearImpl::weight>("weight");
+  bind_tensor<&LinearImpl::bias>("bias");
   reset_parameters();
 }
 

@@ -4,7 +4,10 @@
 
 namespace dp::nn {
 
-BCELossImpl::BCELossImpl(BCELossOptions options_) : options(std::move(options_)) { weight = register_buffer("weight", options.weight()); }
+BCELossImpl::BCELossImpl(BCELossOptions options_) : options(std::move(options_)) {
+  weight = register_buffer("weight", options.weight());
+  bind_tensor<&BCELossImpl::weight>("weight");
+}
 
 Tensor BCELossImpl::forward(const Tensor& input, const Tensor& target) const {
   return binary_cross_entropy(input, target, weight, options.reduction());
@@ -13,6 +16,8 @@ Tensor BCELossImpl::forward(const Tensor& input, const Tensor& target) const {
 BCEWithLogitsLossImpl::BCEWithLogitsLossImpl(BCEWithLogitsLossOptions options_) : options(std::move(options_)) {
   weight = register_buffer("weight", options.weight());
   pos_weight = register_buffer("pos_weight", options.pos_weight());
+  bind_tensor<&BCEWithLogitsLossImpl::weight>("weight");
+  bind_tensor<&BCEWithLogitsLossImpl::pos_weight>("pos_weight");
 }
 
 Tensor BCEWithLogitsLossImpl::forward(const Tensor& input, const Tensor& target) const {
@@ -27,7 +32,10 @@ L1LossImpl::L1LossImpl(L1LossOptions options_) : options(options_) {}
 
 Tensor L1LossImpl::forward(const Tensor& input, const Tensor& target) const { return l1_loss(input, target, options.reduction()); }
 
-NLLLossImpl::NLLLossImpl(NLLLossOptions options_) : options(std::move(options_)) { weight = register_buffer("weight", options.weight()); }
+NLLLossImpl::NLLLossImpl(NLLLossOptions options_) : options(std::move(options_)) {
+  weight = register_buffer("weight", options.weight());
+  bind_tensor<&NLLLossImpl::weight>("weight");
+}
 
 Tensor NLLLossImpl::forward(const Tensor& input, const Tensor& target) const {
   return nll_loss(input, target, weight, options.ignore_index(), options.reduction());
@@ -35,6 +43,7 @@ Tensor NLLLossImpl::forward(const Tensor& input, const Tensor& target) const {
 
 CrossEntropyLossImpl::CrossEntropyLossImpl(CrossEntropyLossOptions options_) : options(std::move(options_)) {
   weight = register_buffer("weight", options.weight());
+  bind_tensor<&CrossEntropyLossImpl::weight>("weight");
 }
 
 Tensor CrossEntropyLossImpl::forward(const Tensor& input, const Tensor& target) const {

@@ -60,6 +60,8 @@ LayerNormImpl::LayerNormImpl(const LayerNormOptions& opts) : options(opts) {
     weight = register_parameter("weight", Tensor());
     bias = register_parameter("bias", Tensor());
   }
+  bind_tensor<&LayerNormImpl::weight>("weight");
+  bind_tensor<&LayerNormImpl::bias>("bias");
   reset_parameters();
 }
 

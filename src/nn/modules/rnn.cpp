@@ -330,6 +330,10 @@ RNNCellImplBase::RNNCellImplBase(int64_t input_size, int64_t hidden_size, bool b
   weight_hh = register_parameter("weight_hh", empty({G, hidden_size}));
   bias_ih = register_parameter("bias_ih", bias ? empty({G}) : Tensor());
   bias_hh = register_parameter("bias_hh", bias ? empty({G}) : Tensor());
+  bind_tensor<&RNNCellImplBase::weight_ih>("weight_ih");
+  bind_tensor<&RNNCellImplBase::weight_hh>("weight_hh");
+  bind_tensor<&RNNCellImplBase::bias_ih>("bias_ih");
+  bind_tensor<&RNNCellImplBase::bias_hh>("bias_hh");
   reset_parameters();
 }
 
