@@ -34,9 +34,9 @@ set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 # A static libdparallel.a brings its dependencies into the consumer's link: the -dev packages of
-# BLAS, zlib and Gloo (the CMake package finds them again). A shared library names them itself.
+# BLAS, zlib, Gloo and OpenSSL (the CMake package finds them again). A shared library names them itself.
 if(DP_PACKAGE_STATIC)
-  set(CPACK_DEBIAN_PACKAGE_DEPENDS "libopenblas-dev | libblas-dev, zlib1g-dev, libgloo-dev")
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "libopenblas-dev | libblas-dev, zlib1g-dev, libgloo-dev, libssl-dev")
 endif()
 set(CPACK_DP_NATIVE OFF)
 if("-march=native" IN_LIST DP_ARCH_FLAGS)

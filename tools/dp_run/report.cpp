@@ -5,12 +5,13 @@
 #include <unistd.h>
 #include <cerrno>
 #include <cstdio>
+#include "dp/distributed/errors.h"
 #include "process.h"
 
 namespace dp::run {
 
 void say(const std::string& text) {
-  const std::string line = "dp-run: " + text + "\n";
+  const std::string line = "dp-run: " + dp::distributed::printable_text(text, size_t{1} << 20) + "\n";
   size_t done = 0;
   while (done < line.size()) {
     const ssize_t n = ::write(2, line.data() + done, line.size() - done);
@@ -25,6 +26,10 @@ bool failed(const WorkerExit& w) { return !(WIFEXITED(w.wait_status) && WEXITSTA
 bool is_consequence(const WorkerExit& w) {
   // A PeerLostError, or a write to a connection a dead peer left (for programs that restored SIGPIPE).
   return (w.error && w.error->type == "PeerLostError") || (WIFSIGNALED(w.wait_status) && WTERMSIG(w.wait_status) == SIGPIPE);
+}
+
+bool is_timeout(const WorkerExit& w) {
+  return w.error && (w.error->type == "CollectiveTimeout" || w.error->type == "StoreTimeout" || w.error->type == "RendezvousError");
 }
 
 size_t pick_first_failure(const std::vector<WorkerExit>& failures) {
@@ -80,7 +85,7 @@ std::string describe(const WorkerExit& w) {
     if (w.stop_signal != 0) line += " (after dp-run's " + signal_name(w.stop_signal) + ")";
   }
   if (w.error) {
-    line += ": " + w.error->type + ": " + one_line(w.error->message);
+    line += ": " + dp::distributed::printable_text(w.error->type, 64) + ": " + dp::distributed::printable_text(one_line(w.error->message), 8192);
   } else if (w.stop_signal == 0 && WIFEXITED(w.wait_status) && failed(w)) {
     // A signal explains itself; a status does not, and this program wrote no error file.
     line += " (no error recorded)";

@@ -14,7 +14,9 @@
 
 namespace dp::run {
 
-// Prints "dp-run: <text>\n" on stderr.
+// Prints "dp-run: <text>\n" on stderr, the text made printable first (dp::distributed::
+// printable_text, not clipped): no control character, terminal escape or newline of a worker or of
+// another node reaches the terminal, and a report is always one line.
 void say(const std::string& text);
 
 struct WorkerExit {
@@ -34,6 +36,9 @@ bool failed(const WorkerExit& w);
 // SIGPIPE (a peer died first). When several workers fail together, the first failure reported is
 // one that is not.
 bool is_consequence(const WorkerExit& w);
+// Whether it recorded a timeout (CollectiveTimeout, StoreTimeout, RendezvousError): when a network
+// cut is known, the cut is named as the first failure instead.
+bool is_timeout(const WorkerExit& w);
 // Of failed workers in the order they were collected, the index of the one to report as the first
 // failure: the first that is not a consequence, else the first. npos for none.
 size_t pick_first_failure(const std::vector<WorkerExit>& failures);
