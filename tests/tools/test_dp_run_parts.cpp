@@ -44,6 +44,13 @@ TEST(DpRunReport, OneLinePerWorkerWithTheRecordedError) {
             "rank 0 (node 1, local 0, pid 4240) exited with status 3 after 12.4 s: PeerLostError: allreduce #42 (rank 0 of 2, group "
             "'default'): lost rank 1 | second line");
   EXPECT_EQ(describe(worker(2, exited(4))), "rank 2 (node 1, local 0, pid 4242) exited with status 4 after 12.3 s (no error recorded)");
+  // 143 without an error and without dp-run's SIGTERM: the ranks stopped together on a signal that
+  // came elsewhere; a consequence, not a first failure.
+  EXPECT_EQ(describe(worker(2, exited(143))),
+            "rank 2 (node 1, local 0, pid 4242) exited with status 143 after 12.3 s (128 + SIGTERM: it stopped on a stop signal, its own or "
+            "another rank's) (no error recorded)");
+  EXPECT_TRUE(is_consequence(worker(2, exited(143))));
+  EXPECT_FALSE(is_consequence(worker(2, exited(4))));
   WorkerExit stopped = worker(3, killed(SIGTERM));
   stopped.stop_signal = SIGTERM;
   EXPECT_EQ(describe(stopped), "rank 3 (node 1, local 1, pid 4243) was stopped by dp-run (SIGTERM) after 12.3 s");

@@ -32,9 +32,10 @@ struct WorkerExit {
 
 // Whether the worker ended other than with exit status 0.
 bool failed(const WorkerExit& w);
-// Whether its failure was the consequence of another's: it recorded a PeerLostError or died of
-// SIGPIPE (a peer died first). When several workers fail together, the first failure reported is
-// one that is not.
+// Whether its failure was the consequence of another's: it recorded a PeerLostError, died of
+// SIGPIPE (a peer died first), or exited with 128 + SIGINT/SIGTERM/SIGHUP without an error and
+// without a signal from dp-run (its job's ranks stopped together on a signal that came elsewhere). When several workers fail together, the first
+// failure reported is one that is not.
 bool is_consequence(const WorkerExit& w);
 // Whether it recorded a timeout (CollectiveTimeout, StoreTimeout, RendezvousError): when a network
 // cut is known, the cut is named as the first failure instead.
