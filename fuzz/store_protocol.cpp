@@ -14,7 +14,9 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -69,17 +71,30 @@ Servers& servers() {
   return *s;
 }
 
+// A connection to the server, from one of 200 loopback addresses in turn: the target half-closes
+// first, so each connection leaves this side in TIME_WAIT for a minute, and at thousands of inputs
+// a second one address would run out of ports. A server unreachable for a second is a finding.
 int connect_to(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    std::fprintf(stderr, "store_protocol: cannot connect to the server\n");
-    std::abort();
+  static unsigned next = 0;
+  int err = 0;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    local.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + (next++ % 200));  // 127.0.0.2 ...
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) == 0 &&
+        ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0)
+      return fd;
+    err = errno;
+    if (fd >= 0) ::close(fd);
+    ::usleep(10000);
   }
-  return fd;
+  std::fprintf(stderr, "store_protocol: cannot connect to the server for a second: %s\n", std::strerror(err));
+  std::abort();
 }
 
 // Reads until n bytes came, the server closed, or the deadline; what came.
