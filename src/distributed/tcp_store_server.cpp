@@ -276,6 +276,8 @@ class ServerLoop {
     for (size_t i = 0; i < listeners_.size(); ++i) add_fd(listeners_[i].get(), EPOLLIN, kFirstListenerTag + i);
   }
 
+  ~ServerLoop() { OPENSSL_cleanse(o_.token.data(), o_.token.size()); }
+
   // Called from another thread: makes run() return promptly.
   void wake() {
     const uint64_t one = 1;
