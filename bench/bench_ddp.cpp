@@ -460,6 +460,9 @@ void start(Running& r, const std::string& model, const Options& o, int64_t count
       env["WORLD_SIZE"] = std::to_string(d.procs);
       env["MASTER_ADDR"] = d.shaped ? g_link->address(0) : "127.0.0.1";
       env["MASTER_PORT"] = std::to_string(port);
+      // The store's token (rank 0 hosts the store): the environment, never the command line.
+      static const std::string token = dp::distributed::generate_store_token();
+      env["DP_STORE_TOKEN"] = token;
       // dparallel binds the interface that routes to MASTER_ADDR; PyTorch's Gloo resolves the host
       // name unless told the interface.
       if (d.shaped && d.python) env["GLOO_SOCKET_IFNAME"] = g_link->veth(rank);

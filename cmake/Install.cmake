@@ -12,7 +12,7 @@
 #              target_link_libraries(app PRIVATE dparallel::dparallel)
 # gets the include directory, C++20, DP_HAVE_CUDA=0/1 (also fixed by the installed dp/config.h, for
 # a consumer that only adds -I<prefix>/include) and the link interface. For the static library
-# that interface holds the private dependencies too (BLAS, zlib, Gloo, CUDA's libraries), so the
+# that interface holds the private dependencies too (BLAS, zlib, Gloo, OpenSSL's libcrypto, CUDA's libraries), so the
 # package config looks them up again with find_dependency.
 include(CMakePackageConfigHelpers)
 
@@ -93,7 +93,7 @@ if(DP_HAVE_ONEDNN)
   list(APPEND DP_PC_DEPS ${DP_ONEDNN_LIBRARY})
 endif()
 get_target_property(DP_GLOO_LOCATION gloo LOCATION)
-list(APPEND DP_PC_DEPS ${DP_GLOO_LOCATION})
+list(APPEND DP_PC_DEPS ${DP_GLOO_LOCATION} ${OPENSSL_CRYPTO_LIBRARY})
 set(DP_PC_CFLAGS "-DDP_HAVE_CUDA=0")
 set(DP_PC_PUBLIC_LIBS "")
 if(DP_HAVE_CUDA)

@@ -34,9 +34,10 @@ set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 # A static libdparallel.a brings its dependencies into the consumer's link: the -dev packages of
-# BLAS, zlib and Gloo (the CMake package finds them again), and oneDNN's when the build has it. A shared library names them itself.
+# BLAS, zlib, Gloo and OpenSSL (the CMake package finds them again), and oneDNN's when the build has
+# it. A shared library names them itself.
 if(DP_PACKAGE_STATIC)
-  set(CPACK_DEBIAN_PACKAGE_DEPENDS "libopenblas-dev | libblas-dev, zlib1g-dev, libgloo-dev")
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "libopenblas-dev | libblas-dev, zlib1g-dev, libgloo-dev, libssl-dev")
   if(DP_HAVE_ONEDNN)
     string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", libdnnl-dev")
   endif()

@@ -1,7 +1,9 @@
 // DistributedDataParallel across processes: every process runs this program with a launcher's
 // environment (torchrun's names; dp-run, mpirun and srun work too, see docs/distributed.md). On one
-// machine, two processes:
+// machine, two processes sharing the store's token (rank 0 hosts the store; only holders of the
+// token may use it):
 //
+//   export DP_STORE_TOKEN=$(openssl rand -hex 32)
 //   MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 WORLD_SIZE=2 RANK=0 build/examples/ddp_train &
 //   MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 WORLD_SIZE=2 RANK=1 build/examples/ddp_train
 //

@@ -119,3 +119,29 @@ put("checkpoint_metadata", "epochs_huge", meta().replace('"epochs":2', '"epochs"
 put("checkpoint_metadata", "deep", '{"version":1,"settings":' + "[" * 200)
 put("checkpoint_metadata", "number_overflow", '{"version":1e309}')
 put("checkpoint_metadata", "not_json", "{version")
+
+# ---- store_protocol: the first byte is the mode (0 open store, 1 stranger on the token store, 2
+# after a valid handshake), the rest the bytes sent (tcp_store_protocol.h's frames)
+def frame(t, body=b""): return bytes([t]) + struct.pack("<I", len(body)) + body
+def fld(b): return struct.pack("<I", len(b)) + (b.encode() if isinstance(b, str) else b)
+def keys(*ks): return struct.pack("<I", len(ks)) + b"".join(fld(k) for k in ks)
+ms = lambda v: struct.pack("<Q", v)
+requests = (frame(2, fld("a") + fld("1")) + frame(3, fld("a") + ms(10)) + frame(4, fld("n") + struct.pack("<q", 5)) +
+            frame(5, fld("a") + fld("1") + fld("2")) + frame(6, keys("a", "b")) + frame(7, keys("a", "n") + ms(10)) +
+            frame(8, fld("a")) + frame(9))
+for mode, name in ((0, "open"), (2, "authenticated")):
+    put("store_protocol", name + "_every_command", bytes([mode]) + requests)
+    put("store_protocol", name + "_parked_wait_then_write", bytes([mode]) + frame(7, keys("x", "y") + ms(50)) + frame(2, fld("x") + fld("")))
+    put("store_protocol", name + "_add_to_text", bytes([mode]) + frame(2, fld("t") + fld("text")) + frame(4, fld("t") + struct.pack("<q", 1)))
+    put("store_protocol", name + "_add_overflow", bytes([mode]) + frame(4, fld("o") + struct.pack("<q", 2**63 - 1)) + frame(4, fld("o") + struct.pack("<q", 1)))
+    put("store_protocol", name + "_over_the_limits", bytes([mode]) + frame(2, fld("k" * 300) + fld("v")) + frame(2, fld("k") + fld("v" * 5000)) +
+        frame(6, keys(*[str(i) for i in range(20)])))
+    put("store_protocol", name + "_huge_length", bytes([mode]) + bytes([2]) + struct.pack("<I", 0xFFFFFFFF))
+    put("store_protocol", name + "_impossible_key_count", bytes([mode]) + frame(7, struct.pack("<I", 0xFFFFFFF0) + b"\0" * 8))
+    put("store_protocol", name + "_field_overruns", bytes([mode]) + frame(2, struct.pack("<I", 100) + b"abc"))
+    put("store_protocol", name + "_unknown_command", bytes([mode]) + frame(0xEE))
+put("store_protocol", "stranger_request_first", bytes([1]) + frame(2, fld("planted") + fld("x")))
+put("store_protocol", "stranger_wrong_proof", bytes([1]) + frame(10, b"\x11" * 64))
+put("store_protocol", "stranger_short_auth", bytes([1]) + frame(10, b"\x11" * 10))
+put("store_protocol", "stranger_half_header", bytes([1]) + b"\x0a\x40")
+put("store_protocol", "empty", bytes([0]))

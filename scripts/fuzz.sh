@@ -4,7 +4,7 @@
 #
 #   bash scripts/fuzz.sh safetensors_reader 600     # 10 minutes
 #   bash scripts/fuzz.sh idx_reader 600 -jobs=1     # extra arguments go to libFuzzer
-#   targets: safetensors_reader, idx_reader, text_data, checkpoint_metadata
+#   targets: safetensors_reader, idx_reader, text_data, checkpoint_metadata, store_protocol
 #
 # Builds with Debian's clang (installed here with apt when missing: clang and its compiler-rt,
 # which holds libFuzzer; a development tool only, the normal build and tests use gcc) in build-fuzz/

@@ -17,6 +17,7 @@ PACKAGES=(
   python3-torch                              # PyTorch oracle: benchmarks and golden regeneration (tests need no Python)
   dataset-fashion-mnist                      # training data for the examples
   libgloo-dev                                # collectives for DistributedDataParallel (TCP transport)
+  libssl-dev                                 # the TCP store's authentication (libcrypto: HMAC-SHA256, random nonces)
   pkg-config dpkg-dev                        # install tests (dparallel.pc), cpack -G DEB (dpkg-shlibdeps)
   tmux                                       # a real terminal for dp-train's progress-bar test
   doxygen                                    # the API reference (scripts/api-docs.sh), kept warning-free by a test

@@ -47,6 +47,7 @@ std::optional<FailureNotice> decode(const std::string& s) {
   FailureNotice n;
   if (!(in >> n.writer >> n.culprit)) return std::nullopt;
   std::getline(in >> std::ws, n.text);
+  n.text = printable_text(n.text, 2000);  // another rank's words, before they reach a message
   return n;
 }
 

@@ -47,6 +47,68 @@ std::string host_and_pid() {
   return dp::detail::str(host, " pid ", ::getpid());
 }
 
+// This process: "host pid N", and a random id that tells two processes with one pid apart (two
+// containers, a pid reused), fixed for the process's life.
+const std::string& process_identity() {
+  static const std::string identity = [] {
+    std::string id = host_and_pid();
+    try {
+      id += " id " + generate_store_token().substr(0, 16);
+    } catch (...) {
+    }
+    return id;
+  }();
+  return identity;
+}
+
+// The text of an identity another process wrote (a peer's host name: made printable).
+std::string identity_text(const Bytes& b) { return printable_text(std::string(b.begin(), b.end())); }
+
+// Every rank agrees on the world size through one key, and claims its rank through another, before
+// it counts as arrived: a rank started with another world size, or a second process claiming a rank
+// that another one holds (a worker started twice), is refused at once, by name.
+void claim_rank(Store& store, const std::string& name, int rank, int size, const std::string& who) {
+  try {
+    const std::string size_text = std::to_string(size);
+    const Bytes agreed = store.compare_set(name + "/world_size", {}, Bytes(size_text.begin(), size_text.end()));
+    if (std::string(agreed.begin(), agreed.end()) != size_text)
+      throw RendezvousError(dp::detail::str(who, ": this process (", host_and_pid(), ") was started with world size ", size, ", but the group's is ",
+                                            printable_text(std::string(agreed.begin(), agreed.end())),
+                                            " (set by the first rank that arrived): every rank must be given the same world size"),
+                            {});
+    const std::string key = name + "/rank/" + std::to_string(rank);
+    const std::string& me = process_identity();
+    const Bytes mine(me.begin(), me.end());
+    const Bytes holder = store.compare_set(key, {}, mine);
+    if (holder != mine) {
+      // Tell the holder, so a group still forming does not go on with a twin of one of its ranks.
+      store.set(key + "/contender", mine);
+      throw RendezvousError(dp::detail::str(who, ": rank ", rank, " is taken: ", identity_text(holder), " claimed it first, and this process (", me,
+                                            ") claims it too (a worker started twice with RANK=", rank, "?)"),
+                            {});
+    }
+  } catch (const RendezvousError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw RendezvousError(who + ": cannot claim the rank through the store: " + e.what(), {});
+  }
+}
+
+// After the arrival: a second process that claimed this rank meanwhile fails this one too.
+void check_no_contender(Store& store, const std::string& name, int rank, const std::string& who) {
+  const std::string key = name + "/rank/" + std::to_string(rank) + "/contender";
+  Bytes other;
+  try {
+    if (!store.check({key})) return;
+    other = store.get(key);
+  } catch (const std::exception&) {
+    return;  // the arrival went through; a later collective will report a store that is gone
+  }
+  throw RendezvousError(dp::detail::str(who, ": rank ", rank, " was claimed by two processes: this one (", process_identity(), ") and ",
+                                        identity_text(other), " (a worker started twice with RANK=", rank, "?)"),
+                        {});
+}
+
 int64_t join_generation(Store& store, const std::string& name, int size, const std::string& who) {
   try {
     return (store.add(name + "/joined", 1) - 1) / size;
@@ -105,12 +167,14 @@ GlooConnection connect_gloo(const std::shared_ptr<Store>& store, int rank, int s
   const std::string who = group_label(options.name, rank, size);
   const auto timeout = options.timeout;
   GlooConnection conn;
+  claim_rank(*store, options.name, rank, size, who);
   conn.generation = join_generation(*store, options.name, size, who);
   auto group = std::make_shared<PrefixStore>(options.name + "/" + std::to_string(conn.generation), store);
   group->set_timeout(timeout);
   conn.group_store = group;
 
   wait_for_everyone(*group, "arrived", rank, size, host_and_pid(), timeout, who);
+  check_no_contender(*store, options.name, rank, who);
 
   const std::string bind = options.bind_address.empty() ? "127.0.0.1" : options.bind_address;
   std::shared_ptr<gloo::transport::Device> device;

@@ -1,5 +1,10 @@
 #pragma once
 // Forming a gloo group through a store:
+//  0. Identity: every rank agrees on the world size ("<name>/world_size", compare_set) and claims
+//     its rank ("<name>/rank/<r>": "host pid N id X", compare_set): another world size, or a second
+//     process claiming a rank another process holds, is a RendezvousError naming both at once (and
+//     a contender that comes while the group forms fails the holder too). A process may claim its
+//     own rank again (a second group of the same name).
 //  1. A generation number, so that a second group of the same name in the same store (a restart, a
 //     test making two groups) never reads the first one's keys: every rank adds 1 to
 //     "<name>/joined"; the n-th arrival belongs to generation (n - 1) / size. That holds while

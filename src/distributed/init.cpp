@@ -1,5 +1,7 @@
 // init_process_group and local_address_towards (init.h).
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -7,6 +9,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include "dp/core/errors.h"
 #include "dp/distributed/errors.h"
 #include "dp/distributed/init.h"
@@ -24,7 +28,60 @@ const TCPStore* underlying_tcp_store(const Store* store) {
   return nullptr;
 }
 
+std::mutex g_token_mu;
+std::string g_token;  // DP_STORE_TOKEN once read (the variable is then removed)
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return false;
+  DP_CHECK(std::strcmp(v, "1") == 0, ValueError, name, "='", v, "' is not 0 or 1");
+  return true;
+}
+
+// The token in `path`; rank 0 (when it hosts the store) writes a new one there if there is none,
+// the other ranks wait for the file until `deadline`.
+std::string token_from_file(const std::string& path, bool create, std::chrono::steady_clock::time_point deadline) {
+  struct stat st {};
+  if (create && ::lstat(path.c_str(), &st) != 0 && errno == ENOENT) {
+    // Written under a temporary name and linked into place: a reader sees no file or the whole
+    // token, and of two writers the first wins (link fails on an existing name).
+    const std::string token = generate_store_token();
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      const int err = errno;
+      throw ValueError(dp::detail::str("token file '", path, "': cannot create it (", tmp, "): ", std::strerror(err)));
+    }
+    const std::string text = token + "\n";
+    const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ::close(fd);
+    const bool linked = written && ::link(tmp.c_str(), path.c_str()) == 0;
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    if (!written) throw ValueError(dp::detail::str("token file '", path, "': cannot write it"));
+    if (!linked && err != EEXIST) throw ValueError(dp::detail::str("token file '", path, "': cannot create it: ", std::strerror(err)));
+  }
+  while (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw ValueError(dp::detail::str("token file '", path,
+                                       "' did not appear in time (rank 0 writes it when it starts the store; is the path on a "
+                                       "filesystem every rank sees?)"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return read_store_token_file(path);
+}
+
 }  // namespace
+
+std::string store_token_from_environment() {
+  std::lock_guard<std::mutex> lock(g_token_mu);
+  if (const char* v = std::getenv("DP_STORE_TOKEN"); v != nullptr && *v != '\0') {
+    g_token = v;
+    // Programs this process starts do not need it (they would inherit it otherwise).
+    ::unsetenv("DP_STORE_TOKEN");
+  }
+  return g_token;
+}
 
 ProcessGroupPtr init_process_group(InitOptions options) {
   DP_CHECK(options.backend == "gloo", ValueError, "init_process_group: backend '", options.backend, "' is not available (this build has 'gloo')");
@@ -61,6 +118,24 @@ ProcessGroupPtr init_process_group(InitOptions options) {
     TCPStoreOptions store_options;
     store_options.is_server = rank == 0 && !hosted;
     store_options.timeout = group.timeout;
+    // The caller's options first, then the environment: a token, then a token file.
+    const auto file_deadline = std::chrono::steady_clock::now() + group.timeout;
+    store_options.token = options.store_token;
+    if (store_options.token.empty() && !options.store_token_file.empty())
+      store_options.token = token_from_file(options.store_token_file, store_options.is_server, file_deadline);
+    if (store_options.token.empty()) store_options.token = store_token_from_environment();
+    if (store_options.token.empty())
+      if (const char* v = std::getenv("DP_STORE_TOKEN_FILE"); v != nullptr && *v != '\0')
+        store_options.token = token_from_file(v, store_options.is_server, file_deadline);
+    store_options.insecure = options.insecure_store || env_flag("DP_STORE_INSECURE");
+    DP_CHECK(!store_options.token.empty() || store_options.insecure, ValueError, "init_process_group: no store token: the ", world,
+             " ranks meet in a TCPStore at ", addr, ":", port,
+             ", which must not be open to anyone who can reach that port. Start the job with dp-run (it makes a token and gives it to its "
+             "workers), or give every rank the same secret: DP_STORE_TOKEN (e.g. from 'openssl rand -hex 32'), DP_STORE_TOKEN_FILE (a file "
+             "of mode 0600 on a filesystem every rank sees: rank 0 writes a new token there if there is none) or InitOptions::store_token; "
+             "or, for a throwaway run on a trusted machine only, DP_STORE_INSECURE=1 or InitOptions::insecure_store");
+    store_options.server = options.store_server;
+    store_options.server.max_wait = group.timeout + std::chrono::milliseconds(10'000);
     store = std::make_shared<TCPStore>(addr, port, store_options);
     if (group.bind_address.empty()) group.bind_address = local_address_towards(addr);
   } else if (group.bind_address.empty()) {

@@ -34,6 +34,9 @@ bool decode(const std::string& text, RankProgress& out) {
     out.step = -1;
     out.phase.clear();
   }
+  // Another rank's words: printable, and short, before they reach a message.
+  out.operation = printable_text(out.operation, 64);
+  out.phase = printable_text(out.phase, 64);
   return state == "finished" || state == "started";
 }
 
@@ -168,7 +171,7 @@ ProgressReport read_progress(const std::shared_ptr<Store>& store, int size, std:
         if (store->check({key})) {
           const std::string text = store->get_string(key);
           p.known = decode(text, p);
-          if (!p.known) p.operation = "unreadable progress '" + text + "'";
+          if (!p.known) p.operation = "unreadable progress '" + printable_text(text, 100) + "'";
         }
         report.ranks.push_back(std::move(p));
       }

@@ -1,5 +1,10 @@
 #include "distributed/tcp_store_protocol.h"
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <cstring>
+#include "dp/core/errors.h"
 
 namespace dp::distributed::tcp_store {
 
@@ -23,6 +28,8 @@ const char* command_name(uint8_t command) {
       return "delete_key";
     case kNumKeys:
       return "num_keys";
+    case kAuth:
+      return "auth";
     default:
       return "unknown command";
   }
@@ -57,6 +64,11 @@ FrameWriter& FrameWriter::bytes(const uint8_t* data, size_t size) {
 FrameWriter& FrameWriter::keys(const std::vector<std::string>& keys) {
   u32(static_cast<uint32_t>(keys.size()));
   for (const auto& k : keys) bytes(k);
+  return *this;
+}
+
+FrameWriter& FrameWriter::raw(const uint8_t* data, size_t size) {
+  buf_.insert(buf_.end(), data, data + size);
   return *this;
 }
 
@@ -113,10 +125,21 @@ std::string BodyReader::string(size_t max_size) {
   return std::string(reinterpret_cast<const char*>(p), n);
 }
 
-std::vector<std::string> BodyReader::strings(size_t max_size) {
+const uint8_t* BodyReader::raw(size_t n) {
+  const uint8_t* p;
+  return take(n, &p) ? p : nullptr;
+}
+
+std::vector<std::string> BodyReader::strings(size_t max_size, size_t max_count) {
   const uint32_t n = u32();
+  last_count_ = n;
   // Each string costs at least its 4-byte length: a count the body cannot hold is a lie.
   if (failed_ || n > static_cast<size_t>(end_ - p_) / 4) {
+    failed_ = true;
+    return {};
+  }
+  if (n > max_count) {
+    count_exceeded_ = true;
     failed_ = true;
     return {};
   }
@@ -125,5 +148,27 @@ std::vector<std::string> BodyReader::strings(size_t max_size) {
   for (uint32_t i = 0; i < n && !failed_; ++i) out.push_back(string(max_size));
   return out;
 }
+
+void hmac_sha256(const void* key, size_t key_size, const uint8_t* data, size_t size, uint8_t out[kTagBytes]) {
+  unsigned int n = 0;
+  if (::HMAC(EVP_sha256(), key, static_cast<int>(key_size), data, size, out, &n) == nullptr || n != kTagBytes)
+    throw StoreError("TCPStore: OpenSSL's HMAC-SHA256 failed");
+}
+
+void handshake_tag(const std::string& token, const char* label, const uint8_t* a, const uint8_t* b, uint8_t out[kTagBytes]) {
+  uint8_t message[64 + 2 * kNonceBytes];
+  const size_t label_size = std::strlen(label);
+  std::memcpy(message, label, label_size);
+  std::memcpy(message + label_size, a, kNonceBytes);
+  std::memcpy(message + label_size + kNonceBytes, b, kNonceBytes);
+  hmac_sha256(token.data(), token.size(), message, label_size + 2 * kNonceBytes, out);
+}
+
+void random_bytes(uint8_t* out, size_t n) {
+  if (::RAND_bytes(out, static_cast<int>(n)) != 1)
+    throw StoreError("TCPStore: the operating system gave no random bytes (OpenSSL's RAND_bytes failed)");
+}
+
+bool tags_equal(const uint8_t* a, const uint8_t* b) { return ::CRYPTO_memcmp(a, b, kTagBytes) == 0; }
 
 }  // namespace dp::distributed::tcp_store

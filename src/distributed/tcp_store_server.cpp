@@ -9,8 +9,12 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <openssl/crypto.h>
+#include <sys/uio.h>
 #include <algorithm>
 #include <atomic>
+#include <climits>
+#include <deque>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -35,7 +39,8 @@ constexpr uint64_t kWakeTag = 0;
 constexpr uint64_t kFirstListenerTag = 1;
 constexpr uint64_t kFirstConnectionTag = uint64_t{1} << 32;
 
-// Stop reading a connection's requests while this much of its answers is unsent: a client that
+// Stop reading a connection's requests while this much of its answers is unsent (the
+// per-connection budget: answers are counted before they are built, and large values are shared): a client that
 // sends but never reads cannot make the server buffer without bound.
 constexpr size_t kOutputHighWater = size_t{1} << 20;
 // Receive in pieces of at least this, at most kMaxRead (the rest of a large frame comes next time).
@@ -86,20 +91,38 @@ class InBuffer {
   size_t capacity_ = 0, begin_ = 0, end_ = 0;
 };
 
+// Unsent answer bytes: owned (headers, small answers) or a stored value shared with the store's
+// map, so a thousand clients reading one large value hold one copy of it, not a thousand.
+struct OutSegment {
+  Bytes owned;
+  std::shared_ptr<const Bytes> shared;
+  size_t offset = 0;
+  const uint8_t* data() const { return (shared ? shared->data() : owned.data()) + offset; }
+  size_t size() const { return (shared ? shared->size() : owned.size()) - offset; }
+};
+
 struct Connection {
   net::Fd fd;
+  std::string peer;  // the client's address (no port), for the log
+  Clock::time_point accepted;
+  bool authenticated = false;
+  uint8_t nonce[kNonceBytes] = {};  // Ns, this connection's challenge
+  // Before authentication only this is read: exactly one kAuth frame, nothing a peer can size.
+  uint8_t hs[kHeaderBytes + kAuthBody] = {};
+  size_t hs_have = 0;
   InBuffer in;
-  Bytes out;  // unsent bytes: out[out_start, out.size())
-  size_t out_start = 0;
+  std::deque<OutSegment> out;
+  size_t out_bytes = 0;   // unsent bytes in `out`
   uint32_t interest = 0;  // the epoll events registered now
   // A parked get (one key) or wait: answered when every key exists, or at the deadline.
   bool parked = false;
   uint8_t parked_command = 0;
   std::vector<std::string> parked_keys;
-  std::string watched_key;  // the missing key whose write wakes it
+  size_t cursor = 0;  // parked_keys[0, cursor) existed when last looked at; keys[cursor] is watched
   Clock::time_point deadline;
+  Clock::time_point accepted_wait;  // when the parked request came
 
-  size_t out_pending() const { return out.size() - out_start; }
+  size_t out_pending() const { return out_bytes; }
 };
 
 // A listening socket on `address`, or an invalid Fd with the errno in *err.
@@ -199,10 +222,50 @@ std::vector<net::Fd> listen_on(const std::string& host, uint16_t port, uint16_t*
   }
 }
 
+void check_server_options(const TCPStoreServerOptions& o) {
+  if (o.token.empty()) {
+    DP_CHECK(o.insecure, ValueError,
+             "TCPStoreServer: no token: a store without one is open to anyone who can reach its port (they could read and write every "
+             "key and stop the job). Give TCPStoreServerOptions::token the job's secret (generate_store_token()), or set insecure for a "
+             "throwaway run on a trusted machine");
+  } else {
+    check_store_token(o.token, "TCPStoreServerOptions::token");
+  }
+  DP_CHECK(o.max_key_bytes >= 1 && o.max_key_bytes <= kMaxKeyBytesCap, ValueError, "TCPStoreServerOptions::max_key_bytes ", o.max_key_bytes,
+           " is not in [1, ", kMaxKeyBytesCap, "]");
+  DP_CHECK(o.max_value_bytes >= 1 && o.max_value_bytes <= kMaxValueBytesCap, ValueError, "TCPStoreServerOptions::max_value_bytes ", o.max_value_bytes,
+           " is not in [1, ", kMaxValueBytesCap, "]");
+  DP_CHECK(o.max_keys_per_request >= 1 && o.max_keys_per_request <= UINT32_MAX, ValueError, "TCPStoreServerOptions::max_keys_per_request ",
+           o.max_keys_per_request, " is not in [1, 2^32)");
+  DP_CHECK(o.max_total_bytes >= 1, ValueError, "TCPStoreServerOptions::max_total_bytes must be at least 1");
+  DP_CHECK(o.max_parked_keys >= 1, ValueError, "TCPStoreServerOptions::max_parked_keys must be at least 1");
+  DP_CHECK(o.max_connections >= 1, ValueError, "TCPStoreServerOptions::max_connections must be at least 1");
+  DP_CHECK(o.max_unauthenticated >= 1, ValueError, "TCPStoreServerOptions::max_unauthenticated must be at least 1");
+  DP_CHECK(o.handshake_timeout.count() >= 1, ValueError, "TCPStoreServerOptions::handshake_timeout must be at least 1 ms");
+  DP_CHECK(o.max_wait.count() >= 0, ValueError, "TCPStoreServerOptions::max_wait must not be negative");
+}
+
+std::string bytes_text(size_t n) {
+  if (n >= (size_t{1} << 30) && n % (size_t{1} << 30) == 0) return std::to_string(n >> 30) + " GiB";
+  if (n >= (size_t{1} << 20) && n % (size_t{1} << 20) == 0) return std::to_string(n >> 20) + " MiB";
+  if (n >= (size_t{1} << 10) && n % (size_t{1} << 10) == 0) return std::to_string(n >> 10) + " KiB";
+  return std::to_string(n) + " bytes";
+}
+
+// The numeric address of a connected peer (no port: the log is once per address).
+std::string peer_address(int fd) {
+  net::Address a;
+  a.length = sizeof a.storage;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a.storage), &a.length) != 0) return "?";
+  return net::numeric_host(a);
+}
+
 // The server's state; touched only by its thread (after construction).
 class ServerLoop {
  public:
-  ServerLoop(std::vector<net::Fd> listeners, std::atomic<bool>* stop) : listeners_(std::move(listeners)), stop_(stop) {
+  ServerLoop(std::vector<net::Fd> listeners, std::atomic<bool>* stop, TCPStoreServerOptions options)
+      : listeners_(std::move(listeners)), stop_(stop), o_(std::move(options)) {
+    max_body_ = max_body_bytes(o_.max_key_bytes, o_.max_value_bytes);
     epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
     wake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     if (!epoll_.valid() || !wake_.valid()) {
@@ -212,6 +275,8 @@ class ServerLoop {
     add_fd(wake_.get(), EPOLLIN, kWakeTag);
     for (size_t i = 0; i < listeners_.size(); ++i) add_fd(listeners_[i].get(), EPOLLIN, kFirstListenerTag + i);
   }
+
+  ~ServerLoop() { OPENSSL_cleanse(o_.token.data(), o_.token.size()); }
 
   // Called from another thread: makes run() return promptly.
   void wake() {
@@ -240,6 +305,7 @@ class ServerLoop {
           drain_touched();
         }
         expire_parked();
+        expire_handshakes();
         resume_accepting();
         drain_touched();
       } catch (...) {
@@ -251,6 +317,8 @@ class ServerLoop {
   }
 
  private:
+  bool open_store() const { return o_.token.empty(); }
+
   void add_fd(int fd, uint32_t events, uint64_t tag) {
     epoll_event ev{};
     ev.events = events;
@@ -261,35 +329,108 @@ class ServerLoop {
   int next_timeout_ms() const {
     std::optional<Clock::time_point> next;
     if (!deadlines_.empty()) next = std::get<0>(*deadlines_.begin());
+    if (!unauthenticated_.empty()) {
+      const Connection* oldest = find_const(*unauthenticated_.begin());
+      if (oldest != nullptr) {
+        const auto t = oldest->accepted + o_.handshake_timeout;
+        if (!next || t < *next) next = t;
+      }
+    }
     if (accept_paused_until_ && (!next || *accept_paused_until_ < *next)) next = accept_paused_until_;
     return next ? net::poll_timeout_ms(*next) : -1;
   }
 
+  // --- the log ------------------------------------------------------------------------------
+
+  // One line per (peer address, reason); a bounded memory of what was said.
+  void log_once(const std::string& peer, const std::string& reason, const std::string& text) {
+    if (logged_.size() >= kMaxLogged) {
+      if (!log_full_) write_log("more refusals follow from other addresses or for other reasons; they are not logged");
+      log_full_ = true;
+      return;
+    }
+    if (!logged_.insert(peer + "\n" + reason).second) return;
+    write_log(text + " (logged once per address and reason)");
+  }
+
+  void write_log(const std::string& text) {
+    try {
+      if (o_.log) {
+        o_.log(text);
+        return;
+      }
+    } catch (...) {
+      return;
+    }
+    const std::string line = "dp::distributed::TCPStoreServer: " + text + "\n";
+    [[maybe_unused]] ssize_t n = ::write(2, line.data(), line.size());
+  }
+
+  // --- connections ----------------------------------------------------------------------------
+
   void accept_all(size_t listener) {
     // Bounded per wake-up so a connection storm does not starve the connected clients.
     for (int i = 0; i < 256; ++i) {
+      if (!open_store() && unauthenticated_.size() >= o_.max_unauthenticated && !evict_oldest_unauthenticated()) return;
       const int fd = ::accept4(listeners_[listener].get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) pause_accepting();
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) pause_accepting(Clock::now() + kAcceptPause);
         return;
+      }
+      net::Fd owned(fd);
+      if (authenticated_ >= o_.max_connections) {
+        log_once("*", "connections",
+                 detail::str("refused a connection from ", peer_address(fd), ": the store already has ", authenticated_,
+                             " clients, its limit (max_connections; dp-run --store-limit connections=N)"));
+        continue;  // closed by `owned`
       }
       net::set_nodelay(fd);
       const uint64_t id = next_id_++;
       auto c = std::make_unique<Connection>();
-      c->fd.reset(fd);
+      c->fd = std::move(owned);
+      c->peer = peer_address(fd);
+      c->accepted = Clock::now();
       c->interest = EPOLLIN | EPOLLRDHUP;
-      add_fd(fd, c->interest, id);
+      random_bytes(c->nonce, kNonceBytes);
+      greet(*c);
+      Connection& ref = *c;
       connections_.emplace(id, std::move(c));
+      add_fd(fd, ref.interest, id);
+      if (open_store()) {
+        ref.authenticated = true;
+        ++authenticated_;
+      } else {
+        unauthenticated_.insert(id);
+      }
+      if (!flush(ref)) close(id);
     }
   }
 
-  void pause_accepting() {
+  // Makes room for one more connection in the handshake: closes the oldest one if it has had a fair
+  // chance (a real client answers the greeting in milliseconds); else pauses accepting until it has.
+  bool evict_oldest_unauthenticated() {
+    const uint64_t oldest = *unauthenticated_.begin();
+    Connection* c = find(oldest);
+    const auto fair = std::min<Clock::duration>(o_.handshake_timeout, kFairHandshake);
+    if (c != nullptr && Clock::now() - c->accepted < fair) {
+      pause_accepting(c->accepted + fair);
+      return false;
+    }
+    if (c != nullptr)
+      log_once("*", "flood",
+               detail::str("more than ", o_.max_unauthenticated, " connections were in the handshake at once (max_unauthenticated): the oldest ",
+                           "are closed to make room (the first from ", c->peer, ")"));
+    close(oldest);
+    return true;
+  }
+
+  void pause_accepting(Clock::time_point until) {
     for (auto& l : listeners_) {
       epoll_event ev{};
       ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, l.get(), &ev);
     }
-    accept_paused_until_ = Clock::now() + kAcceptPause;
+    accept_paused_until_ = until;
   }
 
   void resume_accepting() {
@@ -303,7 +444,38 @@ class ServerLoop {
     }
   }
 
+  void greet(Connection& c) {
+    FrameWriter w(kHello, kHelloBody);
+    w.u32(kMagic).u8(kVersion).u8(open_store() ? 0 : kFlagTokenRequired).raw(c.nonce, kNonceBytes);
+    w.u32(static_cast<uint32_t>(o_.max_key_bytes)).u32(static_cast<uint32_t>(o_.max_value_bytes));
+    w.u32(static_cast<uint32_t>(std::min<size_t>(o_.max_keys_per_request, UINT32_MAX)));
+    w.u64(static_cast<uint64_t>(o_.max_wait.count()));
+    answer(c, w.finish());
+  }
+
+  // Closes the connections that have not authenticated in time.
+  void expire_handshakes() {
+    const auto now = Clock::now();
+    while (!unauthenticated_.empty()) {
+      const uint64_t id = *unauthenticated_.begin();
+      Connection* c = find(id);
+      if (c == nullptr) {
+        unauthenticated_.erase(unauthenticated_.begin());
+        continue;
+      }
+      if (now - c->accepted < o_.handshake_timeout) break;
+      log_once(c->peer, "timeout",
+               detail::str("closed a connection from ", c->peer, ": it did not authenticate within ", o_.handshake_timeout.count(),
+                           " ms (handshake_timeout)"));
+      close(id);
+    }
+  }
+
   Connection* find(uint64_t id) {
+    auto it = connections_.find(id);
+    return it == connections_.end() ? nullptr : it->second.get();
+  }
+  const Connection* find_const(uint64_t id) const {
     auto it = connections_.find(id);
     return it == connections_.end() ? nullptr : it->second.get();
   }
@@ -313,19 +485,77 @@ class ServerLoop {
     if (c == nullptr) return;  // closed earlier in this batch
     bool keep = true;
     try {
-      if (events & (EPOLLERR | EPOLLHUP)) {
-        keep = false;
-      } else if (events & EPOLLIN) {
-        keep = read_some(*c);
-      } else if (events & EPOLLRDHUP) {
-        keep = false;  // the client left while its request was parked or its answer unsent
+      if (!c->authenticated) {
+        keep = handshake(id, *c, events);
+      } else {
+        if (events & (EPOLLERR | EPOLLHUP)) {
+          keep = false;
+        } else if (events & EPOLLIN) {
+          keep = read_some(*c);
+        } else if (events & EPOLLRDHUP) {
+          keep = false;  // the client left while its request was parked or its answer unsent
+        }
+        if (keep && (events & EPOLLOUT)) keep = flush(*c);
+        if (keep) keep = advance(id, *c);
       }
-      if (keep && (events & EPOLLOUT)) keep = flush(*c);
-      if (keep) keep = advance(id, *c);
     } catch (...) {
       keep = false;  // e.g. out of memory for a frame: lose this client, not the server
     }
     if (!keep) close(id);
+  }
+
+  // An unauthenticated connection: reads (at most) its one kAuth frame and checks it. False: close.
+  bool handshake(uint64_t id, Connection& c, uint32_t events) {
+    if (events & EPOLLOUT) {
+      if (!flush(c)) return false;
+    }
+    if (!(events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))) return true;
+    const size_t want = sizeof c.hs - c.hs_have;
+    ssize_t n;
+    do {
+      n = ::recv(c.fd.get(), c.hs + c.hs_have, want, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (n <= 0) {
+      log_once(c.peer, "left",
+               detail::str("a client from ", c.peer, " left without authenticating (a client without the job's token, or a port scan)"));
+      return false;
+    }
+    c.hs_have += static_cast<size_t>(n);
+    if (c.hs_have >= kHeaderBytes) {
+      const uint8_t type = header_type(c.hs);
+      if (type != kAuth) {
+        log_once(c.peer, "early",
+                 detail::str("refused a client from ", c.peer, ": it sent a '", command_name(type),
+                             "' request before authenticating (no token, or a dparallel older than the authenticated store)"));
+        return false;
+      }
+      if (header_length(c.hs) != kAuthBody) {
+        log_once(c.peer, "malformed", detail::str("refused a client from ", c.peer, ": a malformed authentication frame"));
+        return false;
+      }
+    }
+    if (c.hs_have < sizeof c.hs) return true;
+    const uint8_t* client_nonce = c.hs + kHeaderBytes;
+    const uint8_t* client_tag = client_nonce + kNonceBytes;
+    uint8_t expected[kTagBytes];
+    handshake_tag(o_.token, kClientLabel, c.nonce, client_nonce, expected);
+    const bool ok = tags_equal(expected, client_tag);
+    OPENSSL_cleanse(expected, sizeof expected);
+    if (!ok) {
+      log_once(c.peer, "token", detail::str("refused a client from ", c.peer, ": wrong token (its proof of the job's token did not match)"));
+      // Told, without detail, so a misconfigured client of the job fails at once instead of retrying.
+      const Bytes denied = FrameWriter(kDenied).finish();
+      [[maybe_unused]] ssize_t sent = ::send(c.fd.get(), denied.data(), denied.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      return false;
+    }
+    uint8_t proof[kTagBytes];
+    handshake_tag(o_.token, kServerLabel, client_nonce, c.nonce, proof);
+    answer(c, FrameWriter(kOk, kTagBytes).raw(proof, kTagBytes).finish());
+    c.authenticated = true;
+    unauthenticated_.erase(id);
+    ++authenticated_;
+    return advance(id, c);
   }
 
   // Reads what the socket has (up to kMaxRead). False when the client closed or failed.
@@ -334,7 +564,7 @@ class ServerLoop {
     const size_t have = c.in.size();
     if (have >= kHeaderBytes) {
       const size_t body = header_length(c.in.data());
-      if (body > kMaxBodyBytes) return false;
+      if (body > max_body_) return oversized(c, body);
       if (kHeaderBytes + body > have) want = std::max(want, std::min(kMaxRead, kHeaderBytes + body - have));
     }
     uint8_t* tail = c.in.tail(want);
@@ -349,21 +579,38 @@ class ServerLoop {
     }
   }
 
+  bool oversized(const Connection& c, size_t body) {
+    log_once(c.peer, "frame",
+             detail::str("closed a connection from ", c.peer, ": it sent a frame of ", body, " bytes, more than the ", max_body_,
+                         " a request can need with max_key_bytes ", o_.max_key_bytes, " and max_value_bytes ", o_.max_value_bytes));
+    return false;
+  }
+
   // Sends what the socket takes. False when the client is gone.
   bool flush(Connection& c) {
-    while (c.out_pending() > 0) {
-      const ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_start, c.out_pending(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        c.out_start += static_cast<size_t>(n);
-        continue;
+    while (!c.out.empty()) {
+      iovec iov[16];
+      int count = 0;
+      for (auto it = c.out.begin(); it != c.out.end() && count < 16; ++it, ++count) {
+        iov[count].iov_base = const_cast<uint8_t*>(it->data());
+        iov[count].iov_len = it->size();
       }
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(count);
+      const ssize_t n = ::sendmsg(c.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      return false;
-    }
-    if (c.out_pending() == 0) {
-      c.out.clear();
-      c.out_start = 0;
+      if (n <= 0) return false;
+      size_t sent = static_cast<size_t>(n);
+      c.out_bytes -= sent;
+      while (sent > 0) {
+        OutSegment& front = c.out.front();
+        const size_t take = std::min(sent, front.size());
+        front.offset += take;
+        sent -= take;
+        if (front.size() == 0) c.out.pop_front();
+      }
     }
     return true;
   }
@@ -379,11 +626,15 @@ class ServerLoop {
       while (!c.parked && c.out_pending() < kOutputHighWater && c.in.size() >= kHeaderBytes) {
         const uint8_t* frame = c.in.data();
         const size_t body = header_length(frame);
-        if (body > kMaxBodyBytes) return false;
+        if (body > max_body_) return oversized(c, body);
         if (c.in.size() < kHeaderBytes + body) break;
         const bool ok = execute(id, c, header_type(frame), frame + kHeaderBytes, body);
         c.in.consume(kHeaderBytes + body);  // after execute: the request's bytes live in the buffer
-        if (!ok) return false;
+        if (!ok) {
+          log_once(c.peer, "request",
+                   detail::str("closed a connection from ", c.peer, ": a malformed '", command_name(header_type(frame)), "' request"));
+          return false;
+        }
       }
       if (!flush(c)) return false;
       // Sending may have made room for more of a client's pipelined requests.
@@ -406,6 +657,10 @@ class ServerLoop {
     Connection* c = find(id);
     if (c == nullptr) return;
     if (c->parked) unpark(id, *c);
+    if (c->authenticated)
+      --authenticated_;
+    else
+      unauthenticated_.erase(id);
     ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c->fd.get(), nullptr);
     connections_.erase(id);
   }
@@ -431,71 +686,142 @@ class ServerLoop {
   // --- requests -------------------------------------------------------------------------------
 
   static void answer(Connection& c, Bytes frame) {
-    if (c.out.empty())
-      c.out = std::move(frame);  // the common case: no copy of a large value
-    else
-      c.out.insert(c.out.end(), frame.begin(), frame.end());
+    c.out_bytes += frame.size();
+    OutSegment seg;
+    seg.owned = std::move(frame);
+    c.out.push_back(std::move(seg));
+  }
+
+  // An answer whose body is one value: the header and length owned, the value shared.
+  static void answer_value(Connection& c, const std::shared_ptr<const Bytes>& value) {
+    const size_t n = value->size();
+    Bytes head(kHeaderBytes + 4);
+    head[0] = kOk;
+    const uint32_t body = static_cast<uint32_t>(n + 4);
+    for (int i = 0; i < 4; ++i) head[1 + i] = static_cast<uint8_t>(body >> (8 * i));
+    for (int i = 0; i < 4; ++i) head[5 + i] = static_cast<uint8_t>(static_cast<uint32_t>(n) >> (8 * i));
+    answer(c, std::move(head));
+    if (n == 0) return;
+    OutSegment seg;
+    seg.shared = value;
+    c.out_bytes += n;
+    c.out.push_back(std::move(seg));
+  }
+
+  static void refuse(Connection& c, const std::string& message) { answer(c, FrameWriter(kLimit, message.size() + 8).bytes(message).finish()); }
+
+  // A key or value over the configured limits: the answer names the limit. False: within them.
+  bool over_limits(Connection& c, const char* op, const std::string& key, const std::vector<const Bytes*>& values) {
+    if (key.size() > o_.max_key_bytes) {
+      refuse(c, detail::str(op, ": a key of ", key.size(), " bytes is longer than the store's limit of ", bytes_text(o_.max_key_bytes),
+                            " (max_key_bytes; dp-run --store-limit key-bytes=N)"));
+      return true;
+    }
+    for (const Bytes* v : values) {
+      if (v->size() > o_.max_value_bytes) {
+        refuse(c, detail::str(op, ": a value of ", v->size(), " bytes is larger than the store's limit of ", bytes_text(o_.max_value_bytes),
+                              " (max_value_bytes; dp-run --store-limit value-bytes=N)"));
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Whether replacing `key`'s value by one of `size` bytes keeps the store within its quota; if not,
+  // the refusal is answered.
+  bool fits_quota(Connection& c, const char* op, const std::string& key, size_t size) {
+    auto it = data_.find(key);
+    const size_t old = it == data_.end() ? 0 : key.size() + it->second->size();
+    const size_t after = total_bytes_ - old + key.size() + size;
+    if (after <= o_.max_total_bytes) return true;
+    refuse(c, detail::str(op, " of key '", key.substr(0, 200), "': the store holds ", total_bytes_, " bytes of keys and values and this would make ",
+                          after, ", over its quota of ", bytes_text(o_.max_total_bytes), " (max_total_bytes; dp-run --store-limit total-bytes=N)"));
+    return false;
+  }
+
+  void store_value(const std::string& key, std::shared_ptr<const Bytes> value) {
+    auto it = data_.find(key);
+    if (it != data_.end()) {
+      total_bytes_ -= key.size() + it->second->size();
+      total_bytes_ += key.size() + value->size();
+      it->second = std::move(value);
+    } else {
+      total_bytes_ += key.size() + value->size();
+      data_.emplace(key, std::move(value));
+    }
+  }
+
+  bool too_many_keys(Connection& c, const char* op, const BodyReader& r) {
+    if (!r.count_exceeded()) return false;
+    refuse(c, detail::str(op, ": ", r.last_count(), " keys in one request, more than the store's limit of ", o_.max_keys_per_request,
+                          " (max_keys_per_request; dp-run --store-limit keys-per-request=N)"));
+    return true;
   }
 
   // Runs one request; false when it is malformed (the connection is then closed).
   bool execute(uint64_t id, Connection& c, uint8_t command, const uint8_t* body, size_t size) {
     BodyReader r(body, size);
     switch (command) {
-      case kHello: {
-        const uint32_t magic = r.u32();
-        r.u8();  // the client's version: it checks ours
-        if (!r.ok() || magic != kMagic) return false;
-        answer(c, FrameWriter(kOk).u32(kMagic).u8(kVersion).finish());
-        return true;
-      }
       case kSet: {
-        std::string key = r.string(kMaxKeyBytes);
-        Bytes value = r.bytes(kMaxValueBytes);
+        std::string key = r.string(kMaxKeyBytesCap);
+        Bytes value = r.bytes(kMaxValueBytesCap);
         if (!r.ok()) return false;
-        data_[key] = std::move(value);
+        if (over_limits(c, "set", key, {&value}) || !fits_quota(c, "set", key, value.size())) return true;
+        store_value(key, std::make_shared<const Bytes>(std::move(value)));
         answer(c, FrameWriter(kOk).finish());
         wrote(key);
         return true;
       }
       case kGet: {
-        std::string key = r.string(kMaxKeyBytes);
+        std::string key = r.string(kMaxKeyBytesCap);
         const uint64_t timeout_ms = r.u64();
         if (!r.ok()) return false;
+        if (over_limits(c, "get", key, {})) return true;
         park(id, c, kGet, {std::move(key)}, timeout_ms);
         return true;
       }
       case kAdd: {
-        std::string key = r.string(kMaxKeyBytes);
+        std::string key = r.string(kMaxKeyBytesCap);
         const int64_t delta = r.i64();
         if (!r.ok()) return false;
+        if (over_limits(c, "add", key, {})) return true;
         add(c, key, delta);
         return true;
       }
       case kCompareSet: {
-        std::string key = r.string(kMaxKeyBytes);
-        Bytes expected = r.bytes(kMaxValueBytes);
-        Bytes desired = r.bytes(kMaxValueBytes);
+        std::string key = r.string(kMaxKeyBytesCap);
+        Bytes expected = r.bytes(kMaxValueBytesCap);
+        Bytes desired = r.bytes(kMaxValueBytesCap);
         if (!r.ok()) return false;
+        if (over_limits(c, "compare_set", key, {&expected, &desired})) return true;
         compare_set(c, key, expected, std::move(desired));
         return true;
       }
       case kCheck: {
-        std::vector<std::string> keys = r.strings(kMaxKeyBytes);
+        std::vector<std::string> keys = r.strings(kMaxKeyBytesCap, o_.max_keys_per_request);
+        if (too_many_keys(c, "check", r)) return true;
         if (!r.ok()) return false;
-        answer(c, FrameWriter(kOk).u8(first_missing(keys) == nullptr ? 1 : 0).finish());
+        answer(c, FrameWriter(kOk).u8(first_missing(keys, 0) == keys.size() ? 1 : 0).finish());
         return true;
       }
       case kWait: {
-        std::vector<std::string> keys = r.strings(kMaxKeyBytes);
+        std::vector<std::string> keys = r.strings(kMaxKeyBytesCap, o_.max_keys_per_request);
+        if (too_many_keys(c, "wait", r)) return true;
         const uint64_t timeout_ms = r.u64();
         if (!r.ok()) return false;
         park(id, c, kWait, std::move(keys), timeout_ms);
         return true;
       }
       case kDelete: {
-        std::string key = r.string(kMaxKeyBytes);
+        std::string key = r.string(kMaxKeyBytesCap);
         if (!r.ok()) return false;
-        answer(c, FrameWriter(kOk).u8(data_.erase(key) > 0 ? 1 : 0).finish());
+        auto it = data_.find(key);
+        const bool existed = it != data_.end();
+        if (existed) {
+          total_bytes_ -= key.size() + it->second->size();
+          data_.erase(it);
+        }
+        answer(c, FrameWriter(kOk).u8(existed ? 1 : 0).finish());
         return true;
       }
       case kNumKeys:
@@ -511,7 +837,7 @@ class ServerLoop {
     auto it = data_.find(key);
     int64_t now = 0;
     try {
-      now = it == data_.end() ? 0 : parse_counter(key, it->second);
+      now = it == data_.end() ? 0 : parse_counter(key, *it->second);
     } catch (const Error& e) {
       answer(c, FrameWriter(kBadValue).bytes(std::string(e.what())).finish());
       return;
@@ -522,7 +848,9 @@ class ServerLoop {
              FrameWriter(kBadValue).bytes(detail::str("Store::add: key '", key, "' holds ", now, "; adding ", delta, " overflows int64")).finish());
       return;
     }
-    data_[key] = counter_bytes(sum);
+    Bytes value = counter_bytes(sum);
+    if (!fits_quota(c, "add", key, value.size())) return;
+    store_value(key, std::make_shared<const Bytes>(std::move(value)));
     answer(c, FrameWriter(kOk).i64(sum).finish());
     wrote(key);
   }
@@ -531,63 +859,75 @@ class ServerLoop {
   void compare_set(Connection& c, const std::string& key, const Bytes& expected, Bytes desired) {
     auto it = data_.find(key);
     if (it == data_.end() && !expected.empty()) {
-      answer(c, FrameWriter(kOk).bytes(expected).finish());
+      answer(c, FrameWriter(kOk, expected.size() + 8).bytes(expected).finish());
       return;
     }
-    if (it != data_.end() && it->second != expected) {
-      answer(c, FrameWriter(kOk).bytes(it->second).finish());
+    if (it != data_.end() && *it->second != expected) {
+      answer_value(c, it->second);
       return;
     }
-    answer(c, FrameWriter(kOk, desired.size() + 8).bytes(desired).finish());
-    data_[key] = std::move(desired);
+    if (!fits_quota(c, "compare_set", key, desired.size())) return;
+    auto value = std::make_shared<const Bytes>(std::move(desired));
+    store_value(key, value);
+    answer_value(c, value);
     wrote(key);
   }
 
-  const std::string* first_missing(const std::vector<std::string>& keys) const {
-    for (const auto& k : keys)
-      if (!data_.count(k)) return &k;
-    return nullptr;
+  // The index of the first key from `from` on that does not exist (keys.size() when all do).
+  size_t first_missing(const std::vector<std::string>& keys, size_t from) const {
+    for (size_t i = from; i < keys.size(); ++i)
+      if (!data_.count(keys[i])) return i;
+    return keys.size();
   }
 
   // Answers a get/wait whose keys all exist.
   void answer_ready(Connection& c, uint8_t command, const std::vector<std::string>& keys) {
-    if (command == kGet) {
-      const Bytes& v = data_.at(keys[0]);
-      answer(c, FrameWriter(kOk, v.size() + 8).bytes(v).finish());
-    } else {
+    if (command == kGet)
+      answer_value(c, data_.at(keys[0]));
+    else
       answer(c, FrameWriter(kOk).finish());
-    }
   }
 
   void park(uint64_t id, Connection& c, uint8_t command, std::vector<std::string> keys, uint64_t timeout_ms) {
-    const std::string* missing = first_missing(keys);
-    if (missing == nullptr) {
+    const size_t missing = first_missing(keys, 0);
+    if (missing == keys.size()) {
       answer_ready(c, command, keys);
       return;
     }
+    if (parked_keys_ + keys.size() > o_.max_parked_keys) {
+      refuse(c, detail::str(command_name(command), ": the requests waiting in the store wait for ", parked_keys_, " keys, and ", keys.size(),
+                            " more would exceed its limit of ", o_.max_parked_keys, " (max_parked_keys; dp-run --store-limit parked-keys=N)"));
+      return;
+    }
+    const uint64_t max_wait = static_cast<uint64_t>(std::max<int64_t>(0, o_.max_wait.count()));
     c.parked = true;
     c.parked_command = command;
-    c.watched_key = *missing;
+    c.cursor = missing;
     c.parked_keys = std::move(keys);
-    c.deadline = Clock::now() + std::chrono::milliseconds(std::min(timeout_ms, kMaxTimeoutMs));
-    watchers_[c.watched_key].push_back(id);
+    parked_keys_ += c.parked_keys.size();
+    c.deadline = Clock::now() + std::chrono::milliseconds(std::min({timeout_ms, max_wait, kMaxTimeoutMs}));
+    c.accepted_wait = Clock::now();
+    watchers_[c.parked_keys[c.cursor]].push_back(id);
     deadlines_.emplace(c.deadline, id);
   }
 
   void unpark(uint64_t id, Connection& c, bool in_watchers = true) {
-    auto it = in_watchers ? watchers_.find(c.watched_key) : watchers_.end();
+    auto it = in_watchers && c.cursor < c.parked_keys.size() ? watchers_.find(c.parked_keys[c.cursor]) : watchers_.end();
     if (it != watchers_.end()) {
       auto& ids = it->second;
       ids.erase(std::remove(ids.begin(), ids.end(), id), ids.end());
       if (ids.empty()) watchers_.erase(it);
     }
     deadlines_.erase({c.deadline, id});
+    parked_keys_ -= c.parked_keys.size();
     c.parked = false;
     c.parked_keys.clear();
-    c.watched_key.clear();
+    c.cursor = 0;
   }
 
   // `key` was written: the requests parked on it move on to their next missing key, or are answered.
+  // Each keeps a cursor, so a long key list is walked once, not from its start on every write; at
+  // its end the whole list is checked once more (a key may have been deleted meanwhile).
   void wrote(const std::string& key) {
     auto it = watchers_.find(key);
     if (it == watchers_.end()) return;
@@ -596,14 +936,20 @@ class ServerLoop {
     for (uint64_t id : ids) {
       Connection* c = find(id);
       if (c == nullptr || !c->parked) continue;
-      if (const std::string* missing = first_missing(c->parked_keys)) {
-        c->watched_key = *missing;
-        watchers_[*missing].push_back(id);
+      size_t next = first_missing(c->parked_keys, c->cursor);
+      if (next == c->parked_keys.size()) next = first_missing(c->parked_keys, 0);
+      if (next < c->parked_keys.size()) {
+        c->cursor = next;
+        watchers_[c->parked_keys[next]].push_back(id);
         continue;
       }
       std::vector<std::string> keys = std::move(c->parked_keys);
       const uint8_t command = c->parked_command;
-      unpark(id, *c, /*in_watchers=*/false);  // `ids` was its watcher list
+      c->parked_keys = {};
+      parked_keys_ -= keys.size();
+      c->cursor = 0;
+      deadlines_.erase({c->deadline, id});
+      c->parked = false;  // `ids` was its watcher list
       answer_ready(*c, command, keys);
       touched_.push_back(id);
     }
@@ -621,23 +967,37 @@ class ServerLoop {
       std::vector<std::string> missing;
       for (const auto& k : c->parked_keys)
         if (!data_.count(k)) missing.push_back(k);
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - c->accepted_wait).count();
       unpark(id, *c);
-      answer(*c, FrameWriter(kTimeout).keys(missing).finish());
+      answer(*c, FrameWriter(kTimeout).keys(missing).u64(static_cast<uint64_t>(std::max<int64_t>(0, waited))).finish());
       touched_.push_back(id);
     }
   }
 
+  static constexpr size_t kMaxLogged = 4096;
+  // A connection in the handshake has this long before a newer one may push it out (a client of the
+  // job answers the greeting in well under a millisecond; one pushed out connects again).
+  static constexpr std::chrono::milliseconds kFairHandshake{100};
+
   std::vector<net::Fd> listeners_;
   std::atomic<bool>* stop_;
+  TCPStoreServerOptions o_;
+  size_t max_body_ = 0;
   net::Fd epoll_;
   net::Fd wake_;
   std::optional<Clock::time_point> accept_paused_until_;
   uint64_t next_id_ = kFirstConnectionTag;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
-  std::unordered_map<std::string, Bytes> data_;
+  std::set<uint64_t> unauthenticated_;  // by id, which is accept order: the oldest first
+  size_t authenticated_ = 0;
+  std::unordered_map<std::string, std::shared_ptr<const Bytes>> data_;
+  size_t total_bytes_ = 0;                                           // keys and values in data_
+  size_t parked_keys_ = 0;                                           // keys of every parked request
   std::unordered_map<std::string, std::vector<uint64_t>> watchers_;  // missing key -> parked connections
   std::set<std::tuple<Clock::time_point, uint64_t>> deadlines_;      // parked connections by deadline
   std::vector<uint64_t> touched_;
+  std::set<std::string> logged_;
+  bool log_full_ = false;
 };
 
 }  // namespace
@@ -649,9 +1009,10 @@ struct TCPStoreServer::State {
   std::thread thread;
 };
 
-TCPStoreServer::TCPStoreServer(const std::string& host, uint16_t port) : state_(std::make_unique<State>()) {
+TCPStoreServer::TCPStoreServer(const std::string& host, uint16_t port, TCPStoreServerOptions options) : state_(std::make_unique<State>()) {
+  check_server_options(options);
   std::vector<net::Fd> listeners = listen_on(host, port, &state_->port);
-  state_->loop = std::make_unique<ServerLoop>(std::move(listeners), &state_->stop);
+  state_->loop = std::make_unique<ServerLoop>(std::move(listeners), &state_->stop, std::move(options));
   state_->thread = std::thread([loop = state_->loop.get()] { loop->run(); });
 }
 

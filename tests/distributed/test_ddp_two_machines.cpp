@@ -42,6 +42,7 @@ std::unique_ptr<WorkerProcess> start_rank(const TwoHosts& hosts, int r, const st
                                "MASTER_PORT=" + std::to_string(port),
                                "DP_DIST_TIMEOUT=" + std::to_string(timeout_s),
                                "DP_STORE_HOSTED=0",
+                               "DP_STORE_TOKEN=two-machines-token-0123456789abcdef",
                                "DP_CPU_DEVICES=1",
                                "OPENBLAS_NUM_THREADS=1"};
   return std::make_unique<WorkerProcess>("/usr/sbin/ip", args, env);

@@ -3,11 +3,14 @@
 // of one (no store needed) and of two ranks (threads) through a TCPStore on 127.0.0.1.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <functional>
 #include <map>
 #include <thread>
 #include "dp/distributed/errors.h"
 #include "dp/distributed/init.h"
 #include "dp/dp.h"
+#include "support/temp_files.h"
 
 namespace dp::distributed {
 namespace {
@@ -149,8 +152,9 @@ TEST(LocalAddressTowards, LoopbackRoutesFromLoopback) {
 class InitProcessGroup : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
-                             "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "DP_STORE_HOSTED", "DP_STORE_PREFIX"}) {
+    for (const char* name :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+          "SLURM_PROCID", "SLURM_NTASKS", "DP_STORE_HOSTED", "DP_STORE_PREFIX", "DP_STORE_TOKEN", "DP_STORE_TOKEN_FILE", "DP_STORE_INSECURE"}) {
       if (const char* v = std::getenv(name)) saved_.emplace_back(name, v);
       ::unsetenv(name);
     }
@@ -216,7 +220,9 @@ TEST_F(InitProcessGroup, TwoRanksMeetThroughATcpStoreHostedByRankZero) {
   // it out again at once).
   uint16_t port = 0;
   {
-    TCPStoreServer probe("127.0.0.1", 0);
+    TCPStoreServerOptions open;
+    open.insecure = true;
+    TCPStoreServer probe("127.0.0.1", 0, open);
     port = probe.port();
   }
   std::vector<std::string> errors(2);
@@ -231,6 +237,7 @@ TEST_F(InitProcessGroup, TwoRanksMeetThroughATcpStoreHostedByRankZero) {
         o.world_size = 2;
         o.master_addr = "127.0.0.1";
         o.master_port = port;
+        o.store_token = "init-test-token-0123456789abcdef";
         o.group.timeout = std::chrono::seconds(10);
         auto pg = init_process_group(o);
         Tensor t = full({3}, double(r + 1), kFloat32);
@@ -251,9 +258,105 @@ TEST_F(InitProcessGroup, TwoRanksMeetThroughATcpStoreHostedByRankZero) {
   }
 }
 
+// Two ranks as threads, rank 0 hosting the store on a free port of 127.0.0.1; `configure` adds the
+// token options. The ranks' errors ("" when none), after an allreduce.
+std::vector<std::string> two_ranks(const std::function<void(InitOptions&)>& configure) {
+  uint16_t port = 0;
+  {
+    TCPStoreServerOptions open;
+    open.insecure = true;
+    TCPStoreServer probe("127.0.0.1", 0, open);
+    port = probe.port();
+  }
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        InitOptions o;
+        o.rank = r;
+        o.world_size = 2;
+        o.master_addr = "127.0.0.1";
+        o.master_port = port;
+        o.group.timeout = std::chrono::seconds(10);
+        configure(o);
+        auto pg = init_process_group(o);
+        Tensor t = full({1}, double(r + 1), kFloat64);
+        pg->allreduce(t)->wait();
+        if (t.item<double>() != 3.0) errors[static_cast<size_t>(r)] = "wrong sum";
+        pg->barrier()->wait();
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST_F(InitProcessGroup, WithoutATokenTheStoreIsRefusedAndTheMessageSaysHowToGiveOne) {
+  InitOptions o;
+  o.rank = 0;
+  o.world_size = 2;
+  o.master_addr = "127.0.0.1";
+  o.master_port = 29999;
+  try {
+    init_process_group(o);
+    ADD_FAILURE() << "a store open to anyone was started";
+  } catch (const ValueError& e) {
+    for (const char* part : {"no store token", "127.0.0.1:29999", "dp-run", "DP_STORE_TOKEN", "DP_STORE_TOKEN_FILE", "DP_STORE_INSECURE=1"})
+      EXPECT_TRUE(contains(e.what(), part)) << part << ": " << e.what();
+  }
+  // A token too short to be a secret is refused, and never quoted.
+  o.store_token = "short-secret";
+  try {
+    init_process_group(o);
+    ADD_FAILURE() << "a 12-byte token was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_TRUE(contains(e.what(), "a token of 12 bytes")) << e.what();
+    EXPECT_FALSE(contains(e.what(), "short-secret")) << e.what();
+  }
+}
+
+TEST_F(InitProcessGroup, TheTokenFromTheEnvironmentIsUsedAndRemovedFromIt) {
+  ::setenv("DP_STORE_TOKEN", "env-token-0123456789abcdef0123", 1);
+  const std::vector<std::string> errors = two_ranks([](InitOptions&) {});
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+  // Read once, then gone: programs this process starts do not inherit it.
+  EXPECT_EQ(std::getenv("DP_STORE_TOKEN"), nullptr);
+  EXPECT_EQ(store_token_from_environment(), "env-token-0123456789abcdef0123");
+}
+
+TEST_F(InitProcessGroup, RankZeroWritesATokenFileThatTheOtherRanksRead) {
+  test::TempDir dir;
+  const std::string path = dir.file("job.token");
+  const std::vector<std::string> errors = two_ranks([&](InitOptions& o) { o.store_token_file = path; });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const std::string token = read_store_token_file(path);
+  EXPECT_EQ(token.size(), 64u);
+  EXPECT_EQ(token.find_first_not_of("0123456789abcdef"), std::string::npos) << token;
+  // The next job finds the file and uses its token; a file others may read is refused by mode.
+  EXPECT_EQ(two_ranks([&](InitOptions& o) { o.store_token_file = path; }), (std::vector<std::string>{"", ""}));
+  ::chmod(path.c_str(), 0644);
+  const std::vector<std::string> refused = two_ranks([&](InitOptions& o) { o.store_token_file = path; });
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(contains(refused[static_cast<size_t>(r)], "can be read by others (mode 0644): chmod 600")) << refused[r];
+}
+
+TEST_F(InitProcessGroup, AnOpenStoreIsAnExplicitChoice) {
+  EXPECT_EQ(two_ranks([](InitOptions& o) { o.insecure_store = true; }), (std::vector<std::string>{"", ""}));
+  ::setenv("DP_STORE_INSECURE", "1", 1);
+  EXPECT_EQ(two_ranks([](InitOptions&) {}), (std::vector<std::string>{"", ""}));
+  ::unsetenv("DP_STORE_INSECURE");
+}
+
 // A store made by the caller (a launcher-hosted server): the transport binds towards its host.
 TEST_F(InitProcessGroup, ACallersTcpStoreIsUsedAndSetsTheBindAddress) {
-  TCPStoreServer server("127.0.0.1", 0);
+  TCPStoreServerOptions server_options;
+  server_options.token = "init-test-token-0123456789abcdef";
+  TCPStoreServer server("127.0.0.1", 0, server_options);
   std::vector<std::string> errors(2);
   std::vector<double> results(2);
   std::vector<std::thread> threads;
@@ -265,6 +368,7 @@ TEST_F(InitProcessGroup, ACallersTcpStoreIsUsedAndSetsTheBindAddress) {
         o.world_size = 2;
         TCPStoreOptions so;
         so.timeout = std::chrono::seconds(10);
+        so.token = server_options.token;
         o.store = std::make_shared<PrefixStore>("job7", std::make_shared<TCPStore>("127.0.0.1", server.port(), so));
         o.group.timeout = std::chrono::seconds(10);
         auto pg = init_process_group(o);

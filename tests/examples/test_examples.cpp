@@ -41,6 +41,7 @@ ProgramRun run(const std::string& name, const std::string& args) {
   std::array<char, 4096> buf;
   for (size_t k; (k = fread(buf.data(), 1, buf.size(), p)) > 0;) r.out.append(buf.data(), k);
   const int rc = pclose(p);
+  ::unsetenv("DP_STORE_TOKEN");
   r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   return r;
 }
@@ -241,7 +242,12 @@ TEST_F(Examples, EmbeddingOnHostFeedsAnotherDevice) {
 // is free): both ranks end on the same weights, the global batches are the one-process run's, so
 // the losses and accuracies agree with it, and the collective checkpoint is written once.
 ProgramRun run_ranks(int world, const std::string& args) {
-  dp::distributed::TCPStoreServer store("127.0.0.1", 0);
+  // The store's token reaches the ranks through the environment they inherit (not the command line).
+  const std::string token = dp::distributed::generate_store_token();
+  dp::distributed::TCPStoreServerOptions so;
+  so.token = token;
+  dp::distributed::TCPStoreServer store("127.0.0.1", 0, so);
+  ::setenv("DP_STORE_TOKEN", token.c_str(), 1);
   std::string cmd;
   const std::string env =
       "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(store.port()) + " DP_STORE_HOSTED=1 WORLD_SIZE=" + std::to_string(world) + " ";

@@ -69,6 +69,8 @@ class TwoHosts {
   const std::string& address(int host) const { return addr_[host]; }
   // Cuts the link: packets stop, no FIN or RST reaches either side.
   void partition() { run_command("ip -n " + ns_[0] + " link set " + veth_[0] + " down"); }
+  // Mends a cut link (the connections that outlived the cut carry on: TCP retransmits).
+  void heal() { run_command("ip -n " + ns_[0] + " link set " + veth_[0] + " up"); }
 
  private:
   std::string ns_[2], veth_[2], addr_[2];

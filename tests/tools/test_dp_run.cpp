@@ -96,6 +96,10 @@ TEST(DpRun, GivesEachWorkerTheLauncherEnvironment) {
     EXPECT_EQ(env[r]["TORCHELASTIC_ERROR_FILE"], env[r]["DP_ERROR_FILE"]);
   }
   EXPECT_NE(env[0]["DP_ERROR_FILE"], env[1]["DP_ERROR_FILE"]);
+  // The store's token: a fresh 64-character one, the same for every worker, in their environment
+  // only: not in dp-run's output.
+  EXPECT_TRUE(contains(env[0]["DP_STORE_TOKEN"], "64 characters, fingerprint ")) << env[0]["DP_STORE_TOKEN"];
+  EXPECT_EQ(env[0]["DP_STORE_TOKEN"], env[1]["DP_STORE_TOKEN"]);
   // The scratch directory of the error files is gone with dp-run.
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(env[0]["DP_ERROR_FILE"]).parent_path()));
 }

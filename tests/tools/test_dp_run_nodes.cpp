@@ -22,8 +22,8 @@ constexpr milliseconds kRun{40000};
 
 // dp-run as node `node` of `nnodes` at 127.0.0.1:port.
 std::vector<std::string> node_options(int node, int nnodes, int port, int nproc, std::vector<std::string> more = {}) {
-  std::vector<std::string> o{"--nnodes",  std::to_string(nnodes), "--node-rank",        std::to_string(node), "--master-addr",
-                             "127.0.0.1", "--master-port",        std::to_string(port), "--nproc-per-node",   std::to_string(nproc)};
+  std::vector<std::string> o{"--nnodes",      std::to_string(nnodes), "--node-rank",      std::to_string(node),  "--master-addr", "127.0.0.1",
+                             "--master-port", std::to_string(port),   "--nproc-per-node", std::to_string(nproc), "--token-file",  token_file()};
   o.insert(o.end(), more.begin(), more.end());
   return o;
 }
@@ -146,8 +146,8 @@ TEST(DpRunNodes, ANodeRankGivenTwiceIsRefused) {
 std::unique_ptr<WorkerProcess> dp_run_on(const dp::test::TwoHosts& hosts, int node, int port, const std::vector<std::string>& options,
                                          const std::vector<std::string>& worker_args) {
   std::vector<std::string> args{
-      "netns",          "exec",          hosts.ns(node),      kDpRun, "--nnodes", "2", "--node-rank", std::to_string(node), "--master-addr",
-      hosts.address(0), "--master-port", std::to_string(port)};
+      "netns",          "exec",          hosts.ns(node),       kDpRun,         "--nnodes",  "2", "--node-rank", std::to_string(node), "--master-addr",
+      hosts.address(0), "--master-port", std::to_string(port), "--token-file", token_file()};
   args.insert(args.end(), options.begin(), options.end());
   args.push_back("--");
   args.push_back(kWorker);
@@ -206,6 +206,12 @@ TEST(DpRunTwoMachines, CuttingTheLinkEndsBothNodesWithANamedTimeout) {
     ASSERT_TRUE(status.has_value()) << n->output();
     EXPECT_EQ(*status, 1) << n->output();
   }
+  // Each summary names the cut as the first failure, before the timeouts it caused.
+  EXPECT_TRUE(
+      std::regex_search(n0->output(), std::regex("first failure: node 1('s dp-run|: its dp-run) stopped answering.*network to (it|node 1) is cut")))
+      << n0->output();
+  EXPECT_TRUE(std::regex_search(n1->output(), std::regex("first failure: this node lost the store at " + hosts.address(0) + ":[0-9]+: .*network")))
+      << n1->output();
   std::printf("[ measured ] link cut -> both nodes reported the timeout within %lld ms; both dp-runs ended %lld ms after the cut\n",
               static_cast<long long>(slowest), static_cast<long long>(mono_ms() - cut_at));
 }

@@ -44,6 +44,13 @@ TEST(DpRunReport, OneLinePerWorkerWithTheRecordedError) {
             "rank 0 (node 1, local 0, pid 4240) exited with status 3 after 12.4 s: PeerLostError: allreduce #42 (rank 0 of 2, group "
             "'default'): lost rank 1 | second line");
   EXPECT_EQ(describe(worker(2, exited(4))), "rank 2 (node 1, local 0, pid 4242) exited with status 4 after 12.3 s (no error recorded)");
+  // 143 without an error and without dp-run's SIGTERM: the ranks stopped together on a signal that
+  // came elsewhere; a consequence, not a first failure.
+  EXPECT_EQ(describe(worker(2, exited(143))),
+            "rank 2 (node 1, local 0, pid 4242) exited with status 143 after 12.3 s (128 + SIGTERM: it stopped on a stop signal, its own or "
+            "another rank's) (no error recorded)");
+  EXPECT_TRUE(is_consequence(worker(2, exited(143))));
+  EXPECT_FALSE(is_consequence(worker(2, exited(4))));
   WorkerExit stopped = worker(3, killed(SIGTERM));
   stopped.stop_signal = SIGTERM;
   EXPECT_EQ(describe(stopped), "rank 3 (node 1, local 1, pid 4243) was stopped by dp-run (SIGTERM) after 12.3 s");
@@ -170,10 +177,13 @@ TEST(DpRunOptions, TheProgramAndItsArgumentsAreKeptWhole) {
   r = parse({"--nproc-per-node", "2", "python3", "-u", "train.py"});
   ASSERT_TRUE(r.options.has_value());
   EXPECT_EQ(r.options->command, (std::vector<std::string>{"python3", "-u", "train.py"}));
-  // Several nodes: node 0's default port.
-  r = parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--", "x"});
+  // Several nodes: node 0's default port; the job's token must be given (a file, or DP_STORE_TOKEN).
+  r = parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--token-file", "job.token", "--", "x"});
   ASSERT_TRUE(r.options.has_value());
   EXPECT_EQ(r.options->master_port, 29500);
+  EXPECT_EQ(r.options->token_file, "job.token");
+  ::unsetenv("DP_STORE_TOKEN");
+  EXPECT_EQ(parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--", "x"}).exit_code, 2);
   EXPECT_FALSE(parse({"--grace", "-1", "--", "x"}).options.has_value());
   EXPECT_EQ(parse({"--timeout", "0", "--", "x"}).exit_code, 2);
   EXPECT_TRUE(valid_run_id("job-1.a_b"));
@@ -210,5 +220,25 @@ TEST(DpRunProcess, FindsTheProgramAndSaysWhyNot) {
 }
 
 }  // namespace
+TEST(DpRunOptions, StoreLimitsAreParsedAndNamedWhenWrong) {
+  auto r = parse({"--store-limit", "value-bytes=16M", "--store-limit", "total-bytes=2G", "--store-limit", "connections=100", "--store-limit",
+                  "handshake-timeout=2.5", "--store-bind", "0.0.0.0", "--", "x"});
+  ASSERT_TRUE(r.options.has_value());
+  EXPECT_EQ(r.options->store_limits.max_value_bytes, size_t{16} << 20);
+  EXPECT_EQ(r.options->store_limits.max_total_bytes, size_t{2} << 30);
+  EXPECT_EQ(r.options->store_limits.max_connections, 100u);
+  EXPECT_EQ(r.options->store_limits.handshake_timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(r.options->store_limits.max_key_bytes, size_t{8} << 10);  // the default, untouched
+  EXPECT_EQ(r.options->store_bind, "0.0.0.0");
+  dp::distributed::TCPStoreServerOptions limits;
+  std::string error;
+  EXPECT_FALSE(apply_store_limit("value-bytes=1G", limits, &error));
+  EXPECT_NE(error.find("--store-limit value-bytes=1G: not a number in [1, 67108864]"), std::string::npos) << error;
+  EXPECT_FALSE(apply_store_limit("speed=9", limits, &error));
+  EXPECT_NE(error.find("not NAME=VALUE with NAME one of key-bytes"), std::string::npos) << error;
+  EXPECT_FALSE(apply_store_limit("connections=-3", limits, &error));
+  EXPECT_EQ(parse({"--store-limit", "key-bytes=lots", "--", "x"}).exit_code, 2);
+}
+
 }  // namespace dp::run
 #endif  // DP_RUN_BIN

@@ -18,6 +18,7 @@
 #include <vector>
 #include <gtest/gtest.h>
 #include "distributed/workers/worker_process.h"
+#include "support/temp_files.h"
 
 namespace dp_run_test {
 
@@ -35,6 +36,23 @@ inline const char* kWorker = nullptr;
 #define DP_RUN_REQUIRE_BINARY() \
   if (::dp_run_test::kDpRun == nullptr) GTEST_SKIP() << "dp-run is not built (configure with -DDP_BUILD_TOOLS=ON)"
 
+// A token file for several dp-runs of one job (mode 0600, in a directory removed at exit): the
+// same for every test of the program, which is fine, each job having its own port.
+inline const std::string& token_file() {
+  static const std::string path = [] {
+    static dp::test::TempDir dir;
+    const std::string p = dir.file("job.token");
+    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const std::string token = "dp-run-test-token-0123456789abcdef\n";
+    if (fd >= 0) {
+      [[maybe_unused]] ssize_t n = ::write(fd, token.data(), token.size());
+      ::close(fd);
+    }
+    return p;
+  }();
+  return path;
+}
+
 // The environment a test run adds to the test's own (from which start_dp_run removed the variables
 // that would change dp-run's choices).
 inline std::vector<std::string> clean_env(std::vector<std::string> extra = {}) {
@@ -46,8 +64,9 @@ inline std::vector<std::string> clean_env(std::vector<std::string> extra = {}) {
 // dp-run with `args` (its options, "--", the program and its arguments).
 inline std::unique_ptr<WorkerProcess> start_dp_run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
   // Variables the test process may have that would change dp-run's choices are removed first.
-  for (const char* name : {"DP_CPU_DEVICES", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "DP_TIMELINE", "DP_DIST_TIMEOUT", "RANK", "WORLD_SIZE",
-                           "LOCAL_RANK", "LOCAL_WORLD_SIZE", "DP_ERROR_FILE", "DP_RESTART_COUNT", "DP_RUN_ID"})
+  for (const char* name :
+       {"DP_CPU_DEVICES", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "DP_TIMELINE", "DP_DIST_TIMEOUT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE", "DP_ERROR_FILE", "DP_RESTART_COUNT", "DP_RUN_ID", "DP_STORE_TOKEN", "DP_STORE_TOKEN_FILE"})
     ::unsetenv(name);
   return std::make_unique<WorkerProcess>(kDpRun, args, clean_env(env));
 }

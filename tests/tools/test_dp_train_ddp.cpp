@@ -207,6 +207,48 @@ TEST_F(DpTrainDdp, StopAfterOnOneRankStopsEveryRankAfterThatStep) {
   EXPECT_EQ(checkpoint_step(dir.file("ck")), 3);
 }
 
+// The run settings are compared across the ranks before the first step: a rank started with
+// another --seed (different data orders) or --lr (diverging weights) is refused on every rank, by
+// the option's name and both values, with or without checkpoints, and nothing is trained or written.
+TEST_F(DpTrainDdp, DifferentRunSettingsOnOneRankAreRefusedByName) {
+  Ranks seed = run_ranks({kSmall, concat(kSmall, {"--seed", "1"})});
+  EXPECT_EQ(seed.status, (std::vector<int>{2, 2})) << seed.all();
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_TRUE(contains(seed.output[static_cast<size_t>(rank)],
+                         "dp-train: rank " + std::to_string(rank) + ": error: --seed differs between the ranks: 0 on rank 0; 1 on rank 1."))
+        << seed.all();
+  const std::string ck = dir.file("ck");
+  Ranks lr = run_ranks({concat(kSmall, {"--checkpoint-dir", ck}), concat(kSmall, {"--checkpoint-dir", ck, "--lr", "0.01"})});
+  EXPECT_EQ(lr.status, (std::vector<int>{2, 2})) << lr.all();
+  EXPECT_TRUE(contains(lr.output[0], "error: --lr differs between the ranks: 0.1 on rank 0; 0.01 on rank 1.")) << lr.all();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ck/checkpoint.safetensors"))) << lr.all();
+}
+
+// SIGHUP (a closed terminal or SSH session) stops the run as SIGTERM does: every rank stops after
+// the same step, the checkpoint is written, and the exit status is 129.
+TEST_F(DpTrainDdp, HangupStopsEveryRankLikeTermAndCheckpoints) {
+  const std::string ck = dir.file("ck"), log = dir.file("log.jsonl");
+  dp::test::WorkerJob job(kBinary, {concat(kLong, {"--checkpoint-dir", ck, "--log", log}), concat(kLong, {"--checkpoint-dir", ck, "--log", log})},
+                          30);
+  auto ranks = [&](size_t i) -> dp::test::WorkerProcess& { return job[static_cast<int>(i)]; };
+  const auto deadline = std::chrono::steady_clock::now() + seconds(60);
+  while (last_step(read_jsonl_so_far(log)) < 3 && std::chrono::steady_clock::now() < deadline) {
+    for (size_t i = 0; i < 2; ++i)
+      while (ranks(i).read_line(milliseconds(1))) {
+      }
+  }
+  ASSERT_GE(last_step(read_jsonl_so_far(log)), 3) << job.outputs();
+  job[0].signal(SIGHUP);
+  EXPECT_EQ(wait_all(ranks, 2, milliseconds(60000)), (std::vector<int>{129, 129})) << job.outputs();
+  const auto stop = events(read_jsonl(log), "stop");
+  ASSERT_EQ(stop.size(), 1u) << job.outputs();
+  const int64_t at = stop[0].at("step").get<int64_t>();
+  ASSERT_LT(at, 60) << "the run ended before the signal";
+  EXPECT_EQ(checkpoint_step(ck), at);
+  EXPECT_TRUE(contains(job[0].output(), "stopped by SIGHUP (its terminal or SSH session closed) (all 2 processes) at step " + std::to_string(at)))
+      << job.outputs();
+}
+
 TEST_F(DpTrainDdp, SetupFailureOnOneRankStopsEveryRank) {
   const std::string missing = dir.file("missing.safetensors");
   Ranks r = run_ranks({kSmall, concat(kSmall, {"--init", missing})});

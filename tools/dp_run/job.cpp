@@ -2,12 +2,13 @@
 
 #include <stdlib.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <random>
 #include "dp/distributed/errors.h"
 #include "dp/distributed/store.h"
 #include "exit_codes.h"
@@ -29,13 +30,40 @@ using std::chrono::milliseconds;
 milliseconds failure_wait(double grace_s) { return kSettle + milliseconds(static_cast<int64_t>(grace_s * 1000)) + milliseconds(5000); }
 constexpr milliseconds kNodeTimeout{15'000};
 constexpr milliseconds kFarewell{2000};
+constexpr milliseconds kDefaultTimeout{60'000};  // the library's (Store::kDefaultTimeout, DP_DIST_TIMEOUT unset)
 
-std::string generated_run_id() {
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid()));
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%012llx", static_cast<unsigned long long>(gen() & 0xffffffffffffULL));
-  return buf;
+std::string generated_run_id() { return dp::distributed::generate_store_token().substr(0, 12); }
+
+// The workers' timeout: --timeout, else DP_DIST_TIMEOUT inherited from dp-run's environment, else
+// the library's 60 s. The store's waits, and how long a network cut is ridden out, follow it.
+milliseconds job_timeout(const Options& o, const std::vector<std::string>& inherited, bool* given) {
+  *given = o.timeout_s.has_value();
+  if (o.timeout_s) return milliseconds(static_cast<int64_t>(*o.timeout_s * 1000));
+  if (auto v = env_value(inherited, "DP_DIST_TIMEOUT")) {
+    char* end = nullptr;
+    const double s = std::strtod(v->c_str(), &end);
+    if (end != v->c_str() && *end == '\0' && std::isfinite(s) && s >= 0.001 && s <= 1e7) {
+      *given = true;
+      return milliseconds(static_cast<int64_t>(s * 1000));
+    }
+  }
+  return kDefaultTimeout;
+}
+
+// The job's token: --token-file, else DP_STORE_TOKEN, else (one node) a new one. Empty and *error
+// set when it cannot be had.
+std::string job_token(const Options& o, const std::vector<std::string>& inherited, std::string* error) {
+  try {
+    if (!o.token_file.empty()) return dp::distributed::read_store_token_file(o.token_file);
+    if (auto v = env_value(inherited, "DP_STORE_TOKEN"); v && !v->empty()) {
+      dp::distributed::check_store_token(*v, "DP_STORE_TOKEN");
+      return *v;
+    }
+    return dp::distributed::generate_store_token();
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return {};
+  }
 }
 
 // The job's scratch directory (error files, timeline parts), removed at the end.
@@ -87,34 +115,50 @@ int run_job(const Options& o) {
     return kExitCannotStart;
   }
 
+  // The job's token: every client of the store proves it holds it; the workers get it in their
+  // environment only (never on a command line, never printed, never in the store).
+  std::string token_error;
+  const std::string token = job_token(o, inherited, &token_error);
+  if (token.empty()) {
+    say(token_error);
+    return kExitBadArguments;
+  }
+  bool timeout_given = false;
+  const milliseconds timeout = job_timeout(o, inherited, &timeout_given);
+
   // The store: this dp-run hosts it with one node (127.0.0.1, a free port unless one was given)
-  // and as node 0 of several (every interface, --master-port).
+  // and as node 0 of several (on --master-addr, --master-port), listening on that address only
+  // unless --store-bind names another.
   const std::string master = o.master();
   std::unique_ptr<dp::distributed::TCPStoreServer> server;
   int port = o.master_port;
   if (!o.multi_node() || o.node_rank == 0) {
-    const std::string listen = o.multi_node() ? std::string() : master;
+    const std::string listen = o.store_bind.empty() ? master : o.store_bind;
     const int want = port > 0 ? port : 0;
     try {
+      dp::distributed::TCPStoreServerOptions so = o.store_limits;
+      so.token = token;
+      so.max_wait = timeout + milliseconds(10'000);  // a parked wait never outlives the workers' timeout
+      so.log = [](const std::string& line) { say("store: " + line); };
       const SignalsBlocked blocked;  // the server's thread inherits the mask: signals go to the main thread
-      server = std::make_unique<dp::distributed::TCPStoreServer>(listen, static_cast<uint16_t>(want));
+      server = std::make_unique<dp::distributed::TCPStoreServer>(listen, static_cast<uint16_t>(want), std::move(so));
       port = server->port();
     } catch (const std::exception& e) {
       // The server's message names the address again: keep its reason.
       std::string why = e.what();
       if (const size_t at = why.find("): "); why.rfind("TCPStoreServer: cannot listen on ", 0) == 0 && at != std::string::npos)
         why = why.substr(at + 3);
-      say("cannot host the store on " + master + ":" + std::to_string(want) + ": " + why);
+      say("cannot host the store on " + listen + ":" + std::to_string(want) + ": " + why);
       return kExitCannotStart;
     }
   }
 
-  JobConfig config{o.run_id.empty() ? generated_run_id() : o.run_id, o.nnodes, o.max_restarts};
+  JobConfig config{o.run_id.empty() ? generated_run_id() : o.run_id, o.nnodes, o.max_restarts, timeout.count(), timeout_given};
   std::unique_ptr<NodeCoordinator> nodes;
   const auto rdzv = milliseconds(static_cast<int64_t>(o.rdzv_timeout_s * 1000));
   if (o.multi_node()) {
     try {
-      nodes = std::make_unique<NodeCoordinator>(master, port, o.node_rank, o.nnodes, Clock::now() + rdzv);
+      nodes = std::make_unique<NodeCoordinator>(master, port, token, o.node_rank, o.nnodes, Clock::now() + rdzv, timeout);
       config = nodes->agree_config(config, Clock::now() + rdzv);
     } catch (const Interrupted&) {
       return interrupted_status(stop_signal());
@@ -184,6 +228,7 @@ int run_job(const Options& o) {
     env.store_prefix = config.run_id + "/attempt" + std::to_string(attempt);
     env.timeout_s = o.timeout_s;
     env.cpu_share = share;
+    env.store_token = token;
 
     AttemptSpec spec;
     spec.program = program;
@@ -227,7 +272,8 @@ int run_job(const Options& o) {
     if (nodes) {
       try {
         std::optional<RemoteFailure> own;
-        if (result.first_failure) own = RemoteFailure{o.node_rank, describe(*result.first_failure), is_consequence(*result.first_failure)};
+        if (result.first_failure)
+          own = RemoteFailure{o.node_rank, describe(*result.first_failure), is_consequence(*result.first_failure), is_timeout(*result.first_failure)};
         end = nodes->finish_attempt(result.outcome == Outcome::kSucceeded, own, failure_wait(o.grace_s), kNodeTimeout);
       } catch (const Interrupted&) {
         merge_timeline();
@@ -253,16 +299,35 @@ int run_job(const Options& o) {
       return kExitOk;
     }
 
-    // The job's first failure: the store's word with several nodes, else this node's.
+    // The job's first failure: the store's word with several nodes, else this node's. A network cut
+    // (this node lost the store, or node 0 lost a node) comes before what it causes: timeouts and
+    // lost peers in the workers, and workers stopped because of it.
     std::string first;
+    bool first_is_weak = false;  // a timeout or a consequence: a known cut is named instead
     if (nodes) {
-      if (auto f = nodes->first_failure()) first = f->line;
+      if (auto f = nodes->first_failure()) {
+        first = (f->node != o.node_rank && f->line.rfind("its dp-run stopped answering", 0) == 0 ? "node " + std::to_string(f->node) + ": " : "") +
+                f->line;
+        first_is_weak = f->consequence || f->timed_out;
+      }
     }
-    if (first.empty() && result.first_failure) first = describe(*result.first_failure);
+    if (first.empty() && result.first_failure) {
+      first = describe(*result.first_failure);
+      first_is_weak = is_consequence(*result.first_failure) || is_timeout(*result.first_failure);
+    }
     if (first.empty() && result.remote) first = result.remote->line;
     if (first.empty() && !end.failed_nodes.empty()) first = "on node " + std::to_string(end.failed_nodes.front());
-    if (first.empty() && (result.store_lost || end.store_lost)) first = "the store at " + master + ":" + std::to_string(port) + " was lost";
-    if (first.empty() && !end.lost_nodes.empty()) first = "node " + std::to_string(end.lost_nodes.front()) + " stopped answering";
+    const std::optional<std::string> lost = result.store_lost ? result.store_lost : end.store_lost;
+    std::vector<int> gone = end.lost_nodes;
+    if (nodes)
+      for (int n : nodes->silent_nodes())
+        if (std::find(gone.begin(), gone.end(), n) == gone.end()) gone.push_back(n);
+    if ((first.empty() || first_is_weak) && lost) {
+      first = "this node lost the store at " + master + ":" + std::to_string(port) + ": " + *lost + (first.empty() ? "" : "; then " + first);
+    } else if ((first.empty() || first_is_weak) && !gone.empty()) {
+      first = "node " + std::to_string(gone.front()) + "'s dp-run stopped answering (the network to it is cut, or its machine is down)" +
+              (first.empty() ? "" : "; then " + first);
+    }
 
     const bool can_restart = attempt < config.max_restarts && !result.store_lost && !end.store_lost && end.lost_nodes.empty();
     if (can_restart) {

@@ -1,7 +1,9 @@
 #include "options.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <CLI/CLI.hpp>
 #include "exit_codes.h"
 
@@ -20,6 +22,11 @@ const char* kDescription =
     "hosts the store on a free port of 127.0.0.1. Several: node 0's dp-run hosts it on --master-port.\n"
     "When a worker fails, dp-run stops the others (SIGTERM, SIGKILL after --grace), prints one line per\n"
     "failed rank with the error the worker recorded, and exits 1 (or restarts them all: --max-restarts).\n"
+    "\n"
+    "The store is authenticated: every client proves it holds the job's token. One node: dp-run makes a token and\n"
+    "gives it to its workers (DP_STORE_TOKEN, in their environment only). Several: give every node the same token,\n"
+    "in a file of mode 0600 (--token-file; make one with: (umask 077; openssl rand -hex 32 > job.token)) or in\n"
+    "DP_STORE_TOKEN. The store listens on --master-addr only (--store-bind to choose another address).\n"
     "\n"
     "Exit status: 0 every worker exited with 0; 1 a worker failed; 2 bad arguments; 3 could not start\n"
     "(the store's port is taken, the nodes did not meet, the program cannot run); 130/143/129 stopped by\n"
@@ -52,10 +59,92 @@ void check(const Options& o, const CLI::App& app) {
     usage("--rdzv-timeout " + num(o.rdzv_timeout_s) + " is not a positive number of seconds");
   if (!o.run_id.empty() && !valid_run_id(o.run_id)) usage("--run-id '" + o.run_id + "' is not 1-64 characters of letters, digits, '.', '_' and '-'");
   if (!o.timeline.empty() && o.timeline.back() == '/') usage("--timeline '" + o.timeline + "' is a directory, not a file");
+  if (o.token_file.empty() && o.multi_node()) {
+    const char* env = std::getenv("DP_STORE_TOKEN");
+    if (env == nullptr || *env == '\0')
+      usage("--nnodes " + std::to_string(o.nnodes) +
+            " needs the job's store token on every node: --token-file FILE (the same contents on every node, mode 0600; make one with "
+            "(umask 077; openssl rand -hex 32 > job.token)) or DP_STORE_TOKEN in dp-run's environment");
+  }
   (void)app;
 }
 
 }  // namespace
+
+namespace {
+
+// "8M", "1G", "4096", "2.5" (seconds): a positive number with an optional binary suffix.
+bool parse_amount(const std::string& text, bool seconds, double* out) {
+  if (text.empty()) return false;
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (...) {
+    return false;
+  }
+  std::string suffix = text.substr(used);
+  double scale = 1;
+  if (!seconds && !suffix.empty()) {
+    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0])));
+    if (c == 'K')
+      scale = 1024.0;
+    else if (c == 'M')
+      scale = 1024.0 * 1024;
+    else if (c == 'G')
+      scale = 1024.0 * 1024 * 1024;
+    else
+      return false;
+    suffix = suffix.substr(1);
+    if (suffix == "iB" || suffix == "B" || suffix == "i") suffix.clear();
+  }
+  if (!suffix.empty() || !std::isfinite(v) || v <= 0) return false;
+  *out = v * scale;
+  return *out <= 1e15;
+}
+
+}  // namespace
+
+bool apply_store_limit(const std::string& spec, dp::distributed::TCPStoreServerOptions& limits, std::string* error) {
+  const size_t eq = spec.find('=');
+  const std::string name = spec.substr(0, eq);
+  const std::string value = eq == std::string::npos ? std::string() : spec.substr(eq + 1);
+  struct Limit {
+    const char* name;
+    size_t* field;
+    size_t max;
+  };
+  const Limit sizes[] = {
+      {"key-bytes", &limits.max_key_bytes, size_t{64} << 10},
+      {"value-bytes", &limits.max_value_bytes, size_t{64} << 20},
+      {"keys-per-request", &limits.max_keys_per_request, size_t{1} << 31},
+      {"total-bytes", &limits.max_total_bytes, size_t{1} << 50},
+      {"parked-keys", &limits.max_parked_keys, size_t{1} << 40},
+      {"connections", &limits.max_connections, size_t{1} << 24},
+      {"unauthenticated", &limits.max_unauthenticated, size_t{1} << 24},
+  };
+  const std::string known = "key-bytes, value-bytes, keys-per-request, total-bytes, parked-keys, connections, unauthenticated, handshake-timeout";
+  double v = 0;
+  if (name == "handshake-timeout") {
+    if (!parse_amount(value, true, &v) || v < 0.001 || v > 3600) {
+      *error = "--store-limit handshake-timeout=" + value + ": not a number of seconds in [0.001, 3600]";
+      return false;
+    }
+    limits.handshake_timeout = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+    return true;
+  }
+  for (const Limit& l : sizes) {
+    if (name != l.name) continue;
+    if (!parse_amount(value, false, &v) || v < 1 || v > static_cast<double>(l.max)) {
+      *error = "--store-limit " + name + "=" + value + ": not a number in [1, " + std::to_string(l.max) + "] (K, M, G: binary multiples)";
+      return false;
+    }
+    *l.field = static_cast<size_t>(v);
+    return true;
+  }
+  *error = "--store-limit '" + spec + "': not NAME=VALUE with NAME one of " + known;
+  return false;
+}
 
 bool valid_run_id(const std::string& id) {
   if (id.empty() || id.size() > 64) return false;
@@ -82,6 +171,13 @@ ParseResult parse_args(int argc, char** argv) {
   app.add_option("--rdzv-timeout", o.rdzv_timeout_s, "seconds the nodes wait for each other before each attempt")->default_val(o.rdzv_timeout_s);
   app.add_option("--run-id", o.run_id, "the job's name in the store and in DP_RUN_ID (default: generated; node 0's wins)");
   app.add_option("--timeline", o.timeline, "write a Chrome trace of every rank of this node to this file at the end");
+  app.add_option("--token-file", o.token_file, "the job's store token, in a file of mode 0600 (several nodes: the same on every node)");
+  app.add_option("--store-bind", o.store_bind, "the address the store listens on (default: --master-addr; 0.0.0.0 = every interface)");
+  std::vector<std::string> limit_specs;
+  app.add_option("--store-limit", limit_specs,
+                 "a limit of the store: NAME=VALUE, NAME one of key-bytes, value-bytes, keys-per-request, total-bytes, parked-keys, "
+                 "connections, unauthenticated, handshake-timeout (seconds)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_flag("-q,--quiet", o.quiet, "print only failures");
 
   ParseResult result;
@@ -95,6 +191,10 @@ ParseResult parse_args(int argc, char** argv) {
       usage("unknown option " + o.command.front() + " (the program and its arguments go after \"--\")");
     }
     if (o.multi_node() && o.master_port == -1) o.master_port = 29500;
+    for (const std::string& spec : limit_specs) {
+      std::string error;
+      if (!apply_store_limit(spec, o.store_limits, &error)) usage(error);
+    }
     check(o, app);
   } catch (const CLI::Success& e) {  // --help
     result.exit_code = app.exit(e);

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include "dp/distributed/store.h"
 
 namespace dp::run {
 
@@ -21,6 +22,10 @@ struct Options {
   double rdzv_timeout_s = 300.0;    // how long the nodes wait for each other
   std::string run_id;               // empty: generated (several nodes: node 0's is used)
   std::string timeline;             // --timeline FILE.json
+  std::string token_file;           // --token-file: the job's store token (several nodes: the same file contents everywhere)
+  std::string store_bind;           // --store-bind: where the store listens (empty: the master address)
+  // --store-limit NAME=VALUE: the store server's limits (its token and max_wait are set by the job).
+  dp::distributed::TCPStoreServerOptions store_limits;
   bool quiet = false;
   std::vector<std::string> command;  // PROGRAM ARGS...
 
@@ -34,6 +39,9 @@ struct ParseResult {
 };
 
 ParseResult parse_args(int argc, char** argv);
+
+// Applies one --store-limit NAME=VALUE to `limits`; false (and *error says why) when it is not one.
+bool apply_store_limit(const std::string& spec, dp::distributed::TCPStoreServerOptions& limits, std::string* error);
 
 // A run id is 1-64 characters of [A-Za-z0-9._-] (it becomes a store key prefix and a file name part).
 bool valid_run_id(const std::string& id);

@@ -5,12 +5,13 @@
 #include <unistd.h>
 #include <cerrno>
 #include <cstdio>
+#include "dp/distributed/errors.h"
 #include "process.h"
 
 namespace dp::run {
 
 void say(const std::string& text) {
-  const std::string line = "dp-run: " + text + "\n";
+  const std::string line = "dp-run: " + dp::distributed::printable_text(text, size_t{1} << 20) + "\n";
   size_t done = 0;
   while (done < line.size()) {
     const ssize_t n = ::write(2, line.data() + done, line.size() - done);
@@ -22,9 +23,28 @@ void say(const std::string& text) {
 
 bool failed(const WorkerExit& w) { return !(WIFEXITED(w.wait_status) && WEXITSTATUS(w.wait_status) == 0); }
 
+namespace {
+
+// A worker that exited with 128 + SIGINT, SIGTERM or SIGHUP without an error, dp-run having sent it
+// nothing: it stopped because a stop signal reached the job elsewhere (dp-train's ranks agree to
+// stop together when any one of them gets one).
+bool stopped_on_a_signal(const WorkerExit& w) {
+  if (w.error || w.stop_signal != 0 || !WIFEXITED(w.wait_status)) return false;
+  const int status = WEXITSTATUS(w.wait_status);
+  return status == 128 + SIGINT || status == 128 + SIGTERM || status == 128 + SIGHUP;
+}
+
+}  // namespace
+
 bool is_consequence(const WorkerExit& w) {
-  // A PeerLostError, or a write to a connection a dead peer left (for programs that restored SIGPIPE).
-  return (w.error && w.error->type == "PeerLostError") || (WIFSIGNALED(w.wait_status) && WTERMSIG(w.wait_status) == SIGPIPE);
+  // A PeerLostError, a write to a connection a dead peer left (for programs that restored SIGPIPE),
+  // or a stop the job's ranks agreed on after a signal that came elsewhere.
+  return (w.error && w.error->type == "PeerLostError") || (WIFSIGNALED(w.wait_status) && WTERMSIG(w.wait_status) == SIGPIPE) ||
+         stopped_on_a_signal(w);
+}
+
+bool is_timeout(const WorkerExit& w) {
+  return w.error && (w.error->type == "CollectiveTimeout" || w.error->type == "StoreTimeout" || w.error->type == "RendezvousError");
 }
 
 size_t pick_first_failure(const std::vector<WorkerExit>& failures) {
@@ -80,9 +100,11 @@ std::string describe(const WorkerExit& w) {
     if (w.stop_signal != 0) line += " (after dp-run's " + signal_name(w.stop_signal) + ")";
   }
   if (w.error) {
-    line += ": " + w.error->type + ": " + one_line(w.error->message);
+    line += ": " + dp::distributed::printable_text(w.error->type, 64) + ": " + dp::distributed::printable_text(one_line(w.error->message), 8192);
   } else if (w.stop_signal == 0 && WIFEXITED(w.wait_status) && failed(w)) {
     // A signal explains itself; a status does not, and this program wrote no error file.
+    if (stopped_on_a_signal(w))
+      line += " (128 + " + signal_name(WEXITSTATUS(w.wait_status) - 128) + ": it stopped on a stop signal, its own or another rank's)";
     line += " (no error recorded)";
   }
   return line;

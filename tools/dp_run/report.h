@@ -14,7 +14,9 @@
 
 namespace dp::run {
 
-// Prints "dp-run: <text>\n" on stderr.
+// Prints "dp-run: <text>\n" on stderr, the text made printable first (dp::distributed::
+// printable_text, not clipped): no control character, terminal escape or newline of a worker or of
+// another node reaches the terminal, and a report is always one line.
 void say(const std::string& text);
 
 struct WorkerExit {
@@ -30,10 +32,14 @@ struct WorkerExit {
 
 // Whether the worker ended other than with exit status 0.
 bool failed(const WorkerExit& w);
-// Whether its failure was the consequence of another's: it recorded a PeerLostError or died of
-// SIGPIPE (a peer died first). When several workers fail together, the first failure reported is
-// one that is not.
+// Whether its failure was the consequence of another's: it recorded a PeerLostError, died of
+// SIGPIPE (a peer died first), or exited with 128 + SIGINT/SIGTERM/SIGHUP without an error and
+// without a signal from dp-run (its job's ranks stopped together on a signal that came elsewhere). When several workers fail together, the first
+// failure reported is one that is not.
 bool is_consequence(const WorkerExit& w);
+// Whether it recorded a timeout (CollectiveTimeout, StoreTimeout, RendezvousError): when a network
+// cut is known, the cut is named as the first failure instead.
+bool is_timeout(const WorkerExit& w);
 // Of failed workers in the order they were collected, the index of the one to report as the first
 // failure: the first that is not a consequence, else the first. npos for none.
 size_t pick_first_failure(const std::vector<WorkerExit>& failures);

@@ -128,9 +128,12 @@ AttemptResult run_attempt(const AttemptSpec& spec) {
       const int sig = stop_signal();
       if (result.signal == 0) {
         result.signal = sig;
-        say("got " + signal_name(sig) + ": passing it to the " + std::to_string(live) + " running worker" + (live == 1 ? "" : "s") + " (SIGKILL in " +
-            seconds_text(spec.grace_s) + " s; again to kill now)");
-        stop_all(sig);
+        // A closed terminal or SSH session (SIGHUP) stops the job as SIGTERM does: the workers get
+        // SIGTERM, which programs (dp-train, torchrun's) take as "checkpoint and exit".
+        const int pass = sig == SIGHUP ? SIGTERM : sig;
+        say("got " + signal_name(sig) + ": passing " + (pass == sig ? std::string("it") : signal_name(pass)) + " to the " + std::to_string(live) +
+            " running worker" + (live == 1 ? "" : "s") + " (SIGKILL in " + seconds_text(spec.grace_s) + " s; again to kill now)");
+        stop_all(pass);
         phase = Phase::kTerminating;
         kill_at = now + grace;
         // The other nodes stop too (their workers would only lose their peers).

@@ -5,8 +5,8 @@
 //     (and handed to the other nodes); the others get kSettle to notice by themselves (a lost peer
 //     is an error in milliseconds, and they record it), then SIGTERM (with SIGCONT, for a stopped
 //     one), then SIGKILL after the grace period;
-//   - SIGINT/SIGTERM/SIGHUP to dp-run: passed on to every worker at once, SIGKILL after the grace
-//     period; a second one sends SIGKILL at once.
+//   - SIGINT/SIGTERM to dp-run: passed on to every worker at once (SIGHUP as SIGTERM), SIGKILL
+//     after the grace period; a second one sends SIGKILL at once.
 // Every exit is collected with waitpid; a worker that outlives SIGKILL by 10 s is reported and left.
 #include <sys/types.h>
 #include <chrono>

@@ -45,10 +45,15 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& inhe
       {"TORCHELASTIC_ERROR_FILE", w.error_file},
   };
   if (a.timeout_s) set["DP_DIST_TIMEOUT"] = number(*a.timeout_s);
+  if (!a.store_token.empty()) set["DP_STORE_TOKEN"] = a.store_token;
   if (!w.timeline_file.empty()) set["DP_TIMELINE"] = w.timeline_file;
   // Leave out a timeline an outer environment asked for: every rank would write the same file.
   std::set<std::string> drop;
   if (w.timeline_file.empty()) drop.insert("DP_TIMELINE");
+  // The workers use dp-run's store and its token, not another one an outer environment names.
+  drop.insert("DP_STORE_TOKEN_FILE");
+  drop.insert("DP_STORE_INSECURE");
+  if (a.store_token.empty()) drop.insert("DP_STORE_TOKEN");
   const std::string share = std::to_string(a.cpu_share);
   for (const char* name : {"DP_CPU_DEVICES", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"})
     if (!env_value(inherited, name)) set[name] = share;

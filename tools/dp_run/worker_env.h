@@ -21,6 +21,7 @@ struct AttemptEnv {
   std::string store_prefix;         // DP_STORE_PREFIX: "<run id>/attempt<restart count>"
   std::optional<double> timeout_s;  // DP_DIST_TIMEOUT
   int cpu_share = 1;                // cores per worker
+  std::string store_token;          // DP_STORE_TOKEN: the job's secret (in the environment only)
 };
 
 // One worker's own values.

@@ -32,7 +32,7 @@ const char* kDescription =
     "\n"
     "Exit status: 0 done; 1 final test accuracy below --min-accuracy; 2 bad arguments or input files;\n"
     "3 an error during training (across processes also: a lost peer, a timeout, a failed rendezvous);\n"
-    "130 (143) stopped by Ctrl-C = SIGINT (SIGTERM), after writing the checkpoint.";
+    "130 (143, 129) stopped by Ctrl-C = SIGINT (SIGTERM, SIGHUP), after writing the checkpoint.";
 
 // Per-model defaults for the run options the user did not type (the main job's are cnn's).
 struct ModelDefaults {

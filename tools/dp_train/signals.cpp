@@ -21,6 +21,8 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESETHAND | SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A closed terminal or SSH session: stop as for SIGTERM (checkpoint, then exit 128 + 1 = 129).
+  sigaction(SIGHUP, &sa, nullptr);
 }
 
 int stop_signal() { return g_stop.load(std::memory_order_relaxed); }

@@ -1,5 +1,5 @@
 #pragma once
-// Ctrl-C (SIGINT) and SIGTERM ask the training loop to stop after the step in progress, so the
+// Ctrl-C (SIGINT), SIGTERM and SIGHUP (a closed terminal or SSH session) ask the training loop to stop after the step in progress, so the
 // checkpoint it then writes is consistent. The handler only sets a flag (async-signal-safe); it is
 // installed with SA_RESETHAND, so a second Ctrl-C kills the program at once, as a user expects.
 namespace dp::train {

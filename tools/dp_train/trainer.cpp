@@ -181,6 +181,7 @@ struct Trainer::Impl {
       }
     }
     agree_setup(error);
+    agree_settings();
     note("setup");
     // Checks that every rank built the same model and copies rank 0's weights to all.
     ddp = nn::DistributedDataParallel<parallel::DataParallelImpl<nn::SequentialImpl>>(net.ptr(), group);
@@ -228,6 +229,54 @@ struct Trainer::Impl {
       if (all[static_cast<size_t>(r)].item<int64_t>() != 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
     if (!error.empty()) throw SetupError(error);
     if (!failed.empty()) throw SetupError("rank " + failed + " could not set up the run (its own message says why), so no rank trains");
+  }
+
+  // Every rank must train the same run: its run settings (--lr, --seed, --batch-size, ...: what a
+  // checkpoint stores, after a resume's merge) are compared across the ranks before the first step,
+  // and a difference is a setup error naming the option, the values and the ranks with their nodes.
+  // --data-dir is left out: the same files may lie elsewhere on another machine.
+  void agree_settings() {
+    nlohmann::json mine = to_json(run);
+    mine.erase("data-dir");
+    const char* node = std::getenv("GROUP_RANK");
+    const std::string text = nlohmann::json{{"settings", mine}, {"node", node != nullptr ? node : ""}}.dump();
+    std::vector<Tensor> sizes;
+    for (int r = 0; r < world; ++r) sizes.push_back(zeros({1}, TensorOptions().dtype(kInt64)));
+    group->allgather(sizes, tensor(std::vector<int64_t>{static_cast<int64_t>(text.size())}))->wait();
+    int64_t longest = 0;
+    for (const Tensor& t : sizes) longest = std::max(longest, t.item<int64_t>());
+    Tensor padded = zeros({longest}, TensorOptions().dtype(kUInt8));
+    std::memcpy(padded.data_ptr(), text.data(), text.size());
+    std::vector<Tensor> all;
+    for (int r = 0; r < world; ++r) all.push_back(zeros({longest}, TensorOptions().dtype(kUInt8)));
+    group->allgather(all, padded)->wait();
+    std::vector<nlohmann::json> settings;
+    std::vector<std::string> where;
+    for (int r = 0; r < world; ++r) {
+      const auto* p = static_cast<const char*>(all[static_cast<size_t>(r)].data_ptr());
+      const nlohmann::json j =
+          nlohmann::json::parse(std::string(p, static_cast<size_t>(sizes[static_cast<size_t>(r)].item<int64_t>())), nullptr, false);
+      if (!j.is_object() || !j.contains("settings") || !j["settings"].is_object())
+        throw SetupError(format("rank %d sent malformed run settings (a different dp-train version?)", r));
+      settings.push_back(j["settings"]);
+      const std::string n = j.contains("node") && j["node"].is_string() ? j["node"].get<std::string>() : std::string();
+      where.push_back(format("rank %d", r) + (n.empty() ? std::string() : " (node " + distributed::printable_text(n, 16) + ")"));
+    }
+    for (const auto& [name, reference] : settings[0].items()) {
+      std::string values;
+      int differing = 0;
+      for (int r = 1; r < world; ++r) {
+        const nlohmann::json& other = settings[static_cast<size_t>(r)];
+        if (other.contains(name) && other[name] == reference) continue;
+        if (++differing > 4) continue;
+        values += "; " + (other.contains(name) ? distributed::printable_text(other[name].dump(), 100) : std::string("none")) + " on " +
+                  where[static_cast<size_t>(r)];
+      }
+      if (differing == 0) continue;
+      if (differing > 4) values += format("; and %d more ranks differ", differing - 4);
+      throw SetupError("--" + name + " differs between the ranks: " + distributed::printable_text(reference.dump(), 100) + " on " + where[0] +
+                       values + ". Every rank of a run must be given the same run settings (the same command line on every node)");
+    }
   }
 
   void setup_local(const SafetensorsFile* file) {
@@ -650,7 +699,9 @@ struct Trainer::Impl {
       checkpoint();
       write_plot_file();
       const std::string why = outcome == Outcome::Signal
-                                  ? (stop_sig == SIGTERM ? "stopped by SIGTERM" : "stopped by Ctrl-C (SIGINT)")
+                                  ? (stop_sig == SIGTERM  ? "stopped by SIGTERM"
+                                     : stop_sig == SIGHUP ? "stopped by SIGHUP (its terminal or SSH session closed)"
+                                                          : "stopped by Ctrl-C (SIGINT)")
                                   : format("stopped after %lld steps (--stop-after)", static_cast<long long>(invocation_steps));
       const std::string where = format("at step %lld of %lld (epoch %lld, batch %lld of %lld next)", static_cast<long long>(pos.global_step),
                                        static_cast<long long>(total_steps), static_cast<long long>(pos.epoch + 1),

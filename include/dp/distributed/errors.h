@@ -3,8 +3,10 @@
 // which never arrived. All derive from DistributedError (itself a dp::Error), so one catch clause
 // takes them all; the typed fields let a program (or dp-run) act on them without parsing text.
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 #include "dp/core/errors.h"
 
@@ -85,5 +87,11 @@ class CollectiveMismatch : public DistributedError {
  private:
   int rank_;
 };
+
+// Text that came from another process or machine (a store value, a peer's host name or error
+// line), made safe for a terminal or a log: control characters (C0, DEL, C1: terminal escapes, a
+// newline that would forge a line) and bytes that are not UTF-8 are written as \xNN, and text past
+// max_bytes is cut, with "... (N bytes)" saying how long it was.
+std::string printable_text(std::string_view text, size_t max_bytes = 200);
 
 }  // namespace dp::distributed

@@ -12,6 +12,15 @@
 // (or by the launcher when DP_STORE_HOSTED=1); the transport binds the local address that routes
 // to MASTER_ADDR (not whatever the host name resolves to). DP_STORE_PREFIX, when set, puts the
 // group's keys under that prefix (dp-run gives every restart attempt its own).
+//
+// The store is authenticated (docs/distributed.md, "Security"): every rank must hold the job's
+// token, from (the first that is given) InitOptions::store_token, a token file named by
+// InitOptions::store_token_file, DP_STORE_TOKEN (dp-run sets it; init_process_group removes it from
+// the environment once read, so programs this one starts do not inherit it), or a token file named
+// by DP_STORE_TOKEN_FILE. Rank 0, when it hosts the store, writes a new token (mode 0600) to a token
+// file that does not exist yet; the other ranks wait for it and read it. Without any, a world of more
+// than one rank is refused unless InitOptions::insecure_store or DP_STORE_INSECURE=1 asks for a
+// store open to anyone who can reach its port.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -19,6 +28,7 @@
 #include <optional>
 #include <string>
 #include "dp/distributed/process_group.h"
+#include "dp/distributed/store.h"
 
 namespace dp::distributed {
 
@@ -46,8 +56,16 @@ struct InitOptions {
   std::optional<int> world_size;
   std::string master_addr;
   std::optional<uint16_t> master_port;
-  // A store made by the caller (then master_addr/port are not used).
+  // A store made by the caller (then master_addr/port and the token options are not used).
   std::shared_ptr<Store> store;
+  // The store's token (see above): empty means DP_STORE_TOKEN, then the token file.
+  std::string store_token;
+  std::string store_token_file;  // empty: DP_STORE_TOKEN_FILE
+  // No token: a store open to anyone who can reach its port (throwaway runs on a trusted machine).
+  bool insecure_store = false;
+  // Rank 0's server when it hosts the store: its limits (its token comes from above, and its
+  // max_wait is the group's timeout plus 10 s: a parked wait never outlives the job's timeout).
+  TCPStoreServerOptions store_server;
   ProcessGroupOptions group;
 };
 
@@ -57,5 +75,9 @@ ProcessGroupPtr init_process_group(InitOptions options = {});
 // sent). Loopback for a loopback host. Throws DistributedError naming `host` if it cannot be
 // resolved or routed.
 std::string local_address_towards(const std::string& host);
+
+// DP_STORE_TOKEN: read once, then removed from the environment (later calls return the same
+// token, or a new DP_STORE_TOKEN if one was set meanwhile); empty when it was never set.
+std::string store_token_from_environment();
 
 }  // namespace dp::distributed

@@ -19,7 +19,9 @@
 //  - delete_key(key): true when the key existed. num_keys(): how many keys the store holds.
 // Every method is thread-safe. Errors are StoreError (dp/distributed/errors.h).
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -133,13 +135,50 @@ class FileStore : public Store {
   std::unique_ptr<State> state_;
 };
 
+// The job's secret for TCPStore's authentication (docs/distributed.md, "Security"): 64 hex
+// characters of 32 random bytes from the operating system (OpenSSL's RAND_bytes). Every client must
+// prove it holds the server's token (HMAC-SHA256 challenge-response) before any other request.
+std::string generate_store_token();
+// A token as given by a user: 16-1024 bytes of printable ASCII without spaces (an empty one is
+// none). ValueError naming `what` (never the token) otherwise.
+void check_store_token(const std::string& token, const std::string& what);
+// Reads a token file: a regular file owned by this user and not readable by group or others (like
+// ssh's keys: chmod 600), holding the token (trailing whitespace ignored). ValueError naming the
+// file and the problem otherwise.
+std::string read_store_token_file(const std::string& path);
+
+// What a TCPStoreServer accepts. Every limit has a default that a real job never meets; exceeding
+// one is an error that names it (an answer to the client, or the connection closed for a client
+// that broke the protocol).
+struct TCPStoreServerOptions {
+  // The job's secret: clients must prove they hold it before any other request. Empty only with
+  // `insecure` (a store open to anyone who can reach the port: throwaway runs on a trusted machine).
+  std::string token;
+  bool insecure = false;
+  size_t max_key_bytes = size_t{8} << 10;             // a key (PyTorch's TCPStore: 8 KiB); at most 64 KiB
+  size_t max_value_bytes = size_t{8} << 20;           // a value (PyTorch's: 8 MiB); at most 64 MiB
+  size_t max_keys_per_request = size_t{128} << 10;    // keys of one check/wait (PyTorch's: 128 Ki)
+  size_t max_total_bytes = size_t{1} << 30;           // keys and values held (a set beyond is refused)
+  size_t max_parked_keys = size_t{1} << 20;           // keys that parked get/wait requests wait for, together
+  size_t max_connections = 16384;                     // authenticated clients at once
+  size_t max_unauthenticated = 256;                   // connections still in the handshake (the oldest goes first)
+  std::chrono::milliseconds handshake_timeout{5000};  // to complete the handshake after connecting
+  // A parked get/wait is answered "timed out" after at most this (the job's timeout and some).
+  std::chrono::milliseconds max_wait{std::chrono::minutes(30)};
+  // Refused clients (a wrong or missing token, a request before the handshake), once per peer
+  // address and reason: one line each, without a trailing newline. Empty: written to stderr as
+  // "dp::distributed::TCPStoreServer: ...".
+  std::function<void(const std::string&)> log;
+};
+
 // The server half of TCPStore: a thread that serves clients on host:port (port 0 = any free port;
 // port() tells which). Destroying it stops the thread and closes every connection. dp-run hosts
 // one; TCPStore hosts one itself when is_server is true.
 class TCPStoreServer {
  public:
-  // host: the address to listen on ("" or "0.0.0.0" = every interface, "::" for IPv6).
-  explicit TCPStoreServer(const std::string& host = "", uint16_t port = 0);
+  // host: the address to listen on ("" or "0.0.0.0" = every interface, "::" for IPv6). Without a
+  // token (and without options.insecure) a ValueError: a store must not be open to anyone.
+  TCPStoreServer(const std::string& host, uint16_t port, TCPStoreServerOptions options);
   ~TCPStoreServer();
   TCPStoreServer(const TCPStoreServer&) = delete;
   TCPStoreServer& operator=(const TCPStoreServer&) = delete;
@@ -154,6 +193,19 @@ struct TCPStoreOptions {
   bool is_server = false;                                      // host a TCPStoreServer on `port` in this process (rank 0)
   std::chrono::milliseconds timeout = Store::kDefaultTimeout;  // every operation, and connecting
   // The server: the clients retry connecting until `timeout` (the server may start after them).
+  // The job's token (the server's, or the one this client proves it holds), and `insecure` for an
+  // open store (then the client also refuses a server that asks for a token it does not have). With
+  // is_server, both go to the server too.
+  std::string token;
+  bool insecure = false;
+  // With is_server: the server's limits (its token and insecure come from the two fields above).
+  TCPStoreServerOptions server;
+  // How long a request rides out a network problem: when the server does not answer or the
+  // connection breaks without the server refusing (a cut, not a stopped server), the client
+  // reconnects and sends the request again until this much time has passed since the failure
+  // began. 0: the first such failure is the request's error. add() is never sent twice (its outcome
+  // is then unknown: a StoreError says so); every other request is idempotent.
+  std::chrono::milliseconds retry_for{0};
 };
 
 // A client of a TCPStoreServer at host:port (and, with is_server, that server itself). One
@@ -161,8 +213,10 @@ struct TCPStoreOptions {
 // other threads: a thread that waits while others write (a watchdog) wants its own TCPStore.
 // A lost server is a StoreError naming host:port, at once and for every later request; a server
 // that does not answer in time is a StoreTimeout (get/wait: their timeout plus 2 s of grace). A
-// client given "" or "0.0.0.0" ("::") as host connects to 127.0.0.1 (::1). Keys are at most 64 KiB
-// and values 64 MiB (ValueError).
+// client given "" or "0.0.0.0" ("::") as host connects to 127.0.0.1 (::1). Keys and values are
+// bounded by the server's limits (8 KiB and 8 MiB by default), which it announces when the client
+// connects: a larger one is a ValueError before anything is sent. Connecting includes the
+// authentication: a server that does not hold the token, or refuses this client's, is a StoreError.
 class TCPStore : public Store {
  public:
   TCPStore(std::string host, uint16_t port, TCPStoreOptions options = {});

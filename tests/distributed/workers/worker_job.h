@@ -1,7 +1,8 @@
 #pragma once
 // A multi-process job for tests: a TCPStore server in the test process and one WorkerProcess per
 // rank with the environment a launcher gives (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT, DP_STORE_HOSTED=1, DP_DIST_TIMEOUT, one CPU device and one BLAS thread).
+// MASTER_ADDR, MASTER_PORT, DP_STORE_HOSTED=1, DP_STORE_TOKEN, DP_DIST_TIMEOUT, one CPU device and one
+// BLAS thread).
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,7 +17,7 @@ class WorkerJob {
   // replace a default of the same name or add to them.
   WorkerJob(const std::string& program, const std::vector<std::vector<std::string>>& args, double timeout_seconds,
             const std::vector<std::string>& extra_env = {})
-      : server_("127.0.0.1", 0) {
+      : server_("127.0.0.1", 0, server_options()) {
     const int size = static_cast<int>(args.size());
     for (int r = 0; r < size; ++r) {
       std::vector<std::string> env{"RANK=" + std::to_string(r),
@@ -26,6 +27,7 @@ class WorkerJob {
                                    "MASTER_ADDR=127.0.0.1",
                                    "MASTER_PORT=" + std::to_string(server_.port()),
                                    "DP_STORE_HOSTED=1",
+                                   "DP_STORE_TOKEN=" + kToken,
                                    "DP_DIST_TIMEOUT=" + std::to_string(timeout_seconds),
                                    "DP_DISTRIBUTED_DEBUG=0",
                                    "DP_CPU_DEVICES=1",
@@ -48,6 +50,13 @@ class WorkerJob {
   }
 
  private:
+  // The store's token, given to the ranks in their environment as a launcher does.
+  inline static const std::string kToken = "worker-job-token-0123456789abcdef";
+  static distributed::TCPStoreServerOptions server_options() {
+    distributed::TCPStoreServerOptions o;
+    o.token = kToken;
+    return o;
+  }
   distributed::TCPStoreServer server_;
   std::vector<std::unique_ptr<WorkerProcess>> ranks_;
 };

@@ -15,7 +15,8 @@
 //   --on-signal        SIGINT/SIGTERM stop it after the step in progress (checkpoint written), status 128+signal
 //   --fail-rank R --fail-at S --fail-how HOW [--fail-restart N]: rank R, at the start of step S (only in
 //     restart N when given), does HOW: exit:<code> (exit without an error file), throw (an error recorded
-//     in DP_ERROR_FILE), abort (SIGABRT), hang (sleeps), stop (SIGSTOP to itself), skip-backward (skips
+//     in DP_ERROR_FILE), junk (an error whose text holds terminal escapes, a newline and a forged
+//     dp-run line), abort (SIGABRT), hang (sleeps), stop (SIGSTOP to itself), skip-backward (skips
 //     step S's backward and then sleeps), never-start (HOW at startup: sleeps instead of joining)
 #include <signal.h>
 #include <unistd.h>
@@ -23,6 +24,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -104,6 +107,13 @@ int main(int argc, char** argv) {
       const char* v = std::getenv(name);
       say(std::string("ENV ") + (std::getenv("RANK") ? std::getenv("RANK") : "?") + " " + name + "=" + (v ? v : "<unset>"));
     }
+    // The token itself is not printed: its length and a fingerprint (equal on every rank).
+    {
+      const char* token = std::getenv("DP_STORE_TOKEN");
+      say(std::string("ENV ") + (std::getenv("RANK") ? std::getenv("RANK") : "?") + " DP_STORE_TOKEN=" +
+          (token ? std::to_string(std::strlen(token)) + " characters, fingerprint " + std::to_string(std::hash<std::string>{}(token) % 1000000)
+                 : std::string("<unset>")));
+    }
     return 0;
   }
   if (on_signal_stop) {
@@ -144,6 +154,10 @@ int main(int argc, char** argv) {
         if (fail_how.rfind("exit:", 0) == 0) std::_Exit(std::stoi(fail_how.substr(5)));
         if (fail_how == "throw")
           throw ValueError("dp_run_worker: rank " + std::to_string(rank) + " was told to fail at step " + std::to_string(step));
+        if (fail_how == "junk")  // an error whose text would rewrite the operator's terminal, raw
+          throw ValueError(
+              "\x1b[2J\x1b[31mred\x1b[0m \xc2\x9b"
+              "6n bell\a\r\ndp-run: all 9 workers exited with status 0 (forged) \xff\xfe");
         if (fail_how == "abort") std::abort();
         if (fail_how == "hang") sleep_forever();
         if (fail_how == "stop") ::raise(SIGSTOP);
@@ -181,7 +195,9 @@ int main(int argc, char** argv) {
     timeline::flush();
     return 0;
   } catch (const std::exception& e) {
-    say("ERROR " + type_of(e) + " rank=" + std::to_string(rank) + " mono_ms=" + std::to_string(mono_ms()) + " :: " + e.what());
+    // Printable: its own output must not carry the junk of --fail-how junk to the test's terminal.
+    say("ERROR " + type_of(e) + " rank=" + std::to_string(rank) + " mono_ms=" + std::to_string(mono_ms()) +
+        " :: " + printable_text(e.what(), 100000));
     record_error(e);
     return 3;
   }
