@@ -13,6 +13,7 @@ Writes:
   tests/golden/gpt_grads.safetensors  the gradient of every parameter after the first backward,
                                       by named_parameters() name (the tied weight once)
   tests/golden/gpt_final.safetensors  the state_dict after STEPS steps
+  tests/golden/gpt_final_f64.safetensors  the same STEPS steps in float64 (from the same weights)
   tests/golden/gpt.json               config, the batches (token ids), the first step's logits,
                                       every step's loss, learning rate and pre-clipping grad norm
 """
@@ -122,11 +123,13 @@ def lr_at(step):
 
 
 def write_safetensors(tensors, path):
-    """A minimal safetensors writer (float32 tensors)."""
+    """A minimal safetensors writer (float32 and float64 tensors)."""
     header, offset, blobs = {}, 0, []
     for name in sorted(tensors):
-        data = tensors[name].detach().contiguous().to(torch.float32).numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape), "data_offsets": [offset, offset + len(data)]}
+        t = tensors[name].detach().contiguous()
+        data = t.numpy().tobytes()
+        header[name] = {"dtype": "F64" if t.dtype == torch.float64 else "F32", "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
         offset += len(data)
         blobs.append(data)
     h = json.dumps(header, separators=(",", ":")).encode()
@@ -152,31 +155,45 @@ for s in range(STEPS):
         tgt[1, -3:] = -1
     batches.append((idx, tgt))
 
-decay = [p for p in model.parameters() if p.dim() >= 2]
-no_decay = [p for p in model.parameters() if p.dim() < 2]
-opt = torch.optim.AdamW([{"params": decay, "weight_decay": OPT["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-                        lr=OPT["lr"], betas=tuple(OPT["betas"]), eps=OPT["eps"])
-steps = []
-first_logits = None
-for s, (idx, tgt) in enumerate(batches):
-    lr = lr_at(s)
-    for g in opt.param_groups:
-        g["lr"] = lr
-    logits, loss = model(idx, tgt)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    if s == 0:
-        first_logits = logits
-        write_safetensors({n: p.grad for n, p in model.named_parameters()}, os.path.join(HERE, "gpt_grads.safetensors"))
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), OPT["clip"])
-    opt.step()
-    steps.append({"loss": loss.item(), "lr": lr, "grad_norm": norm.item()})
+def train(model, write_first_step):
+    """STEPS steps of the recipe; returns each step's loss, lr and pre-clipping norm, and step 0's logits."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": OPT["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=OPT["lr"], betas=tuple(OPT["betas"]), eps=OPT["eps"])
+    steps, first_logits = [], None
+    for s, (idx, tgt) in enumerate(batches):
+        lr = lr_at(s)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        logits, loss = model(idx, tgt)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if s == 0:
+            first_logits = logits
+            if write_first_step:
+                write_safetensors({n: p.grad for n, p in model.named_parameters()}, os.path.join(HERE, "gpt_grads.safetensors"))
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), OPT["clip"])
+        opt.step()
+        steps.append({"loss": loss.item(), "lr": lr, "grad_norm": norm.item()})
+    return steps, first_logits
 
+
+# float64: the same run from the same initial weights. Ten float32 AdamW steps amplify rounding: the
+# key third of c_attn.bias has a gradient of exactly zero in exact arithmetic (softmax ignores a
+# constant added to every key's score), so in float32 its gradient is rounding noise that Adam
+# turns into steps of size lr; PyTorch's own float32 runs on 1 and 2 threads end 1.3e-4 apart there.
+# In float64 that noise is ~1e-16, so the ten steps can be compared tightly.
+model64 = GPT(CONFIG).double()
+model64.load_state_dict(model.state_dict())
+steps64, _ = train(model64, False)
+write_safetensors(model64.state_dict(), os.path.join(HERE, "gpt_final_f64.safetensors"))
+steps, first_logits = train(model, True)
 write_safetensors(model.state_dict(), os.path.join(HERE, "gpt_final.safetensors"))
 with open(os.path.join(HERE, "gpt.json"), "w") as f:
     json.dump({"generator": "gen_gpt.py", "torch": torch.__version__, "config": CONFIG, "batch": BATCH, "optimizer": OPT,
                "parameter_names": [n for n, _ in model.named_parameters()],
                "state_dict_keys": list(model.state_dict().keys()),
                "batches": [{"idx": t2j(i), "targets": t2j(t)} for i, t in batches],
-               "logits": t2j(first_logits), "steps": steps}, f)
+               "logits": t2j(first_logits), "steps": steps, "steps_f64": steps64}, f)
 print("wrote gpt_init/gpt_grads/gpt_final.safetensors and gpt.json;", sum(p.numel() for p in model.parameters()), "parameters")
