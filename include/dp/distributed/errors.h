@@ -90,7 +90,7 @@ class CollectiveMismatch : public DistributedError {
 
 // Text that came from another process or machine (a store value, a peer's host name or error
 // line), made safe for a terminal or a log: control characters (C0, DEL, C1: terminal escapes, a
-// newline that would forge a line) and bytes that are not UTF-8 are written as \xNN, and text past
+// newline that would forge a line) and bytes that are not UTF-8 are written as \\x and two hex digits, and text past
 // max_bytes is cut, with "... (N bytes)" saying how long it was.
 std::string printable_text(std::string_view text, size_t max_bytes = 200);
 

@@ -43,6 +43,7 @@
 #include "dp/core/clone_map.h"
 #include "dp/core/ordered_dict.h"
 #include "dp/core/tensor.h"
+#include "dp/core/zeroed_allocator.h"
 #include "dp/nn/hooks.h"
 
 namespace dp::nn {
@@ -323,7 +324,7 @@ template <typename M>
 std::shared_ptr<Module> copy_module(const Module& m) {
   if constexpr (std::is_copy_constructible_v<M> && !std::is_abstract_v<M>) {
     const M& original = static_cast<const M&>(m);
-    std::shared_ptr<M> copy = std::make_shared<M>(original);
+    std::shared_ptr<M> copy = std::allocate_shared<M>(dp::detail::ZeroedAllocator<M>(), original);  // see ZeroedAllocator
     note_copy(m, std::addressof(original), copy.get(), sizeof(M));
     return copy;
   } else {

@@ -10,6 +10,7 @@
 #include <utility>
 #include "dp/core/clone_map.h"
 #include "dp/core/errors.h"
+#include "dp/core/zeroed_allocator.h"
 #include "dp/nn/module_call.h"
 
 namespace dp::nn {
@@ -22,13 +23,15 @@ class ModuleHolder {
   // An empty holder, to be assigned later (`Linear fc{nullptr};`).
   ModuleHolder(std::nullptr_t) {}  // NOLINT
   // Default-constructs the module when it can be (`ReLU relu;`).
-  ModuleHolder() requires std::is_default_constructible_v<Impl> : impl_(std::make_shared<Impl>()) { impl_->template remember_type<Impl>(); }
+  ModuleHolder() requires std::is_default_constructible_v<Impl> : impl_(std::allocate_shared<Impl>(dp::detail::ZeroedAllocator<Impl>())) {
+    impl_->template remember_type<Impl>();
+  }
   // Constructs the module from the arguments (`Linear(5, 2)`).
   template <typename Head, typename... Tail>
   requires(!std::is_same_v<std::decay_t<Head>, ModuleHolder> && !std::is_same_v<std::decay_t<Head>, std::nullptr_t> &&
            !std::is_same_v<std::decay_t<Head>, std::shared_ptr<Impl>> &&
            std::is_constructible_v<Impl, Head, Tail...>) explicit ModuleHolder(Head&& head, Tail&&... tail)
-      : impl_(std::make_shared<Impl>(std::forward<Head>(head), std::forward<Tail>(tail)...)) {
+      : impl_(std::allocate_shared<Impl>(dp::detail::ZeroedAllocator<Impl>(), std::forward<Head>(head), std::forward<Tail>(tail)...)) {
     impl_->template remember_type<Impl>();
   }
   ModuleHolder(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {  // NOLINT
