@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -299,6 +301,120 @@ TEST_F(Examples, DdpTrainTwoProcessesMatchOneProcess) {
   const std::string last = matching(two, "epoch 2").at(0);
   ASSERT_TRUE(std::regex_search(last, m, acc)) << last;
   EXPECT_GT(std::stod(m[1]), 0.9);
+}
+
+// ---- Sequence models: examples/gpt.cpp and examples/rnn_packed.cpp ----
+
+// A small English text (a few thousand characters) for the GPT example: fixed sentences in an order
+// drawn from a fixed seed, so every run and every rank reads the same file.
+std::string write_text_corpus() {
+  static const char* kSentences[] = {"The quick brown fox jumps over the lazy dog.\n",
+                                     "A journey of a thousand miles begins with a single step.\n",
+                                     "All that glitters is not gold.\n",
+                                     "To be or not to be, that is the question.\n",
+                                     "The early bird catches the worm.\n",
+                                     "Actions speak louder than words.\n",
+                                     "Knowledge is power, and time is money.\n",
+                                     "Where there is a will, there is a way.\n"};
+  std::mt19937 gen(7);
+  std::string text;
+  while (text.size() < 12000) text += kSentences[gen() % 8];
+  const std::string path = (std::filesystem::temp_directory_path() / "dp_examples_corpus.txt").string();
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+// "step N  val loss V" lines of a gpt run, as (N, V).
+std::vector<std::pair<int, double>> val_losses(const ProgramRun& r) {
+  static const std::regex re(R"(step ([0-9]+)  val loss ([0-9.]+))");
+  std::vector<std::pair<int, double>> out;
+  for (const std::string& line : r.lines()) {
+    std::smatch m;
+    if (std::regex_search(line, m, re)) out.emplace_back(std::stoi(m[1]), std::stod(m[2]));
+  }
+  return out;
+}
+
+const std::string kGptArgs = " --steps 40 --batch 8 --block 32 --layers 2 --heads 2 --embd 32 --eval-every 20 --sample 120 --lr 1e-2";
+
+TEST_F(Examples, GptTrainsWithDataParallelAndSamplesText) {
+  const std::string text = write_text_corpus();
+  ProgramRun r = run("gpt", "--data " + text + " --devices cpu:0,cpu:1" + kGptArgs);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("DataParallel over cpu:0,cpu:1"), std::string::npos) << r.out;
+  const auto v = val_losses(r);
+  ASSERT_EQ(v.size(), 3u) << r.out;  // steps 0, 20, 40
+  // From about ln(vocabulary) (~3.4 for ~30 characters) to well under it: the sentences repeat.
+  EXPECT_GT(v.front().second, 3.0) << r.out;
+  EXPECT_LT(v.back().second, v.front().second - 1.0) << r.out;
+  const size_t at = r.out.find("---- sample (temperature 0.80, top-k 10) ----\n");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string sample = r.out.substr(at + 46);
+  EXPECT_GE(sample.size(), 120u) << r.out;
+  EXPECT_NE(sample.find("\n----\n"), std::string::npos) << r.out;
+}
+
+TEST_F(Examples, GptUnderDpRunWithDdpTrainsAsDataParallelDoes) {
+#ifndef DP_RUN_BIN
+  GTEST_SKIP() << "dp-run is not built";
+#else
+  const std::string text = write_text_corpus();
+  const std::string args = "--data " + text + kGptArgs + " --sample 0";
+  ProgramRun dp_run = run("gpt", "--devices cpu:0,cpu:1 " + args);
+  ASSERT_EQ(dp_run.status, 0) << dp_run.out;
+  ProgramRun ddp;
+  {
+    const std::string cmd = std::string("timeout 120 ") + DP_RUN_BIN + " --nproc-per-node 2 --timeout 60 -- " + example("gpt") + " " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::array<char, 4096> buf;
+    for (size_t k; (k = fread(buf.data(), 1, buf.size(), p)) > 0;) ddp.out.append(buf.data(), k);
+    const int rc = pclose(p);
+    ddp.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  }
+  ASSERT_EQ(ddp.status, 0) << ddp.out;
+  EXPECT_NE(ddp.out.find("DistributedDataParallel over 2 processes"), std::string::npos) << ddp.out;
+  // The same global batches and the same initial weights: the held-out losses follow the
+  // DataParallel run's (gradients are summed in another order, hence not bit for bit).
+  const auto a = val_losses(dp_run), b = val_losses(ddp);
+  ASSERT_EQ(a.size(), 3u) << dp_run.out;
+  ASSERT_EQ(b.size(), a.size()) << ddp.out;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i].first, a[i].first);
+    EXPECT_NEAR(b[i].second, a[i].second, 2e-3 * a[i].second) << "step " << a[i].first << "\nDataParallel:\n" << dp_run.out << "DDP:\n" << ddp.out;
+  }
+#endif
+}
+
+// "step N  loss L" lines of an rnn_packed run.
+std::vector<double> step_losses(const ProgramRun& r) {
+  static const std::regex re(R"(^step [0-9]+  loss ([0-9.]+)$)");
+  std::vector<double> out;
+  for (const std::string& line : r.lines()) {
+    std::smatch m;
+    if (std::regex_search(line, m, re)) out.push_back(std::stod(m[1]));
+  }
+  return out;
+}
+
+TEST_F(Examples, PackedGruOnTwoDevicesTrainsAsOnOne) {
+  const std::string args = " --steps 60 --batch 32 --hidden 16 --min-accuracy 0.9";
+  ProgramRun one = run("rnn_packed", "--devices cpu:0" + args);
+  ASSERT_EQ(one.status, 0) << one.out;
+  ProgramRun two = run("rnn_packed", "--devices cpu:0,cpu:1" + args);
+  ASSERT_EQ(two.status, 0) << two.out;
+  const auto a = step_losses(one), b = step_losses(two);
+  ASSERT_EQ(a.size(), 4u) << one.out;  // steps 1, 20, 40, 60
+  ASSERT_EQ(b.size(), a.size()) << two.out;
+  // Per-token losses over the whole batch on both: equal up to the printed digits' rounding.
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 2e-4) << "one device:\n" << one.out << "two:\n" << two.out;
+  EXPECT_LT(a.back(), a.front() - 0.2) << one.out;
+}
+
+TEST_F(Examples, PackedGruWithoutTotalLengthNamesTheMistake) {
+  ProgramRun r = run("rnn_packed", "--devices cpu:0,cpu:1 --steps 1 --no-total-length 2>&1");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("total_length"), std::string::npos) << r.out;
 }
 
 #endif  // DP_EXAMPLES_DIR
