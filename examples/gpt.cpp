@@ -56,22 +56,38 @@ Args parse(int argc, char** argv) {
     }
     DP_CHECK(i + 1 < argc, ValueError, "option ", k, " needs a value");
     const std::string v = argv[++i];
-    if (k == "--data") a.data = v;
-    else if (k == "--devices") a.devices = v;
-    else if (k == "--steps") a.steps = std::stoll(v);
-    else if (k == "--batch") a.batch = std::stoll(v);
-    else if (k == "--block") a.block = std::stoll(v);
-    else if (k == "--layers") a.layers = std::stoll(v);
-    else if (k == "--heads") a.heads = std::stoll(v);
-    else if (k == "--embd") a.embd = std::stoll(v);
-    else if (k == "--eval-every") a.eval_every = std::stoll(v);
-    else if (k == "--sample") a.sample = std::stoll(v);
-    else if (k == "--top-k") a.top_k = std::stoll(v);
-    else if (k == "--lr") a.lr = std::stod(v);
-    else if (k == "--temperature") a.temperature = std::stod(v);
-    else if (k == "--max-val-loss") a.max_val_loss = std::stod(v);
-    else if (k == "--seed") a.seed = std::stoull(v);
-    else throw ValueError("unknown option " + k + " (see --help)");
+    if (k == "--data")
+      a.data = v;
+    else if (k == "--devices")
+      a.devices = v;
+    else if (k == "--steps")
+      a.steps = std::stoll(v);
+    else if (k == "--batch")
+      a.batch = std::stoll(v);
+    else if (k == "--block")
+      a.block = std::stoll(v);
+    else if (k == "--layers")
+      a.layers = std::stoll(v);
+    else if (k == "--heads")
+      a.heads = std::stoll(v);
+    else if (k == "--embd")
+      a.embd = std::stoll(v);
+    else if (k == "--eval-every")
+      a.eval_every = std::stoll(v);
+    else if (k == "--sample")
+      a.sample = std::stoll(v);
+    else if (k == "--top-k")
+      a.top_k = std::stoll(v);
+    else if (k == "--lr")
+      a.lr = std::stod(v);
+    else if (k == "--temperature")
+      a.temperature = std::stod(v);
+    else if (k == "--max-val-loss")
+      a.max_val_loss = std::stod(v);
+    else if (k == "--seed")
+      a.seed = std::stoull(v);
+    else
+      throw ValueError("unknown option " + k + " (see --help)");
   }
   DP_CHECK(a.steps > 0 && a.batch > 0 && a.block > 0 && a.eval_every > 0 && a.sample >= 0, ValueError,
            "--steps, --batch, --block and --eval-every must be positive, --sample non-negative");
@@ -149,8 +165,7 @@ int run(const Args& a) {
     std::printf("%s: %lld characters, vocabulary %lld; GPT %lld layers, %lld heads, %lld channels: %lld parameters; %s\n", a.data.c_str(),
                 static_cast<long long>(n), static_cast<long long>(tok.vocab_size()), static_cast<long long>(a.layers),
                 static_cast<long long>(a.heads), static_cast<long long>(a.embd), static_cast<long long>(model->num_params(false)),
-                ddp ? ("DistributedDataParallel over " + std::to_string(world) + " processes").c_str()
-                    : ("DataParallel over " + a.devices).c_str());
+                ddp ? ("DistributedDataParallel over " + std::to_string(world) + " processes").c_str() : ("DataParallel over " + a.devices).c_str());
 
   optim::AdamW opt(models::weight_decay_groups(*model, 0.1), optim::AdamWOptions(a.lr).betas({0.9, 0.95}));
   auto criterion = [](const Tensor& logits, const Tensor& y) { return models::lm_loss(logits, y); };
@@ -176,7 +191,8 @@ int run(const Args& a) {
     loss.backward();
     nn::utils::clip_grad_norm_(model->parameters(), 1.0);
     opt.step();
-    if (rank == 0 && (step % 10 == 0 || step == 1)) std::printf("step %lld  loss %.4f  lr %.2e\n", static_cast<long long>(step), loss.item<double>(), lr);
+    if (rank == 0 && (step % 10 == 0 || step == 1))
+      std::printf("step %lld  loss %.4f  lr %.2e\n", static_cast<long long>(step), loss.item<double>(), lr);
     if (step % a.eval_every == 0 || step == a.steps) {
       val_loss = evaluate(*model, val, a.block, device);
       if (rank == 0) std::printf("step %lld  val loss %.4f\n", static_cast<long long>(step), val_loss);

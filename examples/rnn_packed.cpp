@@ -85,14 +85,22 @@ int run(int argc, char** argv) {
     }
     DP_CHECK(i + 1 < argc, ValueError, "option ", k, " needs a value");
     const std::string v = argv[++i];
-    if (k == "--devices") devices = v;
-    else if (k == "--steps") steps = std::stoll(v);
-    else if (k == "--batch") batch = std::stoll(v);
-    else if (k == "--hidden") hidden = std::stoll(v);
-    else if (k == "--lr") lr = std::stod(v);
-    else if (k == "--seed") seed = std::stoull(v);
-    else if (k == "--min-accuracy") min_accuracy = std::stod(v);
-    else throw ValueError("unknown option " + k);
+    if (k == "--devices")
+      devices = v;
+    else if (k == "--steps")
+      steps = std::stoll(v);
+    else if (k == "--batch")
+      batch = std::stoll(v);
+    else if (k == "--hidden")
+      hidden = std::stoll(v);
+    else if (k == "--lr")
+      lr = std::stod(v);
+    else if (k == "--seed")
+      seed = std::stoull(v);
+    else if (k == "--min-accuracy")
+      min_accuracy = std::stod(v);
+    else
+      throw ValueError("unknown option " + k);
   }
   const std::vector<Device> ids = dp_examples::parse_devices(devices);
   manual_seed(seed);
@@ -102,9 +110,7 @@ int run(int argc, char** argv) {
   // targets [T, B] along dim 1.
   nn::DataParallel<TaggerImpl> net(model, parallel::DataParallelOptions(ids).dim(1).in_dims({1, 0}).target_dim(1));
   optim::Adam opt(model->parameters(), optim::AdamOptions(lr));
-  auto per_token = [](const Tensor& logits, const Tensor& y) {
-    return cross_entropy(logits.flatten(0, 1), y.flatten(), Tensor(), kIgnore);
-  };
+  auto per_token = [](const Tensor& logits, const Tensor& y) { return cross_entropy(logits.flatten(0, 1), y.flatten(), Tensor(), kIgnore); };
   Generator gen(seed + 1);
   if (!total_length) {
     // The FAQ's mistake: each replica pads to its own longest sequence, so the gathered outputs
