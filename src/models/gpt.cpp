@@ -100,7 +100,8 @@ GPTImpl::GPTImpl(const GPTConfig& c) : nn::Module("GPT"), config(c) {
 
 void GPTImpl::reset_parameters() {
   NoGradGuard no_grad;
-  for (const auto& item : named_modules()) {
+  for (const auto& item : named_modules(
+           "", /*include_self=*/false)) {  // (self is none of these; and reset_parameters runs in the constructor, before a shared_ptr owns this)
     nn::Module& m = *item.value();
     if (auto* lin = dynamic_cast<nn::LinearImpl*>(&m)) {
       nn::init::normal_(lin->weight, 0.0, 0.02);
