@@ -1,6 +1,6 @@
 // Memory-bound passes over large tensors on the host's threads (blas::parallel_range): dense
 // element-wise ops, dtype conversions, copies, fills and whole-tensor norms of at least
-// blas::kRangeMin elements, issued by a host thread with dp::set_num_threads(2), are cut into pieces
+// blas::kRangeMin elements (inputs contiguous or single elements), issued by a host thread with dp::set_num_threads(2), are cut into pieces
 // that the host GEMM pool takes. The results are the same bits as with one thread; a device worker,
 // a small tensor or a strided one stays in the calling thread.
 #include <gtest/gtest.h>
@@ -89,6 +89,10 @@ TEST(ParallelPasses, LargeDensePassesUseThePoolOnTheHost) {
   calls = kernels::blas::pool_calls();
   Tensor h = a.to(kBFloat16);
   EXPECT_EQ(kernels::blas::pool_calls(), calls + 1) << "a large conversion";
+  calls = kernels::blas::pool_calls();
+  Tensor c2 = c.clone();
+  c2.mul_(full({}, 0.5));
+  EXPECT_EQ(kernels::blas::pool_calls(), calls + 2) << "a large clone, then an in-place product with a 0-dim tensor";
   calls = kernels::blas::pool_calls();
   add(a.narrow(0, 0, 1000), b.narrow(0, 0, 1000));
   EXPECT_EQ(kernels::blas::pool_calls(), calls) << "a small add stays in the calling thread";

@@ -130,6 +130,18 @@ void launch(const Tensor& out, const F& f, const Ts&... in) {
     blas::parallel_range(n, [&](int64_t b, int64_t e) { dense_loop(o + b, e - b, f, static_cast<const In*>(in.data_ptr()) + b...); });
     return;
   }
+  // A large contiguous output whose inputs are each contiguous or a single element (x * a 0-dim
+  // tensor, clip_grad_norm_'s in-place scaling): row_loop's broadcast loops, in pieces.
+  if (out.is_contiguous() && blas::range_is_parallel(n) && (((in.is_contiguous() && in.numel() == n) || in.numel() == 1) && ...)) {
+    char* o = static_cast<char*>(out.data_ptr());
+    blas::parallel_range(n, [&](int64_t b, int64_t e) {
+      std::array<char*, sizeof...(In) + 1> p{o + b * static_cast<int64_t>(sizeof(Out)),
+                                             static_cast<char*>(in.data_ptr()) + (in.numel() == n ? b * static_cast<int64_t>(sizeof(In)) : 0)...};
+      const std::array<int64_t, sizeof...(In) + 1> st{static_cast<int64_t>(sizeof(Out)), (in.numel() == n ? static_cast<int64_t>(sizeof(In)) : 0)...};
+      row_loop<Out, In...>(p.data(), st.data(), e - b, f);
+    });
+    return;
+  }
   ElementwiseIter it({&out, &in...}, out.sizes());
   it.for_each([&](char** p, const int64_t* s, int64_t m) { row_loop<Out, In...>(p, s, m, f); });
 }
