@@ -17,8 +17,9 @@ Configurations (--configs):
            (1024 tokens: attention is a larger share of the step than in gpt2).
 
 A step is zero_grad(set_to_none), forward and loss (inside torch.autocast("cpu", bfloat16) in the
-bf16 mode, autocast(enabled=False) in float32), backward, optimizer step, on one fixed random batch
-(tokens and targets uniform in [0, V)). Protocol: --warmup untimed steps, then --steps steps timed
+bf16 mode, autocast(enabled=False) in float32), backward, gradient clipping to norm 1.0
+(clip_grad_norm_, nanoGPT's grad_clip), optimizer step, on one fixed random batch (tokens and
+targets uniform in [0, V)). Protocol: --warmup untimed steps, then --steps steps timed
 one by one with time.perf_counter; median, min and max in milliseconds.
 
 The step's GEMM FLOPs (printed, and in the JSON as gemm_gflop) count the matrix products only:
@@ -35,10 +36,13 @@ Threads: torch.set_num_threads(t) before each entry of --threads.
 --serve is how a C++ benchmark interleaves its own steps with these (bench/pytorch_training.py's
 protocol): one JSON request per line on stdin, one JSON line answered on stdout:
     {"cmd": "build", "config": "gpt2", "mode": "bf16", "threads": 1}
-                                          -> {"torch": version, "gemm_gflop": G}  (model, batch, AdamW)
-    {"cmd": "steps", "n": N, "timed": true} -> {"times_ms": [...]}
+                                          -> {"torch": version, "gemm_gflop": G, "threads": T}
+                                             (model, batch, AdamW; "mode" is the default of "steps")
+    {"cmd": "steps", "n": N, "timed": true, "mode": "float32"}
+                                          -> {"times_ms": [...]}  (both modes step the one model)
     {"cmd": "finish"}                     -> {"loss": L}  (one more step's loss)
     {"cmd": "quit"}
+One model serves both modes, so a process holds one copy of the weights and AdamW's state.
 """
 import argparse
 import json
@@ -147,7 +151,8 @@ def gemm_flops(c):
     return 6 * n * linear + attention
 
 
-def make_step(c, bf16):
+def make_step(c):
+    """A step function step(bf16) of one model, batch and optimizer."""
     torch.manual_seed(0)
     model = GPT(c)
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -157,11 +162,14 @@ def make_step(c, bf16):
     x = torch.randint(0, c["vocab_size"], (c["batch"], c["seq"]))
     y = torch.randint(0, c["vocab_size"], (c["batch"], c["seq"]))
 
-    def step():
+    params = list(model.parameters())
+
+    def step(bf16):
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = model(x, y)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         return loss
 
@@ -171,37 +179,41 @@ def make_step(c, bf16):
 def run(name, mode, threads, warmup, steps):
     c = CONFIGS[name]
     torch.set_num_threads(threads)
-    step = make_step(c, mode == "bf16")
+    step = make_step(c)
+    bf16 = mode == "bf16"
     for _ in range(warmup):
-        step()
+        step(bf16)
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
-        loss = step()
+        loss = step(bf16)
         times.append((time.perf_counter() - t0) * 1e3)
     return {"config": name, "mode": mode, "threads": threads, "median_ms": statistics.median(times), "min_ms": min(times),
             "max_ms": max(times), "times_ms": times, "gemm_gflop": gemm_flops(c) / 1e9, "loss": float(loss.item())}
 
 
 def serve():
-    step = None
+    step, default_mode = None, "float32"
     for line in sys.stdin:
         req = json.loads(line)
         cmd = req["cmd"]
         if cmd == "build":
             c = CONFIGS[req["config"]]
             torch.set_num_threads(int(req.get("threads", 1)))
-            step = make_step(c, req.get("mode", "float32") == "bf16")
-            out = {"torch": torch.__version__, "gemm_gflop": gemm_flops(c) / 1e9}
+            step = None  # the old model goes before the new one is made
+            step = make_step(c)
+            default_mode = req.get("mode", "float32")
+            out = {"torch": torch.__version__, "gemm_gflop": gemm_flops(c) / 1e9, "threads": torch.get_num_threads()}
         elif cmd == "steps":
+            bf16 = req.get("mode", default_mode) == "bf16"
             times = []
             for _ in range(req["n"]):
                 t0 = time.perf_counter()
-                step()
+                step(bf16)
                 times.append((time.perf_counter() - t0) * 1e3)
             out = {"times_ms": times if req.get("timed", True) else []}
         elif cmd == "finish":
-            out = {"loss": float(step().item())}
+            out = {"loss": float(step(default_mode == "bf16").item())}
             step = None
         elif cmd == "quit":
             return

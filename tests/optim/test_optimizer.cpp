@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include "dp/core/threads.h"
 #include "dp/optim/optim.h"
 #include "support/golden.h"
 
@@ -228,6 +229,43 @@ TEST(OptimizerStep, Float64AndManyParameters) {
     EXPECT_EQ(st->exp_avg.dtype(), p.dtype());
     EXPECT_FALSE(st->max_exp_avg_sq.defined());
   }
+}
+
+// A large update is cut into pieces that the host's threads take (backend/cpu/optim_updates.cpp):
+// with two threads the parameters and state are the same bits as with one, for a parameter list
+// mixing large and small tensors, in float32 and bfloat16, for SGD (momentum) and AdamW (amsgrad).
+TEST(OptimizerStep, LargeListOnTwoThreadsMatchesOneThread) {
+  const int before = get_num_threads();
+  auto run = [](int threads, int which, DType dtype) {
+    set_num_threads(threads);
+    std::vector<Tensor> ps = {leaf({300001}, 1, dtype), leaf({17}, 2, dtype), leaf({513, 257}, 3, dtype)};
+    std::unique_ptr<optim::Optimizer> o;
+    if (which == 0)
+      o = std::make_unique<SGD>(ps, SGDOptions(0.1).momentum(0.9).weight_decay(0.01));
+    else
+      o = std::make_unique<AdamW>(ps, AdamWOptions(0.01).amsgrad(true));
+    for (int k = 0; k < 3; ++k) {
+      for (size_t i = 0; i < ps.size(); ++i) ps[i].set_grad(fake_grad(ps[i], k, static_cast<int>(i)));
+      o->step();
+    }
+    std::vector<Tensor> out;
+    for (const Tensor& p : ps) out.push_back(p.detach().clone());
+    if (which == 1)
+      for (const Tensor& p : ps) {
+        auto* st = dynamic_cast<optim::AdamParamState*>(o->state().at(p.unsafe_impl()).get());
+        out.push_back(st->exp_avg);
+        out.push_back(st->exp_avg_sq);
+        out.push_back(st->max_exp_avg_sq);
+      }
+    return out;
+  };
+  for (DType dtype : {kFloat32, kBFloat16})
+    for (int which = 0; which < 2; ++which) {
+      std::vector<Tensor> one = run(1, which, dtype), two = run(2, which, dtype);
+      ASSERT_EQ(one.size(), two.size());
+      for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bits_equal(one[i], two[i])) << (which ? "AdamW" : "SGD") << " " << dtype << " tensor " << i;
+    }
+  set_num_threads(before);
 }
 
 // ---------------------------------------------------------------- argument checks

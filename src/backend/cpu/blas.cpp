@@ -441,6 +441,15 @@ void run_parallel(int64_t tasks, int threads, const std::function<void(int64_t)>
 
 int parallel_slots() { return policy().wanted_threads(); }
 
+bool range_is_parallel(int64_t n) { return n >= kRangeMin && policy().wanted_threads() > 1; }
+
+void parallel_range(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn) {
+  if (n <= 0) return;
+  if (!range_is_parallel(n)) return fn(0, n);
+  const int64_t pieces = (n + kRangePiece - 1) / kRangePiece;
+  parallel_for(pieces, INT_MAX, [&](int64_t i, int) { fn(i * kRangePiece, std::min(n, (i + 1) * kRangePiece)); });
+}
+
 void parallel_for(int64_t tasks, int slots, const std::function<void(int64_t task, int slot)>& fn) {
   if (tasks <= 0) return;
   // In a task, BLAS calls and nested parallel_for calls run in the task's thread.

@@ -53,6 +53,19 @@ void parallel_for(int64_t tasks, int slots, const std::function<void(int64_t tas
 // The slots a parallel_for issued by the calling thread would use now: host_threads() on a host
 // thread, 1 on a device worker or inside a parallel_for task. Size per-thread scratch with it.
 int parallel_slots();
+// Memory-bound passes over large arrays (element-wise kernels, copies, fills, optimizer updates,
+// norms): fn(begin, end) for pieces that cover [0, n) once, run by parallel_slots() threads as
+// parallel_for runs its tasks. Pieces start at multiples of kRangeAlign elements (whole cache lines
+// and vectors for every element type, so a piece's vector loop covers what a single call's would)
+// and hold about kRangePiece elements; below kRangeMin elements, or with one slot, fn(0, n) runs
+// in the calling thread. Every element is computed exactly as by one call over [0, n).
+constexpr int64_t kRangeAlign = 64;
+constexpr int64_t kRangePiece = int64_t{1} << 16;
+constexpr int64_t kRangeMin = int64_t{1} << 18;
+static_assert(kRangePiece % kRangeAlign == 0, "pieces start at multiples of kRangeAlign");
+void parallel_range(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
+// Whether parallel_range(n, ...) from the calling thread would use more than one thread.
+bool range_is_parallel(int64_t n);
 // The OPENBLAS_CORETYPE for this CPU's best kernels when OpenBLAS chose older ones, else "".
 const char* coretype_suggestion();
 // The thread count OpenBLAS is set to: always 1 (for tests).

@@ -10,6 +10,11 @@
 //    dense or broadcast (stride 0) gets a vectorisable loop with the broadcast value held in a
 //    register (row / column broadcasting, tensor op 0-dim tensor); anything else a strided loop.
 //
+//  - A dense loop over many elements (at least blas::kRangeMin) issued by a host thread set to
+//    several threads is cut into pieces that those threads take one at a time
+//    (blas::parallel_range): these loops are memory-bound, and one core does not saturate memory
+//    bandwidth. Each element is computed as in one loop, so results do not depend on the threads.
+//
 // Aliasing: out may be exactly one of the inputs (in-place ops); the ops never pass an input that
 // overlaps out partially (they copy it first), so the dense loops tell the compiler to ignore
 // assumed dependences (ivdep) and vectorise without runtime alias checks.
@@ -18,6 +23,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include "backend/cpu/blas.h"
 #include "backend/cpu/cpu_dispatch.h"
 #include "backend/cpu/loops.h"
 
@@ -116,7 +122,24 @@ void launch(const Tensor& out, const F& f, const Ts&... in) {
   const int64_t n = out.numel();
   if (n == 0) return;
   if (out.is_contiguous() && ((in.is_contiguous() && in.numel() == n) && ...)) {
-    dense_loop(static_cast<Out*>(out.data_ptr()), n, f, static_cast<const In*>(in.data_ptr())...);
+    Out* o = static_cast<Out*>(out.data_ptr());
+    if (!blas::range_is_parallel(n)) {
+      dense_loop(o, n, f, static_cast<const In*>(in.data_ptr())...);
+      return;
+    }
+    blas::parallel_range(n, [&](int64_t b, int64_t e) { dense_loop(o + b, e - b, f, static_cast<const In*>(in.data_ptr()) + b...); });
+    return;
+  }
+  // A large contiguous output whose inputs are each contiguous or a single element (x * a 0-dim
+  // tensor, clip_grad_norm_'s in-place scaling): row_loop's broadcast loops, in pieces.
+  if (out.is_contiguous() && blas::range_is_parallel(n) && (((in.is_contiguous() && in.numel() == n) || in.numel() == 1) && ...)) {
+    char* o = static_cast<char*>(out.data_ptr());
+    blas::parallel_range(n, [&](int64_t b, int64_t e) {
+      std::array<char*, sizeof...(In) + 1> p{o + b * static_cast<int64_t>(sizeof(Out)),
+                                             static_cast<char*>(in.data_ptr()) + (in.numel() == n ? b * static_cast<int64_t>(sizeof(In)) : 0)...};
+      const std::array<int64_t, sizeof...(In) + 1> st{static_cast<int64_t>(sizeof(Out)), (in.numel() == n ? static_cast<int64_t>(sizeof(In)) : 0)...};
+      row_loop<Out, In...>(p.data(), st.data(), e - b, f);
+    });
     return;
   }
   ElementwiseIter it({&out, &in...}, out.sizes());

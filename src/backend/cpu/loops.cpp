@@ -1,6 +1,9 @@
 #include "backend/cpu/loops.h"
 #include <algorithm>
+#include <cstring>
 #include <numeric>
+#include "backend/cpu/blas.h"
+#include "backend/cpu/elementwise_loops.h"
 
 namespace dp::kernels {
 
@@ -48,7 +51,46 @@ void ElementwiseIter::init(const Tensor* const* operands, int n, IntArrayRef sha
   for (int k = 0; k < nt_; ++k) strides_[k] = cs[k];
 }
 
+namespace {
+
+template <typename T>
+inline constexpr bool is_any_float_v = std::is_floating_point_v<T> || is_reduced_float_v<T>;
+
+// dst and src contiguous with the same element count (a fresh copy, a dtype conversion such as
+// autocast's casts of parameters and their gradients' casts back): one vectorised pass, in pieces
+// over the host's threads when large (blas::parallel_range). Returns false for other layouts.
+bool copy_dense(const Tensor& dst, const Tensor& src) {
+  const int64_t n = dst.numel();
+  if (n == 0 || src.numel() != n || !dst.is_contiguous() || !src.is_contiguous()) return false;
+  if (dst.dtype() == src.dtype()) {
+    const size_t es = dst.element_size();
+    char* d = static_cast<char*>(dst.data_ptr());
+    const char* s = static_cast<const char*>(src.data_ptr());
+    if (d == s) return true;
+    blas::parallel_range(n, [&](int64_t b, int64_t e) { std::memmove(d + b * es, s + b * es, static_cast<size_t>(e - b) * es); });
+    return true;
+  }
+  bool done = false;
+  dispatch_all(dst.dtype(), "copy_", [&]<typename D>() {
+    dispatch_all(src.dtype(), "copy_", [&]<typename S>() {
+      if constexpr (is_any_float_v<D> && is_any_float_v<S>) {
+        D* d = static_cast<D*>(dst.data_ptr());
+        const S* s = static_cast<const S*>(src.data_ptr());
+        blas::parallel_range(n, [&](int64_t b, int64_t e) {
+          dense_loop(
+              d + b, e - b, [](S v) { return convert<D>(v); }, s + b);
+        });
+        done = true;
+      }
+    });
+  });
+  return done;
+}
+
+}  // namespace
+
 void copy_kernel_cpu(const Tensor& dst, const Tensor& src) {
+  if (copy_dense(dst, src)) return;
   ElementwiseIter it({&dst, &src}, dst.sizes());
   dispatch_all(dst.dtype(), "copy_", [&]<typename D>() {
     dispatch_all(src.dtype(), "copy_", [&]<typename S>() { cpu_kernel<D, S>(it, [](S v) { return convert<D>(v); }); });
@@ -60,7 +102,8 @@ void fill_kernel_cpu(const Tensor& dst, const Scalar& value) {
     D v = value.is_floating_point() ? convert<D>(value.to_double()) : convert<D>(value.to_int());
     if (value.is_bool()) v = convert<D>(value.to_int() != 0);
     if (dst.is_contiguous()) {  // fresh tensors (zeros, ones, full): one plain loop, no iterator set-up
-      if (dst.numel() > 0) std::fill_n(static_cast<D*>(dst.data_ptr()), dst.numel(), v);
+      D* d = static_cast<D*>(dst.data_ptr());
+      blas::parallel_range(dst.numel(), [&](int64_t b, int64_t e) { std::fill_n(d + b, e - b, v); });
       return;
     }
     ElementwiseIter it({&dst}, dst.sizes());

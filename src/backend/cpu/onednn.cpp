@@ -266,7 +266,7 @@ void run(const Prim& p, const BFloat16* a, const BFloat16* b, BFloat16* c, const
 // How one product (or tile) is handed to oneDNN. Its AMX kernels take dense matrices only: a
 // leading dimension larger than the matrix (a tile of a larger one, a column slice) sends oneDNN
 // to a kernel without AMX, several times slower. Such an operand is first copied into a dense
-// block (A and B as plain row-major; C computed there and copied back), which costs one pass over
+// block (A and B in the orientation they are stored in; C computed there and copied back), which costs one pass over
 // it, less than the product.
 struct Plan {
   bool copy_a, copy_b, copy_c;
@@ -277,24 +277,15 @@ Plan plan(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_
   p.copy_a = m > 1 && k > 1 && (ta ? lda != m : lda != k);
   p.copy_b = k > 1 && n > 1 && (tb ? ldb != k : ldb != n);
   p.copy_c = m > 1 && ldc != n;
-  const bool ta2 = ta && !p.copy_a, tb2 = tb && !p.copy_b;
-  p.key = Key{ta2, tb2, bias, m, n, k, p.copy_a ? k : lda, p.copy_b ? n : ldb, p.copy_c ? n : ldc, alpha, beta};
+  // A copied operand keeps its orientation (a transposed one stays transposed, dense): the copy is
+  // then one memcpy per stored row, where transposing it was an element-by-element loop.
+  p.key = Key{ta, tb, bias, m, n, k, p.copy_a ? (ta ? m : k) : lda, p.copy_b ? (tb ? k : n) : ldb, p.copy_c ? n : ldc, alpha, beta};
   return p;
 }
 
-// dst [rows, cols] dense = src(i, j) at src[i * rs + j * cs]; transposing reads go by 32 x 32 blocks.
-void copy_matrix(int64_t rows, int64_t cols, const BFloat16* src, int64_t rs, int64_t cs, BFloat16* dst) {
-  if (cs == 1) {
-    for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * cols, src + i * rs, static_cast<size_t>(cols) * sizeof(BFloat16));
-    return;
-  }
-  constexpr int64_t kB = 32;
-  for (int64_t i0 = 0; i0 < rows; i0 += kB)
-    for (int64_t j0 = 0; j0 < cols; j0 += kB) {
-      const int64_t i1 = std::min(rows, i0 + kB), j1 = std::min(cols, j0 + kB);
-      for (int64_t j = j0; j < j1; ++j)
-        for (int64_t i = i0; i < i1; ++i) dst[i * cols + j] = src[i * rs + j * cs];
-    }
+// dst [rows, cols] dense = the rows of src [rows, cols] that lie ld elements apart.
+void copy_matrix(int64_t rows, int64_t cols, const BFloat16* src, int64_t ld, BFloat16* dst) {
+  for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * cols, src + i * ld, static_cast<size_t>(cols) * sizeof(BFloat16));
 }
 
 void dense_run(const Prim& p, const Plan& pl, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
@@ -302,10 +293,11 @@ void dense_run(const Prim& p, const Plan& pl, bool ta, bool tb, int64_t m, int64
   const size_t e = sizeof(BFloat16);
   Scratch sa(pl.copy_a ? static_cast<size_t>(m * k) * e : 0), sb(pl.copy_b ? static_cast<size_t>(k * n) * e : 0),
       sc(pl.copy_c ? static_cast<size_t>(m * n) * e : 0);
-  if (pl.copy_a) copy_matrix(m, k, a, ta ? 1 : lda, ta ? lda : 1, static_cast<BFloat16*>(sa.get()));
-  if (pl.copy_b) copy_matrix(k, n, b, tb ? 1 : ldb, tb ? ldb : 1, static_cast<BFloat16*>(sb.get()));
+  // Each operand as stored: op(A) = A [m, k], or A^T with A stored [k, m]; likewise B.
+  if (pl.copy_a) copy_matrix(ta ? k : m, ta ? m : k, a, lda, static_cast<BFloat16*>(sa.get()));
+  if (pl.copy_b) copy_matrix(tb ? n : k, tb ? k : n, b, ldb, static_cast<BFloat16*>(sb.get()));
   BFloat16* cd = pl.copy_c ? static_cast<BFloat16*>(sc.get()) : c;
-  if (pl.copy_c && beta != 0.0f) copy_matrix(m, n, c, ldc, 1, cd);
+  if (pl.copy_c && beta != 0.0f) copy_matrix(m, n, c, ldc, cd);
   run(p, pl.copy_a ? static_cast<const BFloat16*>(sa.get()) : a, pl.copy_b ? static_cast<const BFloat16*>(sb.get()) : b, cd, bias);
   if (pl.copy_c)
     for (int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc, cd + i * n, static_cast<size_t>(n) * e);

@@ -1,5 +1,7 @@
 // var / std (Welford, two-pass on contiguous rows), logsumexp (running max, stable) and p-norms.
 // Everything accumulates in double.
+#include <vector>
+#include "backend/cpu/blas.h"
 #include "backend/cpu/reduce.h"
 #include "backend/cpu/reduce_vec.h"
 
@@ -256,7 +258,24 @@ void norm_kernel_cpu(const Tensor& out, const Tensor& in, double p) {
     op.out = out.data_ptr<T>();
     op.kind = kind;
     op.p = p;
-    run_reduce<T>(plan, in.numel() ? static_cast<const T*>(in.data_ptr()) : nullptr, op);
+    const int64_t n = in.numel();
+    if (out.numel() == 1 && in.is_contiguous() && n >= blas::kRangeMin) {
+      // The norm of a whole large tensor (clip_grad_norm_'s per-gradient norms): memory-bound, so
+      // fixed pieces of blas::kRangePiece elements (the same whatever the thread count, so the
+      // result is too) reduced by the host's threads, combined in order.
+      const int64_t pieces = (n + blas::kRangePiece - 1) / blas::kRangePiece;
+      std::vector<double> part(static_cast<size_t>(pieces));
+      const T* q = static_cast<const T*>(in.data_ptr());
+      blas::parallel_for(pieces, blas::parallel_slots(), [&](int64_t i, int) {
+        const int64_t b = i * blas::kRangePiece;
+        part[static_cast<size_t>(i)] = op.row(q + b, std::min(n, b + blas::kRangePiece) - b, b);
+      });
+      double acc = op.identity();
+      for (double v : part) acc = op.combine(acc, v);
+      op.store(acc, 0);
+      return;
+    }
+    run_reduce<T>(plan, n ? static_cast<const T*>(in.data_ptr()) : nullptr, op);
   });
 }
 
