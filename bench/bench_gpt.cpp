@@ -668,6 +668,8 @@ int run(const Options& o, char** argv) {
   std::vector<std::unique_ptr<Child>> ranks;
   if (has(o.rows, "ddp2")) {
     const std::string port = std::to_string(free_port());
+    // The store's token (rank 0 hosts the store): the environment, never the command line.
+    const std::string token = distributed::generate_store_token();
     const json spec = {{"config", s.name}, {"cpus", cpus}};
     for (int r = 0; r < 2; ++r)
       ranks.push_back(std::make_unique<Child>(std::vector<std::string>{self_exe(), "--worker", spec.dump()},
@@ -675,7 +677,8 @@ int run(const Options& o, char** argv) {
                                                                                  {"WORLD_SIZE", "2"},
                                                                                  {"LOCAL_RANK", std::to_string(r)},
                                                                                  {"MASTER_ADDR", "127.0.0.1"},
-                                                                                 {"MASTER_PORT", port}},
+                                                                                 {"MASTER_PORT", port},
+                                                                                 {"DP_STORE_TOKEN", token}},
                                               "ddp"));
   }
   for (auto& [t, child] : torch) {
