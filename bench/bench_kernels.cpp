@@ -1,8 +1,8 @@
 // Times dparallel's core kernels against PyTorch's, in the same run on the same machine:
 // a 1024x1024 float32 GEMM, a 16M-element add, a softmax over [4096, 1024], a sum over dim 0 of
-// [4096, 1024] and a 16M-element relu. Each op is timed on our side, then right away on PyTorch's
-// (bench/pytorch_kernels.py in a python3 subprocess) with the same thread count and the same
-// protocol: warm-up, then N calls timed one by one (N chosen so the N calls take at least
+// [4096, 1024], a 16M-element relu, and one LSTM / GRU layer (forward, forward+backward, packed). Each op is timed on our side, then right away on
+// PyTorch's (bench/pytorch_kernels.py in a python3 subprocess) with the same thread count and the same protocol: warm-up, then N calls timed one by
+// one (N chosen so the N calls take at least
 // --min-seconds), reporting median, min and max. --threads 1,2 repeats it all per thread count.
 //
 // Prints the tables, writes bench/results/kernels.json and replaces the tables between the markers
@@ -58,6 +58,36 @@ struct OpSpec {
   std::function<std::function<void()>()> make;
 };
 
+const std::string kRnnShape = "T=50, B=32, I=H=256";
+
+// One LSTM (gates = 4) or GRU (3) layer over [50, 32, 256] from zero states, with PyTorch's init;
+// `train`: inputs and weights require grad and the call includes backward of output.sum().
+// `packed`: the 32 sequences have lengths 50, 49, ..., 19 (a PackedSequence's data and batch_sizes).
+std::function<void()> rnn_op(int64_t gates, bool train, bool packed) {
+  const int64_t T = 50, B = 32, I = 256, H = 256;
+  const double bound = 1.0 / 16.0;
+  auto param = [&](dp::IntArrayRef s) { return dp::sub(dp::mul(dp::rand(s), 2 * bound), bound).set_requires_grad(train); };
+  dp::Tensor w_ih = param({gates * H, I}), w_hh = param({gates * H, H}), b_ih = param({gates * H}), b_hh = param({gates * H});
+  dp::Tensor x, batch_sizes;
+  if (packed) {
+    std::vector<int64_t> bs(T);
+    int64_t rows = 0;
+    for (int64_t t = 0; t < T; ++t) rows += bs[t] = std::min<int64_t>(B, T - t);  // lengths 50 .. 19
+    x = dp::randn({rows, I});
+    batch_sizes = dp::tensor(bs);
+  } else {
+    x = dp::randn({T, B, I});
+  }
+  x.set_requires_grad(train);
+  dp::Tensor h0 = dp::zeros({B, H}), c0 = dp::zeros({B, H});
+  return [=] {
+    dp::AutoGradMode mode(train);
+    dp::Tensor out = gates == 4 ? std::get<0>(dp::lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, false, batch_sizes))
+                                : std::get<0>(dp::gru_layer(x, h0, w_ih, w_hh, b_ih, b_hh, false, batch_sizes));
+    if (train) dp::sum(out).backward();
+  };
+}
+
 std::vector<OpSpec> ops() {
   const int64_t n16m = int64_t(1) << 24;
   return {
@@ -86,6 +116,13 @@ std::vector<OpSpec> ops() {
          dp::Tensor a = dp::randn({n16m});
          return std::function<void()>([a] { dp::relu(a); });
        }},
+      // One recurrent layer (the fused ops, dp/ops/rnn.h) against torch.nn.LSTM / GRU of one layer.
+      // The GRU does 3/4 of the LSTM's GEMM work per step.
+      {"lstm_layer", kRnnShape + ", forward", 0.0, "none set", [] { return rnn_op(4, false, false); }},
+      {"gru_layer", kRnnShape + ", forward", 0.0, "none set", [] { return rnn_op(3, false, false); }},
+      {"lstm_layer_train", kRnnShape + ", forward+backward", 0.0, "none set", [] { return rnn_op(4, true, false); }},
+      {"gru_layer_train", kRnnShape + ", forward+backward", 0.0, "none set", [] { return rnn_op(3, true, false); }},
+      {"gru_packed_train", "packed, lengths 50..19 (B=32), I=H=256, forward+backward", 0.0, "none set", [] { return rnn_op(3, true, true); }},
   };
 }
 

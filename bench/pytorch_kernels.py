@@ -15,6 +15,22 @@ import time
 
 import torch
 
+def rnn_inputs(kind, train, packed=False):
+    """One LSTM or GRU layer (PyTorch's init) and its input [50, 32, 256] (packed: lengths 50..19)."""
+    m = (torch.nn.LSTM if kind == "lstm" else torch.nn.GRU)(256, 256).requires_grad_(train)
+    x = torch.randn(50, 32, 256)
+    if packed:  # a leaf data tensor, as on the C++ side
+        p = torch.nn.utils.rnn.pack_padded_sequence(x, torch.arange(50, 18, -1))
+        return (m, torch.nn.utils.rnn.PackedSequence(p.data.requires_grad_(train), p.batch_sizes))
+    return (m, x.requires_grad_(train))
+
+
+def train_step(m, x):
+    with torch.enable_grad():
+        out = m(x)[0]
+        (out.data if isinstance(out, torch.nn.utils.rnn.PackedSequence) else out).sum().backward()
+
+
 # (name, shape string, input factory, op). Kept in step with kOps in bench_kernels.cpp.
 OPS = [
     ("mm", "[1024, 1024] @ [1024, 1024]",
@@ -27,6 +43,12 @@ OPS = [
      lambda: (torch.randn(4096, 1024),), lambda a: torch.sum(a, 0)),
     ("relu", "[16777216]",
      lambda: (torch.randn(1 << 24),), lambda a: torch.relu(a)),
+    ("lstm_layer", "T=50, B=32, I=H=256, forward", lambda: rnn_inputs("lstm", False), lambda m, x: m(x)),
+    ("gru_layer", "T=50, B=32, I=H=256, forward", lambda: rnn_inputs("gru", False), lambda m, x: m(x)),
+    ("lstm_layer_train", "T=50, B=32, I=H=256, forward+backward", lambda: rnn_inputs("lstm", True), lambda m, x: train_step(m, x)),
+    ("gru_layer_train", "T=50, B=32, I=H=256, forward+backward", lambda: rnn_inputs("gru", True), lambda m, x: train_step(m, x)),
+    ("gru_packed_train", "packed, lengths 50..19 (B=32), I=H=256, forward+backward",
+     lambda: rnn_inputs("gru", True, packed=True), lambda m, x: train_step(m, x)),
 ]
 
 

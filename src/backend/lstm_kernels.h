@@ -1,9 +1,10 @@
 #pragma once
-// The kernel interface of the fused LSTM layer (dp::lstm_layer, src/ops/rnn_lstm.cpp): one
-// direction of one layer, forward and backward (BPTT), implemented by the CPU backend
-// (src/backend/cpu/lstm.cpp: OpenBLAS GEMMs and vectorised gate loops) and the CUDA backend
-// (src/backend/cuda/lstm.cpp: cuBLAS GEMMs and the fused gate kernels of cuda/lstm.cu). The algorithm and
-// the workspace layout are in the header comment of src/ops/rnn_lstm.cpp.
+// The kernel interface of the fused padded LSTM layer on CUDA (dp::lstm_layer, src/ops/rnn_lstm.cpp):
+// one direction of one layer, forward and backward (BPTT), implemented by the CUDA backend
+// (src/backend/cuda/lstm.cpp: cuBLAS GEMMs and the fused gate kernels of cuda/lstm.cu). The CPU
+// backend runs every recurrent layer, this one included, through the generic kernels of
+// rnn_kernels.h (src/backend/cpu/rnn_layer.cpp), the same algorithm. The algorithm and the
+// workspace layout are in the header comment of src/ops/rnn_lstm.cpp.
 #include <cstdint>
 #include "backend/kernel_stub.h"
 #include "dp/core/tensor.h"

@@ -1,5 +1,9 @@
 // lstm_layer: a whole LSTM layer (one direction) as one autograd node, with fused gate kernels.
 //
+// On the CPU (and any device with the rnn_layer kernels) it is the generic fused recurrent layer of
+// rnn_layer.cpp, padded or packed. On CUDA the padded layer has kernels of its own
+// (backend/lstm_kernels.h, below), the CPU's algorithm; a packed one runs the composite form there.
+//
 // Forward, for a sequence of T steps, batch B, hidden H (G = 4H gate rows):
 //   gates[T*B, G] = x[T*B, I] @ W_ih^T + (b_ih + b_hh)          one GEMM for the whole sequence
 //   per step t:  gates[t] += h_{t-1} @ W_hh^T                    one GEMM, accumulated in place
@@ -13,82 +17,41 @@
 // then over the whole sequence: d_input = dgates @ W_ih, dW_ih = dgates^T @ x, dW_hh = dgates^T @
 // h_prev (two GEMMs: h_prev is output shifted by one step, plus h0), db = column sums of dgates.
 //
-// The kernels are the backends' (backend/lstm_kernels.h): on the CPU src/backend/cpu/lstm.cpp, on
-// CUDA devices cuda/lstm.cpp (cuBLAS GEMMs, fused gate kernels in cuda/lstm.cu) on the current
-// stream of the input's device.
-#include <algorithm>
+// The CUDA kernels (cuda/lstm.cpp: cuBLAS GEMMs, fused gate kernels in cuda/lstm.cu) run on the
+// current stream of the input's device.
 #include <array>
-#include <vector>
+#include <memory>
+#include <tuple>
 
-#include "backend/capabilities.h"
 #include "backend/lstm_kernels.h"
 #include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/rnn.h"
 #include "ops/common.h"
-#include "ops/reduction_helpers.h"
 #include "ops/rnn_internal.h"
 #include "amp/autocast_ops.h"
 
 namespace dp {
-namespace rnn_detail {
-
-LstmDims check_lstm_layer_args(const char* op, const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
-                               const Tensor& b_ih, const Tensor& b_hh) {
-  ops::check_defined(op, input, "input");
-  ops::check_defined(op, h0, "h0");
-  ops::check_defined(op, c0, "c0");
-  ops::check_defined(op, w_ih, "w_ih");
-  ops::check_defined(op, w_hh, "w_hh");
-  DP_CHECK(b_ih.defined() == b_hh.defined(), ValueError, op, ": b_ih and b_hh must both be given or both be undefined (no bias), got ",
-           b_ih.defined() ? "only b_ih" : "only b_hh");
-  ops::check_same_device(op, {&input, &h0, &c0, &w_ih, &w_hh, &b_ih, &b_hh});
-  if (!backend::capabilities(input.device()).kernels) kernels::check_cpu_tensor(op, input);
-  const DType dt = input.dtype();
-  DP_CHECK(dt == kFloat32 || dt == kFloat64, DTypeError, op, ": expected a float32 or float64 input, got ", input.describe());
-  const std::pair<const char*, const Tensor*> others[] = {{"h0", &h0},     {"c0", &c0},     {"w_ih", &w_ih},
-                                                          {"w_hh", &w_hh}, {"b_ih", &b_ih}, {"b_hh", &b_hh}};
-  for (const auto& [name, t] : others) {
-    if (!t->defined()) continue;
-    DP_CHECK(t->dtype() == dt, DTypeError, op, ": expected ", name, " to have the input's dtype ", dtype_name(dt), ", got ", t->describe());
-  }
-  DP_CHECK(input.dim() == 3, ShapeError, op, ": expected input of shape [T, B, I] (3-D), got ", input.size_str());
-  DP_CHECK(input.size(0) > 0, ValueError, "Expected sequence length to be larger than 0 in RNN (", op, ": input ", input.size_str(), ")");
-  DP_CHECK(w_hh.dim() == 2 && w_hh.size(0) == 4 * w_hh.size(1), ShapeError, op, ": expected w_hh of shape [4*H, H], got ", w_hh.size_str());
-  const int64_t H = w_hh.size(1), B = input.size(1), I = input.size(2);
-  DP_CHECK(w_ih.dim() == 2 && w_ih.size(0) == 4 * H && w_ih.size(1) == I, ShapeError, op, ": expected w_ih of shape [", 4 * H, ", ", I,
-           "] (4*hidden_size, input size), got ", w_ih.size_str(), " for input ", input.size_str());
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"b_ih", &b_ih}, {"b_hh", &b_hh}}) {
-    if (!t->defined()) continue;
-    DP_CHECK(t->dim() == 1 && t->size(0) == 4 * H, ShapeError, op, ": expected ", name, " of shape [", 4 * H, "], got ", t->size_str());
-  }
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"h0", &h0}, {"c0", &c0}}) {
-    DP_CHECK(t->dim() == 2 && t->size(0) == B && t->size(1) == H, ShapeError, op, ": expected ", name, " of shape [", B, ", ", H,
-             "] (batch, hidden_size), got ", t->size_str());
-  }
-  return LstmDims{input.size(0), B, I, H, b_ih.defined()};
-}
-
-}  // namespace rnn_detail
-
 namespace {
 
 using autograd::SavedVariable;
 using autograd::variable_list;
-using rnn_detail::BackwardArgs;
-using rnn_detail::ForwardBuffers;
-using rnn_detail::LstmDims;
+using backend::BackwardArgs;
+using backend::ForwardBuffers;
+using backend::LstmDims;
+using rnn_detail::LayerInfo;
+using rnn_detail::LayerInputs;
+using rnn_detail::RnnCell;
 
 Tensor prepared(const Tensor& t, DType dt) {
   if (!t.defined()) return t;
   return kernels::contiguous_nograd(kernels::convert_nograd(t, dt));
 }
 
-}  // namespace
-
-std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
-                                              const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
-  const LstmDims d = rnn_detail::check_lstm_layer_args("lstm_layer", input, h0, c0, w_ih, w_hh, b_ih, b_hh);
+// The padded layer on a device with the LSTM's own kernels (CUDA): one node, as the generic op.
+std::tuple<Tensor, Tensor, Tensor> lstm_layer_device_kernels(const LayerInputs& in, const LayerInfo& info, bool reverse) {
+  const Tensor &input = in.x, &h0 = in.h0, &c0 = in.c0, &w_ih = in.w_ih, &w_hh = in.w_hh, &b_ih = in.b_ih, &b_hh = in.b_hh;
+  const LstmDims d{info.steps.steps(), info.steps.batch(), info.I, info.H, info.bias};
   const DType dt = input.dtype();
   const Device dev = input.device();
   ForwardBuffers buf;
@@ -104,9 +67,8 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor&
     backend::lstm_layer_forward(dev.type, d, reverse, x, h, c, wi, wh, bi, bh, buf);
   }
   if (autograd::needs_grad(input, h0, c0, w_ih, w_hh, b_ih, b_hh)) {
-    const std::array<bool, 7> needed = {autograd::needs_grad(input), autograd::needs_grad(h0),   autograd::needs_grad(c0),
-                                        autograd::needs_grad(w_ih),  autograd::needs_grad(w_hh), autograd::needs_grad(b_ih),
-                                        autograd::needs_grad(b_hh)};
+    const rnn_detail::Needed needed = {autograd::needs_grad(input), autograd::needs_grad(h0),   autograd::needs_grad(c0),  autograd::needs_grad(w_ih),
+                                       autograd::needs_grad(w_hh),  autograd::needs_grad(b_ih), autograd::needs_grad(b_hh)};
     SavedVariable s_x(input, false), s_h0(h0, false), s_c0(c0, false), s_wih(w_ih, false), s_whh(w_hh, false);
     SavedVariable s_bih(b_ih, false), s_bhh(b_hh, false);
     Tensor acts = buf.gates, cells = buf.cells;  // private workspace: nothing else can modify it
@@ -115,8 +77,8 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor&
         "LstmLayerBackward0", {input, h0, c0, w_ih, w_hh, b_ih, b_hh}, {buf.out, buf.hn, buf.cn}, [=](variable_list&& g) -> variable_list {
           if (GradMode::is_enabled()) {
             // create_graph: the same gradients from dp ops, so that they can be differentiated again.
-            return rnn_detail::lstm_layer_backward_composite(g[0], g[1], g[2], s_x.unpack(), s_h0.unpack(), s_c0.unpack(), s_wih.unpack(),
-                                                             s_whh.unpack(), s_bih.unpack(), s_bhh.unpack(), reverse, needed);
+            LayerInputs li{s_x.unpack(), s_h0.unpack(), s_c0.unpack(), s_wih.unpack(), s_whh.unpack(), s_bih.unpack(), s_bhh.unpack()};
+            return rnn_detail::layer_backward_composite(RnnCell::LSTM, g[0], g[1], g[2], li, info, needed);
           }
           BackwardArgs a;
           a.x = prepared(s_x.unpack(), dt);
@@ -148,6 +110,21 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor&
     node->materialize_grads = false;
   }
   return {buf.out, buf.hn, buf.cn};
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
+                                              const Tensor& b_ih, const Tensor& b_hh, bool reverse, const Tensor& batch_sizes) {
+  const LayerInputs in{input, h0, c0, w_ih, w_hh, b_ih, b_hh};
+  const LayerInfo info = rnn_detail::check_layer_args("lstm_layer", RnnCell::LSTM, in, batch_sizes, reverse);
+  if (rnn_detail::has_fused_kernels(input)) {
+    auto r = rnn_detail::layer_fused(RnnCell::LSTM, in, info);
+    return {r[0], r[1], r[2]};
+  }
+  if (!info.packed && backend::lstm_layer_forward.has(input.device().type)) return lstm_layer_device_kernels(in, info, reverse);
+  auto r = rnn_detail::layer_composite(RnnCell::LSTM, in, info);
+  return {r[0], r[1], r[2]};
 }
 
 std::tuple<Tensor, Tensor> lstm_cell(const Tensor& input, const Tensor& h, const Tensor& c, const Tensor& w_ih, const Tensor& w_hh,

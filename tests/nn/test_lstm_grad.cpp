@@ -144,7 +144,8 @@ TEST(LSTMGradcheck, Cell) {
 std::vector<Tensor> run(const LayerArgs& a, bool reverse, bool fused, std::array<bool, 3> use) {
   std::vector<Tensor> src = a.list(), leaves;
   for (const Tensor& t : src) leaves.push_back(t.defined() ? t.detach().clone().requires_grad_(true) : Tensor());
-  auto r = (fused ? lstm_layer : lstm_layer_composite)(leaves[0], leaves[1], leaves[2], leaves[3], leaves[4], leaves[5], leaves[6], reverse);
+  auto r =
+      (fused ? lstm_layer : lstm_layer_composite)(leaves[0], leaves[1], leaves[2], leaves[3], leaves[4], leaves[5], leaves[6], reverse, Tensor());
   std::vector<Tensor> outs = {std::get<0>(r), std::get<1>(r), std::get<2>(r)};
   Tensor loss;
   for (int k = 0; k < 3; ++k) {

@@ -1,12 +1,12 @@
 // The CPU backend's kernels of the op families whose kernels live in this folder (index, matrix
-// products, LSTM, normalization, random fills and transfers), and its capabilities.
+// products, recurrent layers, normalization, random fills and transfers), and its capabilities.
 #include "backend/capabilities.h"
 
 namespace dp::backend {
 
 void register_cpu_index_kernels();   // index.cpp
 void register_cpu_linalg_kernels();  // linalg.cpp
-void register_cpu_lstm_kernels();    // lstm.cpp
+void register_cpu_rnn_kernels();     // rnn_layer.cpp
 void register_cpu_norm_kernels();    // normalization.cpp
 void register_cpu_random_kernels();  // random.cpp
 
@@ -16,9 +16,9 @@ void register_cpu_ops_kernels() {
   set_capabilities(DeviceType::CPU, Capabilities{.kernels = true, .half_nn = false});
   register_cpu_index_kernels();
   register_cpu_linalg_kernels();
-  register_cpu_lstm_kernels();
   register_cpu_norm_kernels();
   register_cpu_random_kernels();
+  register_cpu_rnn_kernels();
 }
 
 }  // namespace dp::backend
