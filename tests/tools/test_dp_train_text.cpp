@@ -1,4 +1,4 @@
-// dp-train's language models on --data text:FILE: a GPT and an LSTM (tiny, a few seconds each) on
+// dp-train's language models on --data text:FILE: a GPT, an LSTM and a GRU (tiny, a few seconds each) on
 // a small generated text whose held-out loss falls; a run stopped and resumed ends on exactly the
 // weights of the run left alone; the same run on 1 and 2 devices agrees to float rounding; the
 // checkpoint and --save record the vocabulary, and resuming on a text with another one is refused;
@@ -99,6 +99,7 @@ class DpTrainText : public ::testing::Test {
 };
 
 TEST_F(DpTrainText, LstmHeldOutLossFalls) { expect_learns("lstm"); }
+TEST_F(DpTrainText, GruHeldOutLossFalls) { expect_learns("gru"); }
 
 // Stopped mid-epoch (step 30 is batch 8 of epoch 2) and resumed on the same devices: the same
 // weights byte for byte, the same loss at every step, and the same sample.

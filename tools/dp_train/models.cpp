@@ -54,17 +54,24 @@ int64_t parameter_count(const nn::Module& model) {
 // ---- CharRNN ----------------------------------------------------------------------------------
 
 CharRNNImpl::CharRNNImpl(const CharRNNOptions& o) : nn::Module("CharRNN"), options(o) {
-  DP_CHECK(o.cell == "lstm", ValueError, "CharRNN: cell must be lstm, got '", o.cell, "'");
+  DP_CHECK(o.cell == "lstm" || o.cell == "gru", ValueError, "CharRNN: cell must be lstm or gru, got '", o.cell, "'");
   embed = register_module("embed", nn::Embedding(o.vocab_size, o.embd));
-  lstm = register_module("rnn", nn::LSTM(nn::LSTMOptions(o.embd, o.hidden).num_layers(o.layers).dropout(o.dropout).batch_first(true)));
+  if (o.cell == "lstm")
+    lstm = register_module("rnn", nn::LSTM(nn::LSTMOptions(o.embd, o.hidden).num_layers(o.layers).dropout(o.dropout).batch_first(true)));
+  else
+    gru = register_module("rnn", nn::GRU(nn::GRUOptions(o.embd, o.hidden).num_layers(o.layers).dropout(o.dropout).batch_first(true)));
   head = register_module("head", nn::Linear(o.hidden, o.vocab_size));
 }
 
 std::tuple<Tensor, CharRNNImpl::State> CharRNNImpl::run(const Tensor& idx, const std::optional<State>& state) const {
   DP_CHECK(idx.dim() == 2, ShapeError, "CharRNN: expected token ids [B, T], got ", idx.describe());
   Tensor x = embed(idx);
-  auto [out, hc] = lstm->forward(x, state);
-  return {head(out), hc};
+  if (lstm) {
+    auto [out, hc] = lstm->forward(x, state);
+    return {head(out), hc};
+  }
+  auto [out, h] = gru->forward(x, state ? std::get<0>(*state) : Tensor());
+  return {head(out), State{h, Tensor()}};
 }
 
 Tensor CharRNNImpl::forward(const Tensor& idx) const { return std::get<0>(run(idx, std::nullopt)); }

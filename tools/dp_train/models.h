@@ -64,7 +64,8 @@ class CharRNNImpl : public nn::Module {
 
   CharRNNOptions options;
   nn::Embedding embed{nullptr};
-  nn::LSTM lstm{nullptr};  // the "rnn" child of an lstm
+  nn::LSTM lstm{nullptr};  // the "rnn" child: one of the two
+  nn::GRU gru{nullptr};
   nn::Linear head{nullptr};
 
  private:
