@@ -76,8 +76,12 @@ class DpTrainText : public ::testing::Test {
   // step's), and that the evaluation's numbers are consistent.
   void expect_learns(const std::string& model) {
     const std::string log = dir.file(model + ".jsonl");
-    Result r = run(concat(args(model, 66), {"--devices", "cpu:0,cpu:1", "--log", log}), dir, model);
+    const std::string plot = dir.file(model + ".svg");
+    Result r = run(concat(args(model, 66), {"--devices", "cpu:0,cpu:1", "--log", log, "--plot", plot}), dir, model);
     ASSERT_EQ(r.status, 0) << describe(r);
+    const std::string svg = read_text(plot);
+    EXPECT_TRUE(contains(svg, "Held-out next-character accuracy")) << svg.substr(0, 2000);
+    EXPECT_TRUE(contains(svg, "held-out loss")) << svg.substr(0, 2000);
     const auto evals = events(read_jsonl(log), "eval");
     ASSERT_EQ(evals.size(), 3u) << "one evaluation per epoch (3 epochs of 22 steps)";
     const double untrained = step_losses(log).at(0), first = evals.front().at("test_loss"), last = evals.back().at("test_loss");
@@ -158,6 +162,19 @@ TEST_F(DpTrainText, ResumingOnAnotherVocabularyIsRefused) {
   EXPECT_TRUE(contains(r.err, "the vocabulary of " + other)) << r.err;
   EXPECT_TRUE(contains(r.err, "differs from the one the run was trained on, recorded in " + dir.file("ck/checkpoint.safetensors"))) << r.err;
   EXPECT_TRUE(contains(r.err, "'#' (U+0023) is only in " + other)) << r.err;
+  // A checkpoint whose vocabulary was tampered with (a character twice) is refused as damaged.
+  {
+    dp::SafetensorsFile f = dp::load_file(dir.file("ck/checkpoint.safetensors"));
+    auto meta = nlohmann::json::parse(f.metadata.at("dp_train"));
+    meta["text"]["vocab"] = "aab";
+    f.metadata["dp_train"] = meta.dump();
+    std::filesystem::create_directories(dir.file("bad"));
+    dp::save(f.tensors, dir.file("bad/checkpoint.safetensors"), f.metadata);
+    Result bad = run({"--resume", dir.file("bad")}, dir, "bad");
+    EXPECT_EQ(bad.status, 2) << describe(bad);
+    EXPECT_TRUE(contains(bad.err, "damaged dp-train checkpoint: \"text.vocab\" is not a vocabulary: its characters are not distinct and sorted"))
+        << bad.err;
+  }
   // The text moved (another path, the same bytes) resumes.
   const std::string moved = dir.file("moved.txt");
   write_file(moved, corpus());
