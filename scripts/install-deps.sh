@@ -16,6 +16,7 @@ PACKAGES=(
   zlib1g-dev libfmt-dev libcli11-dev         # checkpoints, formatting, command lines
   python3-torch                              # PyTorch oracle: benchmarks and golden regeneration (tests need no Python)
   dataset-fashion-mnist                      # training data for the examples
+  fortunes                                   # plain-text English (/usr/share/games/fortunes/): dp-train's language models
   libgloo-dev                                # collectives for DistributedDataParallel (TCP transport)
   libssl-dev                                 # the TCP store's authentication (libcrypto: HMAC-SHA256, random nonces)
   pkg-config dpkg-dev                        # install tests (dparallel.pc), cpack -G DEB (dpkg-shlibdeps)

@@ -29,7 +29,7 @@ void write_file(const std::string& path, const std::string& bytes) { std::ofstre
 
 std::vector<BadCase> bad_cases() {
   return {
-      {"UnknownModel", {"--model", "resnet"}, "--model: 'resnet' is not one of seed, mlp or cnn"},
+      {"UnknownModel", {"--model", "resnet"}, "--model: 'resnet' is not one of seed, mlp, cnn, gpt, gru or lstm"},
       {"UnknownOption", {"--bogus"}, "--bogus"},
       {"MissingValue", {"--model"}, "--model"},
       {"UnknownData", {"--data", "imagenet"}, "--data: 'imagenet' is not one of random or fashion-mnist"},

@@ -4,7 +4,7 @@
 // killed worker makes dp-run restart both, dp-train resumes from its checkpoint by itself, and the
 // run ends on the weights of an uninterrupted run that resumed from the same checkpoint; 3 SGD
 // steps end on PyTorch's weights (test_dp_train_ddp_torch.h); --timeline has every rank's
-// optimizer steps.
+// optimizer steps; an LSTM on text trains on 2 processes what it does in one.
 #include <csignal>
 #include <fstream>
 #include <map>
@@ -200,6 +200,41 @@ TEST_F(DpTrainDpRun, SgdStepsMatchPyTorch) {
         return r;
       },
       "dp-run");
+}
+
+// A language model under dp-run: an LSTM on a small generated text (3000 characters, windows of
+// 16, batches of 16) on 2 processes of one CPU device each trains what one process does on
+// cpu:0,cpu:1 (each batch split 8+8 either way): the same loss at every step and the same weights,
+// to float rounding; rank 0 alone prints the sample.
+TEST_F(DpTrainDpRun, LanguageModelOnTwoProcessesTrainsWhatOneDoes) {
+  std::string corpus;
+  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "big", "red"};
+  for (uint64_t s = 7; corpus.size() < 3000;) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    corpus += std::string(words[(s >> 33) % 12]) + ((s >> 20) % 8 == 0 ? ".\n" : " ");
+  }
+  const std::string text = dir.file("corpus.txt");
+  std::ofstream(text) << corpus;
+  const std::vector<std::string> args{"--model",         "lstm", "--data",     "text:" + text, "--block-size", "16", "--batch-size", "16",
+                                      "--embd",          "16",   "--hidden",   "32",           "--steps",      "12", "--lr",         "0.01",
+                                      "--sample-tokens", "20",   "--progress", "none"};
+  Result one = run(concat(args, {"--devices", "cpu:0,cpu:1", "--save", dir.file("one.safetensors"), "--log", dir.file("one.jsonl")}), dir, "one");
+  ASSERT_EQ(one.status, 0) << describe(one);
+  auto p = start_dp_run({}, concat(args, {"--devices", "cpu:0", "--save", dir.file("two.safetensors"), "--log", dir.file("two.jsonl")}));
+  ASSERT_EQ(finish(*p, milliseconds(120000)), 0) << p->output();
+  const std::string& out = p->output();
+  EXPECT_TRUE(contains(out, "processes: 2 (DistributedDataParallel over gloo")) << out;
+  EXPECT_TRUE(contains(out, "batch 16 split 8+8 over the ranks")) << out;
+  const size_t sample = out.find("sample (20 characters after ");
+  EXPECT_NE(sample, std::string::npos) << out;
+  EXPECT_EQ(sample, out.rfind("sample (20 characters after ")) << "one sample, from rank 0\n" << out;
+  const auto a = step_losses(dir.file("one.jsonl")), b = step_losses(dir.file("two.jsonl"));
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), 12u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "step " << i + 1;
+  const double diff = max_abs_diff(dir.file("two.safetensors"), dir.file("one.safetensors"));
+  EXPECT_LT(diff, 1e-5);
+  std::printf("lstm on text, dp-run 2 processes vs 1 process on 2 devices: max |weight difference| %g after 12 Adam steps\n", diff);
 }
 
 // dp-run --timeline with dp-train: every rank's trace has one "optimizer" span (dp-train's, category

@@ -1,6 +1,7 @@
 #include "checkpoint.h"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <set>
@@ -10,6 +11,7 @@
 #include "dp/core/generator.h"
 #include "dp/core/json_check.h"
 #include "dp/core/serialize.h"
+#include "dp/data/char_tokenizer.h"
 
 namespace dp::train {
 namespace {
@@ -138,6 +140,13 @@ RunSettings settings_from(const json& j) {
   const json& shuffle = field(j, "shuffle", p);
   if (!shuffle.is_boolean()) field_error(p + ".shuffle", "must be a boolean, got " + kind(shuffle));
   s.shuffle = shuffle.get<bool>();
+  if (s.language_model()) {  // a language model's shape
+    s.layers = get_int(j, "layers", p);
+    s.heads = get_int(j, "heads", p);
+    s.embd = get_int(j, "embd", p);
+    s.block_size = get_int(j, "block-size", p);
+    s.dropout = number(field(j, "dropout", p), p + ".dropout");
+  }
   try {
     check_run_settings(s);  // the command line's rules
   } catch (const ValueError& e) {
@@ -203,7 +212,58 @@ json generators_from(const json& j) {
   return j;
 }
 
+// The largest "text.vocab" read (every code point, 4 bytes each, is 4.4 MB).
+constexpr size_t kMaxVocabBytes = size_t{8} << 20;
+
+std::string vocab_text(const std::vector<char32_t>& vocab) {
+  const data::CharTokenizer tok(vocab);
+  std::string out;
+  for (int64_t i = 0; i < tok.vocab_size(); ++i) out += tok.token(i);
+  return out;
+}
+
+json text_json(const TextRecord& t) {
+  char hex[24];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(t.fingerprint));
+  return {{"vocab", vocab_text(t.vocab)}, {"characters", t.characters}, {"fnv1a64", hex}};
+}
+
+// {"vocab": the characters in order, as one UTF-8 string; "characters": N; "fnv1a64": 16 hex digits}.
+TextRecord text_from(const json& j) {
+  const std::string p = "text";
+  TextRecord t;
+  const json& v = field(j, "vocab", p);
+  if (!v.is_string()) field_error("text.vocab", "must be a string, got " + kind(v));
+  const std::string& chars = v.get_ref<const std::string&>();
+  if (chars.size() > kMaxVocabBytes) field_error("text.vocab", "is " + std::to_string(chars.size()) + " bytes long (at most 8 MiB)");
+  try {
+    const data::CharTokenizer tok = data::CharTokenizer::from_text(chars);
+    // Distinct and in order: the i-th character of the string is the vocabulary's i-th.
+    const std::vector<int64_t> ids = tok.encode(chars).to_vector<int64_t>();
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] != static_cast<int64_t>(i)) throw ValueError("its characters are not distinct and sorted by code point");
+    t.vocab = tok.chars();
+  } catch (const ValueError& e) {
+    field_error("text.vocab", std::string("is not a vocabulary: ") + e.what());
+  }
+  t.characters = get_int(j, "characters", p, 1);
+  const json& f = field(j, "fnv1a64", p);
+  if (!f.is_string()) field_error("text.fnv1a64", "must be a string, got " + kind(f));
+  const std::string& hex = f.get_ref<const std::string&>();
+  if (hex.size() != 16 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+    field_error("text.fnv1a64", "must be 16 lower-case hexadecimal digits");
+  t.fingerprint = std::stoull(hex, nullptr, 16);
+  return t;
+}
+
 }  // namespace
+
+std::string vocabulary_json(const std::vector<char32_t>& vocab) {
+  const data::CharTokenizer tok(vocab);
+  json chars = json::array();
+  for (int64_t i = 0; i < tok.vocab_size(); ++i) chars.push_back(tok.token(i));
+  return json{{"format", "dparallel.CharTokenizer"}, {"version", 1}, {"vocab_size", tok.vocab_size()}, {"chars", chars}}.dump();
+}
 
 std::string checkpoint_path(const std::string& dir) { return (std::filesystem::path(dir) / "checkpoint.safetensors").string(); }
 
@@ -236,6 +296,7 @@ Checkpoint parse_checkpoint_metadata(const std::string& text) {
       field_error("history.epoch_seconds", "has " + std::to_string(c.state.history.epoch_seconds.size()) + " entries but \"position.epoch\" is " +
                                                std::to_string(c.state.position.epoch) + " (one per finished epoch)");
     c.generators = generators_from(field(meta, "generators", ""));
+    if (c.settings.language_model()) c.text = text_from(field(meta, "text", ""));
     if (meta.contains("scheduler")) {
       const json& s = meta.at("scheduler");
       optim::LRSchedulerState state;  // the position and rates (dp-train makes the scheduler itself)
@@ -276,7 +337,7 @@ void restore_generators(const nlohmann::json& states) {
 
 CheckpointContents checkpoint_contents(const RunSettings& settings, const TrainState& state, const nn::Module& model,
                                        const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler, const std::vector<Device>& devices,
-                                       int world_size) {
+                                       int world_size, const TextRecord* text) {
   CheckpointContents out;
   for (const auto& item : model.state_dict()) out.tensors.insert(kModel + item.key(), item.value());
   const optim::OptimizerState opt = optimizer.state_dict();
@@ -296,17 +357,19 @@ CheckpointContents checkpoint_contents(const RunSettings& settings, const TrainS
     const optim::LRSchedulerState s = scheduler->state();
     meta["scheduler"] = {{"last_epoch", s.last_epoch}, {"step_count", s.step_count}, {"base_lrs", s.base_lrs}, {"last_lrs", s.last_lrs}};
   }
+  if (text) meta["text"] = text_json(*text);
   out.metadata = {{"format", "pt"}, {"dp_train", meta.dump()}};
   for (const auto& [key, value] : opt.metadata) out.metadata[kOptimizer + key] = value;
   return out;
 }
 
 void save_checkpoint(const std::string& dir, const RunSettings& settings, const TrainState& state, const nn::Module& model,
-                     const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler, const std::vector<Device>& devices) {
+                     const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler, const std::vector<Device>& devices,
+                     const TextRecord* text) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   DP_CHECK(!ec, IOError, "checkpoint: cannot create the directory ", dir, ": ", ec.message());
-  const CheckpointContents c = checkpoint_contents(settings, state, model, optimizer, scheduler, devices);
+  const CheckpointContents c = checkpoint_contents(settings, state, model, optimizer, scheduler, devices, 1, text);
   save(c.tensors, checkpoint_path(dir), c.metadata);
 }
 

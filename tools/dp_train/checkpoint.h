@@ -7,7 +7,9 @@
 //   metadata  "optimizer.<key>"  the optimizer's metadata (param_groups JSON, name)
 //             "dp_train"         JSON: format version, the run settings, the position (next epoch
 //                                and batch, global step), the scheduler state, every device's
-//                                generator state, the loss/accuracy history and the time spent.
+//                                generator state, the loss/accuracy history and the time spent;
+//                                for --data text:FILE also the text's vocabulary, length and
+//                                fingerprint ("text", TextRecord).
 // Doubles go through JSON, whose writer prints the shortest text that reads back to the same bits,
 // so learning rates and scheduler state resume exactly.
 #include <cstdint>
@@ -52,8 +54,17 @@ struct TrainState {
   History history;
 };
 
+// What a language model's checkpoint records about its text: the vocabulary (the model's token ids
+// mean these characters), and the length and FNV-1a fingerprint of the file it was trained on.
+struct TextRecord {
+  std::vector<char32_t> vocab;  // sorted, distinct (dp::data::CharTokenizer's vocabulary)
+  int64_t characters = 0;
+  uint64_t fingerprint = 0;
+};
+
 struct Checkpoint {
   RunSettings settings;
+  std::optional<TextRecord> text;  // language models only
   TrainState state;
   nn::TensorDict model;
   optim::OptimizerState optimizer;
@@ -73,11 +84,17 @@ struct CheckpointContents {
 };
 CheckpointContents checkpoint_contents(const RunSettings& settings, const TrainState& state, const nn::Module& model,
                                        const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler, const std::vector<Device>& devices,
-                                       int world_size = 1);
+                                       int world_size = 1, const TextRecord* text = nullptr);
 
 // Writes DIR/checkpoint.safetensors (creating DIR); IOError naming the path when it cannot.
 void save_checkpoint(const std::string& dir, const RunSettings& settings, const TrainState& state, const nn::Module& model,
-                     const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler, const std::vector<Device>& devices);
+                     const optim::Optimizer& optimizer, const optim::LRScheduler* scheduler, const std::vector<Device>& devices,
+                     const TextRecord* text = nullptr);
+
+// The vocabulary as dp::data::CharTokenizer::save writes it ({"format": "dparallel.CharTokenizer",
+// "version": 1, "vocab_size": N, "chars": [...]}): the "vocab" metadata of a language model's
+// --save file, which CharTokenizer::load reads once written to a file of its own.
+std::string vocabulary_json(const std::vector<char32_t>& vocab);
 
 // Reads DIR/checkpoint.safetensors. IOError when it is missing or unreadable, ValueError when it is
 // not a dp-train checkpoint (or one of a newer format).
@@ -88,7 +105,8 @@ Checkpoint parse_checkpoint(const SafetensorsFile& file, const std::string& path
 // The "dp_train" metadata alone (no tensors): every field present and of its type, the settings by
 // the command line's rules (check_run_settings), the position non-negative, one step loss per step
 // taken, evaluations in step order, one epoch time per finished epoch, well-formed generator states
-// (the host's included), the scheduler state. ValueError naming the field ("settings.batch-size")
+// (the host's included), the scheduler state, a language model's text record (a vocabulary of
+// distinct characters in order, a length of at least one character, a 16-digit fingerprint). ValueError naming the field ("settings.batch-size")
 // for the first problem; never a JSON library exception, never the whole value in the message.
 Checkpoint parse_checkpoint_metadata(const std::string& text);
 // What needs the data set too (steps_per_epoch, total_steps of the run): the position is a batch of

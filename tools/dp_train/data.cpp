@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include "dp/dp.h"
 
 namespace dp::train {
@@ -56,9 +58,69 @@ DataSets fashion_sets(const RunSettings& s) {
   return out;
 }
 
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DP_CHECK(in.good(), IOError, "cannot open '", path, "'");
+  std::ostringstream s;
+  s << in.rdbuf();
+  DP_CHECK(!in.bad(), IOError, "cannot read '", path, "'");
+  return s.str();
+}
+
+// Windows of T tokens of tokens[start, start + length) that do not overlap, with their targets one
+// token further on: views of `tokens`.
+std::shared_ptr<data::TensorDataset> windows(const Tensor& tokens, int64_t start, int64_t length, int64_t T) {
+  const int64_t n = (length - 1) / T;
+  return std::make_shared<data::TensorDataset>(tokens.narrow(0, start, n * T).view({n, T}), tokens.narrow(0, start + 1, n * T).view({n, T}));
+}
+
+DataSets text_sets(const RunSettings& s) {
+  const std::string path = s.text_path();
+  DP_CHECK(!std::filesystem::is_directory(path), IOError, "'", path, "' is a directory, not a text file");
+  if (!std::filesystem::exists(path) && path.rfind("/usr/share/games/fortunes/", 0) == 0)
+    DP_CHECK(false, IOError, "'", path,
+             "' does not exist: Debian's fortunes package installs it (apt-get install fortunes), or give another text file");
+  TextData t;
+  t.path = path;
+  t.tokenizer = std::make_shared<const data::CharTokenizer>(data::CharTokenizer::from_file(path));
+  const std::string text = read_bytes(path);
+  t.fingerprint = fnv1a64(text);
+  Tensor tokens = t.tokenizer->encode(text);
+  const int64_t T = s.block_size;
+  t.characters = tokens.numel();
+  t.train_tokens = t.characters - t.characters / 10;
+  t.test_tokens = t.characters - t.train_tokens;
+  t.block_size = T;
+  DP_CHECK(t.test_tokens >= T + 1, ValueError, "'", path, "' has ", t.characters, " characters, too few for windows of --block-size ", T,
+           ": its last 10% (", t.test_tokens, " characters, held out for evaluation) must hold at least one window of ", T,
+           " + 1 characters; use a longer text or a smaller --block-size");
+  DataSets out;
+  out.train = windows(tokens, 0, t.train_tokens, T);
+  out.test = windows(tokens, t.train_tokens, t.test_tokens, T);
+  t.prompt = tokens[t.train_tokens].item<int64_t>();
+  out.description = "text " + path + ": " + std::to_string(t.characters) + " characters, a vocabulary of " +
+                    std::to_string(t.tokenizer->vocab_size()) + "; training on the first " + std::to_string(t.train_tokens) + " in " +
+                    std::to_string(out.train->size()) + " windows of " + std::to_string(T) + ", the last " + std::to_string(t.test_tokens) +
+                    " held out (" + std::to_string(out.test->size()) + " windows)";
+  out.text = std::move(t);
+  return out;
+}
+
 }  // namespace
 
-DataSets load_data(const RunSettings& settings) { return settings.data == "random" ? random_sets(settings) : fashion_sets(settings); }
+DataSets load_data(const RunSettings& settings) {
+  if (settings.language_model()) return text_sets(settings);
+  return settings.data == "random" ? random_sets(settings) : fashion_sets(settings);
+}
+
+uint64_t fnv1a64(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
 
 Share rank_share(int64_t rows, int world, int rank) {
   const int64_t w = world, r = rank, base = rows / w, extra = rows % w;

@@ -224,10 +224,12 @@ std::string render_plot(const PlotInput& in) {
     // Many steps an epoch: the raw losses are noise around the trend, so they are drawn faint.
     loss.polyline(raw, "train-loss", kBlue, 1, 0.25);
     loss.polyline(avg, "train-loss-mean", kBlue, 2.2);
-    loss.legend({{"train loss per step", "#a9c8e4"}, {"train, mean of " + std::to_string(window) + " steps", kBlue}, {"test loss", kOrange}}, true);
+    loss.legend(
+        {{"train loss per step", "#a9c8e4"}, {"train, mean of " + std::to_string(window) + " steps", kBlue}, {in.test_name + " loss", kOrange}},
+        true);
   } else {
     loss.polyline(raw, "train-loss", kBlue, 1.5);
-    loss.legend({{"train loss per step", kBlue}, {"test loss", kOrange}}, true);
+    loss.legend({{"train loss per step", kBlue}, {in.test_name + " loss", kOrange}}, true);
   }
   loss.polyline(test_loss, "test-loss", kOrange, 2);
   loss.markers(test_loss, "test-loss", kOrange);
@@ -251,16 +253,16 @@ std::string render_plot(const PlotInput& in) {
   ar.lo = std::max(0.0, ar.lo);
   ar.hi = std::min(1.0, ar.hi);
   Panel accuracy(svg, 1, x, ar);
-  accuracy.frame("Test accuracy", xlabel, "accuracy");
+  accuracy.frame(in.accuracy_title, xlabel, "accuracy");
   accuracy.epochs(spe);
   if (in.target_accuracy >= 0) accuracy.hline(in.target_accuracy, "#888");
   accuracy.polyline(acc, "accuracy", kGreen, 2);
   accuracy.markers(acc, "accuracy", kGreen);
   if (!acc.empty()) accuracy.label(acc.back(), num(acc.back().y, 4), kGreen);
   if (in.target_accuracy >= 0)
-    accuracy.legend({{"test accuracy", kGreen}, {"target " + num(in.target_accuracy), "#888"}}, false);
+    accuracy.legend({{in.test_name + " accuracy", kGreen}, {"target " + num(in.target_accuracy), "#888"}}, false);
   else
-    accuracy.legend({{"test accuracy", kGreen}}, false);
+    accuracy.legend({{in.test_name + " accuracy", kGreen}}, false);
   if (acc.empty()) accuracy.note("no evaluation yet");
   svg << "</svg>\n";
   return svg.str();

@@ -13,9 +13,11 @@
 namespace dp::train {
 
 struct PlotInput {
-  std::string title;               // one line above the panels
-  std::string loss_name = "loss";  // the loss panel's y label ("cross-entropy")
-  double target_accuracy = -1;     // >= 0: a dashed line at this accuracy (--min-accuracy)
+  std::string title;                             // one line above the panels
+  std::string loss_name = "loss";                // the loss panel's y label ("cross-entropy")
+  std::string accuracy_title = "Test accuracy";  // the accuracy panel's title
+  std::string test_name = "test";                // the evaluation set in legends ("test loss")
+  double target_accuracy = -1;                   // >= 0: a dashed line at this accuracy (--min-accuracy)
   const History* history = nullptr;
   int64_t steps_per_epoch = 1;
 };

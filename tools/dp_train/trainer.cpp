@@ -30,6 +30,7 @@
 #include "plot.h"
 #include "progress.h"
 #include "signals.h"
+#include "text.h"
 
 namespace dp::train {
 namespace {
@@ -112,13 +113,12 @@ struct Trainer::Impl {
   std::vector<Device> devices;
   Device output_device;
   DataSets sets;
-  nn::Sequential model{nullptr};
-  nn::DataParallel<nn::SequentialImpl> net{nullptr};
-  // Across processes: the group (null in one process), this process's rank, and the model wrapped
-  // in DistributedDataParallel around `net` (hybrid: DDP between processes, DataParallel inside).
+  // The model in DataParallel, and across processes in DistributedDataParallel around that
+  // (hybrid: DDP between processes, DataParallel inside).
+  std::unique_ptr<Net> net;
+  // Across processes: the group (null in one process) and this process's rank.
   distributed::ProcessGroupPtr group;
   int rank = 0, world = 1;
-  nn::DistributedDataParallel<parallel::DataParallelImpl<nn::SequentialImpl>> ddp{nullptr};
   std::string resume_dir;     // --resume, or --checkpoint-dir when a restarted job resumes by itself
   bool auto_resumed = false;  // resumed because the launcher restarted the job (DP_RESTART_COUNT > 0)
   Criterion criterion;
@@ -139,6 +139,11 @@ struct Trainer::Impl {
   int stop_sig = 0;  // the signal that stopped the run (agreed over the ranks)
 
   explicit Impl(Options o) : opt(std::move(o)), progress(progress_mode(opt.progress), opt.log_every) {}
+
+  nn::Module& model() { return net->module(); }
+  bool text() const { return sets.text.has_value(); }
+  // What the checkpoints record about the text (null for the image models).
+  std::optional<TextRecord> text_record;
 
   bool leader() const { return rank == 0; }
   void note(const char* phase) {
@@ -184,7 +189,7 @@ struct Trainer::Impl {
     agree_settings();
     note("setup");
     // Checks that every rank built the same model and copies rank 0's weights to all.
-    ddp = nn::DistributedDataParallel<parallel::DataParallelImpl<nn::SequentialImpl>>(net.ptr(), group);
+    net->distribute(group);
   }
 
   void join_group() {
@@ -295,29 +300,48 @@ struct Trainer::Impl {
     // Every random draw of the run happens here, in this order: the data (random data only), then
     // the initial weights. A resumed run repeats them and then overwrites weights and generators.
     manual_seed(run.seed);
-    sets = guarded(run.data == "random" ? "--data random" : "--data-dir " + run.data_dir, [&] { return load_data(run); });
+    const std::string data_option = run.language_model()   ? "--data " + run.data
+                                    : run.data == "random" ? "--data random"
+                                                           : "--data-dir " + run.data_dir;
+    sets = guarded(data_option, [&] { return load_data(run); });
+    if (text()) {
+      text_record = TextRecord{sets.text->tokenizer->chars(), sets.text->characters, sets.text->fingerprint};
+      if (resumed) guarded("--resume " + resume_dir, [&] { return check_same_text(); });
+    }
     guarded("", [&] {
       check_rank_shares(sets, run, world);
       return 0;
     });
-    model = make_model(run.model, run.hidden);
-    if (!opt.init.empty() && !resumed) guarded("--init " + opt.init, [&] { return dp::load(model, opt.init); });
-    if (resumed) guarded("--resume " + resume_dir, [&] { return model->load_state_dict(resumed->model); });
+    net = guarded("--model " + run.model, [&] { return make_net(run, text() ? sets.text->tokenizer->vocab_size() : 0); });
+    if (!opt.init.empty() && !resumed) guarded("--init " + opt.init, [&] { return load_init(); });
+    if (resumed) guarded("--resume " + resume_dir, [&] { return model().load_state_dict(resumed->model); });
     criterion = make_criterion(run.model);
 
-    model->to(devices[0]);  // DataParallel's rule: parameters on device_ids[0]
-    net = nn::DataParallel<nn::SequentialImpl>(model, parallel::DataParallelOptions(devices).output_device(output_device));
+    net->parallelize(devices, output_device);  // DataParallel's rule: parameters on device_ids[0]
 
     spe = steps_per_epoch(sets, run);
     total_steps = run.steps > 0 ? run.steps : run.epochs * spe;  // <= 1e6 epochs x 1e9 rows (args.h): no overflow
     total_epochs = (total_steps + spe - 1) / spe;
+    if (resumed && text_changed) {
+      // The run's position counts batches of the old text's epochs: only an epoch of the same length continues it.
+      const int64_t c = resumed->text->characters, windows = (c - c / 10 - 1) / run.block_size;
+      const int64_t old_spe = (windows + run.batch_size - 1) / run.batch_size;
+      if (old_spe != spe)
+        throw SetupError(
+            format("--resume %s: %s has changed since the checkpoint (%lld characters, were %lld): an epoch is now %lld batches, "
+                   "was %lld, so the run's position (epoch %lld, batch %lld) means nothing in it; resume on the text the run was "
+                   "trained on",
+                   resume_dir.c_str(), terminal_safe(sets.text->path).c_str(), static_cast<long long>(sets.text->characters),
+                   static_cast<long long>(c), static_cast<long long>(spe), static_cast<long long>(old_spe),
+                   static_cast<long long>(state.position.epoch + 1), static_cast<long long>(state.position.batch + 1)));
+    }
     if (resumed)
       guarded("--resume " + resume_dir + ": " + checkpoint_path(resume_dir) + ": damaged dp-train checkpoint", [&] {
         check_position(*resumed, spe, total_steps);
         return 0;
       });
 
-    optimizer = make_optimizer(run, model->parameters());
+    optimizer = make_optimizer(run, model().parameters());
     if (run.schedule == "cosine") scheduler = std::make_unique<optim::CosineAnnealingLR>(*optimizer, total_steps);
     if (resumed) {
       guarded("--resume " + resume_dir, [&] {
@@ -357,6 +381,54 @@ struct Trainer::Impl {
     if (log_ptr) log_ptr->write(j);
   }
 
+  // For titles: "Fashion-MNIST", "random data", "text fortunes".
+  std::string data_name() const {
+    if (text()) return "text " + terminal_safe(std::filesystem::path(sets.text->path).filename().string());
+    return run.data == "random" ? "random data" : "Fashion-MNIST";
+  }
+
+  // A language model's ids mean the characters of its vocabulary, so a resumed run must read a text
+  // with the checkpoint's vocabulary (ValueError naming both and what differs). The same vocabulary
+  // in a text that changed (another length or fingerprint) is taken, with a note in the header,
+  // provided the run's position still lies within an epoch of the new text.
+  bool text_changed = false;
+  int check_same_text() {
+    const TextRecord& saved = *resumed->text;  // parse_checkpoint requires it of a language model
+    const TextData& t = *sets.text;
+    const std::string file = terminal_safe(t.path), ck = terminal_safe(checkpoint_path(resume_dir));
+    if (saved.vocab != t.tokenizer->chars())
+      throw ValueError("the vocabulary of " + file + " (" + std::to_string(t.tokenizer->vocab_size()) +
+                       " characters) differs from the one the run was trained on, recorded in " + ck + " (" + std::to_string(saved.vocab.size()) +
+                       " characters): " + vocabulary_difference(t.tokenizer->chars(), saved.vocab, file, "the checkpoint's") +
+                       ". The model's ids stand for the checkpoint's characters, so it can only continue on a text with that vocabulary "
+                       "(give --data text:FILE of the text it was trained on, or start a new run)");
+    text_changed = saved.characters != t.characters || saved.fingerprint != t.fingerprint;
+    return 0;
+  }
+
+  // --init: the weights; for a language model, when the file records the vocabulary it was trained
+  // on (dp-train's --save does), that must be this text's.
+  int load_init() {
+    if (text()) {
+      const SafetensorsFile f = load_file(opt.init);
+      const auto it = f.metadata.find("vocab");
+      const std::string mine = vocabulary_json(text_record->vocab);
+      if (it != f.metadata.end() && it->second != mine) {
+        std::string theirs = "another vocabulary";
+        try {
+          const auto j = nlohmann::json::parse(it->second);
+          theirs = "a vocabulary of " + std::to_string(j.at("vocab_size").get<int64_t>()) + " characters";
+        } catch (const std::exception&) {
+        }
+        throw ValueError("the weights were trained on " + theirs + " (its \"vocab\" metadata), not on the " +
+                         std::to_string(text_record->vocab.size()) + " characters of " + terminal_safe(sets.text->path) +
+                         ": the ids would mean other characters");
+      }
+    }
+    dp::load(model(), opt.init);
+    return 0;
+  }
+
   // "64+64": how `rows` rows are split into `parts` (ranks or devices), idle ones left out.
   static std::string split_text(const std::vector<int64_t>& split) {
     std::string out;
@@ -371,8 +443,8 @@ struct Trainer::Impl {
   void print_header() {
     if (!leader()) return;
     std::ostringstream m;
-    m << model;
-    progress.line(format("dp-train: %s, %lld parameters\n%s", run.model.c_str(), static_cast<long long>(parameter_count(*model)), m.str().c_str()));
+    m << model();
+    progress.line(format("dp-train: %s, %lld parameters\n%s", run.model.c_str(), static_cast<long long>(parameter_count(model())), m.str().c_str()));
     progress.line("data: " + sets.description);
     if (!group) {
       progress.line(format("devices: %s (DataParallel: batch %lld split %s), outputs gathered on %s, loss on %s", join(devices).c_str(),
@@ -409,6 +481,10 @@ struct Trainer::Impl {
                            static_cast<long long>(spe)));
     else if (!opt.init.empty())
       progress.line("initial weights: " + opt.init);
+    if (text_changed)
+      progress.line(format("note: %s has changed since the checkpoint (%lld characters, were %lld; same vocabulary): the run continues on it",
+                           terminal_safe(sets.text->path).c_str(), static_cast<long long>(sets.text->characters),
+                           static_cast<long long>(resumed->text->characters)));
     log_record({{"event", "start"},
                 {"settings", to_json(run)},
                 {"devices", join(devices)},
@@ -425,15 +501,7 @@ struct Trainer::Impl {
   double train_step(const data::Batch& b) {
     optimizer->zero_grad();
     note("forward");
-    Tensor loss = std::visit(
-        [&](auto& c) -> Tensor {
-          // Inputs stay on the host: DataParallel hands each replica its rows (views on CPU devices, copies on GPUs).
-          // Across processes: this rank's rows; the loss is the global batch's (every rank's rows).
-          if (ddp) return ddp->forward_loss(c, b.target, b.data);
-          if (opt.parallel_loss) return net->forward_loss(c, b.target, b.data);
-          return c(net(b.data), b.target.to(output_device));
-        },
-        criterion);
+    Tensor loss = net->loss(criterion, b.target, b.data, opt.parallel_loss);
     loss.backward();  // across processes: the gradients are all-reduced during backward
     {
       note("optimizer");
@@ -449,22 +517,24 @@ struct Trainer::Impl {
   };
   // Every test row counted once: in one process all of them; across processes rank r takes rows
   // r, r + world, ... (DistributedSampler's evaluation layout) and the sums are added over ranks.
+  // Text: a row is a window of block_size characters, each a prediction; the loss is the mean over
+  // the held-out characters (every window has as many) and the accuracy the fraction of them whose
+  // most likely next character is the right one.
   Eval evaluate() {
     const auto t0 = Clock::now();
     note("evaluation");
     NoGradGuard no_grad;
-    if (ddp)
-      ddp->eval();
-    else
-      model->eval();
+    net->set_training(false);
     const int64_t n = static_cast<int64_t>(sets.test->size());
+    const int64_t per_row = text() ? sets.text->block_size : 1;  // predictions in a row
     std::vector<int64_t> rows;
     if (group) rows = data::DistributedSampler::evaluation(static_cast<size_t>(n), world, rank).indices(0);
     double loss_sum = 0;
     int64_t correct = 0;
     const int64_t mine = group ? static_cast<int64_t>(rows.size()) : n;
-    for (int64_t start = 0; start < mine; start += 1000) {
-      const int64_t len = std::min<int64_t>(1000, mine - start);
+    const int64_t chunk = text() ? std::max<int64_t>(1, 16384 / per_row) : 1000;  // rows at a time
+    for (int64_t start = 0; start < mine; start += chunk) {
+      const int64_t len = std::min<int64_t>(chunk, mine - start);
       Tensor x, y;
       if (group) {
         data::Example e = sets.test->get_batch(std::vector<int64_t>(rows.begin() + start, rows.begin() + start + len));
@@ -474,10 +544,10 @@ struct Trainer::Impl {
         x = sets.test->data().narrow(0, start, len);
         y = sets.test->target().narrow(0, start, len);
       }
-      Tensor out = net(x);
+      Tensor out = net->forward(x);
       Tensor target = y.to(out.device());
       loss_sum += std::visit([&](auto& c) { return c(out, target).template item<double>(); }, criterion) * static_cast<double>(len);
-      Tensor hit = sets.binary ? out.gt(0.5).to(kFloat32).eq(target) : out.argmax(1).eq(target);
+      Tensor hit = sets.binary ? out.gt(0.5).to(kFloat32).eq(target) : out.argmax(out.dim() - 1).eq(target);
       correct += hit.sum().item<int64_t>();
     }
     if (group) {
@@ -486,12 +556,9 @@ struct Trainer::Impl {
       loss_sum = sums[0].item<double>();
       correct = static_cast<int64_t>(sums[1].item<double>());
     }
-    if (ddp)
-      ddp->train();
-    else
-      model->train();
+    net->set_training(true);
     eval_s += since(t0);
-    return {static_cast<double>(correct) / static_cast<double>(n), loss_sum / static_cast<double>(n)};
+    return {static_cast<double>(correct) / static_cast<double>(n * per_row), loss_sum / static_cast<double>(n)};
   }
 
   // Evaluates, records it in the history and the log; returns it.
@@ -503,12 +570,14 @@ struct Trainer::Impl {
     for (int64_t i = from; i < to; ++i) train_loss += h.step_loss[static_cast<size_t>(i)];
     train_loss = to > from ? train_loss / static_cast<double>(to - from) : NAN;
     h.evals.push_back({to, e.accuracy, e.loss, train_loss});
-    log_record({{"event", "eval"},
-                {"step", to},
-                {"epoch", static_cast<double>(to) / static_cast<double>(spe)},
-                {"test_accuracy", e.accuracy},
-                {"test_loss", e.loss},
-                {"train_loss", to > from ? nlohmann::json(train_loss) : nlohmann::json(nullptr)}});
+    nlohmann::json record = {{"event", "eval"},
+                             {"step", to},
+                             {"epoch", static_cast<double>(to) / static_cast<double>(spe)},
+                             {"test_accuracy", e.accuracy},
+                             {"test_loss", e.loss},
+                             {"train_loss", to > from ? nlohmann::json(train_loss) : nlohmann::json(nullptr)}};
+    if (text()) record["perplexity"] = std::exp(e.loss);
+    log_record(record);
     return h.evals.back();
   }
 
@@ -521,13 +590,14 @@ struct Trainer::Impl {
     note("checkpoint");
     state.wall_seconds = resumed_wall() + since(started);
     if (!group) {
-      save_checkpoint(opt.checkpoint_dir, run, state, *model, *optimizer, scheduler.get(), devices);
+      save_checkpoint(opt.checkpoint_dir, run, state, model(), *optimizer, scheduler.get(), devices, text_record ? &*text_record : nullptr);
     } else {
       if (leader()) {
         std::error_code ec;  // a failure shows in the write below, on every rank
         std::filesystem::create_directories(opt.checkpoint_dir, ec);
       }
-      CheckpointContents c = checkpoint_contents(run, state, *model, *optimizer, scheduler.get(), devices, world);
+      CheckpointContents c =
+          checkpoint_contents(run, state, model(), *optimizer, scheduler.get(), devices, world, text_record ? &*text_record : nullptr);
       distributed::CheckpointOptions o;
       o.metadata = std::move(c.metadata);
       distributed::save_checkpoint(*group, c.tensors, checkpoint_path(opt.checkpoint_dir), o);
@@ -542,9 +612,13 @@ struct Trainer::Impl {
     if (opt.plot.empty() || !leader()) return;
     PlotInput in;
     const std::string how = group ? format("DDP over %d processes x %s", world, join(devices).c_str()) : "DataParallel over " + join(devices);
-    in.title = format("dp-train: %s on %s, %s, %s, batch %lld", run.model.c_str(), run.data == "random" ? "random data" : "Fashion-MNIST",
-                      how.c_str(), optimizer_text(run, total_steps).c_str(), static_cast<long long>(run.batch_size));
-    in.loss_name = sets.binary ? "binary cross-entropy" : "cross-entropy";
+    in.title = format("dp-train: %s on %s, %s, %s, batch %lld", run.model.c_str(), data_name().c_str(), how.c_str(),
+                      optimizer_text(run, total_steps).c_str(), static_cast<long long>(run.batch_size));
+    in.loss_name = sets.binary ? "binary cross-entropy" : text() ? "next-character cross-entropy" : "cross-entropy";
+    if (text()) {
+      in.accuracy_title = "Held-out next-character accuracy";
+      in.test_name = "held-out";
+    }
     in.target_accuracy = opt.min_accuracy;
     in.history = &state.history;
     in.steps_per_epoch = spe;
@@ -681,9 +755,15 @@ struct Trainer::Impl {
     const double seconds = state.epoch_seconds;
     state.history.epoch_seconds.push_back(seconds);
     const History::Eval e = record_eval();
-    say(format("epoch %lld/%lld done: train loss %.4f  test loss %.4f  test accuracy %.4f  (%s training, %.0f samples/s)",
-               static_cast<long long>(pos.epoch + 1), static_cast<long long>(total_epochs), e.train_loss, e.test_loss, e.test_accuracy,
-               format_duration(seconds).c_str(), static_cast<double>(sets.train->size()) / std::max(seconds, 1e-9)));
+    if (text())
+      say(format("epoch %lld/%lld done: train loss %.4f  held-out loss %.4f  perplexity %.3f  next-char accuracy %.4f  (%s training, %.0f chars/s)",
+                 static_cast<long long>(pos.epoch + 1), static_cast<long long>(total_epochs), e.train_loss, e.test_loss, std::exp(e.test_loss),
+                 e.test_accuracy, format_duration(seconds).c_str(),
+                 static_cast<double>(sets.train->size() * sets.text->block_size) / std::max(seconds, 1e-9)));
+    else
+      say(format("epoch %lld/%lld done: train loss %.4f  test loss %.4f  test accuracy %.4f  (%s training, %.0f samples/s)",
+                 static_cast<long long>(pos.epoch + 1), static_cast<long long>(total_epochs), e.train_loss, e.test_loss, e.test_accuracy,
+                 format_duration(seconds).c_str(), static_cast<double>(sets.train->size()) / std::max(seconds, 1e-9)));
     ++pos.epoch;
     pos.batch = 0;
     state.epoch_seconds = 0;
@@ -721,25 +801,51 @@ struct Trainer::Impl {
     if (!opt.save.empty()) save_weights();
     write_plot_file();
     summary();
+    print_sample();
     const double accuracy = state.history.evals.back().test_accuracy;
     if (opt.min_accuracy >= 0 && accuracy < opt.min_accuracy) {
-      say(format("test accuracy %.4f is below --min-accuracy %.4f", accuracy, opt.min_accuracy));
+      say(format("%s %.4f is below --min-accuracy %.4f", text() ? "held-out next-character accuracy" : "test accuracy", accuracy, opt.min_accuracy));
       return 1;
     }
     return 0;
   }
 
+  // Language models, rank 0: --sample-tokens characters generated after the held-out text's first
+  // character, drawn from a generator of the run's seed (the same sample for the same weights),
+  // printed escaped for the terminal and logged as is.
+  void print_sample() {
+    if (!text() || opt.sample_tokens == 0 || !leader()) return;
+    Generator gen(run.seed);
+    const models::SampleOptions options = models::SampleOptions().temperature(opt.temperature).top_k(opt.top_k).generator(&gen);
+    const Tensor prompt = tensor(std::vector<int64_t>{sets.text->prompt}).view({1, 1});
+    const Tensor ids = net->generate(prompt, opt.sample_tokens, options);
+    const std::string sample = sets.text->tokenizer->decode(ids.flatten().to(Device::cpu()));
+    progress.line(format("sample (%lld characters after %s, temperature %g, %s):", static_cast<long long>(opt.sample_tokens),
+                         quote_char(sets.text->tokenizer->chars()[static_cast<size_t>(sets.text->prompt)]).c_str(), opt.temperature,
+                         opt.top_k > 0 ? format("top-k %lld", static_cast<long long>(opt.top_k)).c_str() : "all characters"));
+    const std::string safe = terminal_safe(sample);
+    for (size_t start = 0; start <= safe.size();) {
+      const size_t end = std::min(safe.find('\n', start), safe.size());
+      progress.line("  | " + safe.substr(start, end - start));
+      start = end + 1;
+    }
+    log_record({{"event", "sample"}, {"text", sample}, {"temperature", opt.temperature}, {"top_k", opt.top_k}});
+  }
+
   // --save: the model's state dict, as dp::save writes it; across processes written by rank 0 after
   // checking that every rank holds the same weights.
+  // A language model's file also records its vocabulary (metadata "vocab", vocabulary_json).
   void save_weights() {
+    std::map<std::string, std::string> metadata = {{"format", "pt"}, {"dparallel_module", model().name()}};
+    if (text_record) metadata["vocab"] = vocabulary_json(text_record->vocab);
     if (!group) {
-      dp::save(model, opt.save);
+      save(model().state_dict(), opt.save, metadata);
       return;
     }
     note("save");
     distributed::CheckpointOptions o;
-    o.metadata = {{"format", "pt"}, {"dparallel_module", model->name()}};
-    distributed::save_checkpoint(*group, model->state_dict(), opt.save, o);
+    o.metadata = std::move(metadata);
+    distributed::save_checkpoint(*group, model().state_dict(), opt.save, o);
   }
 
   // Every rank's training throughput: [rows trained, training seconds] of each rank (allgather).
@@ -754,6 +860,11 @@ struct Trainer::Impl {
     return out;
   }
 
+  // " (N characters/s)" for a language model, whose samples are windows of characters.
+  std::string chars_per_s(double samples_per_s) const {
+    return text() ? format(" (%.0f characters/s)", samples_per_s * static_cast<double>(sets.text->block_size)) : std::string();
+  }
+
   void summary() {
     const std::vector<std::pair<int64_t, double>> ranks = rank_throughput();  // collective: before rank 0's early return
     if (!leader()) return;
@@ -761,8 +872,13 @@ struct Trainer::Impl {
     const double wall = since(started);
     progress.line(format("finished: %lld steps (%.4g epochs) of batch %lld", static_cast<long long>(total_steps),
                          static_cast<double>(total_steps) / static_cast<double>(spe), static_cast<long long>(run.batch_size)));
-    progress.line(
-        format("test accuracy %.4f, test loss %.4f (%lld test rows)", e.test_accuracy, e.test_loss, static_cast<long long>(sets.test->size())));
+    if (text())
+      progress.line(format("held-out loss %.4f (perplexity %.3f), next-character accuracy %.4f (%lld held-out characters in %lld windows of %lld)",
+                           e.test_loss, std::exp(e.test_loss), e.test_accuracy, static_cast<long long>(sets.test->size() * sets.text->block_size),
+                           static_cast<long long>(sets.test->size()), static_cast<long long>(sets.text->block_size)));
+    else
+      progress.line(
+          format("test accuracy %.4f, test loss %.4f (%lld test rows)", e.test_accuracy, e.test_loss, static_cast<long long>(sets.test->size())));
     progress.line(format("time: %s this invocation (training %s, evaluation %s, checkpoints %s); training over the whole run %s",
                          format_duration(wall).c_str(), format_duration(invocation_train_s).c_str(), format_duration(eval_s).c_str(),
                          format_duration(checkpoint_s).c_str(), format_duration(state.train_seconds).c_str()));
@@ -784,13 +900,13 @@ struct Trainer::Impl {
                            invocation_train_s > 0 ? static_cast<double>(device_samples[d]) / invocation_train_s : 0.0,
                            static_cast<long long>(device_samples[d]));
     if (invocation_steps > 0 && !group)
-      progress.line(format("throughput: %.0f samples/s on %zu device(s): %s", rate, devices.size(), per_device.c_str()));
+      progress.line(format("throughput: %.0f samples/s%s on %zu device(s): %s", rate, chars_per_s(rate).c_str(), devices.size(), per_device.c_str()));
     if (invocation_steps > 0 && group) {
       std::string per_rank;
       for (size_t r = 0; r < ranks.size(); ++r)
         per_rank += format("%srank %zu %.0f samples/s (%lld samples)", r ? ", " : "", r,
                            ranks[r].second > 0 ? static_cast<double>(ranks[r].first) / ranks[r].second : 0.0, static_cast<long long>(ranks[r].first));
-      progress.line(format("throughput: %.0f samples/s over %d processes: %s", rate, world, per_rank.c_str()));
+      progress.line(format("throughput: %.0f samples/s%s over %d processes: %s", rate, chars_per_s(rate).c_str(), world, per_rank.c_str()));
       progress.line(format("rank 0's devices: %s", per_device.c_str()));
     }
     std::string files;
@@ -810,6 +926,7 @@ struct Trainer::Impl {
                           {"samples_per_s", rate},
                           {"device_samples", per_dev},
                           {"epoch_seconds", state.history.epoch_seconds}};
+    if (text()) end["perplexity"] = std::exp(e.test_loss);
     if (group) {
       nlohmann::json samples = nlohmann::json::array(), rates = nlohmann::json::array();
       for (const auto& [n, t] : ranks) {
