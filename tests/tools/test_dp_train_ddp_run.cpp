@@ -202,7 +202,7 @@ TEST_F(DpTrainDpRun, SgdStepsMatchPyTorch) {
       "dp-run");
 }
 
-// A language model under dp-run: an LSTM on a small generated text (3000 characters, windows of
+// A language model under dp-run: an LSTM and a GPT on a small generated text (3000 characters, windows of
 // 16, batches of 16) on 2 processes of one CPU device each trains what one process does on
 // cpu:0,cpu:1 (each batch split 8+8 either way): the same loss at every step and the same weights,
 // to float rounding; rank 0 alone prints the sample.
@@ -215,26 +215,30 @@ TEST_F(DpTrainDpRun, LanguageModelOnTwoProcessesTrainsWhatOneDoes) {
   }
   const std::string text = dir.file("corpus.txt");
   std::ofstream(text) << corpus;
-  const std::vector<std::string> args{"--model",         "lstm", "--data",     "text:" + text, "--block-size", "16", "--batch-size", "16",
-                                      "--embd",          "16",   "--hidden",   "32",           "--steps",      "12", "--lr",         "0.01",
-                                      "--sample-tokens", "20",   "--progress", "none"};
-  Result one = run(concat(args, {"--devices", "cpu:0,cpu:1", "--save", dir.file("one.safetensors"), "--log", dir.file("one.jsonl")}), dir, "one");
-  ASSERT_EQ(one.status, 0) << describe(one);
-  auto p = start_dp_run({}, concat(args, {"--devices", "cpu:0", "--save", dir.file("two.safetensors"), "--log", dir.file("two.jsonl")}));
-  ASSERT_EQ(finish(*p, milliseconds(120000)), 0) << p->output();
-  const std::string& out = p->output();
-  EXPECT_TRUE(contains(out, "processes: 2 (DistributedDataParallel over gloo")) << out;
-  EXPECT_TRUE(contains(out, "batch 16 split 8+8 over the ranks")) << out;
-  const size_t sample = out.find("sample (20 characters after ");
-  EXPECT_NE(sample, std::string::npos) << out;
-  EXPECT_EQ(sample, out.rfind("sample (20 characters after ")) << "one sample, from rank 0\n" << out;
-  const auto a = step_losses(dir.file("one.jsonl")), b = step_losses(dir.file("two.jsonl"));
-  ASSERT_EQ(a.size(), 12u);
-  ASSERT_EQ(b.size(), 12u);
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "step " << i + 1;
-  const double diff = max_abs_diff(dir.file("two.safetensors"), dir.file("one.safetensors"));
-  EXPECT_LT(diff, 1e-5);
-  std::printf("lstm on text, dp-run 2 processes vs 1 process on 2 devices: max |weight difference| %g after 12 Adam steps\n", diff);
+  for (const std::string model : {"lstm", "gpt"}) {
+    SCOPED_TRACE(model);
+    std::vector<std::string> args{"--model", model,  "--data", "text:" + text, "--block-size",    "16", "--batch-size", "16",  "--steps", "12",
+                                  "--lr",    "0.01", "--embd", "16",           "--sample-tokens", "20", "--progress",   "none"};
+    args = concat(args, model == "gpt" ? std::vector<std::string>{"--layers", "1", "--heads", "2"} : std::vector<std::string>{"--hidden", "32"});
+    const std::string one_ck = dir.file(model + "one.safetensors"), two_ck = dir.file(model + "two.safetensors");
+    Result one = run(concat(args, {"--devices", "cpu:0,cpu:1", "--save", one_ck, "--log", dir.file(model + "one.jsonl")}), dir, "one");
+    ASSERT_EQ(one.status, 0) << describe(one);
+    auto p = start_dp_run({}, concat(args, {"--devices", "cpu:0", "--save", two_ck, "--log", dir.file(model + "two.jsonl")}));
+    ASSERT_EQ(finish(*p, milliseconds(120000)), 0) << p->output();
+    const std::string& out = p->output();
+    EXPECT_TRUE(contains(out, "processes: 2 (DistributedDataParallel over gloo")) << out;
+    EXPECT_TRUE(contains(out, "batch 16 split 8+8 over the ranks")) << out;
+    const size_t sample = out.find("sample (20 characters after ");
+    EXPECT_NE(sample, std::string::npos) << out;
+    EXPECT_EQ(sample, out.rfind("sample (20 characters after ")) << "one sample, from rank 0\n" << out;
+    const auto a = step_losses(dir.file(model + "one.jsonl")), b = step_losses(dir.file(model + "two.jsonl"));
+    ASSERT_EQ(a.size(), 12u);
+    ASSERT_EQ(b.size(), 12u);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "step " << i + 1;
+    const double diff = max_abs_diff(two_ck, one_ck);
+    EXPECT_LT(diff, 1e-5);
+    std::printf("%s on text, dp-run 2 processes vs 1 process on 2 devices: max |weight difference| %g after 12 Adam steps\n", model.c_str(), diff);
+  }
 }
 
 // dp-run --timeline with dp-train: every rank's trace has one "optimizer" span (dp-train's, category

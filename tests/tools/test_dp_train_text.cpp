@@ -104,11 +104,12 @@ class DpTrainText : public ::testing::Test {
 
 TEST_F(DpTrainText, LstmHeldOutLossFalls) { expect_learns("lstm"); }
 TEST_F(DpTrainText, GruHeldOutLossFalls) { expect_learns("gru"); }
+TEST_F(DpTrainText, GptHeldOutLossFalls) { expect_learns("gpt"); }
 
 // Stopped mid-epoch (step 30 is batch 8 of epoch 2) and resumed on the same devices: the same
 // weights byte for byte, the same loss at every step, and the same sample.
 TEST_F(DpTrainText, StoppedAndResumedIsBitIdentical) {
-  for (const std::string model : {"lstm"}) {
+  for (const std::string model : {"lstm", "gpt"}) {
     SCOPED_TRACE(model);
     const std::vector<std::string> a = concat(args(model, 44), {"--devices", "cpu:0,cpu:1"});
     Result straight = run(concat(a, {"--save", dir.file("straight.safetensors"), "--log", dir.file("straight.jsonl")}), dir, "straight");
@@ -137,18 +138,29 @@ TEST_F(DpTrainText, StoppedAndResumedIsBitIdentical) {
 
 // One device against two: each batch of 16 splits 8+8, so the gradient sums round differently.
 TEST_F(DpTrainText, OneAndTwoDevicesAgree) {
-  Result one =
-      run(concat(args("lstm", 22), {"--devices", "cpu:0", "--save", dir.file("one.safetensors"), "--log", dir.file("one.jsonl")}), dir, "one");
-  ASSERT_EQ(one.status, 0) << describe(one);
-  Result two =
-      run(concat(args("lstm", 22), {"--devices", "cpu:0,cpu:1", "--save", dir.file("two.safetensors"), "--log", dir.file("two.jsonl")}), dir, "two");
-  ASSERT_EQ(two.status, 0) << describe(two);
-  const auto a = step_losses(dir.file("one.jsonl")), b = step_losses(dir.file("two.jsonl"));
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4) << "step " << i + 1;
-  const double diff = max_abs_diff(dir.file("one.safetensors"), dir.file("two.safetensors"));
-  EXPECT_LT(diff, 1e-4);
-  std::printf("lstm on 1 vs 2 devices: max |weight difference| %g after 22 Adam steps\n", diff);
+  for (const std::string model : {"lstm", "gpt"}) {
+    SCOPED_TRACE(model);
+    Result one =
+        run(concat(args(model, 22), {"--devices", "cpu:0", "--save", dir.file(model + "one.safetensors"), "--log", dir.file(model + "one.jsonl")}),
+            dir, "one");
+    ASSERT_EQ(one.status, 0) << describe(one);
+    Result two = run(
+        concat(args(model, 22), {"--devices", "cpu:0,cpu:1", "--save", dir.file(model + "two.safetensors"), "--log", dir.file(model + "two.jsonl")}),
+        dir, "two");
+    ASSERT_EQ(two.status, 0) << describe(two);
+    const auto a = step_losses(dir.file(model + "one.jsonl")), b = step_losses(dir.file(model + "two.jsonl"));
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4) << "step " << i + 1;
+    const double diff = max_abs_diff(dir.file(model + "one.safetensors"), dir.file(model + "two.safetensors"));
+    EXPECT_LT(diff, 1e-4);
+    std::printf("%s on 1 vs 2 devices: max |weight difference| %g after 22 Adam steps\n", model.c_str(), diff);
+  }
+}
+
+TEST_F(DpTrainText, GptHeadsMustDivideTheWidth) {
+  Result r = run(concat(args("gpt", 2), {"--heads", "3"}), dir, "heads");
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "--embd 16 must be divisible by --heads 3")) << r.err;
 }
 
 TEST_F(DpTrainText, ResumingOnAnotherVocabularyIsRefused) {

@@ -201,9 +201,15 @@ std::unique_ptr<Net> make_net(const RunSettings& s, int64_t vocab_size) {
     o.hidden = s.hidden;
     o.layers = s.layers;
     o.dropout = s.dropout;
-    return std::make_unique<NetOf<CharRNNImpl>>(std::make_shared<CharRNNImpl>(o));
+    return std::make_unique<NetOf<CharRNNImpl>>(CharRNN(o).ptr());
   }
-  if (s.model == "gpt") throw NotImplementedError("--model gpt: not available in this build");
+  if (s.model == "gpt") {
+    // Through the holder: its zeroed allocation keeps stale bytes out of GPTConfig's padding, which
+    // the replicas' copy check would otherwise read (dp/core/zeroed_allocator.h).
+    models::GPT gpt(
+        models::GPTConfig().vocab_size(vocab_size).block_size(s.block_size).n_layer(s.layers).n_head(s.heads).n_embd(s.embd).dropout(s.dropout));
+    return std::make_unique<NetOf<models::GPTImpl>>(gpt.ptr());
+  }
   return std::make_unique<NetOf<nn::SequentialImpl>>(make_model(s.model, s.hidden).ptr());
 }
 

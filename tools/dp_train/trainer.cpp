@@ -52,7 +52,11 @@ std::vector<int64_t> chunk_rows(int64_t rows, size_t devices) {
   return out;
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const RunSettings& s, std::vector<Tensor> params) {
+std::unique_ptr<optim::Optimizer> make_optimizer(const RunSettings& s, const nn::Module& model) {
+  // nanoGPT's AdamW: weight decay on the matrices and embeddings only, not on biases and LayerNorms.
+  if (s.model == "gpt" && s.optimizer == "adamw")
+    return std::make_unique<optim::AdamW>(models::weight_decay_groups(model, s.weight_decay), optim::AdamWOptions(s.lr).weight_decay(s.weight_decay));
+  std::vector<Tensor> params = model.parameters();
   if (s.optimizer == "sgd")
     return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions(s.lr).momentum(s.momentum).weight_decay(s.weight_decay));
   if (s.optimizer == "adamw") return std::make_unique<optim::AdamW>(std::move(params), optim::AdamWOptions(s.lr).weight_decay(s.weight_decay));
@@ -341,7 +345,7 @@ struct Trainer::Impl {
         return 0;
       });
 
-    optimizer = make_optimizer(run, model().parameters());
+    optimizer = make_optimizer(run, model());
     if (run.schedule == "cosine") scheduler = std::make_unique<optim::CosineAnnealingLR>(*optimizer, total_steps);
     if (resumed) {
       guarded("--resume " + resume_dir, [&] {
