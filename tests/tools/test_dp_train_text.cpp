@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include "dp/core/serialize.h"
 #include "tools/test_dp_train_util.h"
@@ -44,7 +45,9 @@ std::vector<double> step_losses(const std::string& log) {
   return out;
 }
 
-double max_abs_diff(const std::string& a, const std::string& b) {
+// The largest |difference| between two weights files, leaving out the elements that `skip(name, i)`
+// names.
+double max_abs_diff(const std::string& a, const std::string& b, const std::function<bool(const std::string&, size_t)>& skip = {}) {
   auto ta = dp::load(a), tb = dp::load(b);
   EXPECT_EQ(ta.keys(), tb.keys());
   double worst = 0;
@@ -52,7 +55,8 @@ double max_abs_diff(const std::string& a, const std::string& b) {
     if (!tb.contains(item.key())) continue;
     auto x = item.value().to_vector<float>(), y = tb[item.key()].to_vector<float>();
     EXPECT_EQ(x.size(), y.size());
-    for (size_t i = 0; i < x.size() && i < y.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i)
+      if (!skip || !skip(item.key(), i)) worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
   }
   return worst;
 }
@@ -151,9 +155,17 @@ TEST_F(DpTrainText, OneAndTwoDevicesAgree) {
     const auto a = step_losses(dir.file(model + "one.jsonl")), b = step_losses(dir.file(model + "two.jsonl"));
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4) << "step " << i + 1;
-    const double diff = max_abs_diff(dir.file(model + "one.safetensors"), dir.file(model + "two.safetensors"));
-    EXPECT_LT(diff, 1e-4);
-    std::printf("%s on 1 vs 2 devices: max |weight difference| %g after 22 Adam steps\n", model.c_str(), diff);
+    const std::string file1 = dir.file(model + "one.safetensors"), file2 = dir.file(model + "two.safetensors");
+    // gpt's key bias (c_attn.bias[16, 32) at width 16) has a gradient of exactly 0 (it adds q.b to
+    // a query's every score, which softmax cancels): what it gets is rounding noise, which Adam
+    // scales up to steps of the learning rate's size, so it differs by more than the rest (5e-5).
+    const auto key_bias = [&](const std::string& name, size_t i) {
+      return model == "gpt" && name == "transformer.h.0.attn.c_attn.bias" && i >= 16 && i < 32;
+    };
+    const double diff = max_abs_diff(file1, file2, key_bias), whole = max_abs_diff(file1, file2);
+    EXPECT_LT(diff, 1e-6);
+    EXPECT_LT(whole, 1e-3);
+    std::printf("%s on 1 vs 2 devices: max |weight difference| %g after 22 Adam steps (%g counting gpt's key bias)\n", model.c_str(), diff, whole);
   }
 }
 
@@ -161,6 +173,30 @@ TEST_F(DpTrainText, GptHeadsMustDivideTheWidth) {
   Result r = run(concat(args("gpt", 2), {"--heads", "3"}), dir, "heads");
   EXPECT_EQ(r.status, 2) << describe(r);
   EXPECT_TRUE(contains(r.err, "--embd 16 must be divisible by --heads 3")) << r.err;
+}
+
+// gpt's --save holds nanoGPT's state_dict keys (the tied head too, as PyTorch's state_dict has it),
+// and --top-k 1 samples the most likely character every time: the temperature cannot change it.
+TEST_F(DpTrainText, GptSavesNanoGptKeysAndSamplesTopK) {
+  const auto sample_at = [&](const std::string& temperature) {
+    const std::string name = "topk" + temperature;
+    Result r = run(concat(args("gpt", 8), {"--top-k", "1", "--temperature", temperature, "--save", dir.file(name + ".safetensors"), "--log",
+                                           dir.file(name + ".jsonl")}),
+                   dir, name);
+    EXPECT_EQ(r.status, 0) << describe(r);
+    EXPECT_TRUE(contains(r.out, "temperature " + temperature + ", top-k 1):")) << r.out;
+    const auto sample = events(read_jsonl(dir.file(name + ".jsonl")), "sample").at(0);
+    EXPECT_EQ(sample.at("top_k"), 1);
+    return sample.at("text").get<std::string>();
+  };
+  const std::string cold = sample_at("0.25"), hot = sample_at("4");
+  EXPECT_EQ(cold.size(), 41u) << "the prompt's character and 40 drawn";
+  EXPECT_EQ(cold, hot);
+  const auto tensors = dp::load_file(dir.file("topk4.safetensors")).tensors;
+  for (const char* key : {"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight", "transformer.h.0.attn.c_attn.weight",
+                          "transformer.h.0.attn.c_proj.bias", "transformer.h.0.mlp.c_fc.weight", "transformer.ln_f.bias", "lm_head.weight"})
+    EXPECT_TRUE(tensors.contains(key)) << key;
+  EXPECT_EQ(tensors.size(), 5u + 12u) << "wte, wpe, ln_f (2), lm_head and one block's 12 tensors";
 }
 
 TEST_F(DpTrainText, ResumingOnAnotherVocabularyIsRefused) {
@@ -227,19 +263,22 @@ TEST_F(DpTrainText, SampleIsEscapedForTheTerminal) {
         "ab\x1b[2Jcd\r\xe2\x80\xae"
         "ef\n";
   write_file(text, nasty);
-  const std::string log = dir.file("nasty.jsonl");
-  Result r = run(concat(args("lstm", 10), {"--sample-tokens", "300", "--temperature", "1", "--log", log}), dir, "nasty");
-  ASSERT_EQ(r.status, 0) << describe(r);
-  const std::string sample = events(read_jsonl(log), "sample").at(0).at("text");
-  ASSERT_TRUE(contains(sample, "\x1b")) << "the sample should hold an ESC for this test to mean something";
-  const size_t at = r.out.find("sample (300 characters after ");
-  ASSERT_NE(at, std::string::npos) << r.out;
-  const std::string shown = r.out.substr(at);
-  EXPECT_FALSE(contains(r.out, "\x1b")) << shown;
-  EXPECT_FALSE(contains(r.out, "\r")) << shown;
-  EXPECT_FALSE(contains(r.out, "\xe2\x80\xae")) << shown;
-  EXPECT_TRUE(contains(shown, "\\x1b")) << shown;
-  EXPECT_TRUE(contains(shown, "\n  | ")) << "each line of the sample is indented\n" << shown;
+  for (const std::string model : {"lstm", "gpt"}) {
+    SCOPED_TRACE(model);
+    const std::string log = dir.file(model + "nasty.jsonl");
+    Result r = run(concat(args(model, 10), {"--sample-tokens", "300", "--temperature", "1", "--log", log}), dir, "nasty");
+    ASSERT_EQ(r.status, 0) << describe(r);
+    const std::string sample = events(read_jsonl(log), "sample").at(0).at("text");
+    ASSERT_TRUE(contains(sample, "\x1b")) << "the sample should hold an ESC for this test to mean something";
+    const size_t at = r.out.find("sample (300 characters after ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const std::string shown = r.out.substr(at);
+    EXPECT_FALSE(contains(r.out, "\x1b")) << shown;
+    EXPECT_FALSE(contains(r.out, "\r")) << shown;
+    EXPECT_FALSE(contains(r.out, "\xe2\x80\xae")) << shown;
+    EXPECT_TRUE(contains(shown, "\\x1b")) << shown;
+    EXPECT_TRUE(contains(shown, "\n  | ")) << "each line of the sample is indented\n" << shown;
+  }
 }
 
 }  // namespace
