@@ -2,7 +2,13 @@
 // Shared plumbing of the bench/ programs: running the PyTorch side in a subprocess, machine
 // information for the reports, the command line, timing and statistics, number formatting and the
 // marked tables in docs/benchmarks.md.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -124,6 +130,28 @@ inline void write_results(const fs::path& root, const std::string& json_name, co
   fs::create_directories(root / "bench" / "results");
   std::ofstream(root / "bench" / "results" / json_name) << report.dump(2) << "\n";
   update_markdown(root / "docs" / "benchmarks.md", marker, markdown);
+}
+
+// This program's own path (to re-execute it as a worker process).
+inline std::string self_exe() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  DP_CHECK(!ec, ValueError, "cannot read /proc/self/exe: ", ec.message());
+  return p.string();
+}
+
+// A loopback TCP port that was free a moment ago (bound to port 0, read back, closed).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  DP_CHECK(fd >= 0, ValueError, "free_port: socket: ", std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  ::close(fd);
+  DP_CHECK(ok, ValueError, "cannot find a free port: ", std::strerror(errno));
+  return ntohs(a.sin_port);
 }
 
 inline std::vector<std::string> split_list(const std::string& list) {

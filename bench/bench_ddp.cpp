@@ -268,28 +268,6 @@ struct Proc {
   std::string label;
 };
 
-std::string self_exe() {
-  std::error_code ec;
-  fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  DP_CHECK(!ec, ValueError, "bench_ddp: cannot read /proc/self/exe: ", ec.message());
-  return p.string();
-}
-
-// A TCP port that was free a moment ago (bound to port 0, read back, closed).
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  DP_CHECK(fd >= 0, ValueError, "bench_ddp: socket: ", std::strerror(errno));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  close(fd);
-  DP_CHECK(ok, ValueError, "bench_ddp: cannot find a free port: ", std::strerror(errno));
-  return ntohs(a.sin_port);
-}
-
 // Starts argv with this process's environment, less the launcher variables, plus `env`.
 // `normal_policy`: the child leaves the inherited SCHED_FIFO for SCHED_OTHER at kShapedNice.
 Proc spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, std::string label, bool normal_policy = false) {
@@ -431,13 +409,13 @@ double median(const std::vector<double>& v) { return v.empty() ? std::nan("") : 
 void start(Running& r, const std::string& model, const Options& o, int64_t count) {
   const ConfigDef& d = r.def;
   const int64_t batch = bench_ddp::model_batch(model);
-  const int port = d.group ? free_port() : 0;
+  const int port = d.group ? bench::free_port() : 0;
   if (d.mode == "gloo-raw") {
     char tmpl[] = "/tmp/bench_ddp_gloo.XXXXXX";
     DP_CHECK(mkdtemp(tmpl) != nullptr, ValueError, "bench_ddp: mkdtemp: ", std::strerror(errno));
     r.store_dir = tmpl;
   }
-  const std::string exe = self_exe();
+  const std::string exe = bench::self_exe();
   r.normal_policy = d.cfs && sched_getscheduler(0) == SCHED_FIFO;
   for (int rank = 0; rank < d.procs; ++rank) {
     const int64_t begin = d.split ? batch * rank / d.procs : 0, end = d.split ? batch * (rank + 1) / d.procs : batch;

@@ -278,26 +278,6 @@ class Child {
   std::string pending_;
 };
 
-std::string self_exe() {
-  std::error_code ec;
-  fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  DP_CHECK(!ec, ValueError, "bench_gpt: cannot read /proc/self/exe: ", ec.message());
-  return p.string();
-}
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  DP_CHECK(fd >= 0, ValueError, "bench_gpt: socket: ", std::strerror(errno));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  ::close(fd);
-  DP_CHECK(ok, ValueError, "bench_gpt: no free port: ", std::strerror(errno));
-  return ntohs(a.sin_port);
-}
-
 bool pin_to_cpu(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -667,12 +647,12 @@ int run(const Options& o, char** argv) {
   }
   std::vector<std::unique_ptr<Child>> ranks;
   if (has(o.rows, "ddp2")) {
-    const std::string port = std::to_string(free_port());
+    const std::string port = std::to_string(bench::free_port());
     // The store's token (rank 0 hosts the store): the environment, never the command line.
     const std::string token = distributed::generate_store_token();
     const json spec = {{"config", s.name}, {"cpus", cpus}};
     for (int r = 0; r < 2; ++r)
-      ranks.push_back(std::make_unique<Child>(std::vector<std::string>{self_exe(), "--worker", spec.dump()},
+      ranks.push_back(std::make_unique<Child>(std::vector<std::string>{bench::self_exe(), "--worker", spec.dump()},
                                               std::map<std::string, std::string>{{"RANK", std::to_string(r)},
                                                                                  {"WORLD_SIZE", "2"},
                                                                                  {"LOCAL_RANK", std::to_string(r)},

@@ -28,22 +28,6 @@ DType dtype_of_config(const json& cfg) { return cfg.at("dtype") == "float64" ? k
 double rtol_for(DType dt) { return dt == kFloat64 ? 1e-10 : 1e-4; }
 double atol_for(DType dt) { return dt == kFloat64 ? 1e-12 : 2e-5; }
 
-// Copies PyTorch's parameters in, checking that names come in the same order.
-void load_params(Module& m, const json& params) {
-  TensorDict named = m.named_parameters();
-  ASSERT_EQ(named.size(), params.size());
-  size_t i = 0;
-  NoGradGuard no_grad;
-  for (const auto& item : named) {
-    const json& p = params[i++];
-    ASSERT_EQ(item.key(), p.at(0).get<std::string>());
-    Tensor v = tensor_from_json(p.at(1));
-    ASSERT_EQ(item.value().sizes(), v.sizes()) << item.key();
-    Tensor dst = item.value();
-    dst.copy_(v);
-  }
-}
-
 MultiheadAttentionOptions options_from(const json& cfg) {
   return MultiheadAttentionOptions(cfg.at("embed_dim").get<int64_t>(), cfg.at("num_heads").get<int64_t>())
       .bias(cfg.at("bias").get<bool>())
@@ -71,7 +55,7 @@ void check_mha_case(const std::string& name, Overrides ov = {}) {
   MultiheadAttention m(options_from(c.at("config")));
   m->to(dt);
   m->train(c.at("train").get<bool>());
-  load_params(*m, c.at("params"));
+  test::load_named_parameters(*m, c.at("params"));
 
   const json& in = c.at("inputs");
   const std::string mode = c.at("mode");

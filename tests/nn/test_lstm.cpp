@@ -26,22 +26,6 @@ DType dtype_of_config(const json& cfg) { return cfg.at("dtype") == "float64" ? k
 double rtol_for(DType dt) { return dt == kFloat64 ? 1e-10 : 2e-4; }
 double atol_for(DType dt) { return dt == kFloat64 ? 1e-12 : 2e-5; }
 
-// Copies PyTorch's parameters in, checking that names come in the same order.
-void load_params(Module& m, const json& params) {
-  TensorDict named = m.named_parameters();
-  ASSERT_EQ(named.size(), params.size());
-  size_t i = 0;
-  NoGradGuard no_grad;
-  for (const auto& item : named) {
-    const json& p = params[i++];
-    ASSERT_EQ(item.key(), p.at(0).get<std::string>());
-    Tensor v = tensor_from_json(p.at(1));
-    ASSERT_EQ(item.value().sizes(), v.sizes()) << item.key();
-    Tensor dst = item.value();
-    dst.copy_(v);
-  }
-}
-
 LSTMOptions options_from(const json& cfg) {
   return LSTMOptions(cfg.at("input_size").get<int64_t>(), cfg.at("hidden_size").get<int64_t>())
       .num_layers(cfg.at("num_layers").get<int64_t>())
@@ -59,7 +43,7 @@ void check_lstm_case(const std::string& name) {
   LSTM m(options_from(c.at("config")));
   m->to(dt);
   m->train(c.at("train").get<bool>());
-  load_params(*m, c.at("params"));
+  test::load_named_parameters(*m, c.at("params"));
 
   Tensor x = tensor_from_json(c.at("input"), true);
   Tensor h0, c0;
@@ -136,7 +120,7 @@ void check_cell_case(const std::string& name) {
   const double rtol = rtol_for(dt), atol = atol_for(dt);
   LSTMCell m(LSTMCellOptions(cfg.at("input_size").get<int64_t>(), cfg.at("hidden_size").get<int64_t>()).bias(cfg.at("bias").get<bool>()));
   m->to(dt);
-  load_params(*m, c.at("params"));
+  test::load_named_parameters(*m, c.at("params"));
   Tensor x = tensor_from_json(c.at("input"), true);
   Tensor h0, c0;
   std::optional<std::tuple<Tensor, Tensor>> hx;

@@ -38,22 +38,6 @@ DType dtype_of_config(const json& cfg) { return cfg.at("dtype") == "float64" ? k
 double rtol_for(DType dt) { return dt == kFloat64 ? 1e-10 : 2e-4; }
 double atol_for(DType dt) { return dt == kFloat64 ? 1e-12 : 2e-5; }
 
-// Copies PyTorch's parameters in, checking that names come in the same order.
-void load_params(nn::Module& m, const json& params) {
-  nn::TensorDict named = m.named_parameters();
-  ASSERT_EQ(named.size(), params.size());
-  size_t i = 0;
-  NoGradGuard no_grad;
-  for (const auto& item : named) {
-    const json& p = params[i++];
-    ASSERT_EQ(item.key(), p.at(0).get<std::string>());
-    Tensor v = tensor_from_json(p.at(1));
-    ASSERT_EQ(item.value().sizes(), v.sizes()) << item.key();
-    Tensor dst = item.value();
-    dst.copy_(v);
-  }
-}
-
 template <typename O>
 O options_from(const json& cfg) {
   return O(cfg.at("input_size").get<int64_t>(), cfg.at("hidden_size").get<int64_t>())
@@ -132,7 +116,7 @@ void check_rnn_case(const std::string& name) {
   AnyRnn m(c.at("config"));
   m.module->to(dt);
   m.module->train(c.at("train").get<bool>());
-  load_params(*m.module, c.at("params"));
+  test::load_named_parameters(*m.module, c.at("params"));
   Tensor x = tensor_from_json(c.at("input"), true);
   Tensor h0 = c.contains("h0") ? tensor_from_json(c.at("h0"), true) : Tensor();
   Tensor c0 = c.contains("c0") ? tensor_from_json(c.at("c0"), true) : Tensor();
@@ -179,7 +163,7 @@ void check_packed_case(const std::string& name) {
   const bool batch_first = cfg.at("batch_first").get<bool>();
   AnyRnn m(cfg);
   m.module->to(dt);
-  load_params(*m.module, c.at("params"));
+  test::load_named_parameters(*m.module, c.at("params"));
   Tensor x = tensor_from_json(c.at("input"), true);
   Tensor h0 = c.contains("h0") ? tensor_from_json(c.at("h0"), true) : Tensor();
   Tensor c0 = c.contains("c0") ? tensor_from_json(c.at("c0"), true) : Tensor();
@@ -225,13 +209,13 @@ void check_cell_case(const std::string& name) {
   if (mode == "GRU") {
     auto cell = std::make_shared<nn::GRUCellImpl>(nn::GRUCellOptions(I, H).bias(bias));
     cell->to(dt);
-    load_params(*cell, c.at("params"));
+    test::load_named_parameters(*cell, c.at("params"));
     h = cell->forward(x, h0);
     m = cell;
   } else {
     auto cell = std::make_shared<nn::RNNCellImpl>(nn::RNNCellOptions(I, H).bias(bias).nonlinearity(mode == "RNN_RELU" ? "relu" : "tanh"));
     cell->to(dt);
-    load_params(*cell, c.at("params"));
+    test::load_named_parameters(*cell, c.at("params"));
     h = cell->forward(x, h0);
     m = cell;
   }

@@ -30,21 +30,6 @@ DType dtype_of_config(const json& cfg) { return cfg.at("dtype") == "float64" ? k
 double rtol_for(DType dt) { return dt == kFloat64 ? 1e-9 : 2e-4; }
 double atol_for(DType dt) { return dt == kFloat64 ? 1e-11 : 5e-5; }
 
-void load_params(Module& m, const json& params) {
-  TensorDict named = m.named_parameters();
-  ASSERT_EQ(named.size(), params.size());
-  size_t i = 0;
-  NoGradGuard no_grad;
-  for (const auto& item : named) {
-    const json& p = params[i++];
-    ASSERT_EQ(item.key(), p.at(0).get<std::string>());
-    Tensor v = tensor_from_json(p.at(1));
-    ASSERT_EQ(item.value().sizes(), v.sizes()) << item.key();
-    Tensor dst = item.value();
-    dst.copy_(v);
-  }
-}
-
 TransformerLayerOptions layer_options_from(const json& cfg) {
   TransformerLayerOptions o(cfg.at("d_model").get<int64_t>(), cfg.at("nhead").get<int64_t>());
   o.dim_feedforward(cfg.at("dim_feedforward").get<int64_t>())
@@ -92,7 +77,7 @@ std::shared_ptr<Module> build(const json& c) {
   EXPECT_NE(m, nullptr) << kind;
   m->to(dtype_of_config(cfg));
   m->train(c.at("train").get<bool>());
-  load_params(*m, c.at("params"));
+  test::load_named_parameters(*m, c.at("params"));
   return m;
 }
 

@@ -84,4 +84,19 @@ json tensor_to_json(const Tensor& t) {
   return all_close(actual, tensor_from_json(expected), rtol, atol);
 }
 
+void load_named_parameters(nn::Module& m, const json& params) {
+  nn::TensorDict named = m.named_parameters();
+  ASSERT_EQ(named.size(), params.size());
+  size_t i = 0;
+  NoGradGuard no_grad;
+  for (const auto& item : named) {
+    const json& p = params[i++];
+    ASSERT_EQ(item.key(), p.at(0).get<std::string>());
+    Tensor v = tensor_from_json(p.at(1));
+    ASSERT_EQ(item.value().sizes(), v.sizes()) << item.key();
+    Tensor dst = item.value();
+    dst.copy_(v);
+  }
+}
+
 }  // namespace dp::test

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include "dp/dp.h"
+#include "dp/nn/module.h"
 
 namespace dp::test {
 
@@ -18,6 +19,9 @@ const json& golden_case(const std::string& file, const std::string& name);
 // Builds a CPU tensor from {"dtype", "shape", "data"}; requires_grad as given.
 Tensor tensor_from_json(const json& j, bool requires_grad = false);
 json tensor_to_json(const Tensor& t);
+// Copies PyTorch's parameters, a list of [name, tensor] pairs in named_parameters() order, into
+// `m`, checking (gtest failures) that the names, their order and the shapes are the same.
+void load_named_parameters(nn::Module& m, const json& params);
 
 // Element-wise |a - b| <= atol + rtol * |b| (NaN matches NaN), same shape; dtypes may differ
 // (both compared in float64). The message names the first mismatch and its index.
