@@ -4,6 +4,7 @@
 #include <cctype>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
+#include "distributed/shm_allreduce.h"
 #include "dp/distributed/errors.h"
 
 namespace dp::distributed::detail {
@@ -132,6 +133,9 @@ std::exception_ptr translate_operation_error(std::exception_ptr error, const OpL
     std::rethrow_exception(error);
   } catch (const DistributedError&) {
     return error;  // already ours (CollectiveMismatch from the debug check, ...)
+  } catch (const ShmPeerLost& e) {
+    return std::make_exception_ptr(
+        PeerLostError(dp::detail::str(label.str(), ": lost rank ", e.rank(), " (", e.what()), e.rank(), label.operation, label.sequence));
   } catch (const gloo::IoException& e) {
     return io_error(e.what(), label, peers, waited, progress);
   } catch (const gloo::Exception& e) {

@@ -9,6 +9,7 @@
 #include "distributed/gloo_fingerprint.h"
 #include "distributed/gloo_monitored_barrier.h"
 #include "distributed/gloo_reduce.h"
+#include "distributed/shm_allreduce.h"
 #include "distributed/sigpipe_block.h"
 #include "dp/core/errors.h"
 #include "dp/distributed/errors.h"
@@ -214,6 +215,7 @@ std::exception_ptr GlooProcessGroup::spread_failure(std::exception_ptr error) {
     text = "unknown error";
   }
   publish_failure_notice(connection_.group_store, FailureNotice{rank(), culprit, text}, kNoticeBudget);
+  if (connection_.shm) connection_.shm->abort();
   for (int peer = 0; peer < size(); ++peer) {
     if (peer == rank()) continue;
     try {
@@ -263,7 +265,10 @@ void GlooProcessGroup::reduce_dtype_group(const GlooCall& call, const std::vecto
       offset += static_cast<size_t>(host[i].numel());
     }
   }
-  gloo_allreduce(call, buffer, count, wire, op);
+  if (connection_.shm)
+    connection_.shm->allreduce(buffer, count, wire, op, call.timeout);
+  else
+    gloo_allreduce(call, buffer, count, wire, op);
   if (op == ReduceOp::Avg && size() > 1) scale_in_place(buffer, wire, count, 1.0 / size());
   if (!direct) {
     size_t offset = 0;
@@ -410,6 +415,7 @@ ProcessGroupPtr make_gloo_process_group(std::shared_ptr<Store> store, int rank, 
   // Gloo's I/O thread (made while connecting) and the group's threads inherit a blocked SIGPIPE.
   detail::SigpipeBlock no_sigpipe;
   detail::GlooConnection connection = detail::connect_gloo(store, rank, size, options);
+  connection.shm = detail::ShmChannel::connect(*connection.group_store, rank, size, options.timeout);
   if (options.bind_address.empty()) options.bind_address = "127.0.0.1";
   return std::make_shared<detail::GlooProcessGroup>(std::move(connection), std::move(store), rank, size, std::move(options), debug);
 }

@@ -30,11 +30,15 @@ class Context;
 
 namespace dp::distributed::detail {
 
+class ShmChannel;
+
 struct GlooConnection {
   std::shared_ptr<gloo::Context> context;
   std::shared_ptr<Store> group_store;  // "<name>/<generation>/" in the caller's store
   int64_t generation = 0;
   PeerAddressBook peers;
+  // Allreduce through shared memory when every rank is on this host (shm_allreduce.h); else null.
+  std::shared_ptr<ShmChannel> shm;
 };
 
 // Throws RendezvousError naming the ranks that did not arrive or could not be connected to, within

@@ -1,13 +1,18 @@
 // The gloo process group's collectives, ranks as threads (process_group_ranks.h): every collective,
 // dtype and reduce op against a result computed here independently (rank r holds f(r, i); the
-// expected value folds f over the ranks in double, then rounds as the dtype does).
+// expected value folds f over the ranks in double, then rounds as the dtype does). Allreduce runs
+// through shared memory between ranks of one host (shm_allreduce.h) and through gloo's TCP with
+// DP_SHM=0: both are checked, and the channel itself below (chunking, a peer leaving, a timeout).
 #include <gtest/gtest.h>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
 #include <thread>
+#include <gloo/common/error.h>
+#include <cstdlib>
 #include "distributed/process_group_ranks.h"
+#include "distributed/shm_allreduce.h"
 #include "dp/distributed/errors.h"
 #include "dp/dp.h"
 
@@ -90,10 +95,24 @@ Fn values_for(DType dtype, ReduceOp op) {
   return [](int r, int64_t i) { return 0.5 * (r + 1) + 0.25 * double(i % 29) - 3.0; };
 }
 
-class AllreduceRanks : public ::testing::TestWithParam<int> {};
+// Sets DP_SHM for the test's lifetime (the group reads it when it forms).
+class ShmSetting {
+ public:
+  explicit ShmSetting(bool on) { ::setenv("DP_SHM", on ? "1" : "0", 1); }
+  ~ShmSetting() { ::unsetenv("DP_SHM"); }
+  ShmSetting(const ShmSetting&) = delete;
+  ShmSetting& operator=(const ShmSetting&) = delete;
+};
+
+// (ranks, shared memory on)
+class AllreduceRanks : public ::testing::TestWithParam<std::tuple<int, bool>> {
+ protected:
+  int size() const { return std::get<0>(GetParam()); }
+  ShmSetting shm_{std::get<1>(GetParam())};
+};
 
 TEST_P(AllreduceRanks, EveryDtypeAndReduceOpMatchesTheLocallyComputedResult) {
-  const int size = GetParam();
+  const int size = this->size();
   const std::vector<ReduceOp> ops{ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max};
   run_ranks(size, [&](int rank, ProcessGroup& pg) {
     for (DType dtype : kAllDtypes) {
@@ -108,7 +127,7 @@ TEST_P(AllreduceRanks, EveryDtypeAndReduceOpMatchesTheLocallyComputedResult) {
 }
 
 TEST_P(AllreduceRanks, AvgOfEveryFloatingDtypeIsTheSumTimesOneOverSize) {
-  const int size = GetParam();
+  const int size = this->size();
   run_ranks(size, [&](int rank, ProcessGroup& pg) {
     for (DType dtype : kFloatDtypes) {
       const Fn f = values_for(dtype, ReduceOp::Avg);
@@ -120,7 +139,7 @@ TEST_P(AllreduceRanks, AvgOfEveryFloatingDtypeIsTheSumTimesOneOverSize) {
 }
 
 TEST_P(AllreduceRanks, SeveralTensorsOfMixedDtypesAndANonContiguousOneInOneCall) {
-  const int size = GetParam();
+  const int size = this->size();
   const Fn f = values_for(kFloat32, ReduceOp::Sum);
   const Fn g = values_for(kInt64, ReduceOp::Sum);
   run_ranks(size, [&](int rank, ProcessGroup& pg) {
@@ -141,7 +160,123 @@ TEST_P(AllreduceRanks, SeveralTensorsOfMixedDtypesAndANonContiguousOneInOneCall)
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, AllreduceRanks, ::testing::Values(2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(Ranks, AllreduceRanks, ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()),
+                         [](const auto& info) { return dp::detail::str(std::get<0>(info.param), std::get<1>(info.param) ? "_shm" : "_tcp"); });
+
+// ---- the shared-memory channel itself ----
+
+// Runs body(rank, channel) on `size` threads whose channels met through one HashStore.
+void run_channels(int size, const std::function<void(int, detail::ShmChannel&)>& body) {
+  auto store = std::make_shared<HashStore>(std::chrono::seconds(10));
+  std::vector<std::string> errors(static_cast<size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        std::string why;
+        auto channel = detail::ShmChannel::connect(*store, r, size, std::chrono::seconds(10), &why);
+        if (!channel) throw std::runtime_error("no channel: " + why);
+        body(r, *channel);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r << " of " << size;
+}
+
+TEST(ShmChannel, IsUsedBetweenRanksOfOneHostUnlessDpShmIsZero) {
+  ShmSetting on(true);
+  ASSERT_FALSE(detail::shm_host_identity().empty());
+  run_channels(3, [](int, detail::ShmChannel& c) { EXPECT_GT(c.slot_bytes(), 0u); });
+  ::setenv("DP_SHM", "0", 1);
+  auto store = std::make_shared<HashStore>(std::chrono::seconds(10));
+  std::vector<std::string> why(2);
+  std::vector<bool> made(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      made[static_cast<size_t>(r)] = detail::ShmChannel::connect(*store, r, 2, std::chrono::seconds(10), &why[static_cast<size_t>(r)]) != nullptr;
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(made[static_cast<size_t>(r)]) << r;
+    EXPECT_EQ(why[static_cast<size_t>(r)], "DP_SHM=0") << r;
+  }
+}
+
+TEST(ShmChannel, ABufferOfSeveralSlotsIsReducedBitIdenticallyOnEveryRank) {
+  // Values k / 8 with small k: every sum is exact in float, so the expectation is exact too; the odd
+  // count leaves a short last chunk and parts that do not divide evenly.
+  ShmSetting on(true);
+  const int size = 3;
+  std::vector<std::vector<float>> results(size);
+  size_t count = 0;
+  run_channels(size, [&](int rank, detail::ShmChannel& c) {
+    const size_t n = c.slot_bytes() / sizeof(float) * 2 + 1001;
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(static_cast<int>((i * 7 + static_cast<size_t>(rank) * 13) % 101) - 50) / 8.0f;
+    c.allreduce(v.data(), n, kFloat32, ReduceOp::Sum, std::chrono::seconds(10));
+    std::vector<float> m(n);
+    for (size_t i = 0; i < n; ++i) m[i] = static_cast<float>(static_cast<int>((i * 7 + static_cast<size_t>(rank) * 13) % 101) - 50);
+    c.allreduce(m.data(), n, kFloat32, ReduceOp::Max, std::chrono::seconds(10));
+    for (size_t i = 0; i < n; ++i) {
+      float sum = 0, max = -1e9f;
+      for (int r = 0; r < size; ++r) {
+        const float x = static_cast<float>(static_cast<int>((i * 7 + static_cast<size_t>(r) * 13) % 101) - 50);
+        sum += x / 8.0f;
+        max = std::max(max, x);
+      }
+      ASSERT_EQ(v[i], sum) << "element " << i << " of " << n << " on rank " << rank;
+      ASSERT_EQ(m[i], max) << "element " << i << " on rank " << rank;
+    }
+    results[static_cast<size_t>(rank)] = std::move(v);
+    count = n;
+  });
+  ASSERT_GT(count, 0u);
+  for (int r = 1; r < size; ++r) EXPECT_TRUE(results[static_cast<size_t>(r)] == results[0]) << "rank " << r;
+}
+
+TEST(ShmChannel, APeerThatLeavesWakesTheWaitingRankAtOnceNamingIt) {
+  ShmSetting on(true);
+  run_channels(2, [](int rank, detail::ShmChannel& c) {
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      c.abort();
+      return;
+    }
+    std::vector<float> v(1000, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      c.allreduce(v.data(), v.size(), kFloat32, ReduceOp::Sum, std::chrono::seconds(20));
+      ADD_FAILURE() << "the allreduce completed without its peer";
+    } catch (const detail::ShmPeerLost& e) {
+      EXPECT_EQ(e.rank(), 1);
+      EXPECT_NE(std::string(e.what()).find("left the channel"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  });
+}
+
+TEST(ShmChannel, ARankThatNeverComesIsNamedWhenTheTimeoutPasses) {
+  ShmSetting on(true);
+  run_channels(3, [](int rank, detail::ShmChannel& c) {
+    if (rank == 2) {  // late, not gone: its channel stays open until the others have timed out
+      std::this_thread::sleep_for(std::chrono::milliseconds(900));
+      return;
+    }
+    std::vector<float> v(100, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      c.allreduce(v.data(), v.size(), kFloat32, ReduceOp::Sum, std::chrono::milliseconds(300));
+      ADD_FAILURE() << "the allreduce completed without rank 2";
+    } catch (const gloo::IoException& e) {
+      EXPECT_NE(std::string(e.what()).find("Timed out waiting 300ms"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank(s) 2"), std::string::npos) << e.what();
+    }
+    EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+  });
+}
 
 TEST(ProcessGroupCollectives, HalfPrecisionSumIsTheFloatSumRoundedOnce) {
   // float16 near 2048 and bfloat16 near 256 step by 2: 2048 + 1 + 1 + 1 = 2051 in float rounds (ties

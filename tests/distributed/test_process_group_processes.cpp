@@ -64,29 +64,35 @@ TEST(ProcessGroupProcesses, TwoAndThreeProcessesComputeEveryCollective) {
 }
 
 TEST(ProcessGroupProcesses, ASigkilledRankIsNamedByEverySurvivorWithinOneSecond) {
-  // Ranks 0 and 1 wait in an allreduce that rank 2 never joins; then rank 2 is killed.
-  Job job({"survivor", "survivor", "idle"}, 20);
-  for (int r = 0; r < 3; ++r) ASSERT_TRUE(job[r].wait_for_line("READY", kStartup)) << "rank " << r << "\n" << job.outputs();
-  for (int r = 0; r < 2; ++r) ASSERT_TRUE(job[r].wait_for_line("ENTER", milliseconds(5000))) << job.outputs();
-  std::this_thread::sleep_for(milliseconds(300));
-  const int64_t killed_at = mono_ms();
-  job[2].signal(SIGKILL);
-  for (int r = 0; r < 2; ++r) {
-    const std::optional<std::string> error = job[r].wait_for_line("ERROR", milliseconds(5000));
-    ASSERT_TRUE(error) << "rank " << r << " reported nothing\n" << job.outputs();
-    EXPECT_TRUE(contains(*error, "ERROR PeerLostError peer=2 op=allreduce seq=2")) << *error;
-    EXPECT_LE(std::stoll(field(*error, "mono_ms")) - killed_at, 1000) << *error;
-    EXPECT_TRUE(contains(*error, dp::detail::str("allreduce #2 (rank ", r, " of 3, group 'default'): lost rank 2 (127.0.0.1:"))) << *error;
-    const std::optional<std::string> next = job[r].wait_for_line("NEXT", milliseconds(5000));
-    ASSERT_TRUE(next) << job.outputs();
-    EXPECT_TRUE(contains(*next, "NEXT PeerLostError peer=2")) << *next;
-    EXPECT_TRUE(contains(*next, dp::detail::str(":: process group 'default' (rank ", r, " of 3) is unusable after an earlier error: allreduce #2")))
-        << *next;
-  }
-  for (int r = 0; r < 2; ++r) {
-    const std::optional<int> status = job[r].wait_exit(milliseconds(10000));
-    ASSERT_TRUE(status) << job.outputs();
-    EXPECT_EQ(*status, 0) << job.outputs();
+  // Ranks 0 and 1 wait in an allreduce that rank 2 never joins; then rank 2 is killed. The
+  // allreduce runs through shared memory (the survivors see the process exit) or, with DP_SHM=0,
+  // through TCP (they see the connection close).
+  for (const bool shm : {true, false}) {
+    SCOPED_TRACE(shm ? "shared memory" : "TCP");
+    Job job({"survivor", "survivor", "idle"}, 20, {shm ? "DP_SHM=1" : "DP_SHM=0"});
+    for (int r = 0; r < 3; ++r) ASSERT_TRUE(job[r].wait_for_line("READY", kStartup)) << "rank " << r << "\n" << job.outputs();
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(job[r].wait_for_line("ENTER", milliseconds(5000))) << job.outputs();
+    std::this_thread::sleep_for(milliseconds(300));
+    const int64_t killed_at = mono_ms();
+    job[2].signal(SIGKILL);
+    for (int r = 0; r < 2; ++r) {
+      const std::optional<std::string> error = job[r].wait_for_line("ERROR", milliseconds(5000));
+      ASSERT_TRUE(error) << "rank " << r << " reported nothing\n" << job.outputs();
+      EXPECT_TRUE(contains(*error, "ERROR PeerLostError peer=2 op=allreduce seq=2")) << *error;
+      EXPECT_LE(std::stoll(field(*error, "mono_ms")) - killed_at, 1000) << *error;
+      EXPECT_TRUE(contains(*error, dp::detail::str("allreduce #2 (rank ", r, " of 3, group 'default'): lost rank 2 (", shm ? "pid " : "127.0.0.1:")))
+          << *error;
+      const std::optional<std::string> next = job[r].wait_for_line("NEXT", milliseconds(5000));
+      ASSERT_TRUE(next) << job.outputs();
+      EXPECT_TRUE(contains(*next, "NEXT PeerLostError peer=2")) << *next;
+      EXPECT_TRUE(contains(*next, dp::detail::str(":: process group 'default' (rank ", r, " of 3) is unusable after an earlier error: allreduce #2")))
+          << *next;
+    }
+    for (int r = 0; r < 2; ++r) {
+      const std::optional<int> status = job[r].wait_exit(milliseconds(10000));
+      ASSERT_TRUE(status) << job.outputs();
+      EXPECT_EQ(*status, 0) << job.outputs();
+    }
   }
 }
 
