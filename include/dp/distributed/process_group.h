@@ -16,6 +16,8 @@
 //    (PeerLostError), an operation that did not finish in time (CollectiveTimeout, with the ranks
 //    that are behind). After such an error the group is unusable, and every later operation fails
 //    with an error of the same kind that says so.
+//  - Ranks that all run on one host allreduce through a shared-memory segment instead of TCP
+//    (bit-identical results on every rank; DP_SHM=0 turns it off); other collectives use TCP.
 //  - Several groups may exist at once (each has its own thread and connections): nothing global.
 #include <chrono>
 #include <cstdint>
