@@ -202,7 +202,8 @@ void* open_segment(const std::string& name, int size, size_t* total, std::string
   ::close(fd);
   if (p == nullptr) return nullptr;
   const auto* h = static_cast<const ShmChannel::Header*>(p);
-  if (h->magic != kMagic || h->size != static_cast<uint32_t>(size) || h->total_bytes != bytes || layout_for(size, h->slot_bytes).total != bytes) {
+  if (h->magic != kMagic || h->size != static_cast<uint32_t>(size) || h->total_bytes != bytes || h->slot_bytes > kDefaultSlotBytes ||
+      layout_for(size, h->slot_bytes).total != bytes) {
     *why = "the segment's header does not match this group";
     ::munmap(p, bytes);
     return nullptr;
