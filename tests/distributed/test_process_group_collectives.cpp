@@ -10,6 +10,11 @@
 #include <functional>
 #include <thread>
 #include <gloo/common/error.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cstdio>
 #include <cstdlib>
 #include "distributed/process_group_ranks.h"
 #include "distributed/shm_allreduce.h"
@@ -203,6 +208,34 @@ TEST(ShmChannel, IsUsedBetweenRanksOfOneHostUnlessDpShmIsZero) {
     EXPECT_FALSE(made[static_cast<size_t>(r)]) << r;
     EXPECT_EQ(why[static_cast<size_t>(r)], "DP_SHM=0") << r;
   }
+}
+
+TEST(ShmChannel, ATooSmallDevShmMeansTcpForEveryRankNotAFailureLater) {
+  // In a child process with a mount namespace of its own, /dev/shm becomes a 64 KiB tmpfs (as in a
+  // small container); both ranks must agree to go without the channel, naming the reason.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=64k") != 0)
+      ::_exit(77);
+    ::setenv("DP_SHM", "1", 1);
+    auto store = std::make_shared<HashStore>(std::chrono::seconds(10));
+    std::string why[2];
+    bool made[2] = {true, true};
+    std::thread t0([&] { made[0] = detail::ShmChannel::connect(*store, 0, 2, std::chrono::seconds(10), &why[0]) != nullptr; });
+    std::thread t1([&] { made[1] = detail::ShmChannel::connect(*store, 1, 2, std::chrono::seconds(10), &why[1]) != nullptr; });
+    t0.join();
+    t1.join();
+    const bool ok = !made[0] && !made[1] && why[0] == why[1] && why[0].find("/dev/shm has") != std::string::npos;
+    if (!ok) std::fprintf(stderr, "made %d %d, why '%s' / '%s'\n", made[0], made[1], why[0].c_str(), why[1].c_str());
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot make a mount namespace with a small /dev/shm here (needs root)";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(ShmChannel, ABufferOfSeveralSlotsIsReducedBitIdenticallyOnEveryRank) {
