@@ -111,20 +111,68 @@ void DDPCore::check_same_model(const std::vector<std::string>& descriptions) {
                                          first_difference(ref, other, first), "; ranks that differ from rank 0: ", ranks));
 }
 
-void DDPCore::before_forward() {
+void DDPCore::before_forward(bool uses_loss) {
   reducer_->prepare_forward();
   group_->note_progress(reducer_->synced_passes(), module_->is_training() ? "forward" : "evaluation");
+  round_active_ = 0;
+  if (Join* join = join_context()) {
+    const bool training = module_->is_training();
+    const bool sync = GradMode::is_enabled() && reducer_->will_sync();
+    const JoinRound round = join->notify(*this, {sync ? 1.0 : 0.0, uses_loss ? 1.0 : 0.0, training ? 1.0 : 0.0});
+    const int active = round.active_count();
+    const char* what[] = {"synchronise gradients in this iteration", "use forward_loss", "train (not evaluate)"};
+    for (size_t k = 0; k < 3; ++k) {
+      const double n = round.payload[k];
+      if (!(n == 0 || n == active))
+        throw DistributedError(dp::detail::str("DistributedDataParallel inside a Join: ", static_cast<int>(n), " of the ", active,
+                                               " ranks still training ", what[k],
+                                               ", the others do not: every rank must run the same kind of iteration"));
+    }
+    round_active_ = active;
+    if (!join->options().divide_by_initial_world_size && !uses_loss) reducer_->set_next_divisor(active);
+    // Buffers from the highest rank still training (rank 0 may have finished); evaluation inside a
+    // Join broadcasts nothing (the finished ranks cannot know an evaluation will need it).
+    if (options_.broadcast_buffers && !buffers_.empty() && group_->size() > 1 && training) {
+      broadcast_buffers_from(round.last_active_rank());
+      buffers_synced_ = false;
+    }
+    return;
+  }
   if (!options_.broadcast_buffers || buffers_.empty() || group_->size() == 1) return;
   // Training: every forward starts from rank 0's buffers (and then updates them locally).
   // Evaluation leaves buffers alone, so one copy after training is enough: evaluation forwards then
   // run no collective and ranks may evaluate different numbers of batches.
   if (module_->is_training()) {
-    group_->broadcast(buffers_, 0)->wait();
+    broadcast_buffers_from(0);
     buffers_synced_ = false;
   } else if (!buffers_synced_) {
-    group_->broadcast(buffers_, 0)->wait();
+    broadcast_buffers_from(0);
     buffers_synced_ = true;
   }
+}
+
+void DDPCore::broadcast_buffers_from(int root) { group_->broadcast(buffers_, root)->wait(); }
+
+// A finished rank inside a Join: what one iteration of the ranks still training issues (before_forward,
+// global_loss, the reducer's buckets), with zeros and in the same order.
+void DDPCore::join_shadow(const JoinRound& round) {
+  const bool sync = round.payload[0] > 0, uses_loss = round.payload[1] > 0, training = round.payload[2] > 0;
+  if (options_.broadcast_buffers && !buffers_.empty() && group_->size() > 1 && training) broadcast_buffers_from(round.last_active_rank());
+  if (uses_loss && group_->size() > 1) group_->allreduce(dp::zeros({3}, TensorOptions().dtype(kFloat64)), ReduceOp::Sum)->wait();
+  if (sync) reducer_->shadow_pass(uses_loss ? GradReduction::Sum : GradReduction::Mean);
+}
+
+// Every rank takes the state of the rank that finished last (the highest such rank).
+void DDPCore::join_finish(bool is_last_joiner) {
+  if (group_->size() == 1) return;
+  Tensor candidate = dp::full({1}, is_last_joiner ? static_cast<double>(group_->rank()) : -1.0, TensorOptions().dtype(kFloat64));
+  group_->allreduce(candidate, ReduceOp::Max)->wait();
+  const int root = static_cast<int>(candidate.item<double>());
+  if (root < 0) throw DistributedError(dp::detail::str("Join: no rank finished last (a bug: every Join ends with one)"));
+  std::vector<Tensor> state;
+  for (const auto& item : module_->named_parameters()) state.push_back(item.value());
+  for (const Tensor& b : buffers_) state.push_back(b);
+  if (!state.empty()) group_->broadcast(state, root)->wait();
 }
 
 void DDPCore::mark_outputs(const std::vector<Tensor>& outputs) {
@@ -156,7 +204,8 @@ Tensor DDPCore::global_loss(const parallel::LossPart& local) {
   }
   const bool mean = local.count.defined();
   if (group_->size() > 1) group_->allreduce(pack, ReduceOp::Sum)->wait();
-  DP_CHECK(p[2] == (mean ? group_->size() : 0), ValueError, "DistributedDataParallel::forward_loss: ", static_cast<int>(p[2]), " of ", group_->size(),
+  const int ranks = round_active_ > 0 ? round_active_ : group_->size();  // inside a Join: the ranks still training
+  DP_CHECK(p[2] == (mean ? ranks : 0), ValueError, "DistributedDataParallel::forward_loss: ", static_cast<int>(p[2]), " of ", ranks,
            " ranks computed a mean (the others a sum): every rank must use the same criterion");
   reducer_->set_next_reduction(GradReduction::Sum);
   // Value: the global loss exactly (x - x is 0); gradient: this rank's summed loss over the global

@@ -64,6 +64,9 @@ struct Reducer::State {
   bool last_synced = false;
   int64_t synced_passes = 0;  // backward passes that synchronised: the optimizer steps, as a rank's "step"
   GradReduction next_reduction = GradReduction::Mean;
+  int next_divisor = 0;        // Join: the next Mean divides by this many ranks (0: the group size)
+  int divisor = 0;             // the pass in progress's
+  std::vector<Tensor> shadow;  // Join: zero buffers shaped like `buffers`, for shadow passes
 
   // ---- the pass in progress ----
   bool armed = false;  // a backward pass has started; its end-of-pass callback is queued
@@ -103,7 +106,8 @@ struct Reducer::State {
     return factor != 1.0;
   }
   bool has_grad(size_t i) const { return params[i].grad().defined(); }
-  double copy_factor() const { return prescale ? 1.0 / group->size() : 1.0; }
+  int mean_divisor() const { return divisor > 0 ? divisor : group->size(); }
+  double copy_factor() const { return prescale ? 1.0 / mean_divisor() : 1.0; }
 
   // ---- under mu ----
   void arm_locked() {
@@ -113,6 +117,8 @@ struct Reducer::State {
     sync = no_sync_depth == 0 && passes_in_cycle % static_cast<uint64_t>(accumulate_every) == 0;
     reduction = next_reduction;
     next_reduction = GradReduction::Mean;
+    divisor = next_divisor;
+    next_divisor = 0;
     // Without a comm hook the mean over ranks is taken slot by slot (in the gradient copy, or at
     // launch for gradients accumulated in place) and the buckets are summed: no separate pass over
     // the reduced buckets. A hook gets the bucket as it is and averages itself.
@@ -164,7 +170,7 @@ struct Reducer::State {
     if (prescale) {  // the slots not yet divided by the world size (accumulated in place)
       NoGradGuard no_grad;
       for (size_t i : plans[b].params)
-        if (!scaled[i] && !zeroed[i]) views[i].mul_(1.0 / group->size());
+        if (!scaled[i] && !zeroed[i]) views[i].mul_(1.0 / mean_divisor());
     }
     WorkPtr w;
     if (hook) {
@@ -372,6 +378,60 @@ void Reducer::prepare_forward() {
   throw DistributedError(detail::str("DistributedDataParallel (rank ", s.group->rank(), " of ", s.group->size(),
                                      "): the previous backward pass failed on this rank before its gradients were reduced, so this rank "
                                      "is out of step with the others; restart the job (from a checkpoint)"));
+}
+
+void Reducer::set_next_divisor(int divisor) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  DP_CHECK(divisor == 0 || !state_->hook, ValueError,
+           "DistributedDataParallel: divide_by_initial_world_size=false cannot be used with a comm hook (the hook averages over the group)");
+  state_->next_divisor = divisor;
+}
+
+bool Reducer::has_comm_hook() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return static_cast<bool>(state_->hook);
+}
+
+void Reducer::shadow_pass(GradReduction reduction) {
+  State& s = *state_;
+  if (s.group->size() == 1) return;
+  std::vector<WorkPtr> works;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.armed)
+      throw DistributedError(dp::detail::str("DistributedDataParallel: a joined rank cannot shadow a backward pass while its own is in progress"));
+    if (s.shadow.empty())
+      for (const Tensor& b : s.buffers) s.shadow.push_back(dp::zeros_like(b));
+    // The same operations the training ranks issue (launch_locked): Mean without a hook prescales
+    // and sums; with a hook the hook sees the op it must compute.
+    const bool prescale = reduction == GradReduction::Mean && !s.hook;
+    const ReduceOp op = reduction == GradReduction::Mean && !prescale ? ReduceOp::Avg : ReduceOp::Sum;
+    for (size_t b = 0; b < s.plans.size(); ++b) {
+      const bool last = b + 1 == s.plans.size();
+      if (s.hook) {
+        GradBucket gb;
+        gb.index = b;
+        gb.is_last = last;
+        gb.buffer = s.shadow[b].narrow(0, 0, s.plans[b].numel);
+        for (size_t i : s.plans[b].params) gb.parameters.push_back(s.params[i]);
+        gb.offsets = s.plans[b].offsets;
+        gb.op = op;
+        WorkPtr w = s.hook(*s.group, gb);
+        DP_CHECK(w != nullptr, ValueError, "DistributedDataParallel: the comm hook returned no Work for bucket ", b);
+        works.push_back(std::move(w));
+        if (last) {
+          Tensor none = dp::zeros({static_cast<int64_t>(s.params.size())}, TensorOptions().dtype(kUInt8));
+          works.push_back(s.group->allreduce(none, ReduceOp::Max));
+        }
+      } else {
+        works.push_back(s.group->allreduce(s.shadow[b], op));
+      }
+    }
+  }
+  for (auto& w : works) w->wait();
+  // Keep the zeros zero for the next shadow pass (the reduction wrote the others' gradients in).
+  NoGradGuard no_grad;
+  for (Tensor& t : s.shadow) t.zero_();
 }
 
 void Reducer::set_next_reduction(GradReduction r) {

@@ -5,6 +5,7 @@
 #include "dp/distributed/distributed_data_parallel.h"
 #include "dp/distributed/errors.h"
 #include "dp/distributed/init.h"
+#include "dp/distributed/join.h"
 #include "dp/distributed/process_group.h"
 #include "dp/distributed/reducer.h"
 #include "dp/distributed/store.h"

@@ -27,6 +27,8 @@
 //    whether the next backward synchronises (step the optimizer after it).
 //  - .grad tensors are views into the reducer's bucket buffers: zero_grad() (either form) works;
 //    a gradient kept from an earlier step is overwritten by the next backward.
+//  - Uneven inputs: `auto join = ddp->join();` ... `join.finish();` lets ranks run different numbers
+//    of iterations (dp/distributed/join.h).
 //  - Comm hooks (register_comm_hook): dp::distributed::comm_hooks::fp16_compress() and
 //    bf16_compress() halve the bytes on the wire.
 //  - Hybrid: the wrapped module may be a DataParallel over several CPU devices (M cores in each of
@@ -42,6 +44,7 @@
 #include <vector>
 #include "dp/autograd/grad_mode.h"
 #include "dp/distributed/comm_hooks.h"
+#include "dp/distributed/join.h"
 #include "dp/distributed/process_group.h"
 #include "dp/distributed/reducer.h"
 #include "dp/distributed/timeline.h"
@@ -63,11 +66,13 @@ struct DistributedDataParallelOptions {
 namespace detail {
 
 // The type-independent half of DistributedDataParallel.
-class DDPCore {
+class DDPCore : public Joinable {
  public:
   DDPCore(const nn::ModulePtr& module, ProcessGroupPtr group, const DistributedDataParallelOptions& options);
-  // Before every forward: a failed earlier backward is reported, buffers come from rank 0.
-  void before_forward();
+  // Before every forward: a failed earlier backward is reported, inside a Join the round is
+  // announced, buffers come from rank 0 (inside a Join: the highest rank still training).
+  // `uses_loss`: forward_loss (its loss allreduce follows).
+  void before_forward(bool uses_loss = false);
   // The model's outputs: a backward pass that reaches them runs the end-of-pass reduction.
   void mark_outputs(const std::vector<Tensor>& outputs);
   // This rank's loss part -> the global batch's loss (value on every rank: the global loss;
@@ -77,13 +82,21 @@ class DDPCore {
   const ProcessGroupPtr& group() const { return group_; }
   int64_t dim() const { return options_.dim; }
 
+  // Joinable: payload [this iteration synchronises gradients, uses forward_loss, trains].
+  ProcessGroup& join_process_group() override { return *group_; }
+  size_t join_payload_size() const override { return 3; }
+  void join_shadow(const JoinRound& round) override;
+  void join_finish(bool is_last_joiner) override;
+
  private:
+  void broadcast_buffers_from(int root);
   void check_same_model(const std::vector<std::string>& descriptions);
   nn::ModulePtr module_;
   ProcessGroupPtr group_;
   DistributedDataParallelOptions options_;
   std::vector<Tensor> buffers_;
   bool buffers_synced_ = false;  // rank 0's buffers are in place and no training forward ran since
+  int round_active_ = 0;         // inside a Join: the ranks training in this iteration (else 0)
   std::unique_ptr<Reducer> reducer_;
 };
 
@@ -141,7 +154,7 @@ class DistributedDataParallelImpl : public nn::Module {
   template <typename Criterion, typename Target, typename... Args>
   Tensor forward_loss(Criterion&& criterion, const Target& target, Args&&... args) {
     timeline::Scope span("forward and loss", "ddp");
-    core_->before_forward();
+    core_->before_forward(/*uses_loss=*/true);
     parallel::LossPart part;
     if constexpr (requires(M & m, Criterion & c, const Target& t, std::decay_t<Args>&... a) { m.forward_loss_part(c, t, a...); }) {
       part = module_->forward_loss_part(criterion, target, std::forward<Args>(args)...);
@@ -152,6 +165,11 @@ class DistributedDataParallelImpl : public nn::Module {
     if (GradMode::is_enabled() && part.sum.defined()) core_->mark_outputs({part.sum});
     return core_->global_loss(part);
   }
+
+  // Uneven inputs (dp/distributed/join.h): `auto join = ddp->join(); ...; join.finish();`
+  Join join(JoinOptions options = {}) { return Join({core_.get()}, options); }
+  // This model as a Joinable, for a Join over several objects.
+  Joinable* joinable() { return core_.get(); }
 
   NoSyncGuard no_sync() { return NoSyncGuard(core_->reducer()); }
   void accumulate(int k) { core_->reducer().accumulate(k); }

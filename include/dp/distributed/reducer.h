@@ -79,6 +79,15 @@ class Reducer {
   // a hook calling it), so the end-of-pass reduction runs even if no parameter got a gradient here.
   void on_backward_reached_output();
 
+  // Inside a Join (dp/distributed/join.h): the next pass's Mean divides by `divisor` ranks instead
+  // of the group size (0: the group size). Not with a comm hook (it averages itself).
+  void set_next_divisor(int divisor);
+  // A finished rank inside a Join: the collectives of one synchronised backward pass of the ranks
+  // still training (every bucket in order, and the used marks), with zeros; this rank's own .grad
+  // stays untouched.
+  void shadow_pass(GradReduction reduction);
+  bool has_comm_hook() const;
+
   void register_comm_hook(CommHook hook);
   void push_no_sync();
   void pop_no_sync();
