@@ -292,9 +292,11 @@ TEST(ShmChannel, APeerThatLeavesWakesTheWaitingRankAtOnceNamingIt) {
 
 TEST(ShmChannel, ARankThatNeverComesIsNamedWhenTheTimeoutPasses) {
   ShmSetting on(true);
-  run_channels(3, [](int rank, detail::ShmChannel& c) {
+  std::atomic<int> timed_out{0};
+  run_channels(3, [&](int rank, detail::ShmChannel& c) {
     if (rank == 2) {  // late, not gone: its channel stays open until the others have timed out
-      std::this_thread::sleep_for(std::chrono::milliseconds(900));
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (timed_out.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       return;
     }
     std::vector<float> v(100, 1.0f);
@@ -307,6 +309,10 @@ TEST(ShmChannel, ARankThatNeverComesIsNamedWhenTheTimeoutPasses) {
       EXPECT_NE(std::string(e.what()).find("rank(s) 2"), std::string::npos) << e.what();
     }
     EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+    // Closing this channel now would fail the other waiter with "left the channel" instead.
+    ++timed_out;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (timed_out.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   });
 }
 
