@@ -270,6 +270,49 @@ TEST(ZeroEquivalence, AddParamGroupMidTraining) {
   for (int r = 0; r < 3; ++r) expect_equal_states(zero[static_cast<size_t>(r)], plain[static_cast<size_t>(r)], true, "rank " + std::to_string(r));
 }
 
+// `a` is called (its hooks run); `b`'s forward is called directly, skipping hooks: the first step
+// after overlap_with finds b's hook silent and waits for b's parameters before each forward instead.
+struct Mixed : nn::Module {
+  nn::Linear a{nullptr}, b{nullptr};
+  Mixed() {
+    manual_seed(42);
+    a = register_module("a", nn::Linear(10, 32));
+    b = register_module("b", nn::Linear(32, 3));
+  }
+  Tensor forward(const Tensor& x) { return b->forward(tanh(a(x))); }
+};
+
+TEST(ZeroEquivalence, OverlapWithAModuleUsedWithoutItsHooks) {
+  auto run = [](bool zero) {
+    std::vector<OrderedDict<std::string, Tensor>> out(2);
+    run_ranks(2, [&](const ProcessGroupPtr& pg, int rank) {
+      auto model = std::make_shared<Mixed>();
+      nn::DistributedDataParallel ddp(model, pg);
+      std::unique_ptr<optim::Optimizer> opt;
+      if (zero) {
+        ZeroRedundancyOptimizerOptions o;
+        o.bucket_cap_mb = 1.0 / 1024;
+        auto z = std::make_unique<ZeroRedundancyOptimizer>(model->parameters(), optim::SGDOptions(0.05).momentum(0.9), pg, o);
+        z->overlap_with(*model);
+        opt = std::move(z);
+      } else {
+        opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+      }
+      for (int s = 0; s < 8; ++s) {
+        auto [x, y] = batch(s);
+        opt->zero_grad();
+        ddp->forward_loss(nn::CrossEntropyLoss(), rows_of(y, rank, 2), rows_of(x, rank, 2)).backward();
+        opt->step();
+      }
+      if (zero) static_cast<ZeroRedundancyOptimizer&>(*opt).wait_for_params();
+      out[static_cast<size_t>(rank)] = model->state_dict();
+    });
+    return out;
+  };
+  const auto zero = run(true), plain = run(false);
+  for (int r = 0; r < 2; ++r) expect_equal_states(zero[static_cast<size_t>(r)], plain[static_cast<size_t>(r)], true, "rank " + std::to_string(r));
+}
+
 // ---------------------------------------------------------------- checkpoints
 
 enum class Ckpt { Consolidated, Sharded };
