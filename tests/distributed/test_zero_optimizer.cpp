@@ -36,7 +36,15 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kRows = 12;
 
+// The host generator is shared by the rank threads: seeding and drawing the initial weights is one
+// critical section, else another rank's manual_seed lands in the middle of this rank's draws.
+std::mutex& init_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
 nn::Sequential make_model() {
+  std::lock_guard<std::mutex> lock(init_mutex());
   manual_seed(42);
   return nn::Sequential(nn::Linear(10, 32), nn::Tanh(), nn::Linear(32, 16), nn::ReLU(), nn::Linear(16, 3));
 }
@@ -275,6 +283,7 @@ TEST(ZeroEquivalence, AddParamGroupMidTraining) {
 struct Mixed : nn::Module {
   nn::Linear a{nullptr}, b{nullptr};
   Mixed() {
+    std::lock_guard<std::mutex> lock(init_mutex());
     manual_seed(42);
     a = register_module("a", nn::Linear(10, 32));
     b = register_module("b", nn::Linear(32, 3));
@@ -465,6 +474,7 @@ TEST(ZeroCheckpoint, InterruptedShardedSaveLeavesThePreviousCheckpoint) {
 // ---------------------------------------------------------------- memory
 
 nn::Sequential wide_model(int64_t width, int layers) {
+  std::lock_guard<std::mutex> lock(init_mutex());
   manual_seed(7);
   nn::Sequential m;
   for (int i = 0; i < layers; ++i) m->push_back(nn::Linear(width, width));
@@ -580,6 +590,49 @@ TEST(ZeroMemory, TwoProcessesStateBytesAndAllocatorPeak) {
       expect_equal_states(got, base, true, std::string(names[phase]) + " vs unsharded, rank " + std::to_string(r));
     }
   }
+}
+
+// ---------------------------------------------------------------- the example of docs/distributed.md
+
+TEST(ZeroDocs, ExampleRuns) {
+  dp::test::TempDir dir;
+  const std::string d = dir.path.string() + "/";
+  std::vector<OrderedDict<std::string, Tensor>> weights(2);
+  run_ranks(2, [&](const ProcessGroupPtr& group, int) {
+    // The body of the example, with its files in a temporary directory.
+    const int rank = group->rank(), world = group->size();
+    dp::manual_seed(0);
+    dp::nn::Sequential model(dp::nn::Linear(10, 32), dp::nn::Tanh(), dp::nn::Linear(32, 3));
+    dp::nn::DistributedDataParallel ddp(model, group);
+    dp::optim::ZeroRedundancyOptimizer opt(model->parameters(), dp::optim::AdamOptions(1e-2), group);
+    dp::optim::StepLR schedule(opt, /*step_size=*/5, /*gamma=*/0.5);
+    for (int step = 0; step < 20; ++step) {
+      dp::Generator gen(1000 + step);
+      dp::Tensor x = dp::randn({12, 10}, {}, &gen), y = dp::randint(0, 3, {12}, dp::kInt64, &gen);
+      const int64_t rows = 12 / world;
+      opt.zero_grad();
+      ddp->forward_loss(dp::nn::CrossEntropyLoss(), y.narrow(0, rank * rows, rows), x.narrow(0, rank * rows, rows)).backward();
+      opt.step();
+      schedule.step();
+    }
+    opt.consolidate_state_dict(0);
+    if (rank == 0) dp::save(opt, d + "optim.safetensors");
+    opt.save_sharded(d + "optim");
+    dp::distributed::save_checkpoint(*group, model->state_dict(), d + "model.safetensors");
+    weights[static_cast<size_t>(rank)] = model->state_dict();
+    EXPECT_DOUBLE_EQ(opt.get_lr(0), 1e-2 * 0.0625);  // 20 steps of StepLR(5, 0.5): 0.5^4
+  });
+  expect_equal_states(weights[1], weights[0], true, "the two ranks' weights");
+  // Both checkpoints hold the whole state and load into an unsharded Adam.
+  dp::manual_seed(0);
+  dp::nn::Sequential model(dp::nn::Linear(10, 32), dp::nn::Tanh(), dp::nn::Linear(32, 3));
+  optim::Adam a(model->parameters(), optim::AdamOptions(1e-2)), b(model->parameters(), optim::AdamOptions(1e-2));
+  dp::load(a, d + "optim.safetensors");
+  b.load_state_dict(load_zero_shards(d + "optim"));
+  EXPECT_EQ(a.state().size(), 4u);
+  EXPECT_EQ(a.state_dict().tensors.size(), b.state_dict().tensors.size());
+  EXPECT_EQ(state_hash(a.state_dict().tensors), state_hash(b.state_dict().tensors));
+  EXPECT_DOUBLE_EQ(a.get_lr(0), 1e-2 * 0.0625);
 }
 
 // ---------------------------------------------------------------- bad input
