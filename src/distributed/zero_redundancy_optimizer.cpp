@@ -227,6 +227,7 @@ void ZeroRedundancyOptimizer::add_param_group(const optim::OptimizerParamGroup& 
     overlap_ = false;  // the hooks name buckets of the old layout: call overlap_with again
   }
   consolidated_.reset();
+  consolidated_to_ = -1;
 }
 
 // ---------------------------------------------------------------- step and the parameter sync

@@ -107,7 +107,8 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   // Steps this rank's shard (the closure, if any, runs on every rank, once), then synchronises the
   // parameters (see above). Returns the closure's loss.
   Tensor step(LossClosure closure = nullptr) override;
-  // Adds a group on every rank (collective); the old groups keep their owners.
+  // Adds a group on every rank (collective); the old groups keep their owners. It ends an
+  // overlap_with (the buckets change): call overlap_with again.
   void add_param_group(const optim::OptimizerParamGroup& group) override;
 
   // ---- checkpoints ----
