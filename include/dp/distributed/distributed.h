@@ -10,3 +10,4 @@
 #include "dp/distributed/reducer.h"
 #include "dp/distributed/store.h"
 #include "dp/distributed/work.h"
+#include "dp/distributed/zero_redundancy_optimizer.h"

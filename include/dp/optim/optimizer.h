@@ -127,7 +127,8 @@ class Optimizer {
   // and their version counters are bumped.
   virtual Tensor step(LossClosure closure = nullptr) = 0;
   // Adds a group; options it leaves unset come from the defaults. Checks as the constructor does.
-  void add_param_group(const OptimizerParamGroup& group);
+  // Virtual so that a wrapper (ZeroRedundancyOptimizer) can repartition.
+  virtual void add_param_group(const OptimizerParamGroup& group);
   // set_to_none: drop the gradients (default, as PyTorch 2 / libtorch); else zero them in place.
   void zero_grad(bool set_to_none = true);
 
@@ -148,11 +149,13 @@ class Optimizer {
   const std::unordered_map<const TensorImpl*, std::unique_ptr<OptimizerParamState>>& state() const { return state_; }
 
   // The state's tensors alias the optimizer's buffers (as in PyTorch): clone to keep a snapshot.
-  OptimizerState state_dict() const;
+  // Virtual so that a wrapper whose state lives elsewhere (ZeroRedundancyOptimizer: sharded over
+  // ranks) still saves and loads through dp::save / dp::load.
+  virtual OptimizerState state_dict() const;
   // Replaces hyper-parameters and state with saved ones (copied, cast to each parameter's dtype
   // and device). Checks group count, per-group parameter counts, keys and tensor shapes first;
   // on error nothing is changed.
-  void load_state_dict(const OptimizerState& state);
+  virtual void load_state_dict(const OptimizerState& state);
 
   // "SGD", "Adam", "AdamW".
   virtual const char* name() const = 0;
