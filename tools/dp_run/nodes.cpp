@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <string_view>
 #include <nlohmann/json.hpp>
 #include "dp/distributed/errors.h"
 #include "exit_codes.h"
@@ -26,6 +27,13 @@ constexpr int kHeartbeatEvery = 5;  // polls (0.5 s)
 constexpr milliseconds kSilenceMargin{2000};
 // The longest text of another node that is printed (a failure line with a timeout's diagnosis).
 constexpr size_t kMaxRemoteLine = 2000;
+
+// Concatenation by appends (GCC 12's -Wrestrict misfires on some chains of operator+).
+std::string cat(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (std::string_view p : parts) out.append(p);
+  return out;
+}
 
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
@@ -295,6 +303,21 @@ void NodeCoordinator::close_job(int status, const std::string& reason) {
   if (!elastic_ || node_rank_ != 0) return;
   try {
     main_->set(key("closed"), nlohmann::json{{"status", status}, {"reason", reason}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    // The store closes with this dp-run: give every node still waiting to join (this attempt's
+    // newcomers, the next one's) a moment to read why, until each says it has left.
+    const auto deadline = Clock::now() + milliseconds(2000);
+    while (Clock::now() < deadline) {
+      const int count = static_cast<int>(main_->add(key("ids"), 0));
+      bool waiting = false;
+      for (int id = 1; id <= count && !waiting; ++id) {
+        if (main_->check({key(cat({"left/id", std::to_string(id)}))})) continue;
+        const bool member = std::count(ids_.begin(), ids_.end(), id) > 0;
+        for (int a = member ? attempt_ + 1 : attempt_; a <= attempt_ + 2 && !waiting; ++a)
+          waiting = main_->check({key(cat({"r", std::to_string(a), "/want/id", std::to_string(id)}))});
+      }
+      if (!waiting) break;
+      poll_sleep();
+    }
   } catch (const StoreError&) {
   }
 }
@@ -404,7 +427,10 @@ Layout NodeCoordinator::elastic_join(int attempt, int nproc_local, int restarts_
         check_mismatch();
         beat(*main_);
         if (main_->check({mk})) break;
-        if (auto c = closed()) throw *c;
+        if (auto c = closed()) {
+          main_->set(key(cat({"left/id", std::to_string(id_)})), "1");
+          throw *c;
+        }
         // Node 0 beats while it waits, runs and finishes: silent, it is gone (and the store with it, or soon).
         const std::string hk = key("hb/id0");
         std::string hb = main_->check({hk}) ? text(main_->get(hk)) : std::string();
@@ -546,7 +572,7 @@ void NodeCoordinator::check_waiting(TCPStore& store, int tick) {
   const int count = static_cast<int>(store.add(key("ids"), 0));
   for (int id = 1; id <= count; ++id) {
     if (std::count(ids_.begin(), ids_.end(), id)) continue;
-    const std::string k = key("r" + std::to_string(attempt_ + 1) + "/want/id" + std::to_string(id));
+    const std::string k = key(cat({"r", std::to_string(attempt_ + 1), "/want/id", std::to_string(id)}));
     if (!store.check({k})) continue;
     const nlohmann::json v = nlohmann::json::parse(text(store.get(k)), nullptr, false);
     std::string who = "a dp-run";

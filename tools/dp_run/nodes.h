@@ -20,6 +20,7 @@
 //   <run>/r<A>/want/id<I>       {"nproc", "host", "pid"}: dp-run I wants to be in attempt A
 //   <run>/r<A>/members          {"ids", "nodes", "restarts_used"}: node 0's choice for attempt A
 //   <run>/closed                {"status", "reason"}: node 0 ended the job (the waiting nodes leave)
+//   <run>/left/id<I>            dp-run I read "closed" (node 0 waits up to 2 s for the waiting ones)
 //   <run>/hb/id<I>              the heartbeat of dp-run I (while it joins, runs and finishes)
 // Every value read is checked: a malformed one is an error naming the key, never a crash. Text
 // from other nodes is made printable (printable_text) before it is printed.
