@@ -115,7 +115,7 @@ std::string membership_report(const Layout& before, const AttemptEnd& end, const
       const size_t i = static_cast<size_t>(lost - end.lost_nodes.begin());
       why = "lost: heartbeat silent " + (i < end.lost_silent_s.size() ? seconds_text(end.lost_silent_s[i]) : std::string("?")) + " s";
     } else if (std::count(end.failed_nodes.begin(), end.failed_nodes.end(), static_cast<int>(n))) {
-      why = "left: its workers failed and it did not rejoin";
+      why = "left: it failed (its workers, or its dp-run was stopped) and did not rejoin";
     }
     parts += (parts.empty() ? "" : "; ") + node_text(before, n) + " " + why;
   }
