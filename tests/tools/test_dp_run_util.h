@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -143,6 +144,26 @@ inline int free_port() {
     port = ntohs(a.sin_port);
   ::close(fd);
   return port;
+}
+
+// The pids of the processes whose parent is `parent` (from /proc; a worker of a dp-run).
+inline std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string all;
+    std::getline(stat, all);
+    const size_t paren = all.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(all.substr(paren + 1));
+    std::string state;
+    long ppid = -1;
+    rest >> state >> ppid;
+    if (ppid == parent && state != "Z") out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
 }
 
 }  // namespace dp_run_test

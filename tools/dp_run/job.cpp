@@ -93,6 +93,39 @@ int interrupted_status(int sig) {
 
 std::string plural(size_t n, const char* word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
+std::string node_text(const Layout& l, size_t n) {
+  return "node " + std::to_string(n) + " (host " + (n < l.hosts.size() ? l.hosts[n] : "?") + ", pid " +
+         (n < l.pids.size() ? std::to_string(l.pids[n]) : "?") + ")";
+}
+
+// Elastic: the nodes of attempt `now` against the last attempt's: who left and why, who came.
+std::string membership_report(const Layout& before, const AttemptEnd& end, const Layout& now) {
+  const std::string continuing =
+      std::to_string(now.nproc.size()) + " node" + (now.nproc.size() == 1 ? "" : "s") + ", world size " + std::to_string(now.world_size);
+  if (before.ids.empty())
+    return now.attempt == 0
+               ? "node " + std::to_string(now.node_rank) + " of " + continuing
+               : "admitted at restart " + std::to_string(now.attempt) + " as node " + std::to_string(now.node_rank) + " of " + continuing;
+  std::string parts;
+  for (size_t n = 0; n < before.ids.size(); ++n) {
+    if (std::find(now.ids.begin(), now.ids.end(), before.ids[n]) != now.ids.end()) continue;
+    std::string why = "left: it did not rejoin";
+    const auto lost = std::find(end.lost_nodes.begin(), end.lost_nodes.end(), static_cast<int>(n));
+    if (lost != end.lost_nodes.end()) {
+      const size_t i = static_cast<size_t>(lost - end.lost_nodes.begin());
+      why = "lost: heartbeat silent " + (i < end.lost_silent_s.size() ? seconds_text(end.lost_silent_s[i]) : std::string("?")) + " s";
+    } else if (std::count(end.failed_nodes.begin(), end.failed_nodes.end(), static_cast<int>(n))) {
+      why = "left: it failed (its workers, or its dp-run was stopped) and did not rejoin";
+    }
+    parts += (parts.empty() ? "" : "; ") + node_text(before, n) + " " + why;
+  }
+  for (size_t n = 0; n < now.ids.size(); ++n)
+    if (std::find(before.ids.begin(), before.ids.end(), now.ids[n]) == before.ids.end())
+      parts += (parts.empty() ? "" : "; ") + node_text(now, n) + " admitted at restart " + std::to_string(now.attempt);
+  return "attempt " + std::to_string(before.attempt) + ": " + (parts.empty() ? "the same nodes" : parts) + "; continuing with " + continuing +
+         " (restart " + std::to_string(now.attempt) + ")";
+}
+
 }  // namespace
 
 int run_job(const Options& o) {
@@ -154,12 +187,19 @@ int run_job(const Options& o) {
   }
 
   JobConfig config{o.run_id.empty() ? generated_run_id() : o.run_id, o.nnodes, o.max_restarts, timeout.count(), timeout_given};
+  config.nnodes_min = o.nnodes_min;
+  config.node_timeout_ms = o.node_timeout_s ? static_cast<int64_t>(*o.node_timeout_s * 1000) : 0;
+  config.last_call_ms = static_cast<int64_t>(o.last_call_s * 1000);
+  const bool elastic = o.elastic();
   std::unique_ptr<NodeCoordinator> nodes;
   const auto rdzv = milliseconds(static_cast<int64_t>(o.rdzv_timeout_s * 1000));
   if (o.multi_node()) {
     try {
       nodes = std::make_unique<NodeCoordinator>(master, port, token, o.node_rank, o.nnodes, Clock::now() + rdzv, timeout);
       config = nodes->agree_config(config, Clock::now() + rdzv);
+      // Node 0's --node-timeout is the job's.
+      if (config.node_timeout_ms > 0) nodes->set_node_timeout(milliseconds(config.node_timeout_ms));
+      if (elastic) nodes->enter_elastic(config);
     } catch (const Interrupted&) {
       return interrupted_status(stop_signal());
     } catch (const StartError& e) {
@@ -175,9 +215,11 @@ int run_job(const Options& o) {
     for (const char* name : {"DP_CPU_DEVICES", "OPENBLAS_NUM_THREADS"})
       cpu += std::string(cpu.empty() ? "" : ", ") + name + "=" +
              env_value(inherited, name).value_or(std::to_string(share) + " (of " + std::to_string(cores) + " cores)");
-    say("run " + config.run_id + ": node " + std::to_string(o.node_rank) + " of " + std::to_string(o.nnodes) + ", " +
-        plural(static_cast<size_t>(o.nproc_per_node), "worker") + ", store " + master + ":" + std::to_string(port) +
-        (server ? " (hosted here)" : " (node 0's)") + ", " + cpu);
+    const std::string where = elastic ? std::string(o.node_rank == 0 ? "node 0" : "joining") + " (elastic, --nnodes " + std::to_string(o.nnodes_min) +
+                                            ":" + std::to_string(o.nnodes) + ")"
+                                      : "node " + std::to_string(o.node_rank) + " of " + std::to_string(o.nnodes);
+    say("run " + config.run_id + ": " + where + ", " + plural(static_cast<size_t>(o.nproc_per_node), "worker") + ", store " + master + ":" +
+        std::to_string(port) + (server ? " (hosted here)" : " (node 0's)") + ", " + cpu);
   }
 
   std::vector<TimelinePart> timeline_parts;
@@ -197,9 +239,41 @@ int run_job(const Options& o) {
     }
   };
 
+  // Elastic: node 0 ends the job for the nodes still waiting (they leave with its status).
+  auto close_job = [&](int status, const std::string& reason) {
+    if (nodes && elastic) nodes->close_job(status, reason);
+  };
+  Layout previous;          // elastic: the last attempt's nodes
+  AttemptEnd previous_end;  // and how it ended here
+  int restarts_used = 0;    // elastic: failed attempts restarted (membership changes are not counted)
   for (int attempt = 0;; ++attempt) {
     Layout layout;
-    if (nodes) {
+    if (nodes && elastic) {
+      std::vector<int> expect;  // the last attempt's nodes not lost: node 0 waits for them, not for --last-call
+      for (size_t n = 0; n < previous.ids.size(); ++n)
+        if (std::find(previous_end.lost_nodes.begin(), previous_end.lost_nodes.end(), static_cast<int>(n)) == previous_end.lost_nodes.end())
+          expect.push_back(previous.ids[n]);
+      try {
+        layout = nodes->elastic_join(attempt, o.nproc_per_node, restarts_used, expect, Clock::now() + rdzv);
+      } catch (const Interrupted&) {
+        const int status = interrupted_status(stop_signal());
+        close_job(status, "node 0's dp-run was stopped by " + signal_name(stop_signal()));
+        merge_timeline();
+        return status;
+      } catch (const JobClosed& c) {
+        say(std::string(previous.ids.empty() ? "the job ended before this node was admitted" : "node 0 ended the job") + ": " + c.what());
+        nodes->farewell(kFarewell);
+        merge_timeline();
+        return c.status;
+      } catch (const StartError& e) {
+        say(e.what());
+        merge_timeline();
+        return kExitCannotStart;
+      }
+      attempt = layout.attempt;
+      restarts_used = layout.restarts_used;
+      if (!o.quiet || !previous.ids.empty()) say(membership_report(previous, previous_end, layout));
+    } else if (nodes) {
       try {
         layout = nodes->join(attempt, o.nproc_per_node, Clock::now() + rdzv);
       } catch (const Interrupted&) {
@@ -218,8 +292,9 @@ int run_job(const Options& o) {
     AttemptEnv env;
     env.world_size = layout.world_size;
     env.nproc_local = o.nproc_per_node;
-    env.node_rank = o.node_rank;
-    env.nnodes = o.nnodes;
+    const int my_node = nodes && elastic ? layout.node_rank : o.node_rank;
+    env.node_rank = my_node;
+    env.nnodes = nodes ? static_cast<int>(layout.nproc.size()) : 1;
     env.master_addr = master;
     env.master_port = port;
     env.run_id = config.run_id;
@@ -233,7 +308,7 @@ int run_job(const Options& o) {
     AttemptSpec spec;
     spec.program = program;
     spec.argv = o.command;
-    spec.node_rank = o.node_rank;
+    spec.node_rank = my_node;
     spec.world_size = layout.world_size;
     spec.attempt = attempt;
     spec.grace_s = o.grace_s;
@@ -247,7 +322,7 @@ int run_job(const Options& o) {
       w.error_file = scratch->file("error." + tag + ".json");
       if (!o.timeline.empty()) {
         w.timeline_file = scratch->file("timeline." + tag + ".json");
-        timeline_parts.push_back({w.timeline_file, w.rank, o.node_rank});
+        timeline_parts.push_back({w.timeline_file, w.rank, my_node});
       }
       spec.workers.push_back({w.rank, local, worker_environment(inherited, env, w), w.error_file});
     }
@@ -257,12 +332,13 @@ int run_job(const Options& o) {
     if (result.outcome == Outcome::kCannotStart) {
       say(result.start_error);
       if (nodes) {
-        const std::string line = "node " + std::to_string(o.node_rank) + " could not start its workers: " + result.start_error;
+        const std::string line = "node " + std::to_string(my_node) + " could not start its workers: " + result.start_error;
         nodes->report_failure(line, false);
         try {
-          nodes->finish_attempt(false, RemoteFailure{o.node_rank, line, false}, failure_wait(o.grace_s), kNodeTimeout);
+          nodes->finish_attempt(false, RemoteFailure{my_node, line, false}, failure_wait(o.grace_s), kNodeTimeout);
         } catch (const Interrupted&) {
         }
+        close_job(kExitCannotStart, line);
       }
       merge_timeline();
       return kExitCannotStart;
@@ -273,29 +349,34 @@ int run_job(const Options& o) {
       try {
         std::optional<RemoteFailure> own;
         if (result.first_failure)
-          own = RemoteFailure{o.node_rank, describe(*result.first_failure), is_consequence(*result.first_failure), is_timeout(*result.first_failure)};
+          own = RemoteFailure{my_node, describe(*result.first_failure), is_consequence(*result.first_failure), is_timeout(*result.first_failure)};
         end = nodes->finish_attempt(result.outcome == Outcome::kSucceeded, own, failure_wait(o.grace_s), kNodeTimeout);
       } catch (const Interrupted&) {
         merge_timeline();
-        return interrupted_status(result.signal ? result.signal : stop_signal());
+        const int sig = result.signal ? result.signal : stop_signal();
+        close_job(kExitSignalBase + sig, "node 0's dp-run was stopped by " + signal_name(sig));
+        return interrupted_status(sig);
       }
       if (end.store_lost && !result.store_lost) say("lost the store (node 0's dp-run): " + *end.store_lost);
-      for (int n : end.lost_nodes)
-        say("node " + std::to_string(n) + "'s dp-run did not finish the attempt (no answer); its workers' fate is unknown");
+      if (!elastic)
+        for (int n : end.lost_nodes)
+          say("node " + std::to_string(n) + "'s dp-run did not finish the attempt (no answer); its workers' fate is unknown");
     }
 
     if (result.outcome == Outcome::kInterrupted) {
       merge_timeline();
+      close_job(kExitSignalBase + result.signal, "node 0's dp-run was stopped by " + signal_name(result.signal));
       return interrupted_status(result.signal);
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     if (result.outcome == Outcome::kSucceeded && end.ok()) {
+      close_job(kExitOk, "the job finished: every worker exited with status 0");
       if (nodes) nodes->farewell(kFarewell);
       merge_timeline();
       if (!o.quiet)
-        say("all " + plural(static_cast<size_t>(layout.world_size), "worker") +
-            (o.multi_node() ? " on " + plural(static_cast<size_t>(o.nnodes), "node") : "") + " exited with status 0 (" + seconds_text(seconds) +
-            " s" + (attempt > 0 ? ", " + plural(static_cast<size_t>(attempt), "restart") : "") + ")");
+        say("all " + plural(static_cast<size_t>(layout.world_size), "worker") + (o.multi_node() ? " on " + plural(layout.nproc.size(), "node") : "") +
+            " exited with status 0 (" + seconds_text(seconds) + " s" + (attempt > 0 ? ", " + plural(static_cast<size_t>(attempt), "restart") : "") +
+            ")");
       return kExitOk;
     }
 
@@ -306,8 +387,8 @@ int run_job(const Options& o) {
     bool first_is_weak = false;  // a timeout or a consequence: a known cut is named instead
     if (nodes) {
       if (auto f = nodes->first_failure()) {
-        first = (f->node != o.node_rank && f->line.rfind("its dp-run stopped answering", 0) == 0 ? "node " + std::to_string(f->node) + ": " : "") +
-                f->line;
+        first =
+            (f->node != my_node && f->line.rfind("its dp-run stopped answering", 0) == 0 ? "node " + std::to_string(f->node) + ": " : "") + f->line;
         first_is_weak = f->consequence || f->timed_out;
       }
     }
@@ -327,6 +408,41 @@ int run_job(const Options& o) {
     } else if ((first.empty() || first_is_weak) && !gone.empty()) {
       first = "node " + std::to_string(gone.front()) + "'s dp-run stopped answering (the network to it is cut, or its machine is down)" +
               (first.empty() ? "" : "; then " + first);
+    }
+
+    if (nodes && elastic) {
+      previous = layout;
+      previous_end = end;
+      if (lost) {
+        // Node 0's dp-run hosts the store: without it no node can meet the others again.
+        say("the job ends: node 0's dp-run (" + nodes->node0_identity() + "), which hosts the store at " + master + ":" + std::to_string(port) +
+            ", is lost (" + *lost + "); an elastic job continues without any other node, never without node 0");
+        merge_timeline();
+        return kExitWorkerFailed;
+      }
+      const auto f = nodes->first_failure();
+      if (my_node != 0) {
+        say("attempt " + std::to_string(attempt) + " ended (" + (f && f->membership ? "membership change: " : "first failure: ") + first +
+            "); rejoining: node 0 restarts the job or ends it");
+        continue;
+      }
+      if (f && f->membership) {
+        say("attempt " + std::to_string(attempt) + " ended for a membership change: " + first);
+        continue;
+      }
+      if (restarts_used < config.max_restarts) {
+        ++restarts_used;
+        say("attempt " + std::to_string(attempt) + " failed (first failure: " + first + "); restarting with the nodes that rejoin (restart " +
+            std::to_string(restarts_used) + " of " + std::to_string(config.max_restarts) + " for failures)");
+        continue;
+      }
+      const std::string why = "job failed (exit status " + std::to_string(kExitWorkerFailed) + ") after " +
+                              plural(static_cast<size_t>(restarts_used), "restart") + " for failures; first failure: " + first;
+      close_job(kExitWorkerFailed, why);
+      nodes->farewell(kFarewell);
+      merge_timeline();
+      say(why);
+      return kExitWorkerFailed;
     }
 
     const bool can_restart = attempt < config.max_restarts && !result.store_lost && !end.store_lost && end.lost_nodes.empty();

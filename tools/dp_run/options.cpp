@@ -15,6 +15,7 @@ const char* kDescription =
     "\n"
     "  dp-run --nproc-per-node N [options] -- PROGRAM ARGS...\n"
     "  dp-run --nproc-per-node N --nnodes M --node-rank K --master-addr HOST [--master-port PORT] -- PROGRAM ARGS...\n"
+    "  dp-run --nproc-per-node N --nnodes MIN:MAX [--node-rank 0] --master-addr HOST --max-restarts R -- PROGRAM ARGS...\n"
     "\n"
     "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,\n"
     "DP_STORE_HOSTED=1, DP_STORE_PREFIX, DP_RESTART_COUNT, DP_RUN_ID, DP_ERROR_FILE, and its share of the cores\n"
@@ -30,7 +31,13 @@ const char* kDescription =
     "\n"
     "Exit status: 0 every worker exited with 0; 1 a worker failed; 2 bad arguments; 3 could not start\n"
     "(the store's port is taken, the nodes did not meet, the program cannot run); 130/143/129 stopped by\n"
-    "SIGINT/SIGTERM/SIGHUP (passed on to the workers first).";
+    "SIGINT/SIGTERM/SIGHUP (passed on to the workers first).\n"
+    "\n"
+    "Elastic (--nnodes MIN:MAX, MIN < MAX): the job starts once MIN nodes joined (and --last-call passed, or MAX\n"
+    "joined); ranks follow the order of joining. A node lost (dead, silent for --node-timeout, or its workers\n"
+    "failed) restarts the others with the new world size while MIN remain and --max-restarts allows; a node that\n"
+    "comes while the job runs is admitted by a restart that does not count against --max-restarts. Node 0\n"
+    "(--node-rank 0, on one node only; the others leave --node-rank out) hosts the store: its loss ends the job.";
 
 [[noreturn]] void usage(const std::string& message) { throw CLI::ValidationError(message); }
 
@@ -44,11 +51,16 @@ void check(const Options& o, const CLI::App& app) {
   if (o.command.empty()) usage("no program to run: give it after the options, e.g. dp-run --nproc-per-node 2 -- ./train --lr 0.1");
   if (o.nproc_per_node < 1 || o.nproc_per_node > 1024) usage("--nproc-per-node " + std::to_string(o.nproc_per_node) + " is not in [1, 1024]");
   if (o.nnodes < 1 || o.nnodes > 4096) usage("--nnodes " + std::to_string(o.nnodes) + " is not in [1, 4096]");
-  if (o.node_rank < 0 || o.node_rank >= o.nnodes)
+  if (o.elastic()) {
+    if (!(std::isfinite(o.last_call_s) && o.last_call_s >= 0 && o.last_call_s <= 3600))
+      usage("--last-call " + num(o.last_call_s) + " is not in [0, 3600] seconds");
+  } else if (o.node_rank < 0 || o.node_rank >= o.nnodes)
     usage("--node-rank " + std::to_string(o.node_rank) + " is not in [0, " + std::to_string(o.nnodes) + ") (--nnodes " + std::to_string(o.nnodes) +
           ")");
   if (o.multi_node() && o.master_addr.empty())
     usage("--nnodes " + std::to_string(o.nnodes) + " needs --master-addr: the address of node 0, whose dp-run hosts the store");
+  if (o.node_timeout_s && !(std::isfinite(*o.node_timeout_s) && *o.node_timeout_s >= 0.1 && *o.node_timeout_s <= 1e6))
+    usage("--node-timeout " + num(*o.node_timeout_s) + " is not a number of seconds in [0.1, 1e6]");
   if (o.master_port != -1 && (o.master_port < 1 || o.master_port > 65535))
     usage("--master-port " + std::to_string(o.master_port) + " is not a port in [1, 65535]");
   if (o.max_restarts < 0) usage("--max-restarts " + std::to_string(o.max_restarts) + " is negative");
@@ -67,6 +79,28 @@ void check(const Options& o, const CLI::App& app) {
             "(umask 077; openssl rand -hex 32 > job.token)) or DP_STORE_TOKEN in dp-run's environment");
   }
   (void)app;
+}
+
+// --nnodes N or MIN:MAX (torchrun's form): sets nnodes_min and nnodes, or says what is wrong.
+void parse_nnodes(const std::string& text, Options& o) {
+  auto count = [&](const std::string& part, const char* what) {
+    const bool digits = !part.empty() && part.size() <= 9 && part.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits)
+      usage("--nnodes '" + text + "': " + what + " '" + part + "' is not a number (give a node count N, or MIN:MAX for an elastic job, e.g. 2:4)");
+    return std::stoi(part);
+  };
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) {
+    o.nnodes = o.nnodes_min = count(text, "the node count");
+    return;
+  }
+  o.nnodes_min = count(text.substr(0, colon), "MIN");
+  o.nnodes = count(text.substr(colon + 1), "MAX");
+  if (o.nnodes_min < 1) usage("--nnodes '" + text + "': MIN " + std::to_string(o.nnodes_min) + " is less than 1");
+  if (o.nnodes_min > o.nnodes)
+    usage("--nnodes '" + text + "': MIN " + std::to_string(o.nnodes_min) + " is greater than MAX " + std::to_string(o.nnodes) +
+          " (MIN:MAX: the job starts with at least MIN nodes and admits up to MAX)");
+  if (o.nnodes > 4096) usage("--nnodes '" + text + "': MAX " + std::to_string(o.nnodes) + " is not in [1, 4096]");
 }
 
 }  // namespace
@@ -161,14 +195,19 @@ ParseResult parse_args(int argc, char** argv) {
   app.prefix_command();
   Options o;
   app.add_option("--nproc-per-node", o.nproc_per_node, "worker processes on this node")->default_val(o.nproc_per_node);
-  app.add_option("--nnodes", o.nnodes, "nodes (machines) in the job, each running its own dp-run")->default_val(o.nnodes);
-  app.add_option("--node-rank", o.node_rank, "this node's number in [0, nnodes); node 0 hosts the store")->default_val(o.node_rank);
+  std::string nnodes_text = "1";
+  app.add_option("--nnodes", nnodes_text, "nodes (machines) in the job, each running its own dp-run; MIN:MAX: elastic")->default_val("1");
+  auto* node_rank_opt =
+      app.add_option("--node-rank", o.node_rank, "this node's number in [0, nnodes); node 0 hosts the store (elastic: 0 or left out)")
+          ->default_val(o.node_rank);
   app.add_option("--master-addr", o.master_addr, "node 0's address (one node: 127.0.0.1)");
   app.add_option("--master-port", o.master_port, "the store's port (one node: a free port; several: 29500)");
   app.add_option("--max-restarts", o.max_restarts, "restart every worker this many times after a failure")->default_val(o.max_restarts);
   app.add_option("--timeout", o.timeout_s, "collective and rendezvous timeout of the workers in seconds (DP_DIST_TIMEOUT)");
   app.add_option("--grace", o.grace_s, "seconds between SIGTERM and SIGKILL when stopping workers")->default_val(o.grace_s);
   app.add_option("--rdzv-timeout", o.rdzv_timeout_s, "seconds the nodes wait for each other before each attempt")->default_val(o.rdzv_timeout_s);
+  app.add_option("--last-call", o.last_call_s, "elastic: seconds node 0 waits for more nodes once MIN joined")->default_val(o.last_call_s);
+  app.add_option("--node-timeout", o.node_timeout_s, "seconds a node's heartbeat may stand still before it is lost (default: --timeout + 2, >= 15)");
   app.add_option("--run-id", o.run_id, "the job's name in the store and in DP_RUN_ID (default: generated; node 0's wins)");
   app.add_option("--timeline", o.timeline, "write a Chrome trace of every rank of this node to this file at the end");
   app.add_option("--token-file", o.token_file, "the job's store token, in a file of mode 0600 (several nodes: the same on every node)");
@@ -189,6 +228,16 @@ ParseResult parse_args(int argc, char** argv) {
     } else if (!o.command.empty() && o.command.front().size() > 1 && o.command.front()[0] == '-') {
       // Not ours, and not after "--": a mistyped option rather than a program named "-x".
       usage("unknown option " + o.command.front() + " (the program and its arguments go after \"--\")");
+    }
+    parse_nnodes(nnodes_text, o);
+    if (o.elastic()) {
+      // Node ranks are assigned at the rendezvous, in the order the nodes join: only node 0, the
+      // store's host, is named (it must exist before the others can join).
+      if (node_rank_opt->count() > 0 && o.node_rank != 0)
+        usage("--node-rank " + std::to_string(o.node_rank) + " with --nnodes " + nnodes_text +
+              " (elastic): node ranks are assigned at the rendezvous, in the order the nodes join; give --node-rank 0 to the one node "
+              "that hosts the store and leave --node-rank out on the others");
+      if (node_rank_opt->count() == 0) o.node_rank = -1;
     }
     if (o.multi_node() && o.master_port == -1) o.master_port = 29500;
     for (const std::string& spec : limit_specs) {

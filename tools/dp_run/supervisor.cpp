@@ -148,7 +148,10 @@ AttemptResult run_attempt(const AttemptSpec& spec) {
     // Another node failed, or the store is gone: stop as for a failure here.
     if (phase == Phase::kRunning && spec.nodes) {
       if (auto remote = spec.nodes->remote_failure()) {
-        say("node " + std::to_string(remote->node) + " failed: " + remote->line + "; stopping this node's workers");
+        if (remote->membership)
+          say("membership change: " + remote->line + "; stopping this node's workers");
+        else
+          say("node " + std::to_string(remote->node) + " failed: " + remote->line + "; stopping this node's workers");
         result.remote = remote;
         begin_stop(now);
       } else if (auto lost = spec.nodes->store_lost()) {
