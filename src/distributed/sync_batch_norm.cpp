@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <algorithm>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <vector>
 #include "dp/autograd/function.h"
@@ -28,9 +30,12 @@ namespace detail {
 // One round at a time; rounds are told apart by a generation counter.
 class SyncBatchNormRendezvous {
  public:
-  using Finish = std::function<Tensor(const Tensor&)>;
+  using Values = std::vector<double>;
+  using Finish = std::function<Values(const Values&)>;
 
-  Tensor exchange(int index, int count, const Tensor& mine, const Finish& finish, const std::string& what) {
+  // Touches no tensor: a replica's tensors live on its device, whose worker thread may be the one
+  // waiting here (ops on them from another thread would queue behind it).
+  Values exchange(int index, int count, Values mine, const Finish& finish, const std::string& what) {
     std::unique_lock<std::mutex> lock(mu_);
     const auto timeout = distributed::ProcessGroupOptions::default_timeout();
     // A round of another size still running (a replica of a previous call late): wait it out.
@@ -39,26 +44,32 @@ class SyncBatchNormRendezvous {
           dp::detail::str(what, ": replica ", index, " waited ", timeout.count(), " ms for a round of ", count_, " replicas to end"));
     if (arrived_ == 0) {
       count_ = count;
-      parts_.assign(static_cast<size_t>(count), Tensor());
-      error_ = nullptr;
+      parts_.assign(static_cast<size_t>(count), Values());
+      filled_.assign(static_cast<size_t>(count), false);
     }
-    DP_CHECK(!parts_[static_cast<size_t>(index)].defined(), distributed::DistributedError, what, ": replica ", index,
+    DP_CHECK(!filled_[static_cast<size_t>(index)], distributed::DistributedError, what, ": replica ", index,
              " entered the same round twice (two replicas with one index)");
-    parts_[static_cast<size_t>(index)] = mine;
+    parts_[static_cast<size_t>(index)] = std::move(mine);
+    filled_[static_cast<size_t>(index)] = true;
     const uint64_t generation = generation_;
     if (++arrived_ == count_) {
-      Tensor sum = parts_[0].clone();
-      for (size_t j = 1; j < parts_.size(); ++j) sum.add_(parts_[j]);
+      // Summed in replica order: the result does not depend on arrival order.
+      Values sum = parts_[0];
+      for (size_t j = 1; j < parts_.size(); ++j) {
+        DP_CHECK(parts_[j].size() == sum.size(), distributed::DistributedError, what, ": replicas brought ", sum.size(), " and ", parts_[j].size(),
+                 " values (layers of different sizes?)");
+        for (size_t k = 0; k < sum.size(); ++k) sum[k] += parts_[j][k];
+      }
       std::exception_ptr error;
-      Tensor result;
-      lock.unlock();  // the collective may take long; nobody else touches this round meanwhile
+      Values result;
+      lock.unlock();  // the collective may take long; the others only wait for the generation
       try {
-        result = finish ? finish(sum) : sum;
+        result = finish ? finish(sum) : std::move(sum);
       } catch (...) {
         error = std::current_exception();
       }
       lock.lock();
-      result_ = result;
+      result_ = std::move(result);
       error_ = error;
       arrived_ = 0;
       parts_.clear();
@@ -66,8 +77,7 @@ class SyncBatchNormRendezvous {
       cv_.notify_all();
     } else if (!cv_.wait_for(lock, timeout, [&] { return generation_ != generation; })) {
       throw distributed::DistributedError(dp::detail::str(what, ": replica ", index, " waited ", timeout.count(), " ms for the other ", count_ - 1,
-                                                          " DataParallel replicas (only ", arrived_, " of ", count_,
-                                                          " arrived: did a replica fail?)"));
+                                                          " DataParallel replicas (", arrived_, " of ", count_, " arrived: did a replica fail?)"));
     }
     if (error_) std::rethrow_exception(error_);
     return result_;
@@ -79,8 +89,9 @@ class SyncBatchNormRendezvous {
   int count_ = 0;
   int arrived_ = 0;
   uint64_t generation_ = 0;
-  std::vector<Tensor> parts_;
-  Tensor result_;
+  std::vector<Values> parts_;
+  std::vector<bool> filled_;
+  Values result_;
   std::exception_ptr error_;
 };
 
@@ -98,10 +109,28 @@ struct Participants {
   std::shared_ptr<detail::SyncBatchNormRendezvous> rendezvous;
 };
 
-// Sums `mine` (float64) over replicas, then runs `collective` (on one replica) on the sum.
+using Values = std::vector<double>;
+
+Tensor host_tensor(const Values& v) {
+  Tensor t = empty({static_cast<int64_t>(v.size())}, TensorOptions().dtype(kFloat64));
+  std::copy(v.begin(), v.end(), t.data_ptr<double>());
+  return t;
+}
+
+Values host_values(const Tensor& t) {
+  Tensor h = t.to(Device("cpu"), kFloat64).contiguous();
+  const double* d = h.data_ptr<double>();
+  return Values(d, d + h.numel());
+}
+
+// Sums `mine` (float64) over replicas, then runs `collective` (on one replica) on the sum; the
+// result on mine's device.
 Tensor combine(const Participants& p, const Tensor& mine, const std::function<Tensor(const Tensor&)>& collective, const char* what) {
   if (p.replicas == 1) return p.group ? collective(mine) : mine;
-  return p.rendezvous->exchange(p.replica, p.replicas, mine, p.group ? collective : nullptr, what);
+  detail::SyncBatchNormRendezvous::Finish finish;
+  if (p.group) finish = [&collective](const Values& v) { return host_values(collective(host_tensor(v))); };
+  Values out = p.rendezvous->exchange(p.replica, p.replicas, host_values(mine), finish, what);
+  return host_tensor(out).to(mine.device());
 }
 
 // Forward statistics: [sum(C), sqsum(C), count] per participant -> global.
@@ -134,10 +163,14 @@ Tensor reduce_grad_sums(const Participants& p, const Tensor& packed) {
 }
 
 // x viewed as [N, C, L].
-Tensor as_ncl(const Tensor& x) { return reshape(x, {x.size(0), x.size(1), x.dim() > 2 ? -1 : 1}); }
+Tensor as_ncl(const Tensor& x) {
+  int64_t l = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) l *= x.size(d);
+  return reshape(x, {x.size(0), x.size(1), l});
+}
 
-Tensor sync_batch_norm(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,
-                       double momentum, double eps, const Participants& p) {
+Tensor sync_batch_norm(const Tensor& input, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var, double momentum,
+                       double eps, const Participants& p) {
   const int64_t C = input.size(1);
   const DType dt = input.dtype();
   Tensor x = as_ncl(input.contiguous());
@@ -153,22 +186,27 @@ Tensor sync_batch_norm(const Tensor& input, const Tensor& weight, const Tensor& 
     }
   }
   Tensor total = gather_stats(p, packed);
-  NoGradGuard no_grad_stats;
-  const double n = total.narrow(0, 2 * C, 1).item<double>();
-  DP_CHECK(n > 1, ValueError, "SyncBatchNorm: expected more than 1 value per channel when training over all ranks and replicas, got ", n,
-           " (this rank's input ", input.size_str(), ")");
-  Tensor mean = total.narrow(0, 0, C) / n;
-  Tensor var = (total.narrow(0, C, C) / n - mean * mean).clamp(0.0);  // biased
-  Tensor invstd = rsqrt(var + eps);
-  if (running_mean.defined()) {
-    running_mean.mul_(1.0 - momentum).add_((mean * momentum).to(running_mean.dtype()));
-    running_var.mul_(1.0 - momentum).add_((var * (n / (n - 1.0)) * momentum).to(running_var.dtype()));
+  const bool record_grad = autograd::needs_grad(input, weight, bias);
+  double n = 0;
+  Tensor mean, invstd, out;
+  {
+    NoGradGuard no_grad_stats;
+    n = total.narrow(0, 2 * C, 1).item<double>();
+    DP_CHECK(n > 1, ValueError, "SyncBatchNorm: expected more than 1 value per channel when training over all ranks and replicas, got ", n,
+             " (this rank's input ", input.size_str(), ")");
+    mean = total.narrow(0, 0, C) / n;
+    Tensor var = (total.narrow(0, C, C) / n - mean * mean).clamp(0.0);  // biased
+    invstd = rsqrt(var + eps);
+    if (running_mean.defined()) {
+      running_mean.mul_(1.0 - momentum).add_((mean * momentum).to(running_mean.dtype()));
+      running_var.mul_(1.0 - momentum).add_((var * (n / (n - 1.0)) * momentum).to(running_var.dtype()));
+    }
+    // y = x * scale + shift, per channel.
+    Tensor scale = weight.defined() ? invstd * weight.detach().to(kFloat64) : invstd;
+    Tensor shift = (bias.defined() ? bias.detach().to(kFloat64) : zeros_like(mean)) - mean * scale;
+    out = count > 0 ? (x.detach() * scale.to(dt).view({1, C, 1}) + shift.to(dt).view({1, C, 1})).reshape(input.sizes()) : empty_like(input);
   }
-  // y = x * scale + shift, per channel.
-  Tensor scale = weight.defined() ? invstd * weight.detach().to(kFloat64) : invstd;
-  Tensor shift = (bias.defined() ? bias.detach().to(kFloat64) : zeros_like(mean)) - mean * scale;
-  Tensor out = count > 0 ? (x.detach() * scale.to(dt).view({1, C, 1}) + shift.to(dt).view({1, C, 1})).reshape(input.sizes()) : empty_like(input);
-  if (autograd::needs_grad(input, weight, bias)) {
+  if (record_grad) {
     const bool gx = input.requires_grad(), gw = weight.defined() && weight.requires_grad(), gb = bias.defined() && bias.requires_grad();
     Tensor xs = x.detach(), ws = weight.defined() ? weight.detach() : Tensor();
     const Shape in_shape = input.sizes();
