@@ -18,7 +18,7 @@
 #include "dp/ops/factory.h"
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
-#include "dp/parallel/parallel_apply.h"
+#include "dp/core/replica_context.h"
 
 namespace dp::nn {
 
@@ -260,7 +260,7 @@ Tensor SyncBatchNormImpl::forward(const Tensor& input) {
   Participants p;
   bool need_sync = false;
   if (use_batch_stats && is_training()) {
-    const auto replica = parallel::current_replica();
+    const auto replica = current_replica();
     if (replica) {
       p.replica = replica->index;
       p.replicas = replica->count;

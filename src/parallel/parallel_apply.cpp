@@ -13,23 +13,10 @@
 #include "dp/amp/autocast.h"
 #include "dp/autograd/node.h"
 #include "dp/core/device_runtime.h"
+#include "dp/core/replica_context.h"
 #include "dp/parallel/detail/run.h"
 
-namespace dp::parallel {
-namespace {
-thread_local std::optional<ReplicaContext> tls_replica_context;
-}  // namespace
-
-std::optional<ReplicaContext> current_replica() { return tls_replica_context; }
-
-}  // namespace dp::parallel
-
 namespace dp::parallel::detail {
-ReplicaContextScope::ReplicaContextScope(int index, int count) noexcept : previous_(tls_replica_context) {
-  tls_replica_context = ReplicaContext{index, count};
-}
-ReplicaContextScope::~ReplicaContextScope() { tls_replica_context = previous_; }
-
 std::vector<Worker*> workers_of(const std::vector<Device>& devices) {
   std::vector<Worker*> out;
   out.reserve(devices.size());
@@ -53,7 +40,7 @@ std::vector<std::exception_ptr> run_replicas(const std::vector<Device>& devices,
   if (any) {
     return run_on_workers(workers_of(devices), [&](size_t i) {
       autograd::ReplicaScope replica(static_cast<int>(i));
-      ReplicaContextScope context(static_cast<int>(i), static_cast<int>(devices.size()));
+      dp::detail::ReplicaContextScope context(static_cast<int>(i), static_cast<int>(devices.size()));
       autocast::ThreadStateGuard autocast_on(autocast_state);
       StreamGuard guard(streams[i]);  // nothing for a host device
       fn(i);
@@ -62,7 +49,7 @@ std::vector<std::exception_ptr> run_replicas(const std::vector<Device>& devices,
   return run_on_workers(workers_of(devices), [&](size_t i) {
     // Nodes this replica's forward records remember it: a backward error then names the replica.
     autograd::ReplicaScope replica(static_cast<int>(i));
-    ReplicaContextScope context(static_cast<int>(i), static_cast<int>(devices.size()));
+    dp::detail::ReplicaContextScope context(static_cast<int>(i), static_cast<int>(devices.size()));
     autocast::ThreadStateGuard autocast_on(autocast_state);
     fn(i);
   });

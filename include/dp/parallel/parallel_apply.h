@@ -32,28 +32,7 @@
 
 namespace dp::parallel {
 
-// The replica a thread is running the forward of, under parallel_apply (and so DataParallel):
-// its index and how many replicas run together in that call. nullopt outside a replica's forward.
-// Modules whose replicas cooperate (nn::SyncBatchNorm's statistics) read it.
-struct ReplicaContext {
-  int index = 0;
-  int count = 1;
-};
-std::optional<ReplicaContext> current_replica();
-
 namespace detail {
-// Sets current_replica() for this thread while alive (run_replicas uses it); scopes nest.
-class ReplicaContextScope {
- public:
-  ReplicaContextScope(int index, int count) noexcept;
-  ~ReplicaContextScope();
-  ReplicaContextScope(const ReplicaContextScope&) = delete;
-  ReplicaContextScope& operator=(const ReplicaContextScope&) = delete;
-
- private:
-  std::optional<ReplicaContext> previous_;
-};
-
 // Re-throws the first error (by index) of a parallel run, as described above; returns if none.
 // notes[i], when given, is added to replica i's context (DataParallel: which rows of the batch it got).
 void rethrow_first_replica_error(const std::vector<std::exception_ptr>& errors, const std::vector<Device>& devices,
