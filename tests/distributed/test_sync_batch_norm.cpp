@@ -288,3 +288,31 @@ TEST(SyncBatchNorm, BadInput) {
     EXPECT_NE(std::string(e.what()).find("convert_sync_batchnorm"), std::string::npos) << e.what();
   }
 }
+
+TEST(SyncBatchNorm, SubgroupOfRanks) {
+  // Ranks 0 and 2 of 3 form their own group (over a prefix of the store); rank 1 trains alone.
+  Generator gen;
+  gen.manual_seed(5);
+  Tensor x = randn({9, 2}, TensorOptions().dtype(kFloat64), &gen);
+  const std::vector<int64_t> off{0, 4, 6}, rows{4, 2, 3};
+  run_ranks(3, [&](const ProcessGroupPtr& world, int r) {
+    nn::BatchNorm1d ref(2);
+    ref->to(kFloat64);
+    Tensor mine = x.narrow(0, off[r], rows[r]);
+    if (r == 1) {
+      nn::SyncBatchNorm sbn(nn::SyncBatchNormOptions(2).process_group(nullptr));
+      sbn->to(kFloat64);
+      sbn->eval();  // alone and without a group: eval only
+      EXPECT_EQ(sbn(mine).sizes(), mine.sizes());
+      return;
+    }
+    auto sub = distributed::make_gloo_process_group(std::make_shared<distributed::PrefixStore>("sub02", world->store()), r == 0 ? 0 : 1, 2);
+    nn::SyncBatchNorm sbn(nn::SyncBatchNormOptions(2).process_group(sub));
+    sbn->to(kFloat64);
+    Tensor both = cat({x.narrow(0, 0, 4), x.narrow(0, 6, 3)}, 0);
+    Tensor expected = ref(both).narrow(0, r == 0 ? 0 : 4, rows[r]);
+    expect_close(sbn(mine), expected, "subgroup rank " + std::to_string(r));
+    expect_close(sbn->running_var, ref->running_var, "subgroup running_var");
+    EXPECT_EQ(world->sequence(), 0u);  // the world group was not used
+  });
+}
