@@ -3,6 +3,9 @@
 // (threads), ragged batches and an empty rank, under DDP and DataParallel; eval mode without
 // communication; gradcheck; bad input.
 #include <gtest/gtest.h>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 #include "distributed/ddp_test_support.h"
@@ -13,6 +16,8 @@
 #include "dp/optim/optim.h"
 #include "dp/parallel/parallel.h"
 #include "support/gradcheck.h"
+#include "support/run_command.h"
+#include "support/temp_files.h"
 
 using namespace dp;
 using dp::distributed::ProcessGroupPtr;
@@ -32,7 +37,9 @@ struct Case {
   std::vector<int64_t> tail;  // {} (1d [N, C]), {L} (1d [N, C, L]), {H, W} (2d)
 };
 
-void check_against_batchnorm(const Case& c) {
+// Threads (one rank per thread), or only rank `only_rank` of a group made by `make_group` (a real
+// process: see ProcessesMatchBatchNorm).
+void check_against_batchnorm(const Case& c, int only_rank = -1, const std::function<ProcessGroupPtr()>& make_group = nullptr) {
   const int world = static_cast<int>(c.rows.size());
   const int64_t C = 3;
   const int steps = 3;
@@ -81,7 +88,7 @@ void check_against_batchnorm(const Case& c) {
   }
 
   std::vector<std::vector<Tensor>> gw(world), gb(world);
-  run_ranks(world, [&](const ProcessGroupPtr& group, int r) {
+  auto rank_body = [&](const ProcessGroupPtr& group, int r) {
     auto sbn = std::static_pointer_cast<nn::SyncBatchNormImpl>(nn::convert_sync_batchnorm(make_bn(), group));
     for (int s = 0; s < steps; ++s) {
       Tensor x = xs[s].narrow(0, off[r], c.rows[r]).clone().set_requires_grad(true);
@@ -98,7 +105,12 @@ void check_against_batchnorm(const Case& c) {
     expect_close(sbn->running_mean, ref->running_mean, "running_mean rank " + std::to_string(r));
     expect_close(sbn->running_var, ref->running_var, "running_var rank " + std::to_string(r));
     EXPECT_EQ(sbn->num_batches_tracked.item<int64_t>(), steps);
-  });
+  };
+  if (only_rank >= 0) {
+    rank_body(make_group(), only_rank);
+    return;
+  }
+  run_ranks(world, rank_body);
   // Weight and bias gradients are local: their sum over ranks (what DDP reduces) is BatchNorm's.
   for (int s = 0; s < steps; ++s) {
     Tensor sw = zeros({C}, TensorOptions().dtype(kFloat64)), sb = zeros({C}, TensorOptions().dtype(kFloat64));
@@ -315,4 +327,39 @@ TEST(SyncBatchNorm, SubgroupOfRanks) {
     expect_close(sbn->running_var, ref->running_var, "subgroup running_var");
     EXPECT_EQ(world->sequence(), 0u);  // the world group was not used
   });
+}
+
+// Real processes: this program runs itself once per rank (SyncBatchNormWorker.Rank with the
+// DP_SBN_* environment), the ranks meeting in a FileStore; each checks its rank against BatchNorm.
+const std::vector<Case> kProcessCases{{{5, 0, 3}, {2, 2}}, {{4, 7}, {}}};
+
+TEST(SyncBatchNormWorker, Rank) {
+  const char* rank = std::getenv("DP_SBN_RANK");
+  if (!rank) GTEST_SKIP() << "a worker of SyncBatchNorm.ProcessesMatchBatchNorm, run by it";
+  const int r = std::atoi(rank), world = std::atoi(std::getenv("DP_SBN_WORLD")), which = std::atoi(std::getenv("DP_SBN_CASE"));
+  const std::string store = std::getenv("DP_SBN_STORE");
+  check_against_batchnorm(kProcessCases.at(static_cast<size_t>(which)), r, [&] {
+    distributed::ProcessGroupOptions o;
+    o.timeout = std::chrono::seconds(20);
+    return distributed::make_gloo_process_group(std::make_shared<distributed::FileStore>(store), r, world, o);
+  });
+}
+
+TEST(SyncBatchNorm, ProcessesMatchBatchNorm) {
+  for (size_t which = 0; which < kProcessCases.size(); ++which) {
+    const int world = static_cast<int>(kProcessCases[which].rows.size());
+    dp::test::TempDir dir;
+    std::ostringstream cmd;
+    cmd << "(";
+    for (int r = 0; r < world; ++r)
+      cmd << "DP_SBN_RANK=" << r << " DP_SBN_WORLD=" << world << " DP_SBN_CASE=" << which << " DP_SBN_STORE=" << dir.file("store")
+          << " timeout 60 /proc/" << ::getpid() << "/exe --gtest_filter=SyncBatchNormWorker.Rank > " << dir.file("out" + std::to_string(r))
+          << " 2>&1 & ";
+    cmd << "wait)";
+    dp::test::run_command(cmd.str());
+    for (int r = 0; r < world; ++r) {
+      const std::string out = dp::test::read_bytes(dir.file("out" + std::to_string(r)));
+      EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << "case " << which << " rank " << r << " of " << world << ":\n" << out;
+    }
+  }
 }
