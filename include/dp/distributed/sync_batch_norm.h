@@ -22,6 +22,8 @@
 // one layer meet in an in-process rendezvous (shared by the replicas, which are copies of the
 // layer), in forward and in backward: their statistics are summed, then one replica does the
 // process group's collective (DataParallel inside DDP: statistics over every replica of every rank).
+// A replica that fails before reaching the layer leaves the others waiting until the timeout
+// (DP_DIST_TIMEOUT, 60 s), then they fail with a DistributedError saying how many arrived.
 //
 // No communication: eval mode with running statistics (or training with one rank and one replica:
 // the plain BatchNorm path). Training outside DataParallel without a process group is a
