@@ -13,6 +13,7 @@
 #include "dp/amp/autocast.h"
 #include "dp/autograd/node.h"
 #include "dp/core/device_runtime.h"
+#include "dp/core/replica_context.h"
 #include "dp/parallel/detail/run.h"
 
 namespace dp::parallel::detail {
@@ -39,6 +40,7 @@ std::vector<std::exception_ptr> run_replicas(const std::vector<Device>& devices,
   if (any) {
     return run_on_workers(workers_of(devices), [&](size_t i) {
       autograd::ReplicaScope replica(static_cast<int>(i));
+      dp::detail::ReplicaContextScope context(static_cast<int>(i), static_cast<int>(devices.size()));
       autocast::ThreadStateGuard autocast_on(autocast_state);
       StreamGuard guard(streams[i]);  // nothing for a host device
       fn(i);
@@ -47,6 +49,7 @@ std::vector<std::exception_ptr> run_replicas(const std::vector<Device>& devices,
   return run_on_workers(workers_of(devices), [&](size_t i) {
     // Nodes this replica's forward records remember it: a backward error then names the replica.
     autograd::ReplicaScope replica(static_cast<int>(i));
+    dp::detail::ReplicaContextScope context(static_cast<int>(i), static_cast<int>(devices.size()));
     autocast::ThreadStateGuard autocast_on(autocast_state);
     fn(i);
   });

@@ -1,5 +1,7 @@
 #pragma once
-// BatchNorm1d and BatchNorm2d (torch.nn.BatchNorm1d / BatchNorm2d).
+// BatchNorm1d and BatchNorm2d (torch.nn.BatchNorm1d / BatchNorm2d). nn::SyncBatchNorm
+// (dp/distributed/sync_batch_norm.h) is the variant whose training statistics cover every rank of a
+// process group and every DataParallel replica; convert_sync_batchnorm() swaps these for it.
 #include <cstdint>
 #include <optional>
 #include <string>

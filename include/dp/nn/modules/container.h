@@ -42,6 +42,16 @@ class SequentialImpl : public Module {
     push_back(std::move(name), holder.ptr());
   }
 
+  // Replaces the child at `index` (same name) by `module`, which is called as its own type from
+  // then on (replace_module() alone would leave the old type's call; convert_sync_batchnorm uses it).
+  template <TensorToTensorModule M>
+  void replace(size_t index, std::shared_ptr<M> module) {
+    DP_CHECK(module != nullptr, ValueError, "Sequential::replace: null module");
+    DP_CHECK(index < calls_.size(), IndexError, "Sequential::replace: index ", index, " out of range for a Sequential of ", calls_.size());
+    replace_module(own_children()[index].key(), module);
+    calls_[index] = &call_forward<M>;
+  }
+
   // Runs the children in order.
   Tensor forward(const Tensor& input) const;
 
