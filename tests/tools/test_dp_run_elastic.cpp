@@ -209,8 +209,12 @@ TEST_F(DpRunElastic, LosesANodeContinuesOnTwoAndAdmitsItBack) {
   EXPECT_EQ(resumed_at % 50, 0) << resumed_at;
   EXPECT_LE(resumed_at, killed_at + 1);
   EXPECT_GT(resumed_at, killed_at - 50);
-  const auto end = dp_train_test::events(records, "end");
-  ASSERT_EQ(end.size(), 1u);
+  // On a loaded machine the 2-node attempt may finish the run before the admission restart; the
+  // 3-node attempt then resumes from the final checkpoint and ends again: the last end counts.
+  const auto end_events = dp_train_test::events(records, "end");
+  ASSERT_GE(end_events.size(), 1u);
+  ASSERT_LE(end_events.size(), 2u);
+  const std::vector<std::decay_t<decltype(end_events[0])>> end{end_events.back()};
 
   // The uninterrupted run (one process: the same training as on N, up to rounding).
   dp::test::TempDir ref_dir;
