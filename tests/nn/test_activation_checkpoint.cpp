@@ -310,6 +310,19 @@ TEST(ActivationCheckpoint, InputModifiedInPlaceAndNondeterministicFunctionAreErr
   }
 }
 
+// The example of docs/distributed.md's "Activation checkpointing" section, as written there.
+TEST(ActivationCheckpoint, DocsExample) {
+  dp::manual_seed(0);
+  dp::nn::Sequential net(dp::nn::Linear(16, 64), dp::nn::GELU(), dp::nn::Dropout(0.1), dp::nn::Linear(64, 64), dp::nn::GELU(), dp::nn::Linear(64, 4));
+  dp::Tensor x = dp::randn({8, 16});
+  dp::Tensor h = dp::utils::checkpoint([&](const dp::Tensor& t, double scale) { return net->forward_range(t, 0, 3) * scale; }, x, 2.0);
+  dp::Tensor y = net->forward_range(h, 3, 6);
+  y.pow(2).mean().backward();
+  dp::Tensor z = dp::utils::checkpoint_sequential(net, 3, x);
+  z.pow(2).mean().backward();
+  EXPECT_GT(net->ptr<dp::nn::LinearImpl>(0)->weight.grad().abs().sum().item<double>(), 0.0);
+}
+
 // ---- DataParallel and DistributedDataParallel ----
 
 // Linear -> checkpointed (Linear, Dropout, Tanh) -> Linear whose weight is also used outside the
