@@ -12,11 +12,14 @@
 //
 //   gpt [--data FILE (default: Debian's fortunes)] [--devices cpu:0,cpu:1] [--steps 300] [--batch 16]
 //       [--block 64] [--layers 4] [--heads 4] [--embd 128] [--lr 3e-3] [--seed 0] [--eval-every 50]
-//       [--sample 300] [--temperature 0.8] [--top-k 10] [--max-val-loss L]
+//       [--sample 300] [--temperature 0.8] [--top-k 10] [--max-val-loss L] [--checkpoint]
+// --checkpoint: activation checkpointing of every block (GPTConfig::checkpoint_activations). The
+// peak bytes the devices' allocators held during the training steps are printed at the end.
 //
 // Prints "step N  loss L  lr R" lines, "val loss V" at every evaluation, and at the end a sample of
 // generated text. Exit status: 0; 1 when the final validation loss is above --max-val-loss; 2 bad
 // arguments or data; 3 a distributed error.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -43,6 +46,7 @@ struct Args {
   int64_t steps = 300, batch = 16, block = 64, layers = 4, heads = 4, embd = 128, eval_every = 50, sample = 300, top_k = 10;
   double lr = 3e-3, temperature = 0.8, max_val_loss = -1;
   uint64_t seed = 0;
+  bool checkpoint = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -51,8 +55,13 @@ Args parse(int argc, char** argv) {
     const std::string k = argv[i];
     if (k == "--help") {
       std::cout << "gpt [--data FILE] [--devices LIST] [--steps N] [--batch B] [--block T] [--layers L] [--heads H] [--embd C]\n"
-                   "    [--lr LR] [--seed S] [--eval-every N] [--sample N] [--temperature T] [--top-k K] [--max-val-loss L]\n";
+                   "    [--lr LR] [--seed S] [--eval-every N] [--sample N] [--temperature T] [--top-k K] [--max-val-loss L]\n"
+                   "    [--checkpoint]\n";
       std::exit(0);
+    }
+    if (k == "--checkpoint") {
+      a.checkpoint = true;
+      continue;
     }
     DP_CHECK(i + 1 < argc, ValueError, "option ", k, " needs a value");
     const std::string v = argv[++i];
@@ -146,7 +155,13 @@ int run(const Args& a) {
   const std::optional<distributed::Environment> env = distributed::read_environment();
   const bool ddp = env && env->world_size > 1;
   manual_seed(a.seed);  // the same initial weights on every rank (DDP also broadcasts rank 0's)
-  models::GPT model(models::GPTConfig().vocab_size(tok.vocab_size()).block_size(a.block).n_layer(a.layers).n_head(a.heads).n_embd(a.embd));
+  models::GPT model(models::GPTConfig()
+                        .vocab_size(tok.vocab_size())
+                        .block_size(a.block)
+                        .n_layer(a.layers)
+                        .n_head(a.heads)
+                        .n_embd(a.embd)
+                        .checkpoint_activations(a.checkpoint));
 
   distributed::ProcessGroupPtr group;
   std::vector<Device> devices;
@@ -180,6 +195,13 @@ int run(const Args& a) {
   const int64_t rows = a.batch / world;
   double val_loss = evaluate(*model, val, a.block, device);
   if (rank == 0) std::printf("step 0  val loss %.4f\n", val_loss);
+  // Peak memory of the training steps: each device's allocator peak, summed over the devices.
+  const std::vector<Device> mem_devices = ddp ? std::vector<Device>{Device::cpu()} : devices;
+  int64_t resident = 0, train_peak = 0;
+  for (Device d : mem_devices) {
+    reset_peak_memory_stats(d);
+    resident += memory_stats(d).allocated;
+  }
   for (int64_t step = 1; step <= a.steps; ++step) {
     auto [x, y] = get_batch(train, a.batch, a.block, gen);
     x = x.narrow(0, rank * rows, rows).to(device);
@@ -191,6 +213,9 @@ int run(const Args& a) {
     loss.backward();
     nn::utils::clip_grad_norm_(model->parameters(), 1.0);
     opt.step();
+    int64_t peak = 0;
+    for (Device d : mem_devices) peak += memory_stats(d).peak_allocated;
+    train_peak = std::max(train_peak, peak);
     if (rank == 0 && (step % 10 == 0 || step == 1))
       std::printf("step %lld  loss %.4f  lr %.2e\n", static_cast<long long>(step), loss.item<double>(), lr);
     if (step % a.eval_every == 0 || step == a.steps) {
@@ -198,6 +223,9 @@ int run(const Args& a) {
       if (rank == 0) std::printf("step %lld  val loss %.4f\n", static_cast<long long>(step), val_loss);
     }
   }
+  if (rank == 0)
+    std::printf("peak memory in training steps: %.2f MiB (%.2f MiB above the %.2f MiB held before them)%s\n", train_peak / 1048576.0,
+                (train_peak - resident) / 1048576.0, resident / 1048576.0, a.checkpoint ? ", activation checkpointing" : "");
   if (rank == 0 && a.sample > 0) {
     model->eval();
     Generator sample_gen(a.seed + 2);

@@ -144,6 +144,9 @@ struct GraphTask {
   std::vector<uint32_t> starts;
   bool keep_graph = false;
   bool create_graph = false;
+  // grad_at_edges(): gradients are read at edges whose nodes are barriers (never expanded, never
+  // run), without the nodes' output hooks or a leaf's tensor hooks (the outer pass runs those).
+  bool raw_captures = false;
 
   // ---- execution ----
   // Single-threaded (every node runs in the calling thread): no locks; `ready` is a plain stack.
@@ -194,6 +197,7 @@ struct GraphTask {
     error = nullptr;
     callbacks.clear();
     leaf_streams.clear();
+    raw_captures = false;
   }
 
   void set_error(std::exception_ptr e) {
@@ -419,12 +423,13 @@ void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here) {
     for (uint32_t i = 0; i < tn.num_inputs; ++i) inputs[i] = std::move(task.inputs[tn.first_input + i]);
     AutoGradMode grad_mode(task.create_graph);  // this thread's mode, whatever its previous one
     autocast::detail::Off no_autocast;          // backward runs in the dtypes forward used
-    if (fn->has_output_hooks()) fn->run_output_hooks(inputs);
+    const bool raw = task.raw_captures && tn.captures;
+    if (fn->has_output_hooks() && !raw) fn->run_output_hooks(inputs);
     if (tn.captures) {
       for (const Capture& c : task.captures) {
         if (c.node != idx) continue;
         Tensor g = inputs[c.input_nr];
-        if (tn.is_accumulate) g = static_cast<AccumulateGrad*>(fn)->run_tensor_hooks(std::move(g));
+        if (tn.is_accumulate && !raw) g = static_cast<AccumulateGrad*>(fn)->run_tensor_hooks(std::move(g));
         task.captured[c.slot] = std::move(g);
       }
       note_leaf_stream(task, *fn);
@@ -478,7 +483,8 @@ void evaluate(GraphTask& task, uint32_t idx, uint32_t* next_here) {
 
 // Finds every node reachable from the roots (iterative DFS), gives each a task index and its
 // buffers, records where each edge leads, and the post order (each node after its children).
-void build_graph(GraphTask& task, const std::vector<Edge>& roots) {
+// The nodes of `barriers` are added first and never expanded (grad_at_edges()).
+void build_graph(GraphTask& task, const std::vector<Edge>& roots, const std::vector<Edge>* barriers = nullptr) {
   auto add = [&](Node* n, bool& added) {
     uint32_t idx = task.index.find_or_add(n, static_cast<uint32_t>(task.nodes.size()), added);
     if (added) {
@@ -490,6 +496,13 @@ void build_graph(GraphTask& task, const std::vector<Edge>& roots) {
     }
     return idx;
   };
+  if (barriers) {
+    for (const Edge& b : *barriers) {
+      bool added;
+      uint32_t idx = add(b.function.get(), added);
+      if (added) task.post_order.push_back(idx);
+    }
+  }
   for (const Edge& r : roots) {
     bool added;
     uint32_t root = add(r.function.get(), added);
@@ -512,6 +525,8 @@ void build_graph(GraphTask& task, const std::vector<Edge>& roots) {
     }
   }
 }
+
+void mark_needed_from_captures(GraphTask& task);
 
 // grad(): marks the nodes where requested inputs' gradients are read, the nodes that must run to
 // get there (`needed`), and cuts every edge into a node that is not scheduled.
@@ -536,6 +551,21 @@ void mark_needed(GraphTask& task, const std::vector<Tensor>& in) {
     task.nodes[idx].captures = true;
     task.captures.push_back(Capture{idx, input_nr, static_cast<uint32_t>(i)});
   }
+  mark_needed_from_captures(task);
+}
+
+// grad_at_edges(): the barrier nodes are where the gradients are read.
+void mark_needed_edges(GraphTask& task, const std::vector<Edge>& edges) {
+  task.captured.resize(edges.size());
+  for (size_t i = 0; i < edges.size(); ++i) {
+    uint32_t idx = task.index.find(edges[i].function.get());
+    task.nodes[idx].captures = true;
+    task.captures.push_back(Capture{idx, edges[i].input_nr, static_cast<uint32_t>(i)});
+  }
+  mark_needed_from_captures(task);
+}
+
+void mark_needed_from_captures(GraphTask& task) {
   for (uint32_t idx : task.post_order) {
     TaskNode& n = task.nodes[idx];
     n.needed = false;
@@ -622,8 +652,10 @@ void run(GraphTask& task) {
 // roots[0, num_roots) with grad_roots[0, num_grads) (num_grads is 0 or num_roots): spans rather
 // than vectors, so Tensor::backward() builds none.
 std::vector<Tensor> run_backward(const Tensor* roots, size_t num_roots, const Tensor* grad_roots, size_t num_grads, bool keep_graph,
-                                 bool create_graph, const std::vector<Tensor>* inputs, bool allow_unused) {
+                                 bool create_graph, const std::vector<Tensor>* inputs, bool allow_unused,
+                                 const std::vector<Edge>* capture_edges = nullptr) {
   DP_CHECK(num_grads == 0 || num_grads == num_roots, ValueError, "backward: got ", num_roots, " tensors but ", num_grads, " gradients");
+  GraphTask* const outer = tls_current_task;
   TaskLease lease;
   GraphTask& task = *lease;
   task.keep_graph = keep_graph;
@@ -647,8 +679,12 @@ std::vector<Tensor> run_backward(const Tensor* roots, size_t num_roots, const Te
     root_grads.push_back(std::move(g));
   }
 
-  build_graph(task, root_edges);
+  build_graph(task, root_edges, capture_edges);
   if (inputs) mark_needed(task, *inputs);
+  if (capture_edges) {
+    task.raw_captures = true;
+    mark_needed_edges(task, *capture_edges);
+  }
   prepare_execution(task);
 
   // Seed the roots' gradients (a root given twice gets the sum), then start every root that has
@@ -680,10 +716,20 @@ std::vector<Tensor> run_backward(const Tensor* roots, size_t num_roots, const Te
   for (uint32_t idx : task.starts) schedule(task, idx);
   run(task);
   if (task.error) std::rethrow_exception(task.error);
-  if (!task.callbacks.empty()) run_callbacks(task);  // every node has finished: no lock needed to look
+  if (!task.callbacks.empty()) {  // every node has finished: no lock needed to look
+    if (outer) {
+      // A pass run inside a node of an outer pass (a checkpointed segment's backward, a reentrant
+      // backward): what it queued belongs to the outer pass, and runs at its end.
+      std::lock_guard<std::mutex> lock(outer->callbacks_mu);
+      for (auto& fn : task.callbacks) outer->callbacks.push_back(std::move(fn));
+    } else {
+      run_callbacks(task);
+    }
+  }
   // What follows backward on the caller's streams (the optimizer's step) sees every leaf gradient.
   if (!task.leaf_streams.empty()) detail::sync_caller(task.leaf_streams);
 
+  if (capture_edges) return std::move(task.captured);
   if (!inputs) return {};
   for (size_t i = 0; i < inputs->size(); ++i) {
     DP_CHECK(allow_unused || task.captured[i].defined(), AutogradError, "One of the differentiated Tensors (input ", i,
@@ -715,6 +761,11 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 }
 
 namespace detail {
+std::vector<Tensor> grad_at_edges(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, const std::vector<Edge>& edges,
+                                  bool create_graph) {
+  return run_backward(roots.data(), roots.size(), grad_roots.data(), grad_roots.size(), create_graph, create_graph, nullptr, true, &edges);
+}
+
 void backward_one(const Tensor& root, const Tensor& grad_root, bool retain_graph, bool create_graph) {
   run_backward(&root, 1, &grad_root, 1, retain_graph || create_graph, create_graph, nullptr, false);
 }

@@ -48,8 +48,15 @@ void drain_deferred() {
 }  // namespace
 
 thread_local int tls_replica = -1;
+thread_local NodeCreationLog* tls_creation_log = nullptr;
 
-Node::Node() : replica_(tls_replica), sequence_nr_(tls_next_sequence_nr++) {}
+Node::Node() : replica_(tls_replica), sequence_nr_(tls_next_sequence_nr++) {
+  if (tls_creation_log) [[unlikely]]
+    tls_creation_log->add(this);
+}
+
+NodeCreationLog::NodeCreationLog() : prev_(tls_creation_log) { tls_creation_log = this; }
+NodeCreationLog::~NodeCreationLog() { tls_creation_log = prev_; }
 
 ReplicaScope::ReplicaScope(int index) noexcept : previous_(tls_replica) { tls_replica = index; }
 ReplicaScope::~ReplicaScope() { tls_replica = previous_; }

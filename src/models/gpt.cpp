@@ -10,6 +10,7 @@
 #include "dp/nn/functional/attention.h"
 #include "dp/nn/functional/loss.h"
 #include "dp/nn/init.h"
+#include "dp/nn/utils/checkpoint.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/index.h"
@@ -129,7 +130,16 @@ Tensor GPTImpl::forward(const Tensor& idx) const {
   DP_CHECK(T <= config.block_size(), ShapeError, "GPT: cannot forward a sequence of length ", T, ", the block size is only ", config.block_size());
   Tensor pos = arange(0, T, 1, TensorOptions().dtype(kInt64).device(idx.device()));
   Tensor x = transformer->drop(transformer->wte(idx) + transformer->wpe(pos));
-  for (size_t i = 0; i < transformer->h->size(); ++i) x = static_cast<const BlockImpl&>(*(*transformer->h)[i]).forward(x);
+  // With checkpoint_activations, a training forward that records gradients keeps only each block's
+  // input; the block is recomputed in backward (dp/nn/utils/checkpoint.h).
+  const bool checkpointed = config.checkpoint_activations() && is_training() && GradMode::is_enabled();
+  for (size_t i = 0; i < transformer->h->size(); ++i) {
+    auto block = std::static_pointer_cast<BlockImpl>((*transformer->h)[i]);
+    if (checkpointed)
+      x = utils::checkpoint([block](const Tensor& t) { return block->forward(t); }, x);
+    else
+      x = block->forward(x);
+  }
   return lm_head(transformer->ln_f(x));
 }
 

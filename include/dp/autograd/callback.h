@@ -11,7 +11,10 @@ namespace dp::autograd {
 // inside a pass (a node's apply, a tensor hook, a post-accumulate-grad hook, on whatever thread runs
 // it); elsewhere an AutogradError. Callbacks run in the order they were queued; one may queue more,
 // which run after it. An exception from a callback propagates out of backward() and the callbacks
-// after it do not run. When the pass itself fails, no callback runs.
+// after it do not run. When the pass itself fails, no callback runs. A pass started from inside a
+// node or hook of another pass (a checkpointed segment's recomputed backward, a reentrant backward)
+// hands what was queued in it to that outer pass: the callbacks run at the end of the outer pass,
+// so DistributedDataParallel's end-of-pass work belongs to the pass the user started.
 void queue_callback(std::function<void()> fn);
 
 // True on a thread that is running a node or hook of a backward pass right now.

@@ -1,5 +1,6 @@
 #pragma once
 #include <vector>
+#include "dp/autograd/node.h"
 #include "dp/core/tensor.h"
 
 namespace dp::autograd {
@@ -38,6 +39,16 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          bool retain_graph = false, bool create_graph = false, bool allow_unused = false);
 
 namespace detail {
+// For activation checkpointing (dp/nn/utils/checkpoint.h): the gradients of `roots` (seeded with
+// `grad_roots`, one each) that arrive at each of `edges` (node, input_nr), undefined where none
+// does. The edges' nodes are barriers: never run, never looked behind, so the graph the roots
+// belong to (a recomputed segment) is evaluated down to them and no further; no AccumulateGrad
+// runs (no .grad, no post-accumulate hook), and a barrier's output hooks or a leaf's tensor hooks
+// are not run (the outer pass runs them on the whole gradient). Callbacks queued during this pass,
+// when it is called from a node of an outer pass, are moved to the outer pass and run at its end.
+// Frees the segment's saved state unless create_graph.
+std::vector<Tensor> grad_at_edges(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, const std::vector<Edge>& edges,
+                                  bool create_graph);
 // backward({root}, {grad_root}) without the two vectors (Tensor::backward).
 void backward_one(const Tensor& root, const Tensor& grad_root, bool retain_graph, bool create_graph);
 }  // namespace detail

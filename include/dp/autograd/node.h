@@ -192,6 +192,23 @@ Edge gradient_edge(const Tensor& t);
 // The leaf's AccumulateGrad node (created on first use, shared afterwards).
 std::shared_ptr<Node> grad_accumulator(const Tensor& t);
 
+// While alive, every node created on this thread is listed in nodes() (activation checkpointing
+// tells the nodes of a segment from those it reaches outside it). Logs nest: a node goes to the
+// innermost one only.
+class NodeCreationLog {
+ public:
+  NodeCreationLog();
+  ~NodeCreationLog();
+  NodeCreationLog(const NodeCreationLog&) = delete;
+  NodeCreationLog& operator=(const NodeCreationLog&) = delete;
+  const std::vector<const Node*>& nodes() const { return nodes_; }
+  void add(const Node* n) { nodes_.push_back(n); }
+
+ private:
+  std::vector<const Node*> nodes_;
+  NodeCreationLog* prev_;
+};
+
 // The node whose apply() the calling thread is running in backward (nullptr outside backward).
 // SavedVariable::unpack uses it to give a saved output its history back under create_graph.
 Node* current_node();

@@ -44,6 +44,10 @@ struct GPTConfig {
   DP_GPT_ARG(int64_t, n_embd, 768);
   DP_GPT_ARG(double, dropout, 0.0);  // on embeddings, attention weights, and after each residual branch
   DP_GPT_ARG(bool, bias, true);      // biases in the Linears (the LayerNorms always have theirs)
+  // Activation checkpointing (not in nanoGPT): in training with grad enabled, each block keeps
+  // only its input and is recomputed in backward (dp::utils::checkpoint), trading one more
+  // forward of the blocks for their activations' memory. Same gradients.
+  DP_GPT_ARG(bool, checkpoint_activations, false);
 #undef DP_GPT_ARG
 };
 

@@ -54,6 +54,8 @@ class SequentialImpl : public Module {
 
   // Runs the children in order.
   Tensor forward(const Tensor& input) const;
+  // Runs children [begin, end) in order (checkpoint_sequential's segments).
+  Tensor forward_range(const Tensor& input, size_t begin, size_t end) const;
 
   size_t size() const { return calls_.size(); }
   bool is_empty() const { return calls_.empty(); }
