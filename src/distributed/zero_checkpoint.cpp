@@ -14,6 +14,7 @@
 #include "dp/distributed/errors.h"
 #include "dp/distributed/zero_redundancy_optimizer.h"
 #include "dp/ops/factory.h"
+#include "dp/optim/state_keys.h"
 
 namespace dp::distributed {
 
@@ -58,17 +59,7 @@ constexpr const char* kName = "ZeroRedundancyOptimizer";
 constexpr const char* kIndexFormat = "dparallel.zero.sharded";
 constexpr const char* kShardFormat = "dparallel.zero.shard";
 
-// "state.12.exp_avg" -> (12, "exp_avg"); false if the key has another form.
-bool parse_state_key(const std::string& key, int64_t& index, std::string& field) {
-  const std::string prefix = "state.";
-  if (key.compare(0, prefix.size(), prefix) != 0) return false;
-  const char* begin = key.data() + prefix.size();
-  const char* end = key.data() + key.size();
-  auto [ptr, ec] = std::from_chars(begin, end, index);
-  if (ec != std::errc() || ptr == begin || ptr == end || *ptr != '.' || index < 0) return false;
-  field.assign(ptr + 1, end);
-  return !field.empty();
-}
+using optim::parse_state_key;
 
 json parse_json(const std::string& text, const std::string& context) {
   try {

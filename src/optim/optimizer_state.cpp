@@ -3,6 +3,7 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 #include "dp/optim/optimizer.h"
+#include "dp/optim/state_keys.h"
 #include "optim/options_json.h"
 
 namespace dp::optim {
@@ -29,9 +30,6 @@ OptimizerState Optimizer::state_dict() const {
   return out;
 }
 
-namespace {
-
-// "state.12.exp_avg" -> (12, "exp_avg"); false if the key has another form.
 bool parse_state_key(const std::string& key, int64_t& index, std::string& field) {
   const std::string prefix = "state.";
   if (key.compare(0, prefix.size(), prefix) != 0) return false;
@@ -42,8 +40,6 @@ bool parse_state_key(const std::string& key, int64_t& index, std::string& field)
   field.assign(ptr + 1, end);
   return !field.empty();
 }
-
-}  // namespace
 
 void Optimizer::load_state_dict(const OptimizerState& state) {
   const std::string ctx = dp::detail::str(name(), ".load_state_dict");
