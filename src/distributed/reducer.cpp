@@ -337,7 +337,27 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, Pro
   s.used_u8 = dp::zeros({static_cast<int64_t>(n)}, TensorOptions().dtype(kUInt8));
   std::weak_ptr<State> weak = state_;
   for (size_t i = 0; i < params_.size(); ++i) {
-    hook_ids_.push_back(params_[i].register_post_accumulate_grad_hook([weak, i](Tensor&) {
+    // Before the accumulation: a gradient that arrives a second time in one pass (a reentrant
+    // backward) would be added into its bucket while that bucket's allreduce may be reading it.
+    // Wait for that allreduce first; the misuse itself is reported at the end of the pass.
+    hook_ids_.emplace_back(i, params_[i].register_hook([weak, i](const Tensor&) -> Tensor {
+      std::shared_ptr<State> st = weak.lock();
+      if (!st) return Tensor();
+      WorkPtr in_flight;
+      {
+        std::lock_guard<std::mutex> lock(st->mu);
+        const size_t b = st->bucket_of[i];
+        if (st->armed && st->sync && st->ready[i] && b < st->next_launch) in_flight = st->works[b];
+      }
+      if (in_flight) {
+        try {
+          in_flight->wait();
+        } catch (...) {  // the pass's end reports the failure (and the misuse)
+        }
+      }
+      return Tensor();
+    }));
+    hook_ids_.emplace_back(i, params_[i].register_post_accumulate_grad_hook([weak, i](Tensor&) {
       std::shared_ptr<State> st = weak.lock();
       if (!st) return;
       double factor;
@@ -360,7 +380,7 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, Pro
 }
 
 Reducer::~Reducer() {
-  for (size_t i = 0; i < hook_ids_.size(); ++i) params_[i].remove_hook(hook_ids_[i]);
+  for (const auto& [i, id] : hook_ids_) params_[i].remove_hook(id);
 }
 
 void Reducer::prepare_forward() {

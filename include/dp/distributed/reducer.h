@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 #include "dp/core/tensor.h"
 #include "dp/distributed/process_group.h"
@@ -107,7 +108,7 @@ class Reducer {
   struct State;
   std::shared_ptr<State> state_;
   std::vector<Tensor> params_;
-  std::vector<int> hook_ids_;
+  std::vector<std::pair<size_t, int>> hook_ids_;  // (parameter index, hook id)
 };
 
 }  // namespace dp::distributed
