@@ -416,6 +416,7 @@ void Reducer::shadow_pass(GradReduction reduction) {
   State& s = *state_;
   if (s.group->size() == 1) return;
   std::vector<WorkPtr> works;
+  Tensor hook_used_marks;  // with a comm hook: the used marks' own allreduce
   {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.armed)
@@ -440,8 +441,8 @@ void Reducer::shadow_pass(GradReduction reduction) {
         DP_CHECK(w != nullptr, ValueError, "DistributedDataParallel: the comm hook returned no Work for bucket ", b);
         works.push_back(std::move(w));
         if (last) {
-          Tensor none = dp::zeros({static_cast<int64_t>(s.params.size())}, TensorOptions().dtype(kUInt8));
-          works.push_back(s.group->allreduce(none, ReduceOp::Max));
+          hook_used_marks = dp::zeros({static_cast<int64_t>(s.params.size())}, TensorOptions().dtype(kUInt8));
+          works.push_back(s.group->allreduce(hook_used_marks, ReduceOp::Max));
         }
       } else {
         works.push_back(s.group->allreduce(s.shadow[b], op));
@@ -449,8 +450,22 @@ void Reducer::shadow_pass(GradReduction reduction) {
     }
   }
   for (auto& w : works) w->wait();
-  // Keep the zeros zero for the next shadow pass (the reduction wrote the others' gradients in).
   NoGradGuard no_grad;
+  // The joined rank receives the reduced gradients as its .grad (as the training ranks do), so a
+  // program can keep its optimizer in step with theirs; a parameter no training rank used keeps its
+  // .grad. The used marks came back in the last shadow bucket's tail (with a hook: on their own).
+  const size_t n = s.params.size();
+  const Tensor used_marks = s.hook ? hook_used_marks : s.shadow.back().narrow(0, s.plans.back().numel, static_cast<int64_t>(n));
+  const Tensor used_on_cpu = used_marks.ne(0).cpu();
+  const bool* used = used_on_cpu.data_ptr<bool>();
+  for (size_t b = 0; b < s.plans.size(); ++b)
+    for (size_t k = 0; k < s.plans[b].params.size(); ++k) {
+      const size_t i = s.plans[b].params[k];
+      if (!used[i]) continue;
+      s.views[i].copy_(s.shadow[b].narrow(0, s.plans[b].offsets[k], s.params[i].numel()).view(s.params[i].sizes()));
+      s.params[i].set_grad(s.views[i]);
+    }
+  // Keep the zeros zero for the next shadow pass (the reduction wrote the others' gradients in).
   for (Tensor& t : s.shadow) t.zero_();
 }
 

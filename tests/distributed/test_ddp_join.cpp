@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 #include "distributed/ddp_test_support.h"
@@ -230,6 +231,66 @@ TEST(DdpJoin, ACommHookIsShadowedToo) {
   // fp16 on the wire: close to the float64 run, not equal.
   const std::vector<double> want = golden_parameters("divide_by_initial_world_size");
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[0][i], want[i], 2e-3) << i;
+}
+
+// A Joinable of the program's own, after DDP's: the rest of a shadowed step (dp-train's StepShadow).
+class OptimizerStepShadow final : public Joinable {
+ public:
+  OptimizerStepShadow(ProcessGroup& group, std::function<void()> step) : group_(group), step_(std::move(step)) {}
+  ProcessGroup& join_process_group() override { return group_; }
+  void join_shadow(const JoinRound&) override { step_(); }
+  void join_finish(bool) override {}
+
+ private:
+  ProcessGroup& group_;
+  std::function<void()> step_;
+};
+
+// A joined rank receives each shadowed step's reduced gradients as its .grad, bit for bit those of
+// the ranks still training, so it can keep its optimizer (momentum) in step with theirs: with and
+// without a comm hook (whose used marks travel on their own).
+TEST(DdpJoin, AJoinedRankReceivesTheReducedGradientsAndCanKeepItsOptimizerInStep) {
+  for (bool hook : {false, true}) {
+    SCOPED_TRACE(hook ? "fp16 comm hook" : "no comm hook");
+    std::vector<std::vector<double>> last_grads(3), last_params(3);
+    run_ranks(3, [&](const ProcessGroupPtr& g, int r) {
+      nn::Sequential model = make_model();
+      nn::DistributedDataParallel ddp(model, g);
+      if (hook) ddp->register_comm_hook(comm_hooks::fp16_compress());
+      optim::SGD opt(ddp->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+      auto grads = [&] {
+        std::vector<double> out;
+        for (const Tensor& p : model->parameters())
+          for (double v : p.grad().contiguous().to_vector<double>()) out.push_back(v);
+        return out;
+      };
+      // After each step, trained or shadowed: the gradients it used and the weights it reached.
+      auto record = [&] {
+        last_grads[static_cast<size_t>(r)] = grads();
+        last_params[static_cast<size_t>(r)] = flat_parameters(*model);
+      };
+      OptimizerStepShadow shadow(*g, [&] {
+        opt.step();
+        record();
+      });
+      Join join({ddp->joinable(), &shadow});
+      for (int b = 0; b < std::vector<int>{1, 3, 2}[static_cast<size_t>(r)]; ++b) {
+        auto [x, y] = batch(r, b);
+        opt.zero_grad();
+        F::mse_loss(ddp(x), y).backward();
+        opt.step();
+        record();
+      }
+      // Ranks 0 and 2 shadow the steps they miss: their weights agree after the last step, before
+      // the final model is taken from the last joiner.
+      join.finish();
+    });
+    ASSERT_FALSE(last_grads[1].empty());
+    EXPECT_EQ(last_grads[0], last_grads[1]);
+    EXPECT_EQ(last_grads[2], last_grads[1]);
+    EXPECT_EQ(last_params[0], last_params[1]);
+    EXPECT_EQ(last_params[2], last_params[1]);
+  }
 }
 
 TEST(DdpJoin, ThrowOnEarlyTerminationThrowsOnEveryRankNamingTheOneThatRanOut) {

@@ -181,14 +181,14 @@ int64_t batch_rows(const DataSets& sets, const RunSettings& settings, int64_t ba
   return std::min(settings.batch_size, n - batch * settings.batch_size);
 }
 
-void check_rank_shares(const DataSets& sets, const RunSettings& settings, int world) {
+void check_rank_shares(const DataSets&, const RunSettings& settings, int world) {
   if (world <= 1) return;
-  const int64_t n = static_cast<int64_t>(sets.train->size());
-  const int64_t last = batch_rows(sets, settings, steps_per_epoch(sets, settings) - 1);
   DP_CHECK(settings.batch_size >= world, ValueError, "--batch-size ", settings.batch_size, " is smaller than the ", world,
-           " processes: every rank needs at least one row of every batch (the batch is split over the processes)");
-  DP_CHECK(last >= world, ValueError, "--batch-size ", settings.batch_size, " leaves ", last, " row(s) for the last batch of each epoch (", n,
-           " training rows) but there are ", world, " processes, each of which needs at least one row of every batch; choose another --batch-size");
+           " processes: every rank needs at least one row of a full batch (the batch is split over the processes)");
+}
+
+bool last_batch_uneven(const DataSets& sets, const RunSettings& settings, int world) {
+  return world > 1 && batch_rows(sets, settings, steps_per_epoch(sets, settings) - 1) < world;
 }
 
 }  // namespace dp::train

@@ -81,14 +81,17 @@ class EpochSampler : public data::Sampler {
 
 // A loader for the rest of epoch `epoch` (0-based), starting at batch `first_batch`: this rank's
 // shares of the global batches (its batch size is its share of a full batch; the epoch's last,
-// shorter batch gives a share no larger). Every rank must get at least one row of every batch
-// (check_rank_shares).
+// shorter batch gives a share no larger, possibly none: see last_batch_uneven).
 data::DataLoader epoch_loader(const DataSets& sets, const RunSettings& settings, uint64_t epoch, int64_t first_batch, int64_t workers, int world = 1,
                               int rank = 0);
 
-// Throws ValueError when some batch of an epoch has fewer rows than there are ranks (a rank would
-// have nothing to train on at that step).
+// Throws ValueError when a full batch has fewer rows than there are ranks (a rank would have
+// nothing to train on at any step).
 void check_rank_shares(const DataSets& sets, const RunSettings& settings, int world);
+
+// Whether the epoch's last batch has fewer rows than there are ranks: then the ranks from rows on
+// have no share of it, and their loaders end one batch early (the trainer's Join shadows that step).
+bool last_batch_uneven(const DataSets& sets, const RunSettings& settings, int world);
 
 // Rows of global batch `batch` (0-based) of an epoch.
 int64_t batch_rows(const DataSets& sets, const RunSettings& settings, int64_t batch);

@@ -151,6 +151,8 @@ class NetOf final : public Net {
     ddp_ = nn::DistributedDataParallel<parallel::DataParallelImpl<M>>(dp_.ptr(), group);
   }
 
+  distributed::Joinable* joinable() override { return ddp_ ? ddp_->joinable() : nullptr; }
+
   Tensor forward(const Tensor& input) override { return dp_(input); }
 
   Tensor loss(Criterion& criterion, const Tensor& target, const Tensor& input, bool on_replicas) override {

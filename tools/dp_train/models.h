@@ -92,6 +92,8 @@ class Net {
   // DistributedDataParallel around the DataParallel (checks that every rank built the same model
   // and copies rank 0's weights to all).
   virtual void distribute(const distributed::ProcessGroupPtr& group) = 0;
+  // The DistributedDataParallel (for a Join: uneven last batches), or null before distribute().
+  virtual distributed::Joinable* joinable() = 0;
   // DataParallel's forward: outputs gathered on the output device.
   virtual Tensor forward(const Tensor& input) = 0;
   // The batch's loss: across processes DistributedDataParallel's forward_loss (the global batch's);

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <iostream>
 #include <numeric>
 #include <optional>
@@ -108,6 +110,25 @@ auto guarded(const std::string& what, F&& f) {
     throw SetupError(what.empty() ? e.what() : what + ": " + e.what());
   }
 }
+
+}  // namespace
+
+namespace {
+
+// The rest of a training step after DDP's collectives, for a rank that shadows the step in a Join
+// (it has no rows of the epoch's last batch): the optimizer step on the gradients it received and
+// the step's bookkeeping, whose stop vote is a collective too.
+class StepShadow final : public distributed::Joinable {
+ public:
+  StepShadow(distributed::ProcessGroup& group, std::function<void()> rest_of_step) : group_(group), rest_of_step_(std::move(rest_of_step)) {}
+  distributed::ProcessGroup& join_process_group() override { return group_; }
+  void join_shadow(const distributed::JoinRound&) override { rest_of_step_(); }
+  void join_finish(bool) override {}
+
+ private:
+  distributed::ProcessGroup& group_;
+  std::function<void()> rest_of_step_;
+};
 
 }  // namespace
 
@@ -507,13 +528,14 @@ struct Trainer::Impl {
     note("forward");
     Tensor loss = net->loss(criterion, b.target, b.data, opt.parallel_loss);
     loss.backward();  // across processes: the gradients are all-reduced during backward
-    {
-      note("optimizer");
-      distributed::timeline::Scope span("optimizer", "train");
-      optimizer->step();
-      if (scheduler) scheduler->step();
-    }
+    optimizer_step();
     return loss.item<double>();
+  }
+  void optimizer_step() {
+    note("optimizer");
+    distributed::timeline::Scope span("optimizer", "train");
+    optimizer->step();
+    if (scheduler) scheduler->step();
   }
 
   struct Eval {
@@ -640,18 +662,9 @@ struct Trainer::Impl {
       double epoch_base = state.epoch_seconds;
       data::DataLoader loader = epoch_loader(sets, run, static_cast<uint64_t>(pos.epoch), pos.batch, opt.workers, world, rank);
       std::optional<Outcome> stop;
-      for (auto it = loader.begin(); it != loader.end(); ++it) {
-        note("data");
-        const data::Batch& b = *it;
-        const auto t0 = Clock::now();
-        const double lr = optimizer->get_lr(0);
-        const double loss = train_step(b);
-        const double dt = since(t0);
-        if (!std::isfinite(loss))  // the global batch's loss: the same on every rank, so every rank stops here
-          throw Error(format("the loss is %g at step %lld (epoch %lld, batch %lld): training diverged; try a lower --lr", loss,
-                             static_cast<long long>(pos.global_step + 1), static_cast<long long>(pos.epoch + 1),
-                             static_cast<long long>(pos.batch + 1)));
-        const int64_t local_rows = b.data.size(0);
+      bool ended = false;  // the run's last step is done, or the ranks voted to stop
+      // After each step: the counts, the report, a checkpoint, and whether to go on.
+      auto after_step = [&](double loss, double lr, double dt, int64_t local_rows) {
         const int64_t rows = group ? batch_rows(sets, run, pos.batch) : local_rows;
         const std::vector<int64_t> split = chunk_rows(local_rows, devices.size());
         for (size_t d = 0; d < devices.size(); ++d) device_samples[d] += split[d];
@@ -667,10 +680,43 @@ struct Trainer::Impl {
           sync_time(epoch_t0, epoch_base);
           checkpoint();
         }
-        if (pos.global_step >= total_steps) break;
+        if (pos.global_step >= total_steps) {
+          ended = true;
+          return;
+        }
         stop = stop_requested();
-        if (stop) break;
+        if (stop) ended = true;
+      };
+      // An epoch whose last batch has fewer rows than there are ranks: the ranks without a row of
+      // it run out one step early and, in a Join, shadow that step: DDP's collectives with no rows,
+      // then (StepShadow) the optimizer step on the gradients they received and the rest of the
+      // step (the stop vote), so every rank's weights and optimizer state stay identical. Rank 0
+      // always has a row, so the loss it reports is the global batch's (NaN on a shadowing rank).
+      std::optional<StepShadow> shadow_step;
+      std::optional<distributed::Join> join;
+      if (group && last_batch_uneven(sets, run, world)) {
+        shadow_step.emplace(*group, [&] {
+          const auto t0 = Clock::now();
+          const double lr = optimizer->get_lr(0);
+          optimizer_step();
+          after_step(std::numeric_limits<double>::quiet_NaN(), lr, since(t0), 0);
+        });
+        join.emplace(std::vector<distributed::Joinable*>{net->joinable(), &*shadow_step});
       }
+      for (auto it = loader.begin(); !ended && it != loader.end(); ++it) {
+        note("data");
+        const data::Batch& b = *it;
+        const auto t0 = Clock::now();
+        const double lr = optimizer->get_lr(0);
+        const double loss = train_step(b);
+        const double dt = since(t0);
+        if (!std::isfinite(loss))  // the global batch's loss: the same on every rank, so every rank stops here
+          throw Error(format("the loss is %g at step %lld (epoch %lld, batch %lld): training diverged; try a lower --lr", loss,
+                             static_cast<long long>(pos.global_step + 1), static_cast<long long>(pos.epoch + 1),
+                             static_cast<long long>(pos.batch + 1)));
+        after_step(loss, lr, dt, b.data.size(0));
+      }
+      if (join) join->finish();
       sync_time(epoch_t0, epoch_base);
       if (pos.batch >= spe) end_epoch();
       if (stop) return *stop;

@@ -19,7 +19,9 @@
 //    ranks are still training (and whether this iteration synchronises gradients, uses
 //    forward_loss, and broadcasts buffers); a finished rank answers it with zeros and then performs
 //    the iteration's collectives with zeros: the buffer broadcast, forward_loss's loss, the
-//    gradient buckets (and the comm hook's calls).
+//    gradient buckets (and the comm hook's calls). It receives the reduced gradients as its .grad
+//    (PyTorch's joined ranks do not), so a Joinable of the program's own, after DDP's, can take the
+//    same optimizer step and keep the optimizer state equal (dp-train does).
 //  - Gradients (plain forward, mean over ranks): divided by the initial world size
 //    (divide_by_initial_world_size = true, PyTorch's default: finished ranks count as zero
 //    gradients) or by the number of ranks still training (false). forward_loss is exact either way:
