@@ -204,11 +204,12 @@ TEST_F(DpRunElastic, LosesANodeContinuesOnTwoAndAdmitsItBack) {
   EXPECT_EQ(starts[1].at("restart"), 1);
   EXPECT_EQ(starts[2].at("restart"), 2);
   // The last epoch checkpoint before the loss (rank 0 logs a step when it is done, so the others
-  // may be one step further).
+  // may be one step further). Stopped right after logging an epoch's last step, the checkpoint of
+  // that step may not have been written: then the one before it (killed_at - 50).
   const int64_t resumed_at = starts[1].at("resumed_at").get<int64_t>();
   EXPECT_EQ(resumed_at % 50, 0) << resumed_at;
   EXPECT_LE(resumed_at, killed_at + 1);
-  EXPECT_GT(resumed_at, killed_at - 50);
+  EXPECT_GE(resumed_at, killed_at - 50);
   // On a loaded machine the 2-node attempt may finish the run before the admission restart; the
   // 3-node attempt then resumes from the final checkpoint and ends again: the last end counts.
   const auto end_events = dp_train_test::events(records, "end");
