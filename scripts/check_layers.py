@@ -74,7 +74,8 @@ LEVELS = [
     ["ops"],
     ["nn"],
     ["optim", "data"],
-    ["parallel", "distributed", "models"],  # models: ready-made networks (GPT) on nn and optim
+    ["parallel", "models"],     # models: ready-made networks (GPT) on nn and optim
+    ["distributed"],            # DDP wraps modules (a DataParallel too) and uses parallel's loss parts
     ["dp.h"],
     ["tools"],
 ]

@@ -1,4 +1,6 @@
 #include "dp/autograd/node.h"
+#include "core/autograd_hooks.h"
+#include "dp/autograd/engine.h"
 #include "dp/autograd/grad_mode.h"
 #include "dp/core/device_runtime.h"
 #include "dp/ops/elementwise.h"
@@ -249,5 +251,33 @@ std::shared_ptr<Node> grad_accumulator(const Tensor& t) {
 Node* current_node() { return tls_current_node; }
 CurrentNodeGuard::CurrentNodeGuard(Node* n) : prev_(tls_current_node) { tls_current_node = n; }
 CurrentNodeGuard::~CurrentNodeGuard() { tls_current_node = prev_; }
+
+// ---- core's view of autograd (core/autograd_hooks.h) ----
+// Installed from this file because every graph needs it: a program that has a graph to run
+// backward on, a grad_fn to hook or an accumulator to check has linked it.
+namespace {
+
+static_assert(Node::kRetainGradHook == ::dp::detail::kRetainGradHookId, "core and autograd must agree on retain_grad's hook id");
+
+class Hooks final : public ::dp::detail::AutogradHooks {
+ public:
+  void backward(const Tensor& self, const Tensor& gradient, bool retain_graph, bool create_graph) const override {
+    detail::backward_one(self, gradient, retain_graph, create_graph);
+  }
+  bool accumulator_matches(const Node& accumulator, Device device, DType dtype) const override {
+    const TensorMeta& m = accumulator.output_meta()[0];
+    return m.device == device && m.dtype == dtype;
+  }
+  void add_output_hook(Node& fn, int id, uint32_t output_nr, TensorHook hook) const override { fn.add_output_hook({id, output_nr, std::move(hook)}); }
+  void remove_output_hooks(Node& fn, int id, uint32_t output_nr) const override { fn.remove_output_hooks(id, output_nr); }
+};
+
+const Hooks hooks;
+const bool hooks_installed = [] {
+  ::dp::detail::set_autograd_hooks(&hooks);
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace dp::autograd

@@ -14,7 +14,7 @@
 #include "dp/core/generator.h"
 #include <map>
 #include <memory>
-#include "backend/philox.h"
+#include "core/philox.h"
 #include "dp/core/errors.h"
 
 namespace dp {
@@ -50,7 +50,7 @@ DefaultGenerators& defaults() {
 
 }  // namespace
 
-void philox4x32(uint64_t seed, uint64_t counter, uint32_t out[4]) { kernels::philox4x32_rounds(seed, counter, out); }
+void philox4x32(uint64_t seed, uint64_t counter, uint32_t out[4]) { philox::rounds(seed, counter, out); }
 
 void Generator::manual_seed(uint64_t seed) {
   std::lock_guard<std::mutex> lock(mu_);

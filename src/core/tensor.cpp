@@ -1,8 +1,8 @@
-// Tensor metadata and autograd accessors.
+// Tensor metadata and autograd accessors (what needs autograd's code goes through
+// core/autograd_hooks.h).
+#include "core/autograd_hooks.h"
 #include "dp/core/pooled.h"
 #include "dp/core/tensor.h"
-#include "dp/autograd/engine.h"
-#include "dp/autograd/node.h"
 
 namespace dp {
 
@@ -94,7 +94,7 @@ Tensor& Tensor::mutable_grad() {
 }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
-  autograd::detail::backward_one(*this, gradient, retain_graph, create_graph);
+  detail::autograd_hooks().backward(*this, gradient, retain_graph, create_graph);
 }
 
 Tensor Tensor::detach() const {
@@ -126,8 +126,7 @@ void Tensor::set_data(const Tensor& data) {
   if (i.autograd) {
     std::lock_guard<std::mutex> lock(i.autograd->mu);
     if (auto acc = i.autograd->grad_accumulator.lock()) {
-      const autograd::TensorMeta& m = acc->output_meta()[0];
-      if (m.device != d.device() || m.dtype != d.dtype) {
+      if (!detail::autograd_hooks().accumulator_matches(*acc, d.device(), d.dtype)) {
         i.autograd->grad_accumulator.reset();
         stale = std::move(acc);
       }
@@ -153,18 +152,18 @@ void Tensor::retain_grad() {
   m.retains_grad = true;
   // A weak reference: the hook lives in the graph, which must not keep the tensor alive.
   std::weak_ptr<TensorImpl> weak = impl_;
-  m.grad_fn->add_output_hook({autograd::Node::kRetainGradHook, m.output_nr, [weak](const Tensor& g) {
-                                if (auto impl = weak.lock()) {
-                                  // A fresh tensor either way: the retained .grad never aliases g.
-                                  AutogradMeta& meta = impl->autograd_meta();
-                                  std::lock_guard<std::mutex> l(meta.mu);
-                                  if (!meta.grad || !meta.grad->defined())
-                                    meta.grad = std::make_shared<Tensor>(g.detach().clone());
-                                  else
-                                    meta.grad = std::make_shared<Tensor>(meta.grad->add(g.detach()));
-                                }
-                                return Tensor();
-                              }});
+  detail::autograd_hooks().add_output_hook(*m.grad_fn, detail::kRetainGradHookId, m.output_nr, [weak](const Tensor& g) {
+    if (auto impl = weak.lock()) {
+      // A fresh tensor either way: the retained .grad never aliases g.
+      AutogradMeta& meta = impl->autograd_meta();
+      std::lock_guard<std::mutex> l(meta.mu);
+      if (!meta.grad || !meta.grad->defined())
+        meta.grad = std::make_shared<Tensor>(g.detach().clone());
+      else
+        meta.grad = std::make_shared<Tensor>(meta.grad->add(g.detach()));
+    }
+    return Tensor();
+  });
 }
 
 int Tensor::register_hook(TensorHook hook) {
@@ -179,7 +178,7 @@ int Tensor::register_hook(TensorHook hook) {
     std::lock_guard<std::mutex> lock(m.mu);
     m.hooks.emplace_back(id, std::move(hook));
   } else {
-    m.grad_fn->add_output_hook({id, m.output_nr, std::move(hook)});
+    detail::autograd_hooks().add_output_hook(*m.grad_fn, id, m.output_nr, std::move(hook));
   }
   return id;
 }
@@ -192,7 +191,7 @@ void Tensor::remove_hook(int handle) {
     std::erase_if(m.post_accumulate_hooks, [&](auto& h) { return h.first == handle; });
   }
   // Handles are per tensor: another output of the same node may use the same number.
-  if (m.grad_fn && handle != autograd::Node::kRetainGradHook) m.grad_fn->remove_output_hooks(handle, m.output_nr);
+  if (m.grad_fn && handle != detail::kRetainGradHookId) detail::autograd_hooks().remove_output_hooks(*m.grad_fn, handle, m.output_nr);
 }
 
 int Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) {

@@ -8,9 +8,8 @@
 // randint and randperm draw on the host. repeat_interleave is written with expand/reshape and
 // index_select, masked_fill_ calls the masked_fill kernel, so both run on every backend.
 //
-// Tensor's methods for these ops are defined at the end of this file, not in
-// src/core/tensor_methods.cpp: that file would have to include dp/ops/sequence.h, a new include
-// from core up to ops (scripts/check_layers.py), while a method definition here includes downwards.
+// Tensor's methods for these ops are defined at the end of this file, beside the ops they forward
+// to (the other methods: src/ops/tensor_methods.cpp).
 #include "dp/ops/sequence.h"
 
 #include <algorithm>

@@ -50,7 +50,7 @@
 #include "dp/distributed/timeline.h"
 #include "dp/nn/module.h"
 #include "dp/nn/module_holder.h"
-#include "dp/parallel/data_parallel.h"
+#include "dp/parallel/data_parallel.h"  // hybrid DDP: users wrap a DataParallel
 
 namespace dp::distributed {
 
@@ -142,7 +142,7 @@ class DistributedDataParallelImpl : public nn::Module {
       if (GradMode::is_enabled()) {
         std::vector<Tensor> ts;
         auto collect = [&ts](const Tensor& t) { ts.push_back(t); };
-        parallel::detail::Walk<R>::tensors(out, collect);
+        parallel::for_each_tensor(out, collect);
         core_->mark_outputs(ts);
       }
       return out;
@@ -160,7 +160,7 @@ class DistributedDataParallelImpl : public nn::Module {
       part = module_->forward_loss_part(criterion, target, std::forward<Args>(args)...);
     } else {
       auto out = nn::call(*module_, std::forward<Args>(args)...);
-      part = parallel::detail::make_loss_part(criterion, out, target);
+      part = parallel::make_loss_part(criterion, out, target);
     }
     if (GradMode::is_enabled() && part.sum.defined()) core_->mark_outputs({part.sum});
     return core_->global_loss(part);

@@ -169,57 +169,6 @@ class DataParallelCore {
   std::unique_ptr<ReplicaSet> replicas_;
 };
 
-template <typename T>
-struct unwrap_module {
-  using type = void;
-};
-template <typename M>
-struct unwrap_module<std::shared_ptr<M>> {
-  using type = M;
-};
-template <typename M>
-struct unwrap_module<nn::ModuleHolder<M>> {
-  using type = M;
-};
-
-template <typename C>
-decltype(auto) criterion_ref(C& c) {
-  if constexpr (!std::is_void_v<typename unwrap_module<std::decay_t<C>>::type>)
-    return *c;
-  else
-    return (c);
-}
-
-// One replica's loss part from any supported criterion (the rules in parallel_loss.h).
-template <typename C, typename Out, typename Target>
-LossPart make_loss_part(C& criterion, const Out& output, const Target& target) {
-  auto& fn = criterion_ref(criterion);
-  using Fn = std::remove_reference_t<decltype(fn)>;
-  if constexpr (requires(Fn & f, const Out& o, const Target& t) { loss_part(f, o, t); }) {
-    return loss_part(fn, output, target);
-  } else {
-    using Result = std::decay_t<decltype(fn(output, target))>;
-    if constexpr (std::is_same_v<Result, LossPart>) {
-      return fn(output, target);
-    } else {
-      static_assert(std::is_same_v<Result, Tensor>, "forward_loss: the criterion must return a Tensor or a dp::parallel::LossPart");
-      MeanLossRecorder recorder;  // the library's mean losses computed by the criterion record their parts
-      Tensor mean = fn(output, target);
-      if (const MeanLossRecorder::Entry* e = recorder.find(mean)) return {e->sum, e->count};
-      // Any other tensor: a mean over the elements of the target (its first tensor).
-      std::vector<Tensor> ts;
-      auto collect = [&ts](const Tensor& t) { ts.push_back(t); };
-      Walk<Target>::tensors(target, collect);
-      DP_CHECK(!ts.empty(), ValueError,
-               "forward_loss: the criterion returned a Tensor that is not one of the library's mean losses and the target holds no "
-               "tensor, so the mean's count is unknown; return a LossPart from the criterion");
-      DP_CHECK(mean.defined(), ValueError, "forward_loss: the criterion returned an undefined tensor");
-      Tensor n = full({}, static_cast<double>(ts[0].numel()), TensorOptions().dtype(mean.dtype()).device(mean.device()));
-      return {mean * n, n};
-    }
-  }
-}
-
 // The run DataParallel's forward, forward_loss and data_parallel share (data_parallel.py's
 // forward): the location check, the scatter of `packed` along the core's dim, then
 // run(module, slice, device) on device_ids[0] alone (the module itself), or on every replica at
@@ -337,7 +286,7 @@ class DataParallelImpl : public nn::Module {
     using Packed = std::tuple<Target, std::decay_t<Args>...>;
     auto run_one = [&](M& module, Packed& in, Device) -> LossPart {
       auto out = std::apply([&](auto& t, auto&... a) { return nn::call(module, a...); }, in);
-      return detail::make_loss_part(criterion, out, std::get<0>(in));
+      return make_loss_part(criterion, out, std::get<0>(in));
     };
     Packed packed(target, std::forward<Args>(args)...);
     if (core_.no_device()) return sum_loss_parts({run_one(*module_, packed, Device::cpu())}, loss_device(packed));

@@ -18,7 +18,13 @@
 //    Any other tensor (a sum of two losses, a loss times a constant, your own mean) is taken to be a
 //    mean over the target's elements (its first tensor's numel): its part is {loss * n, n}. When
 //    neither holds, return a LossPart.
+#include <type_traits>
+#include <vector>
+#include "dp/core/errors.h"
 #include "dp/nn/modules/loss.h"
+#include "dp/ops/factory.h"
+#include "dp/ops/loss.h"
+#include "dp/parallel/scatter_gather.h"
 
 namespace dp::parallel {
 
@@ -46,5 +52,61 @@ Tensor combine_loss_parts(const std::vector<LossPart>& parts, Device destination
 // The batch's part: the sum of the sums and of the counts (undefined for a summed loss), on
 // `destination`. DistributedDataParallel combines these parts across processes.
 LossPart sum_loss_parts(const std::vector<LossPart>& parts, Device destination);
+
+namespace detail {
+
+template <typename T>
+struct unwrap_module {
+  using type = void;
+};
+template <typename M>
+struct unwrap_module<std::shared_ptr<M>> {
+  using type = M;
+};
+template <typename M>
+struct unwrap_module<nn::ModuleHolder<M>> {
+  using type = M;
+};
+
+template <typename C>
+decltype(auto) criterion_ref(C& c) {
+  if constexpr (!std::is_void_v<typename unwrap_module<std::decay_t<C>>::type>)
+    return *c;
+  else
+    return (c);
+}
+
+}  // namespace detail
+
+// One replica's loss part from any supported criterion, by the rules above (DataParallel's and
+// DistributedDataParallel's forward_loss call it on each replica's output).
+template <typename C, typename Out, typename Target>
+LossPart make_loss_part(C& criterion, const Out& output, const Target& target) {
+  auto& fn = detail::criterion_ref(criterion);
+  using Fn = std::remove_reference_t<decltype(fn)>;
+  if constexpr (requires(Fn & f, const Out& o, const Target& t) { loss_part(f, o, t); }) {
+    return loss_part(fn, output, target);
+  } else {
+    using Result = std::decay_t<decltype(fn(output, target))>;
+    if constexpr (std::is_same_v<Result, LossPart>) {
+      return fn(output, target);
+    } else {
+      static_assert(std::is_same_v<Result, Tensor>, "forward_loss: the criterion must return a Tensor or a dp::parallel::LossPart");
+      MeanLossRecorder recorder;  // the library's mean losses computed by the criterion record their parts
+      Tensor mean = fn(output, target);
+      if (const MeanLossRecorder::Entry* e = recorder.find(mean)) return {e->sum, e->count};
+      // Any other tensor: a mean over the elements of the target (its first tensor).
+      std::vector<Tensor> ts;
+      auto collect = [&ts](const Tensor& t) { ts.push_back(t); };
+      for_each_tensor(target, collect);
+      DP_CHECK(!ts.empty(), ValueError,
+               "forward_loss: the criterion returned a Tensor that is not one of the library's mean losses and the target holds no "
+               "tensor, so the mean's count is unknown; return a LossPart from the criterion");
+      DP_CHECK(mean.defined(), ValueError, "forward_loss: the criterion returned an undefined tensor");
+      Tensor n = full({}, static_cast<double>(ts[0].numel()), TensorOptions().dtype(mean.dtype()).device(mean.device()));
+      return {mean * n, n};
+    }
+  }
+}
 
 }  // namespace dp::parallel

@@ -511,6 +511,14 @@ struct ScatterCursor {
 };
 }  // namespace detail
 
+// Calls f(tensor) for every defined tensor in a value of any type scatter and gather accept
+// (tensors, vectors, arrays, tuples, maps, optionals, DP_FIELDS structs, nested), in the order they
+// use. DistributedDataParallel finds its outputs' tensors with it (PyTorch's _find_tensors).
+template <typename T, typename F>
+void for_each_tensor(const T& value, F&& f) {
+  detail::Walk<T>::tensors(value, f);
+}
+
 // Scatters a tuple of arguments: result[j] is replica j's argument tuple. `plan`, when given,
 // receives what was split (the rows of each replica).
 template <typename... Args>

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 #include "backend/dispatch.h"
+#include "core/philox.h"
 #include "dp/core/generator.h"
 #include "dp/core/worker.h"
 
@@ -461,22 +462,22 @@ void dropout_apply_kernel(const Tensor& x, const Tensor& mask, double scale, con
 void dropout_forward_kernel(const Tensor& x, double keep, double scale, uint64_t seed, uint64_t first_block, const Tensor& mask, const Tensor& out) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  // keep <=> word < keep * 2^32 (keep < 1 here, so the threshold fits in 32 bits).
-  const uint64_t threshold = static_cast<uint64_t>(keep * 4294967296.0);
+  const uint64_t threshold = philox::dropout_threshold(keep);  // the keep decision: core/philox.h
   bool* m = mask.data_ptr<bool>();
   dispatch_floating(x.dtype(), "dropout", [&]<typename T>() {
     const T* xp = x.data_ptr<T>();
     T* op = out.data_ptr<T>();
-    const int64_t nblocks = (n + 3) / 4;
+    constexpr int per_block = philox::kDropoutPerBlock;
+    const int64_t nblocks = (n + per_block - 1) / per_block;
     // Threads take disjoint block ranges; each element's word is fixed, so the split is invisible.
     run_ranges(nblocks, plan_threads(nblocks, 16), [&](int64_t b0, int64_t b1, int64_t) {
       uint32_t w[4];
       for (int64_t blk = b0; blk < b1; ++blk) {
         philox4x32(seed, first_block + static_cast<uint64_t>(blk), w);
-        const int64_t i0 = blk * 4, lim = std::min<int64_t>(4, n - i0);
+        const int64_t i0 = blk * per_block, lim = std::min<int64_t>(per_block, n - i0);
         // Branch-free: the keep decision is random, a branch on it would mispredict half the time.
         for (int64_t k = 0; k < lim; ++k) {
-          const uint32_t kept = static_cast<uint32_t>(w[k] < threshold);
+          const uint32_t kept = static_cast<uint32_t>(philox::dropout_keep(w, static_cast<int>(k), threshold));
           m[i0 + k] = kept != 0;
           if constexpr (is_reduced_float_v<T>) {
             op[i0 + k] = T(static_cast<float>(xp[i0 + k]) * (static_cast<float>(kept) * static_cast<float>(scale)));

@@ -1,7 +1,5 @@
 // The CPU backend's random fills (random_kernels.h): the Philox stream walked on the host, split
 // over threads for large tensors (random_blocks.h).
-#include <cmath>
-#include <numbers>
 #include "backend/cpu/random_blocks.h"
 #include "backend/random_kernels.h"
 #include "backend/dispatch.h"
@@ -10,52 +8,32 @@ namespace dp::backend {
 namespace {
 
 using cpu::for_blocks;
-using cpu::k2pow53inv;
-using cpu::u53;
-using cpu::word64;
 
-// U[a, b) for floating types: 24-bit (float32), 11-bit (float16), 8-bit (bfloat16) or 53-bit
-// (float64) uniforms, so the unit draw is exactly representable and never rounds up to 1.
+// U[a, b) for floating types (the unit draw: philox::uniform_unit).
 template <typename T>
 void uniform(T* p, int64_t count, uint64_t seed, uint64_t first, double from, double to) {
   if constexpr (kernels::is_float_v<T>) {
-    const int per_block = std::is_same_v<T, double> ? 2 : 4;
     const double range = to - from;
-    for_blocks(seed, first, count, per_block, [&](int64_t i, const uint32_t* w, int k) {
-      double u;
-      if constexpr (std::is_same_v<T, double>)
-        u = u53(word64(w, k));
-      else if constexpr (std::is_same_v<T, float>)
-        u = static_cast<double>(w[k] >> 8) * (1.0 / 16777216.0);
-      else if constexpr (std::is_same_v<T, Half>)
-        u = static_cast<double>(w[k] >> 21) * (1.0 / 2048.0);
-      else
-        u = static_cast<double>(w[k] >> 24) * (1.0 / 256.0);
-      p[i] = kernels::convert<T>(from + range * u);
-    });
+    for_blocks(seed, first, count, philox::uniform_per_block<T>(),
+               [&](int64_t i, const uint32_t* w, int k) { p[i] = kernels::convert<T>(from + range * philox::uniform_unit<T>(w, k)); });
   }
 }
 
-// N(mean, std) by Box-Muller on two 53-bit uniforms per block (u1 in (0, 1] so log is finite).
+// N(mean, std) by Box-Muller (philox::normal_pair), both normals of a block used.
 template <typename T>
 void normal(T* p, int64_t count, uint64_t seed, uint64_t first, double mean, double std) {
   if constexpr (kernels::is_float_v<T>) {
-    for_blocks(seed, first, count, 2, [p, mean, std, r = 0.0, theta = 0.0](int64_t i, const uint32_t* w, int k) mutable {
-      if (k == 0) {
-        const double u1 = static_cast<double>((word64(w, 0) >> 11) + 1) * k2pow53inv;  // (0, 1]
-        const double u2 = u53(word64(w, 1));
-        r = std::sqrt(-2.0 * std::log(u1));
-        theta = 2.0 * std::numbers::pi * u2;
-      }
-      const double z = k == 0 ? r * std::cos(theta) : r * std::sin(theta);
-      p[i] = kernels::convert<T>(mean + std * z);
+    for_blocks(seed, first, count, philox::kNormalPerBlock, [p, mean, std, z0 = 0.0, z1 = 0.0](int64_t i, const uint32_t* w, int k) mutable {
+      if (k == 0) philox::normal_pair(w, z0, z1);
+      p[i] = kernels::convert<T>(mean + std * (k == 0 ? z0 : z1));
     });
   }
 }
 
 template <typename T>
 void bernoulli(T* out, int64_t count, uint64_t seed, uint64_t first, double p) {
-  for_blocks(seed, first, count, 2, [&](int64_t i, const uint32_t* w, int k) { out[i] = kernels::convert<T>(u53(word64(w, k)) < p); });
+  for_blocks(seed, first, count, philox::kBernoulliPerBlock,
+             [&](int64_t i, const uint32_t* w, int k) { out[i] = kernels::convert<T>(philox::bernoulli(w, k, p)); });
 }
 
 void random_fill_cpu(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first, double a, double b) {

@@ -6,16 +6,16 @@
 #include <cstdint>
 #include <thread>
 #include <vector>
+#include "core/philox.h"
 #include "dp/core/generator.h"
 #include "dp/core/worker.h"
 
 namespace dp::backend::cpu {
 
-inline constexpr double k2pow53inv = 1.0 / 9007199254740992.0;  // 2^-53
-
-inline uint64_t word64(const uint32_t* w, int half) { return (static_cast<uint64_t>(w[2 * half]) << 32) | w[2 * half + 1]; }
-// Uniform in [0, 1) with 53 random bits.
-inline double u53(uint64_t x) { return static_cast<double>(x >> 11) * k2pow53inv; }
+// The word mappings both backends share (core/philox.h).
+using philox::k2pow53inv;
+using philox::u53;
+using philox::word64;
 
 inline uint64_t blocks_for(int64_t n, int per_block) { return static_cast<uint64_t>((n + per_block - 1) / per_block); }
 

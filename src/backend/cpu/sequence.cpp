@@ -468,7 +468,7 @@ void multinomial_cpu(const Tensor& out, const Tensor& probs, int64_t n, bool rep
           // check made sure that at least n are non-zero).
           race.resize(static_cast<size_t>(C));
           for (int64_t c = 0; c < C; ++c) {
-            const double u = static_cast<double>((words.word(r * C + c) >> 11) + 1) * cpu::k2pow53inv;
+            const double u = philox::u53_open_zero(words.word(r * C + c));
             const double v = kernels::convert<double>(pr[c]);
             race[c] = {v > 0 ? v / -std::log(u) : -1.0, c};  // u == 1 gives +inf; a zero never wins
           }

@@ -4,7 +4,7 @@
 #include "backend/elementwise_impl.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.cuh"
-#include "backend/philox.h"
+#include "core/philox.h"
 #include "backend/cuda/random.h"
 
 namespace dp::cuda {
@@ -144,30 +144,16 @@ void fill_kernel(const Tensor& dst, const Scalar& value) {
 
 namespace {
 
-constexpr double k2pow53inv = 1.0 / 9007199254740992.0;  // 2^-53
-__device__ DP_INLINE uint64_t word64(const uint32_t* w, int half) { return (static_cast<uint64_t>(w[2 * half]) << 32) | w[2 * half + 1]; }
-__device__ DP_INLINE double u53(uint64_t x) { return static_cast<double>(x >> 11) * k2pow53inv; }
-
-// Element i of the CPU's stream layout (src/ops/random.cpp), one thread per element.
+// Element i of the CPU's stream layout (src/ops/random.cpp), one thread per element; the word
+// mappings are the CPU's own (core/philox.h).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) uniform_kernel(uint64_t n, T* out, uint64_t seed, uint64_t first, double from, double range) {
-  constexpr bool wide = std::is_same_v<T, double>;
-  constexpr int per_block = wide ? 2 : 4;
+  constexpr int per_block = philox::uniform_per_block<T>();
   const uint64_t stride = uint64_t(gridDim.x) * kThreads;
   for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     uint32_t w[4];
-    kernels::philox4x32_rounds(seed, first + i / per_block, w);
-    const int k = static_cast<int>(i % per_block);
-    double u;
-    if constexpr (wide)
-      u = u53(word64(w, k));
-    else if constexpr (std::is_same_v<T, float>)
-      u = static_cast<double>(w[k] >> 8) * (1.0 / 16777216.0);
-    else if constexpr (std::is_same_v<T, Half>)
-      u = static_cast<double>(w[k] >> 21) * (1.0 / 2048.0);
-    else
-      u = static_cast<double>(w[k] >> 24) * (1.0 / 256.0);
-    out[i] = kernels::convert<T>(from + range * u);
+    philox::rounds(seed, first + i / per_block, w);
+    out[i] = kernels::convert<T>(from + range * philox::uniform_unit<T>(w, static_cast<int>(i % per_block)));
   }
 }
 
@@ -176,13 +162,10 @@ __global__ void __launch_bounds__(kThreads) normal_kernel(uint64_t n, T* out, ui
   const uint64_t stride = uint64_t(gridDim.x) * kThreads;
   for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     uint32_t w[4];
-    kernels::philox4x32_rounds(seed, first + i / 2, w);
-    const double u1 = static_cast<double>((word64(w, 0) >> 11) + 1) * k2pow53inv;  // (0, 1]
-    const double u2 = u53(word64(w, 1));
-    const double r = sqrt(-2.0 * log(u1));
-    const double theta = 2.0 * 3.14159265358979323846 * u2;
-    const double z = (i % 2 == 0) ? r * cos(theta) : r * sin(theta);
-    out[i] = kernels::convert<T>(mean + std * z);
+    philox::rounds(seed, first + i / philox::kNormalPerBlock, w);
+    double z0, z1;
+    philox::normal_pair(w, z0, z1);
+    out[i] = kernels::convert<T>(mean + std * (i % 2 == 0 ? z0 : z1));
   }
 }
 
@@ -191,8 +174,8 @@ __global__ void __launch_bounds__(kThreads) bernoulli_kernel(uint64_t n, T* out,
   const uint64_t stride = uint64_t(gridDim.x) * kThreads;
   for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     uint32_t w[4];
-    kernels::philox4x32_rounds(seed, first + i / 2, w);
-    out[i] = kernels::convert<T>(u53(word64(w, static_cast<int>(i % 2))) < p);
+    philox::rounds(seed, first + i / philox::kBernoulliPerBlock, w);
+    out[i] = kernels::convert<T>(philox::bernoulli(w, static_cast<int>(i % philox::kBernoulliPerBlock), p));
   }
 }
 
@@ -202,8 +185,8 @@ __global__ void __launch_bounds__(kThreads)
   const uint64_t stride = uint64_t(gridDim.x) * kThreads;
   for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     uint32_t w[4];
-    kernels::philox4x32_rounds(seed, first + i / 4, w);
-    const uint32_t kept = static_cast<uint32_t>(w[i % 4] < threshold);
+    philox::rounds(seed, first + i / philox::kDropoutPerBlock, w);
+    const uint32_t kept = static_cast<uint32_t>(philox::dropout_keep(w, static_cast<int>(i % philox::kDropoutPerBlock), threshold));
     mask[i] = kept != 0;
     out[i] = kernels::st<T>(kernels::om(x[i]) * (static_cast<kernels::opmath_t<T>>(kept) * scale));
   }
@@ -224,7 +207,7 @@ void dropout_forward(const Tensor& x, double keep, double scale, uint64_t seed, 
   DeviceGuard guard(dev);
   DP_CHECK(x.device() == out.device() && mask.device() == out.device() && x.is_contiguous() && mask.is_contiguous() && out.is_contiguous(),
            ValueError, "dropout (CUDA): expected contiguous tensors on one device");
-  const uint64_t threshold = static_cast<uint64_t>(keep * 4294967296.0);
+  const uint64_t threshold = philox::dropout_threshold(keep);
   cudaStream_t stream = current_stream(dev).handle();
   kernels::dispatch_floating(x.dtype(), "dropout", [&]<typename T>() {
     dropout_kernel<T><<<detail::grid_for(n, dev), kThreads, 0, stream>>>(static_cast<uint64_t>(n), static_cast<const T*>(x.data_ptr()),

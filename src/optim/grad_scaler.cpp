@@ -2,7 +2,7 @@
 // (_amp_foreach_non_finite_check_and_unscale_, _amp_update_scale_) written with dp ops and host
 // arithmetic so that it runs on every device. The scale and the growth tracker live on the host
 // (PyTorch keeps them on the GPU to avoid a sync; here the inf check reads one number per gradient).
-#include "dp/amp/grad_scaler.h"
+#include "dp/optim/grad_scaler.h"
 
 #include <cmath>
 #include "dp/autograd/grad_mode.h"

@@ -1,3 +1,5 @@
+// dp/core/threads.h's thread settings, implemented by the CPU backend: they are its BLAS thread
+// policy (backend/cpu/blas.h), so core declares them and never reaches into a backend.
 #include "dp/core/threads.h"
 
 #include <unistd.h>

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
-#include "backend/cpu/loops.h"
 #include "dp/autograd/node.h"
 #include "dp/core/tensor.h"
 
@@ -196,14 +195,12 @@ HostValues host_values(const Tensor& t) {
   HostValues hv;
   if (is_floating_point(t.dtype())) {
     hv.kind = Kind::Floating;
-    Tensor c = make_empty(t.sizes(), kFloat64, Device::cpu());
-    kernels::copy_kernel(c, t);
+    const Tensor c = t.detach().to(Device::cpu(), kFloat64).contiguous();
     const double* p = c.numel() ? c.data_ptr<double>() : nullptr;
     hv.f.assign(p, p + c.numel());
   } else {
     hv.kind = t.dtype() == kBool ? Kind::Boolean : Kind::Integral;
-    Tensor c = make_empty(t.sizes(), kInt64, Device::cpu());
-    kernels::copy_kernel(c, t);
+    const Tensor c = t.detach().to(Device::cpu(), kInt64).contiguous();
     const int64_t* p = c.numel() ? c.data_ptr<int64_t>() : nullptr;
     hv.i.assign(p, p + c.numel());
   }

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 #include "dp/amp/autocast.h"
-#include "dp/amp/grad_scaler.h"
+#include "dp/optim/grad_scaler.h"
 #include "dp/optim/optim.h"
 #include "support/golden.h"
 
