@@ -5,9 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include "dp/dp.h"
-#include "dp/nn/nn.h"
-#include "dp/optim/optim.h"
-#include "dp/parallel/parallel.h"
 
 int main() {
   dp::manual_seed(0);
