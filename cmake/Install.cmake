@@ -4,16 +4,20 @@
 #
 #   <prefix>/include/dp/**                          public headers, and the generated dp/config.h
 #   <prefix>/lib/libdparallel.{a,so.*}              the library
-#   <prefix>/lib/cmake/dparallel/                   dparallelConfig.cmake (+ Version, Targets)
-#   <prefix>/lib/pkgconfig/dparallel.pc             pkg-config
+#   <prefix>/lib/libdparallel_cuda.{a,so.*}         the CUDA backend's library (a build with CUDA)
+#   <prefix>/lib/cmake/dparallel/                   dparallelConfig.cmake (+ Version, Targets, CudaTargets)
+#   <prefix>/lib/pkgconfig/dparallel.pc             pkg-config (+ dparallel-cuda.pc with CUDA)
 #   <prefix>/bin/dp-train, dp-run                   tools/CMakeLists.txt (DP_BUILD_TOOLS)
 #
 # A consumer:  find_package(dparallel CONFIG REQUIRED)
 #              target_link_libraries(app PRIVATE dparallel::dparallel)
 # gets the include directory, C++20, DP_HAVE_CUDA=0/1 (also fixed by the installed dp/config.h, for
-# a consumer that only adds -I<prefix>/include) and the link interface. For the static library
-# that interface holds the private dependencies too (BLAS, zlib, Gloo, OpenSSL's libcrypto, CUDA's libraries), so the
-# package config looks them up again with find_dependency.
+# a consumer that only adds -I<prefix>/include) and the link interface: no CUDA library, the
+# program runs on the CPU. Adding dparallel::cuda to target_link_libraries (no source change) links
+# the CUDA backend too, which registers itself (cmake/Cuda.cmake); find_package(dparallel
+# COMPONENTS cuda) makes it required. For the static libraries the link interface holds the
+# private dependencies too (BLAS, zlib, Gloo, OpenSSL's libcrypto; CUDA's libraries for
+# dparallel::cuda), so the package config looks them up again with find_dependency.
 include(CMakePackageConfigHelpers)
 
 set(DP_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/dparallel CACHE STRING "Where dparallelConfig.cmake is installed")
@@ -28,6 +32,16 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/dp DESTINATION ${CMAKE_INSTALL_I
   FILES_MATCHING PATTERN "*.h")
 install(FILES ${PROJECT_BINARY_DIR}/include/dp/config.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dp COMPONENT dev)
 install(EXPORT dparallelTargets NAMESPACE dparallel:: DESTINATION ${DP_INSTALL_CMAKEDIR} COMPONENT dev)
+# The CUDA library in an export set of its own (dparallelCudaTargets.cmake): the package config
+# loads it only where CUDA's toolkit (CUDA::cudart) is found, so a CPU-only consumer of a CUDA build
+# does not need the toolkit at configure time.
+if(TARGET dparallel_cuda)
+  install(TARGETS dparallel_cuda EXPORT dparallelCudaTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT lib NAMELINK_COMPONENT dev
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT lib)
+  install(EXPORT dparallelCudaTargets NAMESPACE dparallel:: DESTINATION ${DP_INSTALL_CMAKEDIR} COMPONENT dev)
+endif()
 
 # What the package config needs to know about this build.
 get_target_property(DP_LIBRARY_TYPE dparallel TYPE)
@@ -95,22 +109,40 @@ endif()
 get_target_property(DP_GLOO_LOCATION gloo LOCATION)
 list(APPEND DP_PC_DEPS ${DP_GLOO_LOCATION} ${OPENSSL_CRYPTO_LIBRARY})
 set(DP_PC_CFLAGS "-DDP_HAVE_CUDA=0")
-set(DP_PC_PUBLIC_LIBS "")
 if(DP_HAVE_CUDA)
   set(DP_PC_CFLAGS "-DDP_HAVE_CUDA=1")
-  set(DP_PC_PUBLIC_LIBS -L${CUDAToolkit_LIBRARY_DIR} -lcudart ${CMAKE_DL_LIBS})
-  list(APPEND DP_PC_DEPS ${DP_CUDNN_LIBRARY} ${DP_NCCL_LIBRARY})
 endif()
 dp_pc_link_flags(DP_PC_PRIVATE_LIBS ${DP_PC_DEPS})
-if(DP_PC_PUBLIC_LIBS)
-  dp_pc_link_flags(DP_PC_PUBLIC_LIBS ${DP_PC_PUBLIC_LIBS})
-endif()
 if(DP_PACKAGE_STATIC)
-  set(DP_PC_LIBS "-L\${libdir} -ldparallel ${DP_PC_PRIVATE_LIBS} ${DP_PC_PUBLIC_LIBS} -pthread")
+  set(DP_PC_LIBS "-L\${libdir} -ldparallel ${DP_PC_PRIVATE_LIBS} -pthread")
   set(DP_PC_LIBS_PRIVATE "")
 else()
-  set(DP_PC_LIBS "-L\${libdir} -ldparallel ${DP_PC_PUBLIC_LIBS} -pthread")
+  set(DP_PC_LIBS "-L\${libdir} -ldparallel -pthread")
   set(DP_PC_LIBS_PRIVATE "${DP_PC_PRIVATE_LIBS}")
+endif()
+# dparallel-cuda.pc: the CUDA library, on top of dparallel.pc (Requires), whose Libs come after its
+# own, as a static link needs. -Wl,--undefined makes the linker take the object file whose static
+# registrar enlists the backend; for the shared library, --no-as-needed keeps it needed
+# (cmake/Cuda.cmake). CUDA's runtime is public (dp/cuda/check.h
+# includes its header); cuDNN and NCCL are private.
+if(DP_HAVE_CUDA)
+  dp_pc_link_flags(DP_PC_CUDA_PUBLIC_LIBS -L${CUDAToolkit_LIBRARY_DIR} -lcudart ${CMAKE_DL_LIBS})
+  dp_pc_link_flags(DP_PC_CUDA_PRIVATE_LIBS ${DP_CUDNN_LIBRARY} ${DP_NCCL_LIBRARY})
+  set(DP_PC_CUDA_CFLAGS "")
+  foreach(dir IN LISTS CUDAToolkit_INCLUDE_DIRS)
+    if(NOT dir IN_LIST CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)
+      string(APPEND DP_PC_CUDA_CFLAGS " -I${dir}")
+    endif()
+  endforeach()
+  string(STRIP "${DP_PC_CUDA_CFLAGS}" DP_PC_CUDA_CFLAGS)
+  if(DP_PACKAGE_STATIC)
+    set(DP_PC_CUDA_LIBS "-Wl,--undefined=${DP_CUDA_LINK_SYMBOL} -L\${libdir} -ldparallel_cuda ${DP_PC_CUDA_PUBLIC_LIBS} ${DP_PC_CUDA_PRIVATE_LIBS}")
+    set(DP_PC_CUDA_LIBS_PRIVATE "")
+  else()
+    # Needed even under --as-needed: the program refers to none of its symbols.
+    set(DP_PC_CUDA_LIBS "-L\${libdir} -Wl,--push-state,--no-as-needed -ldparallel_cuda -Wl,--pop-state ${DP_PC_CUDA_PUBLIC_LIBS}")
+    set(DP_PC_CUDA_LIBS_PRIVATE "${DP_PC_CUDA_PRIVATE_LIBS}")
+  endif()
 endif()
 # A relative libdir/includedir (the usual case) is written relative to ${prefix}, which pkg-config
 # users may override (--define-prefix).
@@ -127,11 +159,19 @@ endif()
 # The prefix is only known at install time (cmake --install --prefix P): the file is configured
 # then, from a template prepared now.
 set(DP_PC_PREFIX "@prefix@")
-configure_file(${PROJECT_SOURCE_DIR}/cmake/dparallel.pc.in ${PROJECT_BINARY_DIR}/dparallel.pc.in @ONLY)
-install(CODE "
-  set(prefix \"\${CMAKE_INSTALL_PREFIX}\")
-  configure_file(\"${PROJECT_BINARY_DIR}/dparallel.pc.in\" \"${PROJECT_BINARY_DIR}/pc-install/dparallel.pc\" @ONLY)
-" COMPONENT dev)
-install(FILES ${PROJECT_BINARY_DIR}/pc-install/dparallel.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
+set(_dp_pc_files dparallel)
+if(DP_HAVE_CUDA)
+  list(APPEND _dp_pc_files dparallel-cuda)
+endif()
+foreach(_dp_pc IN LISTS _dp_pc_files)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/${_dp_pc}.pc.in ${PROJECT_BINARY_DIR}/${_dp_pc}.pc.in @ONLY)
+  install(CODE "
+    set(prefix \"\${CMAKE_INSTALL_PREFIX}\")
+    configure_file(\"${PROJECT_BINARY_DIR}/${_dp_pc}.pc.in\" \"${PROJECT_BINARY_DIR}/pc-install/${_dp_pc}.pc\" @ONLY)
+  " COMPONENT dev)
+  install(FILES ${PROJECT_BINARY_DIR}/pc-install/${_dp_pc}.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
+endforeach()
+unset(_dp_pc)
+unset(_dp_pc_files)
 
 include(${PROJECT_SOURCE_DIR}/cmake/Package.cmake)

@@ -3,8 +3,15 @@
 # as the Debian package. Registered when the tests and the install rules are on, and not in the
 # sanitizer builds (a consumer would have to repeat their link options).
 #
-#   Install.FindPackage       cmake --install into a temporary prefix; find_package(dparallel)
-#   Install.PkgConfig         another prefix; c++ main.cpp $(pkg-config --cflags --libs dparallel)
+# Each builds the consumer program twice where the library has CUDA: linked with dparallel alone
+# (no CUDA library among its needed libraries, no CUDA symbol among its undefined ones, and it says
+# that dparallel::cuda is not linked), and with dparallel::cuda too (the backend there, no GPU
+# visible here): tests/consumer/run.sh.
+#
+#   Install.FindPackage       cmake --install into a temporary prefix; find_package(dparallel
+#                             [COMPONENTS cuda])
+#   Install.PkgConfig         another prefix; c++ main.cpp $(pkg-config --cflags --libs dparallel),
+#                             and dparallel-cuda
 #   Install.AddSubdirectory   add_subdirectory(<source tree>): compiles the library again with this
 #                             build's compiler, flags and options (registered only with ccache).
 #                             With ccache's defaults (no base_dir: a CI machine) the compiles name
@@ -22,7 +29,8 @@
 #                             package is built (shared, DP_NATIVE=OFF, no CUDA, with the tools), the
 #                             configuration nothing else in the suite builds; checks its exports,
 #                             installs it, makes the .deb, uses the extracted package, and compares
-#                             the consumer's numbers with Install.FindPackage's (its fixture).
+#                             the consumer's numbers with Install.FindPackage's (its fixture);
+#                             find_package(dparallel COMPONENTS cuda) against it is refused.
 #                             Its own library build is a real compile the first time (ccache serves
 #                             later runs): costs below.
 #   Install.DebRefusesUnportable   cpack -G DEB in this build (native or CUDA) stops with

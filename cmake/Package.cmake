@@ -12,9 +12,10 @@
 # cpack refuses (cmake/PackageCheck.cmake, run by cpack before it installs anything) to make a
 # Debian package of a build that would not run, or not install, elsewhere:
 #  - DP_NATIVE=ON: -march=native code, which dies with SIGILL on an older CPU;
-#  - the CUDA backend: libcudart, cuDNN and NCCL are not Debian packages (they come with NVIDIA's
-#    toolkit or Python wheels), so dpkg-shlibdeps cannot declare them and the package would install
-#    and then fail to load;
+#  - the CUDA backend: its library libdparallel_cuda needs libcudart, cuDNN and NCCL, which are not
+#    Debian packages (they come with NVIDIA's toolkit or Python wheels), so dpkg-shlibdeps cannot
+#    declare them and the package would install and then fail to load (libdparallel itself needs
+#    none of them, but one package holds every installed file);
 #  - a sanitizer build (DP_SANITIZE).
 # The check is at cpack time, not at configure time, because only then is it known that a Debian
 # package is being made (configuring a native or CUDA build is the normal case). A package for this

@@ -23,12 +23,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
-#include "dp/core/threads.h"
-#include "dp/data/data.h"
-#include "dp/distributed/distributed.h"
 #include "dp/dp.h"
-#include "dp/nn/nn.h"
-#include "dp/optim/optim.h"
 
 namespace {
 

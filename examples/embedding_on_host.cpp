@@ -24,9 +24,6 @@
 #include <iostream>
 #include <string>
 #include "dp/dp.h"
-#include "dp/nn/modules/loss.h"
-#include "dp/nn/nn.h"
-#include "dp/optim/optim.h"
 #include "example_devices.h"
 
 namespace {

@@ -7,11 +7,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
-#include "dp/data/data.h"
 #include "dp/dp.h"
-#include "dp/nn/nn.h"
-#include "dp/optim/optim.h"
-#include "dp/parallel/parallel.h"
 
 // A model is a struct derived from dp::nn::Module that registers its layers, as in libtorch.
 struct Net : dp::nn::Module {

@@ -27,13 +27,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
-#include "dp/data/char_tokenizer.h"
-#include "dp/distributed/distributed.h"
 #include "dp/dp.h"
-#include "dp/models/gpt.h"
-#include "dp/nn/nn.h"
-#include "dp/optim/optim.h"
-#include "dp/parallel/parallel.h"
 #include "example_devices.h"
 
 namespace {

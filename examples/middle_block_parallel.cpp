@@ -24,10 +24,6 @@
 #include <iostream>
 #include <string>
 #include "dp/dp.h"
-#include "dp/nn/modules/loss.h"
-#include "dp/nn/nn.h"
-#include "dp/optim/optim.h"
-#include "dp/parallel/parallel.h"
 #include "example_devices.h"
 
 namespace {

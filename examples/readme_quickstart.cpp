@@ -1,9 +1,5 @@
 #include <cstdio>
-#include "dp/data/data.h"
 #include "dp/dp.h"
-#include "dp/nn/nn.h"
-#include "dp/optim/optim.h"
-#include "dp/parallel/parallel.h"
 
 int main() {
   dp::Tensor x = dp::randn({2000, 20}), y = x.matmul(dp::randn({20, 4})).argmax(1);  // 4 classes

@@ -22,10 +22,6 @@
 #include <string>
 #include <vector>
 #include "dp/dp.h"
-#include "dp/nn/nn.h"
-#include "dp/nn/utils/rnn.h"
-#include "dp/optim/optim.h"
-#include "dp/parallel/parallel.h"
 #include "example_devices.h"
 
 namespace {

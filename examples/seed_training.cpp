@@ -14,12 +14,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
-#include "dp/data/data.h"
 #include "dp/dp.h"
-#include "dp/nn/modules/loss.h"
-#include "dp/nn/nn.h"
-#include "dp/optim/optim.h"
-#include "dp/parallel/parallel.h"
 #include "example_devices.h"
 
 int main(int argc, char** argv) try {

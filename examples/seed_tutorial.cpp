@@ -18,10 +18,7 @@
 #include <iostream>
 #include <mutex>
 #include <string>
-#include "dp/data/data.h"
 #include "dp/dp.h"
-#include "dp/nn/nn.h"
-#include "dp/parallel/parallel.h"
 #include "example_devices.h"
 
 namespace {

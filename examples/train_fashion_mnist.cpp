@@ -11,14 +11,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
-#include "dp/data/data.h"
 #include "dp/dp.h"
-#include "dp/nn/modules/conv.h"
-#include "dp/nn/modules/loss.h"
-#include "dp/nn/modules/pooling.h"
-#include "dp/nn/nn.h"
-#include "dp/nn/serialize.h"
-#include "dp/optim/optim.h"
 
 namespace {
 

@@ -57,7 +57,8 @@ FOLDERS = {
     "src/distributed": "distributed",
     "include/dp/models": "models",
     "src/models": "models",
-    "include/dp/dp.h": "dp.h",            # the umbrella header includes every layer
+    "include/dp/dp.h": "umbrella",        # the umbrella header includes every layer: for programs
+    "include/dp/core.h": "umbrella",      # the core's (core, autograd, ops): for programs too
     "tools": "tools",
     "bench": "tools",                     # programs: may include anything in the library
     "examples": "tools",
@@ -76,7 +77,7 @@ LEVELS = [
     ["optim", "data"],
     ["parallel", "models"],     # models: ready-made networks (GPT) on nn and optim
     ["distributed"],            # DDP wraps modules (a DataParallel too) and uses parallel's loss parts
-    ["dp.h"],
+    ["umbrella"],               # dp/dp.h, dp/core.h: programs include them, the library never
     ["tools"],
 ]
 
@@ -359,6 +360,16 @@ def self_test():
         expect("future backend folder is checked", code == 1 and
                "src/backend/cpu/gemm.cpp:1: layer cpu includes layer ops (ops/common.h)" in out,
                out)
+
+        # The umbrella headers are for programs: library code including one fails.
+        write(root, "include/dp/core.h", '#pragma once\n#include "dp/ops/add.h"\n')
+        write(root, "src/nn/umbrella_user.cpp", '#include "dp/core.h"\n#include "dp/dp.h"\n')
+        code, out = run(root)
+        expect("library code including an umbrella header fails", code == 1 and
+               "src/nn/umbrella_user.cpp:1: layer nn includes layer umbrella (dp/core.h)" in out and
+               "src/nn/umbrella_user.cpp:2: layer nn includes layer umbrella (dp/dp.h)" in out, out)
+        os.remove(os.path.join(root, "src/nn/umbrella_user.cpp"))
+        os.remove(os.path.join(root, "include/dp/core.h"))
 
         # A file in a folder the table does not know fails: new folders must be placed.
         write(root, "src/newlayer/x.cpp", '#include "dp/core/tensor.h"\n')

@@ -1,26 +1,34 @@
 #pragma once
-// dparallel's core (tensors, ops, autograd, checkpoints): include this one header. Layers and
-// modules: dp/nn/nn.h; optimizers: dp/optim/optim.h; data loading: dp/data/data.h.
-#include "dp/autograd/autograd.h"
-#include "dp/config.h"  // DP_HAVE_CUDA: whether the library was built with the CUDA backend
-#include "dp/core/device_registry.h"
-#include "dp/core/generator.h"
-#include "dp/core/ordered_dict.h"
-#include "dp/core/serialize.h"
-#include "dp/core/tensor.h"
-#include "dp/core/threads.h"
-#include "dp/ops/attention.h"
-#include "dp/ops/backends.h"
-#include "dp/ops/conv.h"
-#include "dp/ops/dropout.h"
-#include "dp/ops/elementwise.h"
-#include "dp/ops/factory.h"
-#include "dp/ops/index.h"
-#include "dp/ops/linalg.h"
-#include "dp/ops/loss.h"
-#include "dp/ops/normalization.h"
-#include "dp/ops/pooling.h"
-#include "dp/ops/reduction.h"
-#include "dp/ops/rnn.h"
-#include "dp/ops/sequence.h"
-#include "dp/ops/shape.h"
+// dparallel's umbrella header, as <torch/torch.h>: every public layer of the library. A program
+// includes this one header.
+//
+//   dp/core.h                      tensors, devices, ops, autograd, tensor checkpoints (safetensors)
+//   dp/amp/*                       autocast and GradScaler (mixed precision)
+//   dp/nn/nn.h                     modules, layers, losses, nn::functional, module checkpoints
+//   dp/nn/utils/checkpoint.h       activation checkpointing (dp::utils::checkpoint)
+//   dp/optim/optim.h               optimizers and learning-rate schedulers
+//   dp/data/data.h                 datasets, samplers, DataLoader
+//   dp/parallel/parallel.h         DataParallel and its primitives
+//   dp/distributed/*               process groups, DistributedDataParallel, ZeRO, SyncBatchNorm,
+//                                  collective checkpoints, what a launched worker needs
+//   dp/models/gpt.h                ready-made networks (GPT)
+//
+// Not included: dp/autograd/gradcheck.h (include it where you check gradients) and dp/cuda/*, the
+// CUDA runtime's own API (streams, events, graphs), which needs the CUDA library dparallel::cuda.
+// Whether CUDA devices are there is core's question: dp::cuda::is_available(), dp::devices(...).
+//
+// Library code never includes this header (scripts/check_layers.py): it is for programs. Including
+// everything costs compile time; a translation unit that needs only tensors may include dp/core.h.
+#include "dp/amp/autocast.h"
+#include "dp/optim/grad_scaler.h"
+#include "dp/core.h"
+#include "dp/data/data.h"
+#include "dp/distributed/distributed.h"
+#include "dp/distributed/launch.h"
+#include "dp/distributed/sync_batch_norm.h"
+#include "dp/distributed/timeline.h"
+#include "dp/models/gpt.h"
+#include "dp/nn/nn.h"
+#include "dp/nn/utils/checkpoint.h"
+#include "dp/optim/optim.h"
+#include "dp/parallel/parallel.h"

@@ -12,8 +12,8 @@
 //   the op:                   cross_entropy_index_forward(x.device().type, out, ...);
 //
 // The backends register from functions that src/backend/registry.cpp calls once, before the first
-// kernel runs, not from static registrar objects: a static library's linker drops an object file
-// nothing refers to, registrar and all.
+// kernel runs: the CPU backend's by name, a backend library's (CUDA's) because its static registrar
+// enlisted it when the library was linked or loaded (backend/registry.h).
 #include <array>
 #include <cstddef>
 #include <string>
@@ -26,7 +26,8 @@ inline constexpr size_t kDeviceTypes = static_cast<size_t>(DeviceType::CUDA) + 1
 
 // Registers every backend's kernels, once; thread-safe, and cheap after the first call.
 void ensure_registered();
-// "no CUDA kernel for cross_entropy", plus " (built without CUDA)" in such a build.
+// "no CUDA kernel for cross_entropy", plus " (built without CUDA)" in such a build, or
+// " (dparallel::cuda, the CUDA library, is not linked)" in a program without it.
 std::string no_kernel_message(const char* op, DeviceType type);
 // DeviceError with no_kernel_message.
 [[noreturn]] void throw_no_kernel(const char* op, DeviceType type);

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include "dp/config.h"  // DP_HAVE_CUDA: whether dparallel was built with the CUDA backend
 #include "dp/core/device_runtime.h"
 #include "dp/core/errors.h"
 
@@ -113,10 +114,24 @@ void check_device(Device d) {
     return;
   }
   int n = cuda_device_count();
-  DP_CHECK(d.index >= 0 && d.index < n, DeviceError, d.str(), " does not exist: ",
-           n == 0 ? std::string("no CUDA devices are available (dparallel was built without the CUDA backend or no GPU is visible)")
-                  : detail::str("there are ", n, " CUDA devices"));
+  DP_CHECK(
+      d.index >= 0 && d.index < n, DeviceError, d.str(), " does not exist: ",
+      n == 0 ? detail::str("no CUDA devices are available (", detail::no_cuda_devices_reason(), ")") : detail::str("there are ", n, " CUDA devices"));
 }
+
+namespace detail {
+
+std::string no_cuda_devices_reason() {
+#if DP_HAVE_CUDA
+  if (!backend_linked(DeviceType::CUDA))
+    return "this program does not link dparallel's CUDA library, dparallel::cuda (libdparallel_cuda): link it as well to use GPUs";
+  return "no GPU is visible";
+#else
+  return "dparallel was built without the CUDA backend";
+#endif
+}
+
+}  // namespace detail
 
 Worker* worker_for(Device d) {
   if (d.is_cpu() && d.index < 0) return nullptr;
@@ -141,3 +156,10 @@ Worker* worker_for(Device d) {
 }
 
 }  // namespace dp
+
+namespace dp::cuda {
+
+int device_count() { return cuda_device_count(); }
+bool is_available() { return cuda_device_count() > 0; }
+
+}  // namespace dp::cuda

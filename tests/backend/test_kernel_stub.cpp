@@ -6,6 +6,7 @@
 #include "backend/loss_kernels.h"
 #include "backend/optim_kernels.h"
 #include "backend/random_kernels.h"
+#include "dp/core/device_registry.h"
 #include "dp/core/errors.h"
 #include "dp/ops/loss.h"
 
@@ -39,7 +40,8 @@ TEST(KernelStub, ADeviceTypeWithoutAKernelIsADeviceErrorNamingTheOp) {
 }
 
 // The library's own kernels: the CPU backend registers every one; the CUDA backend does in a build
-// with CUDA, and a build without it says so when asked for one.
+// with CUDA (this program links dparallel::cuda there, tests/CMakeLists.txt), and a build without it
+// says so when asked for one.
 template <typename Stub>
 void expect_registered(const Stub& stub, const char* name) {
   EXPECT_TRUE(stub.has(DeviceType::CPU)) << name;
@@ -47,6 +49,8 @@ void expect_registered(const Stub& stub, const char* name) {
 }
 
 TEST(KernelStub, EveryKernelHasACpuImplementationAndACudaOneExactlyInCudaBuilds) {
+  EXPECT_TRUE(backend_linked(DeviceType::CPU));
+  EXPECT_EQ(backend_linked(DeviceType::CUDA), DP_HAVE_CUDA != 0);  // the CUDA library enlisted itself
   expect_registered(backend::nll_loss_forward, "nll_loss_forward");
   expect_registered(backend::nll_loss_backward, "nll_loss_backward");
   expect_registered(backend::cross_entropy_index_forward, "cross_entropy_index_forward");

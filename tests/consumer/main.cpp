@@ -2,12 +2,15 @@
 // prefix with find_package, or with add_subdirectory; tests/consumer/run.sh also with pkg-config).
 // A Linear layer under DataParallel on two CPU devices must give the single-device results: the
 // output, the loss and the weight gradient; then a few SGD steps must lower the loss.
+//
+// It also says what it has of CUDA. Linked with dparallel::dparallel alone (the program
+// `consumer`), it has no CUDA backend and no CUDA library; linked with dparallel::cuda as well
+// (`consumer_cuda`, the same source), it has the backend and whatever GPUs are visible. run.sh
+// checks the line and the program's needed libraries.
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include "dp/dp.h"
-#include "dp/nn/nn.h"
-#include "dp/optim/optim.h"
-#include "dp/parallel/parallel.h"
 
 int main() {
   dp::manual_seed(0);
@@ -46,6 +49,14 @@ int main() {
   }
   std::printf("loss after 50 SGD steps: %.6f (from %.6f)\n", last, first);
   const bool ok = same_out && same_grad && std::isfinite(last) && last < 0.5 * first;
+  std::string cuda0 = "cuda:0 exists";
+  try {
+    dp::check_device(dp::Device::cuda(0));
+  } catch (const dp::DeviceError& e) {
+    cuda0 = e.what();
+  }
+  std::printf("cuda: backend %s, %d device(s), is_available %s; %s\n", dp::backend_linked(dp::DeviceType::CUDA) ? "linked" : "not linked",
+              dp::cuda::device_count(), dp::cuda::is_available() ? "yes" : "no", cuda0.c_str());
   std::printf("consumer: %s (DP_HAVE_CUDA=%d)\n", ok ? "ok" : "FAILED", DP_HAVE_CUDA);
   return ok ? 0 : 1;
 }

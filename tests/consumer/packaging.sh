@@ -24,7 +24,9 @@
 #     The package is extracted (dpkg-deb -x) and used from there: the consumer with find_package
 #     (CMAKE_PREFIX_PATH=<dir>/usr, LD_LIBRARY_PATH), the consumer compiled with nothing but
 #     -I<dir>/usr/include -ldparallel (no -DDP_HAVE_CUDA: dp/config.h must give it), and
-#     dp-train --help and dp-run --help (found through their RPATH $ORIGIN/../lib alone).
+#     dp-train --help and dp-run --help (found through their RPATH $ORIGIN/../lib alone). The
+#     package has no CUDA library, and find_package(dparallel COMPONENTS cuda) against it fails,
+#     saying that dparallel was built without the CUDA backend.
 #  d. the consumer's numbers (losses after one step and after 50 SGD steps) agree with those of
 #     the consumer that Install.FindPackage built against this build (native, static, maybe CUDA:
 #     DP_NATIVE_CONSUMER) within a relative 1e-4.
@@ -121,6 +123,13 @@ grep -q '^prefix=/usr$' "$(find "$root/usr/lib" -name dparallel.pc | head -1)" |
 LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" DP_BUILD_TYPE=Release \
   bash "$here/run.sh" prefix "$root/usr" "$src" "$work/extracted" | tee "$work/extracted.out"
 grep -q "^consumer loads $root/" "$work/extracted.out" || fail "the consumer does not load the extracted libdparallel.so"
+grep -q 'libdparallel_cuda' "$work/deb-contents.txt" && fail "the package of a build without CUDA contains libdparallel_cuda"
+if cmake -S "$here" -B "$work/require-cuda" -G "$DP_GENERATOR" -DCMAKE_CXX_COMPILER="$DP_CXX" -DDP_CONSUMER_MODE=package \
+  -DDP_CONSUMER_REQUIRE_CUDA=ON -DCMAKE_PREFIX_PATH="$root/usr" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$work/require-cuda.log" 2>&1; then
+  fail "find_package(dparallel COMPONENTS cuda) succeeded against a package without CUDA"
+fi
+grep -q "built without the CUDA backend" "$work/require-cuda.log" || { cat "$work/require-cuda.log"; fail "find_package(dparallel COMPONENTS cuda) failed without saying why"; }
+echo "find_package(dparallel COMPONENTS cuda) against the package: refused, dparallel was built without the CUDA backend"
 # A consumer that knows nothing of dparallel's macros: the include directory and the library only.
 ${DP_LAUNCHER:-} "$DP_CXX" -std=c++20 -O2 "$here/main.cpp" -o "$work/plain-consumer" \
   -I"$root/usr/include" -L"$libdir" -ldparallel -pthread

@@ -2,10 +2,13 @@
 // (a Device can name cpu:32767; that must be an error, not a read past the worker table), and
 // concurrent first use of a device starting exactly one worker.
 #include <gtest/gtest.h>
+#include <functional>
 #include <future>
 #include <set>
 #include <string>
 #include <vector>
+#include "backend/kernel_stub.h"
+#include "dp/config.h"
 #include "dp/core/device_registry.h"
 #include "dp/core/errors.h"
 
@@ -55,6 +58,43 @@ TEST(DeviceRegistry, CheckDeviceMessages) {
         << e.what();
   }
   EXPECT_THROW(check_device(Device::cuda(0)), DeviceError);
+}
+
+// This program links dparallel alone (tests/CMakeLists.txt), as a program that never uses a GPU:
+// it has no CUDA backend, whether the library was built with one or not, and a CUDA device or a
+// CUDA kernel is an error that says why.
+TEST(DeviceRegistry, WithoutTheCudaLibraryACudaDeviceIsAnErrorThatSaysWhy) {
+  EXPECT_TRUE(backend_linked(DeviceType::CPU));
+  EXPECT_FALSE(backend_linked(DeviceType::CUDA));
+  EXPECT_EQ(cuda_device_count(), 0);
+  EXPECT_EQ(cuda::device_count(), 0);
+  EXPECT_FALSE(cuda::is_available());
+  EXPECT_TRUE(devices(DeviceType::CUDA).empty());
+#if DP_HAVE_CUDA
+  const std::string why = "this program does not link dparallel's CUDA library, dparallel::cuda (libdparallel_cuda): link it as well to use GPUs";
+  const std::string kernel_why = " (dparallel::cuda, the CUDA library, is not linked)";
+#else
+  const std::string why = "dparallel was built without the CUDA backend";
+  const std::string kernel_why = " (built without CUDA)";
+#endif
+  EXPECT_EQ(detail::no_cuda_devices_reason(), why);
+  for (const std::function<void()>& use :
+       std::vector<std::function<void()>>{[] { check_device(Device::cuda(0)); }, [] { worker_for(Device::cuda(1)); }}) {
+    try {
+      use();
+      FAIL() << "expected DeviceError";
+    } catch (const DeviceError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(" does not exist: no CUDA devices are available (" + why + ")"), std::string::npos) << msg;
+    }
+  }
+  backend::KernelStub<int(int)> stub{"doubling"};
+  try {
+    stub(DeviceType::CUDA, 1);
+    FAIL() << "expected DeviceError";
+  } catch (const DeviceError& e) {
+    EXPECT_EQ(std::string(e.what()), "no CUDA kernel for doubling" + kernel_why);
+  }
 }
 
 TEST(DeviceRegistry, WorkerForOutOfRange) {

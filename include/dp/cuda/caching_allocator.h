@@ -1,7 +1,8 @@
 #pragma once
 // The logic of the per-device CUDA caching allocator, as plain C++ over a raw-memory backend, so
-// that it is built and tested on every machine (tests/cuda/test_caching_allocator.cpp drives it
-// with a fake backend). The CUDA backend (cudaMalloc / cudaFree / cudaEvent) is in
+// that it is tested on every machine (tests/cuda/test_caching_allocator.cpp drives it with a fake
+// backend; it is part of the CUDA library dparallel::cuda, and a build without CUDA compiles it into
+// that test). The CUDA backend (cudaMalloc / cudaFree / cudaEvent) is in
 // src/backend/cuda/cuda_allocator.cpp. It follows PyTorch's CUDACachingAllocator:
 //  - request sizes are rounded up to multiples of 512 bytes;
 //  - requests up to 1 MiB come from the small pool, whose segments are 2 MiB; larger ones from the

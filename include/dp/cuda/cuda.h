@@ -1,7 +1,9 @@
 #pragma once
 // CUDA runtime basics: devices, streams, events, the caching allocator's statistics. Available when
-// dparallel is built with the CUDA backend (DP_HAVE_CUDA, see cmake/Cuda.cmake); this header needs
-// no CUDA headers (handles are the CUDA runtime's opaque pointer types).
+// dparallel is built with the CUDA backend (DP_HAVE_CUDA, see cmake/Cuda.cmake), in its library
+// dparallel::cuda (libdparallel_cuda), which a program using this header links besides
+// dparallel::dparallel; this header needs no CUDA headers (handles are the CUDA runtime's opaque
+// pointer types). dp::cuda::device_count() and is_available() are the core library's.
 //
 // Devices: device_count() is the number of logical CUDA devices, 0 on any error (no driver, no
 // device, a stub libcuda), and is computed once. Normally the logical devices are the visible GPUs.
@@ -29,6 +31,7 @@
 #include <string>
 #include "dp/core/allocator.h"
 #include "dp/core/device.h"
+#include "dp/core/device_registry.h"
 #include "dp/core/stream.h"
 #include "dp/cuda/caching_allocator.h"
 
@@ -37,16 +40,14 @@ struct CUevent_st;   // cudaEvent_t == CUevent_st*
 
 namespace dp::cuda {
 
-// Number of logical CUDA devices (the visible GPUs unless DP_CUDA_VIRTUAL_DEVICES is set); 0 when
-// the driver or a device is missing. Throws only a ValueError for a malformed DP_CUDA_VIRTUAL_DEVICES.
-int device_count();
+// device_count() and is_available() are declared in dp/core/device_registry.h (included here):
+// they are part of the core library, so that a program without this one may ask.
 // Number of visible GPUs (physical devices), whatever DP_CUDA_VIRTUAL_DEVICES says.
 int physical_device_count();
 // The physical GPU (the CUDA runtime's device id) that logical device `device` runs on.
 int physical_device(int device);
 // True when DP_CUDA_VIRTUAL_DEVICES is set (logical devices may share a GPU).
 bool virtual_devices_enabled();
-bool is_available();
 // The calling thread's current device. Throws DeviceError when no device is available.
 int current_device();
 // Makes `device` current for the calling thread. Throws DeviceError for an index out of range.
@@ -178,6 +179,9 @@ void record_stream(void* ptr, const Stream& stream);
 void fill_u32(void* dst, uint32_t value, size_t n, const Stream& stream);
 
 namespace detail {
+// device_count() as this library computes it, not through the device registry: for the CUDA
+// library's own calls (also while it registers its runtime, which device_count() waits for).
+int logical_device_count();
 // A kernel that spins for about `cycles` clock cycles on `stream` (as torch.cuda._sleep), for tests
 // that need work still running on a stream.
 void sleep_cycles(int64_t cycles, const Stream& stream);

@@ -1,6 +1,7 @@
 #pragma once
 // Matrix-product settings of the CUDA backend, as torch.backends.cuda.matmul. Available when
-// dparallel is built with the CUDA backend (DP_HAVE_CUDA); needs no CUDA headers.
+// dparallel is built with the CUDA backend (DP_HAVE_CUDA), in its library dparallel::cuda; needs no
+// CUDA headers.
 //
 // TF32: float32 products on CUDA (mm, bmm, addmm, matmul, linear, the LSTM's GEMMs) may round
 // their inputs to TF32 (10-bit mantissa) and use the tensor cores, accumulating in float32: several

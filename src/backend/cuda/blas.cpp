@@ -123,7 +123,7 @@ cublasLtHandle_t lt_handle(int device) {
 
 int64_t workspace_size(int device) {
   static const std::vector<int64_t>* sizes = [] {  // never destroyed, as the handles
-    auto* s = new std::vector<int64_t>(static_cast<size_t>(device_count()), detail::workspace_bytes(8));
+    auto* s = new std::vector<int64_t>(static_cast<size_t>(::dp::cuda::detail::logical_device_count()), detail::workspace_bytes(8));
     for (size_t d = 0; d < s->size(); ++d) {
       int major = 8;
       if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, physical_device(static_cast<int>(d))) == cudaSuccess)

@@ -104,7 +104,7 @@ constexpr int kMaxDevices = 64;
 CudaCachingAllocator& allocator_of(int device) {
   static std::array<std::atomic<CudaCachingAllocator*>, kMaxDevices> per_device{};
   static std::mutex mu;
-  const int n = device_count();
+  const int n = ::dp::cuda::detail::logical_device_count();
   DP_CHECK(device >= 0 && device < n && device < kMaxDevices, DeviceError, "cuda:", device,
            " does not exist: ", n == 0 ? std::string("no CUDA devices are available") : dp::detail::str("there are ", n, " CUDA devices"));
   if (CudaCachingAllocator* a = per_device[device].load(std::memory_order_acquire)) return *a;

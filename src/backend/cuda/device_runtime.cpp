@@ -9,7 +9,7 @@ namespace {
 
 class CudaRuntime final : public DeviceRuntime {
  public:
-  int device_count() const override { return cuda::device_count(); }
+  int device_count() const override { return detail::logical_device_count(); }
   int current_device() const override { return cuda::current_device(); }
   void set_device(int index) const override { cuda::set_device(index); }
   void restore_device(int index) const noexcept override {

@@ -43,7 +43,7 @@ void restore_worker_stream(const Stream& previous) {
 }  // namespace
 
 bool is_current_stream_capturing(int device) {
-  if (!is_available()) return false;
+  if (::dp::cuda::detail::logical_device_count() == 0) return false;
   const Stream s = current_stream(device);
   // The legacy default stream (null handle) is the current GPU's: query `device`'s, not that of
   // whichever device happens to be current.

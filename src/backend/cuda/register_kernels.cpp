@@ -1,9 +1,11 @@
 // The CUDA backend's kernels, registered into the kernel interfaces' stubs (called once, from
-// src/backend/registry.cpp). The kernels themselves are in the .cu files.
+// src/backend/registry.cpp, which this file's registrar enlists the backend with when the CUDA
+// library is linked or loaded). The kernels themselves are in the .cu files.
 #include "backend/comm_kernels.h"
 #include "backend/loss_kernels.h"
 #include "backend/optim_kernels.h"
 #include "backend/random_kernels.h"
+#include "backend/registry.h"
 #include "backend/cuda/comm.h"
 #include "backend/cuda/loss.h"
 #include "backend/cuda/nccl.h"
@@ -65,4 +67,21 @@ void register_cuda_kernels() {
   register_cuda_ops_kernels();
 }
 
+namespace {
+// Enlists the CUDA backend when this object file is part of the program: at load time for the
+// shared libdparallel_cuda.so (which its users link with --no-as-needed, cmake/Cuda.cmake); for the
+// static library because the program refers to link_backend() below.
+const BackendRegistrar cuda_registrar(DeviceType::CUDA, &register_cuda_kernels);
+}  // namespace
+
 }  // namespace dp::backend
+
+namespace dp::cuda::detail {
+
+// What a program linking dparallel::cuda is made to refer to (CMake's INTERFACE_LINK_OPTIONS and
+// dparallel-cuda.pc pass -Wl,--undefined=_ZN2dp4cuda6detail12link_backendEv, cmake/Cuda.cmake), so
+// that the linker takes this object file, and its registrar, out of the static libdparallel_cuda.a
+// although the program's own code names nothing of the CUDA library.
+void link_backend() {}
+
+}  // namespace dp::cuda::detail

@@ -48,7 +48,7 @@ const DeviceMap& device_map() {
 thread_local int tls_device = -1;
 
 void check_index(int device, const char* what) {
-  const int n = device_count();
+  const int n = detail::logical_device_count();
   DP_CHECK(n > 0, DeviceError, what, ": no CUDA devices are available");
   DP_CHECK(device >= 0 && device < n, DeviceError, what, ": cuda:", device, " does not exist: there are ", n, " CUDA devices");
 }
@@ -66,7 +66,9 @@ void restore_device(int device) noexcept {
 
 }  // namespace
 
-int device_count() { return device_map().count(); }
+namespace detail {
+int logical_device_count() { return device_map().count(); }
+}  // namespace detail
 
 int physical_device_count() {
   static const int count = [] {
@@ -87,10 +89,8 @@ int physical_device(int device) {
   return device_map().physical[static_cast<size_t>(device)];
 }
 
-bool is_available() { return device_count() > 0; }
-
 int current_device() {
-  DP_CHECK(is_available(), DeviceError, "current_device: no CUDA devices are available");
+  DP_CHECK(detail::logical_device_count() > 0, DeviceError, "current_device: no CUDA devices are available");
   int d = 0;
   DP_CUDA_CHECK(cudaGetDevice(&d));
   const DeviceMap& m = device_map();
@@ -176,7 +176,7 @@ Stream virtual_default_stream(int device) {
 }  // namespace
 
 Stream::Stream() : device_(-1), handle_(nullptr) {
-  if (is_available()) *this = default_stream(current_device());
+  if (detail::logical_device_count() > 0) *this = default_stream(current_device());
 }
 
 Stream Stream::default_stream(int device) {
@@ -187,7 +187,7 @@ Stream Stream::default_stream(int device) {
 
 bool Stream::is_default() const {
   if (handle_ == nullptr) return true;
-  return device_ >= 0 && device_map().is_virtual && device_ < device_count() && handle_ == virtual_default_stream(device_).handle_;
+  return device_ >= 0 && device_map().is_virtual && device_ < detail::logical_device_count() && handle_ == virtual_default_stream(device_).handle_;
 }
 
 Stream Stream::create(int device, int priority) {
@@ -252,7 +252,7 @@ Stream current_stream(int device) {
 
 void set_current_stream(const Stream& stream) {
   check_index(stream.device(), "set_current_stream");
-  if (static_cast<int>(tls_current.size()) <= stream.device()) tls_current.resize(static_cast<size_t>(device_count()));
+  if (static_cast<int>(tls_current.size()) <= stream.device()) tls_current.resize(static_cast<size_t>(detail::logical_device_count()));
   tls_current[static_cast<size_t>(stream.device())] = stream;
 }
 
