@@ -86,8 +86,9 @@ DDPCore::DDPCore(const nn::ModulePtr& module, ProcessGroupPtr group, const Distr
 
 void DDPCore::check_same_model(const std::vector<std::string>& descriptions) {
   const std::string mine = join_lines(descriptions);
-  const uint64_t key = group_->sequence();                      // the same on every rank that issued the same collectives
-  Tensor hash = dp::empty({1}, TensorOptions().dtype(kInt64));  // host tensors: written and read on the host
+  const uint64_t key = group_->sequence();  // the same on every rank that issued the same collectives
+  // The hashes travel in host tensors, written and read on the host.
+  Tensor hash = dp::empty({1}, TensorOptions().dtype(kInt64));
   const uint64_t h = fnv1a(mine);
   std::memcpy(hash.data_ptr<int64_t>(), &h, sizeof h);
   std::vector<Tensor> all;

@@ -72,7 +72,7 @@ struct Reducer::State {
   size_t next_launch = 0;
   std::vector<WorkPtr> works;
   WorkPtr used_work;  // with a comm hook: the used marks' own allreduce
-  Tensor used_u8;     // the used marks as a host tensor (always in host memory, whatever the buckets' device)
+  Tensor used_u8;     // the used marks, in host memory whatever the buckets' device
   std::string error;  // a misuse found during the pass, reported at its end
   Clock::time_point first_ready, first_launch;
   // Timeline (timeline.h): whether it records, read once at construction so that with it off the
@@ -174,15 +174,17 @@ struct Reducer::State {
       gb.op = op;
       w = hook(*group, gb);
       DP_CHECK(w != nullptr, ValueError, "DistributedDataParallel: the comm hook returned no Work for bucket ", b);
-      if (last) {                                  // the used marks go on their own: the hook only knows about gradients
-        uint8_t* u = used_u8.data_ptr<uint8_t>();  // a host tensor: written on the host
+      if (last) {  // the used marks go on their own: the hook only knows about gradients
+        // used_u8 is a host tensor: written on the host.
+        uint8_t* u = used_u8.data_ptr<uint8_t>();
         std::copy(used.begin(), used.end(), u);
         used_work = group->allreduce(used_u8, ReduceOp::Max);
       }
     } else {
       if (last) {
         NoGradGuard no_grad;
-        uint8_t* u = used_u8.data_ptr<uint8_t>();  // a host tensor: written on the host, then copied to the bucket's device
+        // used_u8 is a host tensor: written on the host, then copied to the bucket's device.
+        uint8_t* u = used_u8.data_ptr<uint8_t>();
         std::copy(used.begin(), used.end(), u);
         used_tail.copy_(used_u8);
       }
