@@ -1,8 +1,10 @@
 #pragma once
 // The kernel interface of the transfers between devices of one type that DataParallel's coalesced
 // broadcast and gradient reduction use (src/parallel/comm_device.cpp) when the devices have their
-// own memory. Implemented by the CUDA backend (NCCL, peer access, a k-way sum kernel); the host's
-// CPU devices share memory and take the host path instead, so the CPU registers none.
+// own memory. Implemented by the CUDA backend (NCCL, peer access, a k-way sum kernel). The host's
+// CPU devices share memory: nothing to transfer, and the CPU backend registers only the k-way sum
+// (src/backend/cpu/comm.cpp), which reduce_sum (src/parallel/reduce.cpp) calls on each range of
+// its split.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -22,8 +24,9 @@ using CollectiveReduce = void(const std::vector<const void*>& inputs, void* out,
                               size_t root);
 // True when `device` can read `peer`'s memory in place (enabling it if it can be).
 using PeerAccess = bool(int device, int peer);
-// out = the element-wise sum of ins (n elements each, all readable from the stream's device),
-// queued on `stream`.
+// out = the element-wise sum of ins (n elements each, all readable from the stream's device), in
+// input order (16-bit floats accumulate in float; bool: any), queued on `stream` (the host's
+// stream on the CPU: it runs in the calling thread).
 using SumInto = void(void* out, const std::vector<const void*>& ins, int64_t n, DType dtype, const Stream& stream);
 
 DP_DECLARE_KERNEL(collective_usable, CollectiveUsable);

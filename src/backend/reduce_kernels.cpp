@@ -12,5 +12,6 @@ DP_DEFINE_KERNEL(logsumexp_stub, "logsumexp");
 DP_DEFINE_KERNEL(norm_stub, "norm");
 DP_DEFINE_KERNEL(softmax_stub, "softmax / log_softmax");
 DP_DEFINE_KERNEL(softmax_backward_stub, "softmax / log_softmax backward");
+DP_DEFINE_KERNEL(sum_rows_stub, "sum_to");
 
 }  // namespace dp::backend

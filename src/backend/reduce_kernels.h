@@ -31,6 +31,11 @@ using SoftmaxKernel = void(const Tensor& out, const Tensor& in, int64_t dim, boo
 //   softmax:     gin = y * (g - sum(g * y, dim))
 //   log_softmax: gin = g - exp(y) * sum(g, dim)
 using SoftmaxBackwardKernel = void(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log);
+// sum_to's common case (a bias's gradient, [rows, inner] -> [inner]) without the general
+// reduction's plan: out (contiguous, `inner` elements) = the column sums of a (contiguous, viewed as
+// [rows, inner]; float32 or float64, out's dtype), accumulated in double as sum_stub's CPU kernel
+// does. A fast path: only the CPU registers it (on CUDA the general reduction is one kernel).
+using SumRowsKernel = void(const Tensor& out, const Tensor& a, int64_t rows, int64_t inner);
 
 DP_DECLARE_KERNEL(sum_stub, ReduceKernel);
 DP_DECLARE_KERNEL(mean_stub, ReduceKernel);
@@ -41,6 +46,7 @@ DP_DECLARE_KERNEL(logsumexp_stub, ReduceKernel);
 DP_DECLARE_KERNEL(norm_stub, NormKernel);
 DP_DECLARE_KERNEL(softmax_stub, SoftmaxKernel);
 DP_DECLARE_KERNEL(softmax_backward_stub, SoftmaxBackwardKernel);
+DP_DECLARE_KERNEL(sum_rows_stub, SumRowsKernel);
 
 }  // namespace dp::backend
 

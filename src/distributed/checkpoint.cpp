@@ -50,6 +50,10 @@ struct Hasher {
 };
 
 // ---- the byte tensors that carry messages and metadata between ranks
+//
+// Every tensor this file makes for a collective (bytes, headers, status and hash words) is a host
+// tensor (the default device), written and read on the host; the state's own tensors are read
+// through host copies.
 
 Tensor byte_tensor(const std::string& bytes) {
   Tensor t = empty({static_cast<int64_t>(bytes.size())}, kUInt8);

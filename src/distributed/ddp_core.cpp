@@ -87,6 +87,7 @@ DDPCore::DDPCore(const nn::ModulePtr& module, ProcessGroupPtr group, const Distr
 void DDPCore::check_same_model(const std::vector<std::string>& descriptions) {
   const std::string mine = join_lines(descriptions);
   const uint64_t key = group_->sequence();  // the same on every rank that issued the same collectives
+  // The hashes travel in host tensors, written and read on the host.
   Tensor hash = dp::empty({1}, TensorOptions().dtype(kInt64));
   const uint64_t h = fnv1a(mine);
   std::memcpy(hash.data_ptr<int64_t>(), &h, sizeof h);
@@ -194,7 +195,7 @@ Tensor DDPCore::global_loss(const parallel::LossPart& local) {
            local.sum.defined() ? local.sum.size_str() : std::string("an undefined tensor"));
   const Tensor sum = local.sum.reshape({});
   // [this rank's summed loss, its row count (or mean denominator), 1 if a mean] over all ranks.
-  Tensor pack = dp::empty({3}, TensorOptions().dtype(kFloat64));
+  Tensor pack = dp::empty({3}, TensorOptions().dtype(kFloat64));  // a host tensor, written and read on the host
   double* p = pack.data_ptr<double>();
   {
     NoGradGuard no_grad;

@@ -64,7 +64,7 @@ JoinRound Join::round(bool active, const std::vector<double>& payload) {
   const int world = group_->size();
   const int rank = group_->rank();
   Tensor v = dp::zeros({world + static_cast<int64_t>(payload_size_)}, TensorOptions().dtype(kFloat64));
-  double* p = v.data_ptr<double>();
+  double* p = v.data_ptr<double>();  // a host tensor: the flags and payload are written and read on the host
   if (active) {
     p[rank] = 1;
     for (size_t k = 0; k < payload_size_; ++k) p[static_cast<size_t>(world) + k] = payload[k];

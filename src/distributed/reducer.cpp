@@ -13,6 +13,7 @@
 #include "dp/autograd/grad_mode.h"
 #include "dp/distributed/timeline.h"
 #include "dp/ops/factory.h"
+#include "backend/elementwise_kernels.h"
 #include "distributed/reducer_buckets.h"
 
 namespace dp::distributed {
@@ -20,23 +21,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
-// dst = src * factor in one pass where both are contiguous host float32/float64 (the usual case: a
-// gradient stolen by AccumulateGrad going into its bucket slot), else a copy and a scaling.
+// dst = src * factor: one pass of the backend's multiply by a scalar where src has dst's dtype and
+// device (the usual case: a gradient stolen by AccumulateGrad going into its bucket slot), else a
+// copy and a scaling.
 void copy_scaled(Tensor& dst, const Tensor& src, double factor) {
   NoGradGuard no_grad;
-  const bool flat = src.is_contiguous() && src.dtype() == dst.dtype() && src.device() == dst.device() && dst.is_cpu();
-  if (factor != 1.0 && flat && dst.dtype() == kFloat32) {
-    const float f = static_cast<float>(factor);
-    const float* __restrict in = src.data_ptr<float>();
-    float* __restrict out = dst.data_ptr<float>();
-    for (int64_t k = 0, n = dst.numel(); k < n; ++k) out[k] = in[k] * f;
-    dst.bump_version();
-    return;
-  }
-  if (factor != 1.0 && flat && dst.dtype() == kFloat64) {
-    const double* __restrict in = src.data_ptr<double>();
-    double* __restrict out = dst.data_ptr<double>();
-    for (int64_t k = 0, n = dst.numel(); k < n; ++k) out[k] = in[k] * factor;
+  if (factor != 1.0 && src.dtype() == dst.dtype() && src.device() == dst.device() && is_floating_point(dst.dtype())) {
+    backend::mul_scalar_stub(dst.device().type, dst, src, factor);
     dst.bump_version();
     return;
   }
@@ -81,7 +72,7 @@ struct Reducer::State {
   size_t next_launch = 0;
   std::vector<WorkPtr> works;
   WorkPtr used_work;  // with a comm hook: the used marks' own allreduce
-  Tensor used_u8;
+  Tensor used_u8;     // the used marks, in host memory whatever the buckets' device
   std::string error;  // a misuse found during the pass, reported at its end
   Clock::time_point first_ready, first_launch;
   // Timeline (timeline.h): whether it records, read once at construction so that with it off the
@@ -184,6 +175,7 @@ struct Reducer::State {
       w = hook(*group, gb);
       DP_CHECK(w != nullptr, ValueError, "DistributedDataParallel: the comm hook returned no Work for bucket ", b);
       if (last) {  // the used marks go on their own: the hook only knows about gradients
+        // used_u8 is a host tensor: written on the host.
         uint8_t* u = used_u8.data_ptr<uint8_t>();
         std::copy(used.begin(), used.end(), u);
         used_work = group->allreduce(used_u8, ReduceOp::Max);
@@ -191,6 +183,7 @@ struct Reducer::State {
     } else {
       if (last) {
         NoGradGuard no_grad;
+        // used_u8 is a host tensor: written on the host, then copied to the bucket's device.
         uint8_t* u = used_u8.data_ptr<uint8_t>();
         std::copy(used.begin(), used.end(), u);
         used_tail.copy_(used_u8);
@@ -268,17 +261,16 @@ struct Reducer::State {
     reset_after_pass(true);
     DP_CHECK(misuse.empty(), AutogradError, "DistributedDataParallel: ", misuse);
   }
+  // The reduced used marks, on the host: with a hook, used_u8 (a host tensor) itself; without, the
+  // last bucket's tail, on the bucket's device, read through a copy to the host (one per pass, n
+  // bytes; it waits for the device).
   std::vector<uint8_t> global_used() {
     std::vector<uint8_t> g(params.size());
     if (params.empty()) return g;
-    if (hook) {
-      const uint8_t* u = used_u8.data_ptr<uint8_t>();
-      std::copy(u, u + params.size(), g.begin());
-    } else {
-      Tensor marks = used_tail.ne(0);
-      const bool* m = marks.data_ptr<bool>();
-      for (size_t i = 0; i < params.size(); ++i) g[i] = m[i] ? 1 : 0;
-    }
+    NoGradGuard no_grad;
+    const Tensor marks = hook ? used_u8 : used_tail.ne(0).to(Device::cpu(), kUInt8);
+    const uint8_t* m = marks.data_ptr<uint8_t>();
+    for (size_t i = 0; i < params.size(); ++i) g[i] = m[i] != 0 ? 1 : 0;
     return g;
   }
   void reset_after_pass(bool synced) {
@@ -334,7 +326,7 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, Pro
       s.views[i] = buffer.narrow(0, plan.offsets[k], s.params[i].numel()).view(s.params[i].sizes());
     }
   }
-  s.used_u8 = dp::zeros({static_cast<int64_t>(n)}, TensorOptions().dtype(kUInt8));
+  s.used_u8 = dp::zeros({static_cast<int64_t>(n)}, TensorOptions().dtype(kUInt8));  // host memory (see used_u8)
   std::weak_ptr<State> weak = state_;
   for (size_t i = 0; i < params_.size(); ++i) {
     // Before the accumulation: a gradient that arrives a second time in one pass (a reentrant

@@ -127,7 +127,7 @@ void agree(ProcessGroup& pg, const Outcome& mine, const char* op) {
     if (mine.code != kOk) raise(mine.code, mine.message);
     return;
   }
-  Tensor local = empty({2}, kInt64);
+  Tensor local = empty({2}, kInt64);  // this file's collective tensors are host tensors, written and read on the host
   local.data_ptr<int64_t>()[0] = mine.code;
   local.data_ptr<int64_t>()[1] = static_cast<int64_t>(mine.message.size());
   std::vector<Tensor> all;

@@ -112,7 +112,7 @@ void ZeroRedundancyOptimizer::check_same_parameters(const char* op) {
   zero_detail::Fingerprint fp = zero_detail::fingerprint(*this);
   const int world = group_->size();
   if (world == 1) return;
-  Tensor mine = empty({4}, kInt64);
+  Tensor mine = empty({4}, kInt64);  // host tensors: written and read on the host
   int64_t* m = mine.data_ptr<int64_t>();
   m[0] = static_cast<int64_t>(fp.hash);
   m[1] = fp.groups;
@@ -324,7 +324,9 @@ void ZeroRedundancyOptimizer::launch_param_sync() {
       continue;
     }
     // All-gather: this rank's parameters of the chunk, packed in order into its buffer; the
-    // others' unpacked from theirs when the work completes (on the group's thread).
+    // others' unpacked from theirs when the work completes (on the group's thread). Byte copies on
+    // the host: AllGather requires host parameters (checked at construction), and the buffers are
+    // host tensors.
     std::vector<Tensor>& buffers = gather_buffers_[b];
     auto* mine = static_cast<uint8_t*>(buffers[static_cast<size_t>(rank)].data_ptr());
     size_t offset = 0;

@@ -27,41 +27,12 @@ Tensor zeros_of(IntArrayRef sizes, DType dtype, Device device) {
   return z;
 }
 
-namespace {
-// The conversions of mixed-precision arithmetic (16-bit floats to and from float32) with the
-// one-instruction float16 conversion and vectorised loops; false for other pairs.
-bool convert_fast(const Tensor& dst, const Tensor& src) {
-  if (!dst.is_cpu() || !src.is_cpu()) return false;  // host loops; kernels::copy_kernel sends the others to their device
-  using kernels::launch;
-  using kernels::om;
-  using kernels::st;
-  const DType d = dst.dtype(), s = src.dtype();
-  if (d == kFloat32 && s == kFloat16)
-    launch<float, Half>(
-        dst, [](Half v) { return om(v); }, src);
-  else if (d == kFloat16 && s == kFloat32)
-    launch<Half, float>(
-        dst, [](float v) { return st<Half>(v); }, src);
-  else if (d == kFloat32 && s == kBFloat16)
-    launch<float, BFloat16>(
-        dst, [](BFloat16 v) { return om(v); }, src);
-  else if (d == kBFloat16 && s == kFloat32)
-    launch<BFloat16, float>(
-        dst, [](float v) { return st<BFloat16>(v); }, src);
-  else
-    return false;
-  return true;
-}
-}  // namespace
-
-void copy_into(const Tensor& dst, const Tensor& src) {
-  if (!convert_fast(dst, src)) kernels::copy_kernel(dst, src);
-}
+void copy_into(const Tensor& dst, const Tensor& src) { kernels::copy_kernel(dst, src); }
 
 Tensor to_dtype(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
   Tensor r = new_output(t.sizes(), dtype, t.device());
-  if (!convert_fast(r, t)) kernels::copy_kernel(r, t);
+  kernels::copy_kernel(r, t);
   return r;
 }
 

@@ -1,11 +1,13 @@
 // Tensor factories: empty / zeros / ones / full (+ _like), scalar_tensor, arange, linspace, eye,
-// tensor<T>(host data), from_blob_copy. Every factory validates its device and sizes.
+// tensor<T>(host data), from_blob_copy. Every factory validates its device and sizes and writes its
+// values with the kernels of backend/copy_kernels.h on the tensor's own device; only from_blob_copy
+// (and tensor<T>, through it) reads host memory: the caller's data.
 #include "dp/ops/factory.h"
 #include "dp/ops/shape.h"
 #include <cmath>
 #include <cstring>
 #include "backend/copy_kernels.h"
-#include "backend/dispatch.h"
+#include "backend/tensor_nograd.h"
 #include "dp/core/device_registry.h"
 
 namespace dp {
@@ -35,10 +37,7 @@ Tensor empty(IntArrayRef sizes, TensorOptions opts) { return finish(make("empty"
 
 Tensor zeros(IntArrayRef sizes, TensorOptions opts) {
   Tensor t = make("zeros", sizes, opts);
-  if (!t.is_cpu())
-    kernels::fill_kernel(t, 0);  // device memory: no host memset
-  else if (t.numel() > 0)
-    std::memset(t.data_ptr(), 0, t.nbytes());  // all-zero bits is 0 in every dtype
+  kernels::fill_kernel(t, 0);  // the CPU's fill of all-zero bits is a memset
   return finish(t, opts);
 }
 
@@ -92,63 +91,28 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
   DP_CHECK(size_d >= 0 && size_d <= 9.0e18, ValueError, "arange: invalid size, possible overflow? (start=", start, ", end=", end, ", step=", step,
            ")");
   const int64_t size = static_cast<int64_t>(size_d);
-  // A device's arange is written on the host and copied over (one transfer).
-  Tensor out = make_empty({size}, dt, o.device_.is_cpu() ? o.device_ : Device::cpu());
-  kernels::dispatch_all(dt, "arange", [&]<typename T>() {
-    T* p = out.data_ptr<T>();
-    if constexpr (std::is_integral_v<T>) {
-      const int64_t xs = start.to_int(), xst = step.to_int();
-      for (int64_t i = 0; i < size; ++i) p[i] = static_cast<T>(xs + xst * i);
-    } else {
-      for (int64_t i = 0; i < size; ++i) p[i] = kernels::convert<T>(ds + dst * static_cast<double>(i));
-    }
-  });
-  if (!o.device_.is_cpu()) out = to(out, o.device_, dt, false, false);
+  Tensor out = make_empty({size}, dt, o.device_);
+  if (size > 0) backend::arange_stub(o.device_.type, out, start, step);
   return finish(out, o);
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
   DP_CHECK(steps >= 0, ValueError, "linspace: number of steps must be non-negative, got ", steps);
-  if (!opts.device_.is_cpu()) {  // written on the host, copied over
-    TensorOptions host = opts;
-    host.device_ = Device::cpu();
-    return finish(to(linspace(start, end, steps, host.requires_grad(false)), opts.device_, opts.dtype_, false, false), opts);
-  }
   Tensor out = make("linspace", {steps}, opts);
-  if (steps == 0) return finish(out, opts);
-  // PyTorch's symmetric formula: the first half counts up from start, the second half down from
-  // end, so both ends are exact. The step is computed in the output type (double for integers).
-  kernels::dispatch_all(out.dtype(), "linspace", [&]<typename T>() {
-    using step_t = std::conditional_t<std::is_integral_v<T>, double, std::conditional_t<kernels::is_reduced_float_v<T>, float, T>>;
-    T* p = out.data_ptr<T>();
-    if (steps == 1) {
-      p[0] = kernels::convert<T>(start);
-      return;
-    }
-    const step_t s = static_cast<step_t>(kernels::convert<T>(start));
-    const step_t e = static_cast<step_t>(kernels::convert<T>(end));
-    const step_t step = (e - s) / static_cast<step_t>(steps - 1);
-    const int64_t halfway = steps / 2;
-    for (int64_t i = 0; i < steps; ++i) {
-      step_t v = i < halfway ? s + step * static_cast<step_t>(i) : e - step * static_cast<step_t>(steps - i - 1);
-      p[i] = kernels::convert<T>(v);
-    }
-  });
+  // PyTorch's symmetric formula (backend/copy_kernels.h): the first half counts up from start, the
+  // second half down from end, so both ends are exact.
+  if (steps == 1)
+    kernels::fill_kernel(out, start);
+  else if (steps > 1)
+    backend::linspace_stub(out.device().type, out, start, end);
   return finish(out, opts);
 }
 
 Tensor eye(int64_t n, TensorOptions opts) {
   DP_CHECK(n >= 0, ValueError, "eye: n must be greater or equal to 0, got ", n);
-  if (!opts.device_.is_cpu()) {  // written on the host, copied over
-    TensorOptions host = opts;
-    host.device_ = Device::cpu();
-    return finish(to(eye(n, host.requires_grad(false)), opts.device_, opts.dtype_, false, false), opts);
-  }
   Tensor out = zeros({n, n}, opts.requires_grad(false));
-  kernels::dispatch_all(out.dtype(), "eye", [&]<typename T>() {
-    T* p = out.data_ptr<T>();
-    for (int64_t i = 0; i < n; ++i) p[i * n + i] = kernels::convert<T>(true);
-  });
+  // The diagonal: an [n] view with stride n + 1, filled with one.
+  kernels::fill_kernel(kernels::restride_nograd(out, {n}, {n + 1}), true);
   return finish(out, opts);
 }
 
@@ -193,7 +157,7 @@ Tensor from_blob_copy(const void* data, IntArrayRef sizes, DType dtype, Device d
   Tensor t = make_empty(sizes, dtype, device.is_cpu() ? device : Device::cpu());
   if (t.nbytes() > 0) {
     DP_CHECK(data != nullptr, ValueError, "from_blob_copy: null data pointer for ", t.nbytes(), " bytes of shape ", shape_str(sizes));
-    std::memcpy(t.data_ptr(), data, t.nbytes());
+    std::memcpy(t.data_ptr(), data, t.nbytes());  // the caller's host data into a host tensor (then copied over)
   }
   if (!device.is_cpu()) t = to(t, device, dtype, false, true);
   return t;

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <vector>
 
 #include "backend/index_kernels.h"
@@ -184,17 +183,11 @@ void rebase_inplace(Tensor& self, const Tensor& src, const char* name, autograd:
   autograd::rebase_history(self, node);
 }
 
-// Flattened copy of an index tensor: int64 in host memory; on a device a contiguous [N] view (int32
-// or int64, both fine for index_add) without reading the values.
+// The index tensor as a contiguous [N] view (int32 or int64, both fine for index_add), without
+// reading the values (index_add checks them).
 Tensor flat_index(const Tensor& indices) {
-  if (!indices.is_cpu()) {
-    const Tensor c = kernels::contiguous_nograd(indices);
-    return raw_view(c, {c.numel()}, {1}, c.storage_offset());
-  }
-  std::vector<int64_t> v = read_index_values("embedding", indices);
-  Tensor t = make_empty({static_cast<int64_t>(v.size())}, kInt64, indices.device());
-  if (!v.empty()) std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(int64_t));
-  return t;
+  const Tensor c = kernels::contiguous_nograd(indices);
+  return raw_view(c, {c.numel()}, {1}, c.storage_offset());
 }
 
 // Dense gradient of embedding w.r.t. weight [num_weights, D]: rows of g added at their indices,
@@ -213,15 +206,7 @@ Tensor embedding_dense_backward(const Tensor& g, const Tensor& indices, int64_t 
   Tensor g2 = dp::reshape(g, {N, D});
   Tensor idx = flat_index(indices);
   if (padding_idx >= 0) {
-    Tensor mask;
-    if (!idx.is_cpu()) {  // device memory: the mask by an op, not a host loop
-      mask = dp::reshape(dp::eq(idx, padding_idx), {N, 1});
-    } else {
-      mask = make_empty({N, 1}, kBool, g.device());
-      bool* pm = static_cast<bool*>(mask.data_ptr());
-      const int64_t* pi = static_cast<const int64_t*>(idx.data_ptr());
-      for (int64_t i = 0; i < N; ++i) pm[i] = pi[i] == padding_idx;
-    }
+    const Tensor mask = dp::reshape(dp::eq(idx, padding_idx), {N, 1});
     g2 = dp::masked_fill(g2, mask, 0);
   }
   return index_add_op(raw_zeros({num_weights, D}, g.dtype(), g.device()), 0, idx, g2, false);

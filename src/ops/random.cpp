@@ -12,7 +12,6 @@
 #include <cmath>
 #include <limits>
 #include "dp/core/pooled.h"
-#include "backend/cpu/random_blocks.h"
 #include "backend/random_kernels.h"
 #include "backend/copy_kernels.h"
 #include "backend/dispatch.h"
@@ -26,9 +25,7 @@ namespace dp {
 
 namespace {
 
-using backend::cpu::blocks_for;
-using backend::cpu::for_blocks;
-using backend::cpu::word64;
+using backend::blocks_for;
 
 Generator& pick(Generator* gen, Device d) { return gen ? *gen : default_generator(d); }
 
@@ -37,16 +34,6 @@ Generator& pick(Generator* gen, Device d) { return gen ? *gen : default_generato
 void device_fill(Tensor& t, backend::RandomKind kind, uint64_t seed, uint64_t first, double a, double b) {
   Tensor dst = t.is_contiguous() ? t : make_empty(t.sizes(), t.dtype(), t.device());
   backend::random_fill(t.device().type, kind, dst, seed, first, a, b);
-  if (!dst.is_same(t)) kernels::copy_kernel(t, dst);
-  t.bump_version();
-}
-
-// Runs `fill(T* contiguous_out, n)` into t (in host memory), going through a contiguous buffer
-// when t is not contiguous, and bumps the version counter.
-template <typename F>
-void fill_elements(Tensor& t, const char* op, F&& fill) {
-  Tensor dst = t.is_contiguous() ? t : make_empty(t.sizes(), t.dtype(), t.device());
-  kernels::dispatch_all(t.dtype(), op, [&]<typename T>() { fill.template operator()<T>(dst.numel() ? dst.data_ptr<T>() : nullptr, dst.numel()); });
   if (!dst.is_same(t)) kernels::copy_kernel(t, dst);
   t.bump_version();
 }
@@ -118,13 +105,6 @@ Tensor randn(IntArrayRef sizes, TensorOptions opts, Generator* gen) {
 
 Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts, Generator* gen) {
   check_factory("randint", sizes, opts);
-  if (!opts.device_.is_cpu()) {
-    // Drawn on the host from the device's generator (the same numbers a host draw from that
-    // state gives), then copied over.
-    Generator& dg = pick(gen, opts.device_);
-    const Device dev = opts.device_;
-    return finish(to(randint(low, high, sizes, opts.device(Device::cpu()).requires_grad(false), &dg), dev, opts.dtype_), opts);
-  }
   DP_CHECK(low < high, ValueError, "randint: random_ expects 'from' to be less than 'to', but got from=", low, " >= to=", high);
   // The range must fit the dtype (floating types take any range; large values round).
   kernels::dispatch_all(opts.dtype_, "randint", [&]<typename T>() {
@@ -137,44 +117,24 @@ Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts,
   });
   Tensor t = make_empty(sizes, opts.dtype_, opts.device_);
   Generator& g = pick(gen, opts.device_);
-  const int64_t n = t.numel();
-  const uint64_t first = g.reserve(blocks_for(n, 2));
+  const uint64_t first = g.reserve(blocks_for(t.numel(), 2));
   const uint64_t seed = g.seed();
   const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
-  fill_elements(t, "randint", [&]<typename T>(T* p, int64_t count) {
-    for_blocks(seed, first, count, 2, [&](int64_t i, const uint32_t* w, int k) {
-      const int64_t v = static_cast<int64_t>(static_cast<uint64_t>(low) + word64(w, k) % range);
-      p[i] = kernels::convert<T>(v);
-    });
-  });
+  if (t.numel() > 0) backend::randint_fill(t.device().type, t, seed, first, low, range);
   return finish(t, opts);
 }
 
 Tensor randperm(int64_t n, TensorOptions opts, Generator* gen) {
   DP_CHECK(n >= 0, ValueError, "randperm: n must be non-negative, got ", n);
   check_factory("randperm", {n}, opts);
-  if (!opts.device_.is_cpu()) {  // drawn on the host from the device's generator, copied over
-    Generator& dg = pick(gen, opts.device_);
-    const Device dev = opts.device_;
-    return finish(to(randperm(n, opts.device(Device::cpu()).requires_grad(false), &dg), dev, opts.dtype_), opts);
-  }
   Generator& g = pick(gen, opts.device_);
-  std::vector<int64_t> perm(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) perm[i] = i;
   // Fisher-Yates: swap i (from n-1 down to 1) with a uniform j in [0, i]; swap number s = n-1-i
   // uses draw s.
   const int64_t draws = n > 1 ? n - 1 : 0;
   const uint64_t first = g.reserve(blocks_for(draws, 2));
   const uint64_t seed = g.seed();
-  for_blocks(
-      seed, first, draws, 2,
-      [&](int64_t s, const uint32_t* w, int k) {
-        const int64_t i = n - 1 - s;
-        const int64_t j = static_cast<int64_t>(word64(w, k) % static_cast<uint64_t>(i + 1));
-        std::swap(perm[i], perm[j]);
-      },
-      /*parallel=*/false);
-  Tensor idx = from_blob_copy(perm.data(), {n}, kInt64, opts.device_);
+  Tensor idx = make_empty({n}, kInt64, opts.device_);
+  if (n > 0) backend::randperm_fill(idx.device().type, idx, seed, first);
   Tensor out = idx;
   if (opts.dtype_ != kInt64) {
     out = make_empty({n}, opts.dtype_, opts.device_);

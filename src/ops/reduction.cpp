@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <vector>
 #include "backend/cpu/reduce.h"
+#include "backend/reduce_kernels.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"
@@ -73,31 +74,17 @@ Tensor mean_dims(const Tensor& a, IntArrayRef dims, bool keepdim, const char* no
   return out;
 }
 
-// Column sums of a contiguous [rows, inner] block, accumulated in double as sum_kernel does (same
-// grouping of four rows per pass), written to out[inner].
-template <typename T>
-void column_sums(const T* p, int64_t rows, int64_t inner, T* out) {
-  constexpr int64_t kStack = 512;
-  double stack_acc[kStack];
-  std::vector<double> heap_acc;
-  double* acc = stack_acc;
-  if (inner > kStack) {
-    heap_acc.resize(static_cast<size_t>(inner));
-    acc = heap_acc.data();
-  }
-  std::fill(acc, acc + inner, 0.0);
-  kernels::add_rows_by_four(acc, p, inner, rows, inner);
-  for (int64_t j = 0; j < inner; ++j) out[j] = static_cast<T>(acc[j]);
-}
-
 // sum_to's common case in backward formulas (a bias's gradient: [rows, n] -> [n]) without the
 // general reduction's plan, masks and graph: a contiguous float32/float64 tensor that needs no
-// gradient, summed over a prefix of its dims (the target keeps every later dim as it is). CPU only:
-// on a CUDA device the general reduction already handles this shape with one kernel.
+// gradient, summed over a prefix of its dims (the target keeps every later dim as it is), by the
+// backend's sum_rows_stub where it has one (the CPU: on a CUDA device the general reduction already
+// handles this shape with one kernel).
 // Returns an undefined tensor when the case does not apply (or the shapes are invalid: the general
 // path reports that).
 Tensor sum_leading_dims(const Tensor& a, IntArrayRef shape, int64_t lead) {
-  if (autograd::needs_grad(a) || !a.is_cpu() || !a.is_contiguous() || (a.dtype() != kFloat32 && a.dtype() != kFloat64)) return Tensor();
+  if (autograd::needs_grad(a) || !a.is_contiguous() || (a.dtype() != kFloat32 && a.dtype() != kFloat64) ||
+      !backend::sum_rows_stub.has(a.device().type))
+    return Tensor();
   const int64_t nd = a.dim();
   int64_t first_kept = nd;  // dims [first_kept, nd) are kept as they are
   while (first_kept > lead && shape[first_kept - 1 - lead] == a.size(first_kept - 1)) --first_kept;
@@ -108,10 +95,7 @@ Tensor sum_leading_dims(const Tensor& a, IntArrayRef shape, int64_t lead) {
   for (int64_t d = first_kept; d < nd; ++d) inner *= a.size(d);
   Tensor out = make_empty(shape, a.dtype(), a.device());
   if (inner == 0) return out;
-  if (a.dtype() == kFloat32)
-    column_sums(rows ? a.data_ptr<float>() : nullptr, rows, inner, out.data_ptr<float>());
-  else
-    column_sums(rows ? a.data_ptr<double>() : nullptr, rows, inner, out.data_ptr<double>());
+  backend::sum_rows_stub(a.device().type, out, a, rows, inner);
   return out;
 }
 

@@ -4,9 +4,10 @@
 // tril/triu, sort/topk, cumsum and multinomial call kernels of backend/sequence_kernels.h (CPU
 // only for now). On a device type without those kernels (CUDA): tril/triu are a masked_fill with a
 // triangular mask (device kernels only); sort, argsort, topk, cumsum and multinomial run on a host
-// copy, their results copied back (dp::to both ways, so gradients flow through the copies), as
-// randint and randperm draw on the host. repeat_interleave is written with expand/reshape and
-// index_select, masked_fill_ calls the masked_fill kernel, so both run on every backend.
+// copy, their results copied back (dp::to both ways, so gradients flow through the copies).
+// repeat_interleave is written with expand/reshape and index_select (its repeats read on the host:
+// they decide the output's size), masked_fill_ calls the masked_fill kernel, so both run on every
+// backend.
 //
 // Tensor's methods for these ops are defined at the end of this file, beside the ops they forward
 // to (the other methods: src/ops/tensor_methods.cpp).
@@ -17,8 +18,8 @@
 #include <vector>
 
 #include "backend/copy_kernels.h"
-#include "backend/cpu/random_blocks.h"
 #include "backend/index_kernels.h"
+#include "backend/random_kernels.h"
 #include "backend/sequence_kernels.h"
 #include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
@@ -47,13 +48,12 @@ bool runs_on_host_copy(const Stub& stub, const Tensor& a) {
 
 Tensor triangle(const char* op, const Tensor& a, int64_t diagonal, bool lower);
 
-// The elements tril (triu) zeroes, as a bool [R, C] mask on `device` (built on the host).
+// The elements tril (triu) zeroes, as a bool [R, C] mask on `device`: j - i > diagonal (tril),
+// j - i < diagonal (triu), from two aranges (device kernels only).
 Tensor outside_triangle(int64_t R, int64_t C, int64_t diagonal, bool lower, Device device) {
-  Tensor m = make_empty({R, C}, kBool, Device::cpu());
-  bool* p = R * C > 0 ? m.data_ptr<bool>() : nullptr;
-  for (int64_t i = 0; i < R; ++i)
-    for (int64_t j = 0; j < C; ++j) p[i * C + j] = lower ? j - i > diagonal : j - i < diagonal;
-  return device.is_cpu() ? m : dp::to(m, device, kBool);
+  const TensorOptions o = TensorOptions().dtype(kInt64).device(device);
+  const Tensor d = dp::sub(dp::reshape(dp::arange(C, o), {1, C}), dp::reshape(dp::arange(R, o), {R, 1}));  // j - i
+  return lower ? dp::gt(d, diagonal) : dp::lt(d, diagonal);
 }
 
 Tensor triangle(const char* op, const Tensor& a, int64_t diagonal, bool lower) {
@@ -225,7 +225,7 @@ Tensor multinomial(const Tensor& a, int64_t num_samples, bool replacement, Gener
   Tensor out = make_empty({R, num_samples}, kInt64, a.device());
   if (R > 0) {
     Generator& g = pick(gen, a.device());
-    const uint64_t first = g.reserve(backend::cpu::blocks_for(R * (replacement ? num_samples : C), 2));
+    const uint64_t first = g.reserve(backend::blocks_for(R * (replacement ? num_samples : C), 2));
     const uint64_t seed = g.seed();
     backend::multinomial_kernel(type, out, p, num_samples, replacement, seed, first);
   }

@@ -18,7 +18,10 @@
 #include "backend/copy_kernels.h"
 #include "backend/dispatch.h"
 #include "dp/autograd/function.h"
+#include "backend/tensor_nograd.h"
+#include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
+#include "dp/ops/index.h"
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
@@ -111,39 +114,45 @@ std::vector<int64_t> overlap_counts(const Geometry& g, int64_t base, int64_t len
   return count;
 }
 
+// Storage positions (relative to base) of a geometry's elements in row-major order, as an int64
+// index on `device`, and, with `count` (overlap_counts), how many elements share each element's
+// position, as a `dtype` tensor. Computed on the host from the sizes and strides (metadata).
+Tensor positions_of(const Geometry& g, int64_t base, Device device) {
+  std::vector<int64_t> pos(static_cast<size_t>(numel_of(g.sizes)));
+  for_each_position(g, base, [&](int64_t i, int64_t p) { pos[static_cast<size_t>(i)] = p; });
+  return from_blob_copy(pos.data(), {static_cast<int64_t>(pos.size())}, kInt64, device);
+}
+Tensor shares_of(const Geometry& g, int64_t base, const std::vector<int64_t>& count, DType dtype, Device device) {
+  std::vector<double> c(static_cast<size_t>(numel_of(g.sizes)));
+  for_each_position(g, base, [&](int64_t i, int64_t p) { c[static_cast<size_t>(i)] = static_cast<double>(count[static_cast<size_t>(p)]); });
+  return kernels::convert_nograd(from_blob_copy(c.data(), {static_cast<int64_t>(c.size())}, kFloat64, device), dtype);
+}
+
 // The linear map behind as_strided's gradient. Scatters x (shape from.sizes) into a zero buffer
-// covering storage positions [base, base + len) through `from`, adding where positions repeat,
-// then reads the buffer back through `to`. With div_from, each element of x is first divided by
-// how many elements of `from` share its position; with div_to, each result element by how many
-// elements of `to` share its position (PyTorch's rule for an overlapping input, e.g. an expanded
-// one: the gradient reaching its base through ExpandBackward then counts every position once).
-// The adjoint of restride(from, to, df, dt) is restride(to, from, dt, df), which is what its
-// backward applies (so double backward works).
+// covering storage positions [base, base + len) through `from`, adding where positions repeat (in
+// element order), then reads the buffer back through `to`. With div_from, each element of x is
+// first divided by how many elements of `from` share its position; with div_to, each result
+// element by how many elements of `to` share its position (PyTorch's rule for an overlapping
+// input, e.g. an expanded one: the gradient reaching its base through ExpandBackward then counts
+// every position once). Written with index_add / index_select on x's device, in float32 for the
+// 16-bit floats. The adjoint of restride(from, to, df, dt) is restride(to, from, dt, df), which is
+// what its backward applies (so double backward works).
 Tensor restride(const Tensor& x, const Geometry& from, const Geometry& to, int64_t base, int64_t len, bool div_from, bool div_to) {
-  Tensor xc;
-  {
-    NoGradGuard no_grad;
-    xc = x.is_contiguous() ? x : x.contiguous();
-  }
+  DType acc = x.dtype();
+  kernels::dispatch_floating(x.dtype(), "as_strided_backward", [&]<typename T>() { acc = kernels::is_reduced_float_v<T> ? kFloat32 : x.dtype(); });
   const std::vector<int64_t> from_count = div_from ? overlap_counts(from, base, len) : std::vector<int64_t>();
   const std::vector<int64_t> to_count = div_to ? overlap_counts(to, base, len) : std::vector<int64_t>();
-  Tensor out = empty(to.sizes, options_of(x));
-  kernels::dispatch_floating(x.dtype(), "as_strided_backward", [&]<typename T>() {
-    using A = std::conditional_t<kernels::is_reduced_float_v<T>, float, T>;
-    std::vector<A> buf(static_cast<size_t>(len), A(0));
-    const T* src = xc.numel() ? xc.data_ptr<T>() : nullptr;
-    for_each_position(from, base, [&](int64_t i, int64_t pos) {
-      A v = static_cast<A>(src[i]);
-      if (!from_count.empty()) v /= static_cast<A>(from_count[pos]);
-      buf[pos] += v;
-    });
-    T* dst = out.numel() ? out.data_ptr<T>() : nullptr;
-    for_each_position(to, base, [&](int64_t i, int64_t pos) {
-      A v = buf[pos];
-      if (!to_count.empty()) v /= static_cast<A>(to_count[pos]);
-      dst[i] = static_cast<T>(v);
-    });
-  });
+  const Device dev = x.device();
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    Tensor v = kernels::convert_nograd(dp::reshape(x, {x.numel()}), acc);
+    if (!from_count.empty()) v = dp::div(v, shares_of(from, base, from_count, acc, dev));
+    const Tensor buf = dp::index_add(dp::zeros({len}, TensorOptions().dtype(acc).device(dev)), 0, positions_of(from, base, dev), v);
+    Tensor r = dp::index_select(buf, 0, positions_of(to, base, dev));
+    if (!to_count.empty()) r = dp::div(r, shares_of(to, base, to_count, acc, dev));
+    out = kernels::convert_nograd(dp::reshape(r, to.sizes), x.dtype());
+  }
   if (autograd::needs_grad(x)) {
     autograd::record("AsStridedBackwardBackward0", {x}, {out}, [from, to, base, len, div_from, div_to](variable_list&& g) {
       return variable_list{restride(g[0], to, from, base, len, div_to, div_from)};

@@ -1,8 +1,9 @@
 // reduce_add_coalesced: sums one list of tensors per device into fresh tensors on a destination,
-// in one pass over all of them, split across the devices' workers when there is enough work.
+// in one pass over all of them, split across the devices' workers when there is enough work; each
+// range is the backend's k-way sum (backend/comm_kernels.h's sum_into).
 #include "parallel/reduce.h"
 #include <algorithm>
-#include "backend/dispatch.h"
+#include "backend/comm_kernels.h"
 #include "dp/autograd/grad_mode.h"
 #include "dp/core/device_registry.h"
 #include "dp/ops/factory.h"
@@ -18,25 +19,6 @@ namespace {
 
 // Below this many elements a reduction stays in the calling thread: waking workers costs more.
 constexpr int64_t kMinElementsPerPart = int64_t{1} << 16;
-
-// out[i] = sum over j of ins[j][i], in j order (undefined inputs skipped). 16-bit floats accumulate
-// in float.
-template <typename T>
-void sum_range(T* out, const std::vector<const T*>& ins, int64_t begin, int64_t end) {
-  using Acc = std::conditional_t<kernels::is_reduced_float_v<T>, float, T>;
-  const size_t k = ins.size();
-  if (k == 2 && !kernels::is_reduced_float_v<T>) {
-    const T* a = ins[0];
-    const T* b = ins[1];
-    for (int64_t i = begin; i < end; ++i) out[i] = static_cast<T>(a[i] + b[i]);
-    return;
-  }
-  for (int64_t i = begin; i < end; ++i) {
-    Acc acc = static_cast<Acc>(ins[0][i]);
-    for (size_t j = 1; j < k; ++j) acc += static_cast<Acc>(ins[j][i]);
-    out[i] = static_cast<T>(acc);
-  }
-}
 
 // One output tensor and the inputs that add into it (contiguous, host memory).
 struct Job {
@@ -55,21 +37,12 @@ void run_range(const std::vector<Job>& jobs, int64_t begin, int64_t end) {
     const int64_t hi = std::min(end, job.start + job.out.numel()) - job.start;
     if (job.start >= end) break;
     if (lo >= hi) continue;
-    kernels::dispatch_all(job.out.dtype(), "reduce_add_coalesced", [&]<typename T>() {
-      std::vector<const T*> ins;
-      ins.reserve(job.ins.size());
-      for (const Tensor& t : job.ins) ins.push_back(static_cast<const T*>(t.data_ptr()));
-      T* out = static_cast<T*>(job.out.data_ptr());
-      if constexpr (std::is_same_v<T, bool>) {
-        for (int64_t i = lo; i < hi; ++i) {
-          bool acc = false;
-          for (const T* p : ins) acc = acc || p[i];
-          out[i] = acc;
-        }
-      } else {
-        sum_range<T>(out, ins, lo, hi);
-      }
-    });
+    // The backend's k-way sum on this range (the CPU's: host memory, in the calling thread).
+    const int64_t es = static_cast<int64_t>(element_size(job.out.dtype()));
+    std::vector<const void*> ins;
+    ins.reserve(job.ins.size());
+    for (const Tensor& t : job.ins) ins.push_back(static_cast<const char*>(t.data_ptr()) + lo * es);
+    backend::sum_into(job.out.device().type, static_cast<char*>(job.out.data_ptr()) + lo * es, ins, hi - lo, job.out.dtype(), Stream());
   }
 }
 

@@ -3,6 +3,8 @@
 // is a DeviceError naming the op.
 #include <gtest/gtest.h>
 #include <string>
+#include "backend/comm_kernels.h"
+#include "backend/copy_kernels.h"
 #include "backend/loss_kernels.h"
 #include "backend/optim_kernels.h"
 #include "backend/random_kernels.h"
@@ -64,6 +66,11 @@ TEST(KernelStub, EveryKernelHasACpuImplementationAndACudaOneExactlyInCudaBuilds)
   expect_registered(backend::check_host_scalar_step, "check_host_scalar_step");
   expect_registered(backend::dropout_forward, "dropout_forward");
   expect_registered(backend::dropout_apply, "dropout_apply");
+  expect_registered(backend::randint_fill, "randint_fill");
+  expect_registered(backend::randperm_fill, "randperm_fill");
+  expect_registered(backend::arange_stub, "arange_stub");
+  expect_registered(backend::linspace_stub, "linspace_stub");
+  expect_registered(backend::sum_into, "sum_into");
 }
 
 TEST(KernelStub, ABuildWithoutCudaNamesTheOpAndWhy) {

@@ -120,5 +120,8 @@ void cpu_kernel(const ElementwiseIter& it, F f) {
 // kernels::fill_kernel pick the backend): host memory only.
 void copy_kernel_cpu(const Tensor& dst, const Tensor& src);
 void fill_kernel_cpu(const Tensor& dst, const Scalar& value);
+// The factories' fills (backend/copy_kernels.h's ArangeKernel, LinspaceKernel).
+void arange_kernel_cpu(const Tensor& out, const Scalar& start, const Scalar& step);
+void linspace_kernel_cpu(const Tensor& out, double start, double end);
 
 }  // namespace dp::kernels

@@ -1,5 +1,7 @@
 // The CPU backend's random fills (random_kernels.h): the Philox stream walked on the host, split
-// over threads for large tensors (random_blocks.h).
+// over threads for large tensors (random_blocks.h); randperm's shuffle in one thread.
+#include <cmath>
+#include <utility>
 #include "backend/cpu/random_blocks.h"
 #include "backend/random_kernels.h"
 #include "backend/dispatch.h"
@@ -55,8 +57,36 @@ void random_fill_cpu(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t f
   });
 }
 
+void randint_fill_cpu(const Tensor& t, uint64_t seed, uint64_t first, int64_t low, uint64_t range) {
+  kernels::dispatch_all(t.dtype(), "randint", [&]<typename T>() {
+    T* p = t.numel() ? t.data_ptr<T>() : nullptr;
+    for_blocks(seed, first, t.numel(), 2, [&](int64_t i, const uint32_t* w, int k) {
+      p[i] = kernels::convert<T>(static_cast<int64_t>(static_cast<uint64_t>(low) + philox::word64(w, k) % range));
+    });
+  });
+}
+
+void randperm_fill_cpu(const Tensor& out, uint64_t seed, uint64_t first) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  int64_t* perm = out.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) perm[i] = i;
+  for_blocks(
+      seed, first, n - 1, 2,
+      [&](int64_t s, const uint32_t* w, int k) {
+        const int64_t i = n - 1 - s;
+        const int64_t j = static_cast<int64_t>(philox::word64(w, k) % static_cast<uint64_t>(i + 1));
+        std::swap(perm[i], perm[j]);
+      },
+      /*parallel=*/false);
+}
+
 }  // namespace
 
-void register_cpu_random_kernels() { random_fill.set(DeviceType::CPU, &random_fill_cpu); }
+void register_cpu_random_kernels() {
+  random_fill.set(DeviceType::CPU, &random_fill_cpu);
+  randint_fill.set(DeviceType::CPU, &randint_fill_cpu);
+  randperm_fill.set(DeviceType::CPU, &randperm_fill_cpu);
+}
 
 }  // namespace dp::backend

@@ -1,13 +1,14 @@
 #pragma once
 // Walking a Philox stream on the host, in the layout of src/ops/random.cpp's header comment: used
-// by the CPU backend's random fills (random.cpp here) and by the ops that draw on the host
-// whatever the device (randint, randperm).
+// by the CPU backend's random fills (random.cpp here, randint and randperm included) and the
+// sequence kernels' multinomial.
 #include <algorithm>
 #include <cstdint>
 #include <thread>
 #include <vector>
 #include "core/philox.h"
 #include "dp/core/generator.h"
+#include "backend/random_kernels.h"
 #include "dp/core/worker.h"
 
 namespace dp::backend::cpu {
@@ -17,7 +18,7 @@ using philox::k2pow53inv;
 using philox::u53;
 using philox::word64;
 
-inline uint64_t blocks_for(int64_t n, int per_block) { return static_cast<uint64_t>((n + per_block - 1) / per_block); }
+using backend::blocks_for;
 
 // Calls f(i, block_words, k) for every element index i in [0, n) (k = i's place in its block),
 // `per_block` consecutive elements sharing one Philox block, starting at the reserved block

@@ -209,5 +209,6 @@ void logsumexp_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector
 void norm_kernel_cpu(const Tensor& out, const Tensor& in, double p);
 void softmax_kernel_cpu(const Tensor& out, const Tensor& in, int64_t dim, bool log);
 void softmax_backward_kernel_cpu(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log);
+void sum_rows_kernel_cpu(const Tensor& out, const Tensor& a, int64_t rows, int64_t inner);
 
 }  // namespace dp::kernels

@@ -77,4 +77,35 @@ void mean_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool
   dispatch_floating(in.dtype(), "mean", [&]<typename T>() { run_sum<T, T>(out, in, reduced, keepdim, static_cast<double>(n)); });
 }
 
+namespace {
+
+// Column sums of a contiguous [rows, inner] block, accumulated in double as sum_kernel does (same
+// grouping of four rows per pass), written to out[inner].
+template <typename T>
+void column_sums(const T* p, int64_t rows, int64_t inner, T* out) {
+  constexpr int64_t kStack = 512;
+  double stack_acc[kStack];
+  std::vector<double> heap_acc;
+  double* acc = stack_acc;
+  if (inner > kStack) {
+    heap_acc.resize(static_cast<size_t>(inner));
+    acc = heap_acc.data();
+  }
+  std::fill(acc, acc + inner, 0.0);
+  add_rows_by_four(acc, p, inner, rows, inner);
+  for (int64_t j = 0; j < inner; ++j) out[j] = static_cast<T>(acc[j]);
+}
+
+}  // namespace
+
+void sum_rows_kernel_cpu(const Tensor& out, const Tensor& a, int64_t rows, int64_t inner) {
+  if (inner == 0) return;
+  if (a.dtype() == kFloat32)
+    column_sums(rows ? a.data_ptr<float>() : nullptr, rows, inner, out.data_ptr<float>());
+  else if (a.dtype() == kFloat64)
+    column_sums(rows ? a.data_ptr<double>() : nullptr, rows, inner, out.data_ptr<double>());
+  else
+    unsupported_dtype("sum_to", a.dtype(), "float32, float64");
+}
+
 }  // namespace dp::kernels

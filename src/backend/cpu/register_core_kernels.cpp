@@ -15,6 +15,8 @@ void register_cpu_core_kernels() {
 
   copy_stub.set(DeviceType::CPU, &kernels::copy_kernel_cpu);
   fill_stub.set(DeviceType::CPU, &kernels::fill_kernel_cpu);
+  arange_stub.set(DeviceType::CPU, &kernels::arange_kernel_cpu);
+  linspace_stub.set(DeviceType::CPU, &kernels::linspace_kernel_cpu);
 
   sum_stub.set(DeviceType::CPU, &kernels::sum_kernel_cpu);
   mean_stub.set(DeviceType::CPU, &kernels::mean_kernel_cpu);
@@ -25,6 +27,7 @@ void register_cpu_core_kernels() {
   norm_stub.set(DeviceType::CPU, &kernels::norm_kernel_cpu);
   softmax_stub.set(DeviceType::CPU, &kernels::softmax_kernel_cpu);
   softmax_backward_stub.set(DeviceType::CPU, &kernels::softmax_backward_kernel_cpu);
+  sum_rows_stub.set(DeviceType::CPU, &kernels::sum_rows_kernel_cpu);
 
   layer_norm_stub.set(DeviceType::CPU, &kernels::layer_norm_kernel_cpu);
   layer_norm_backward_stub.set(DeviceType::CPU, &kernels::layer_norm_backward_kernel_cpu);

@@ -6,6 +6,7 @@
 namespace dp::backend {
 
 void register_cpu_attention_kernels();  // attention.cpp
+void register_cpu_comm_kernels();       // comm.cpp
 void register_cpu_index_kernels();      // index.cpp
 void register_cpu_linalg_kernels();     // linalg.cpp
 void register_cpu_rnn_kernels();        // rnn_layer.cpp
@@ -18,6 +19,7 @@ void register_cpu_ops_kernels() {
   // check those per op).
   set_capabilities(DeviceType::CPU, Capabilities{.kernels = true, .half_nn = false});
   register_cpu_attention_kernels();
+  register_cpu_comm_kernels();
   register_cpu_index_kernels();
   register_cpu_linalg_kernels();
   register_cpu_norm_kernels();

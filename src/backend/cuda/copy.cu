@@ -1,6 +1,7 @@
 // CUDA copy (strided, broadcasting, dtype-converting) and fill kernels, and the Philox random fills.
 #include <cuda_runtime.h>
 #include <cstring>
+#include "backend/copy_kernels.h"
 #include "backend/elementwise_impl.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.cuh"
@@ -180,6 +181,48 @@ __global__ void __launch_bounds__(kThreads) bernoulli_kernel(uint64_t n, T* out,
 }
 
 template <typename T>
+__global__ void __launch_bounds__(kThreads) randint_kernel(uint64_t n, T* out, uint64_t seed, uint64_t first, int64_t low, uint64_t range) {
+  const uint64_t stride = uint64_t(gridDim.x) * kThreads;
+  for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    uint32_t w[4];
+    kernels::philox4x32_rounds(seed, first + i / 2, w);
+    out[i] = kernels::convert<T>(static_cast<int64_t>(static_cast<uint64_t>(low) + word64(w, static_cast<int>(i % 2)) % range));
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) arange_values_kernel(uint64_t n, T* out, int64_t istart, int64_t istep, double start, double step) {
+  const uint64_t stride = uint64_t(gridDim.x) * kThreads;
+  for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    if constexpr (std::is_integral_v<T>)
+      out[i] = static_cast<T>(static_cast<int64_t>(static_cast<uint64_t>(istart) + static_cast<uint64_t>(istep) * i));
+    else
+      out[i] = kernels::convert<T>(start + step * static_cast<double>(i));
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) linspace_values_kernel(uint64_t n, T* out, backend::Linspace<T> f) {
+  const uint64_t stride = uint64_t(gridDim.x) * kThreads;
+  for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) out[i] = f(static_cast<int64_t>(i));
+}
+
+// Fisher-Yates is sequential: one thread walks the swaps in the CPU's order (the same permutation).
+__global__ void randperm_kernel(int64_t n, int64_t* perm, uint64_t seed, uint64_t first) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  for (int64_t i = 0; i < n; ++i) perm[i] = i;
+  uint32_t w[4];
+  for (int64_t s = 0; s + 1 < n; ++s) {
+    if (s % 2 == 0) kernels::philox4x32_rounds(seed, first + static_cast<uint64_t>(s / 2), w);
+    const int64_t i = n - 1 - s;
+    const int64_t j = static_cast<int64_t>(word64(w, static_cast<int>(s % 2)) % static_cast<uint64_t>(i + 1));
+    const int64_t t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+}
+
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
     dropout_kernel(uint64_t n, const T* x, bool* mask, T* out, uint64_t seed, uint64_t first, uint64_t threshold, kernels::opmath_t<T> scale) {
   const uint64_t stride = uint64_t(gridDim.x) * kThreads;
@@ -244,6 +287,60 @@ void random_fill(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first
         normal_kernel<T><<<blocks, kThreads, 0, stream>>>(un, static_cast<T*>(t.data_ptr()), seed, first, a, b);
     });
   }
+  DP_CUDA_CHECK(cudaGetLastError());
+}
+
+void randint_fill(const Tensor& t, uint64_t seed, uint64_t first, int64_t low, uint64_t range) {
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  const int dev = t.device().index;
+  DeviceGuard guard(dev);
+  DP_CHECK(t.is_contiguous(), ValueError, "randint (CUDA): expected a contiguous CUDA tensor");
+  cudaStream_t stream = current_stream(dev).handle();
+  kernels::dispatch_all(t.dtype(), "randint", [&]<typename T>() {
+    randint_kernel<T>
+        <<<detail::grid_for(n, dev), kThreads, 0, stream>>>(static_cast<uint64_t>(n), static_cast<T*>(t.data_ptr()), seed, first, low, range);
+  });
+  DP_CUDA_CHECK(cudaGetLastError());
+}
+
+void randperm_fill(const Tensor& out, uint64_t seed, uint64_t first) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const int dev = out.device().index;
+  DeviceGuard guard(dev);
+  DP_CHECK(out.is_contiguous() && out.dtype() == kInt64, ValueError, "randperm (CUDA): expected a contiguous int64 CUDA tensor");
+  randperm_kernel<<<1, 1, 0, current_stream(dev).handle()>>>(n, static_cast<int64_t*>(out.data_ptr()), seed, first);
+  DP_CUDA_CHECK(cudaGetLastError());
+}
+
+void arange_kernel(const Tensor& out, const Scalar& start, const Scalar& step) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const int dev = out.device().index;
+  DeviceGuard guard(dev);
+  DP_CHECK(out.is_contiguous(), ValueError, "arange (CUDA): expected a contiguous CUDA tensor");
+  cudaStream_t stream = current_stream(dev).handle();
+  kernels::dispatch_all(out.dtype(), "arange", [&]<typename T>() {
+    const bool integral = std::is_integral_v<T>;
+    arange_values_kernel<T><<<detail::grid_for(n, dev), kThreads, 0, stream>>>(static_cast<uint64_t>(n), static_cast<T*>(out.data_ptr()),
+                                                                               integral ? start.to_int() : 0, integral ? step.to_int() : 0,
+                                                                               integral ? 0.0 : start.to_double(), integral ? 0.0 : step.to_double());
+  });
+  DP_CUDA_CHECK(cudaGetLastError());
+}
+
+void linspace_kernel(const Tensor& out, double start, double end) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const int dev = out.device().index;
+  DeviceGuard guard(dev);
+  DP_CHECK(out.is_contiguous(), ValueError, "linspace (CUDA): expected a contiguous CUDA tensor");
+  cudaStream_t stream = current_stream(dev).handle();
+  kernels::dispatch_all(out.dtype(), "linspace", [&]<typename T>() {
+    linspace_values_kernel<T><<<detail::grid_for(n, dev), kThreads, 0, stream>>>(static_cast<uint64_t>(n), static_cast<T*>(out.data_ptr()),
+                                                                                 backend::Linspace<T>(start, end, n));
+  });
   DP_CUDA_CHECK(cudaGetLastError());
 }
 

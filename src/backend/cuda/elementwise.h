@@ -47,5 +47,8 @@ void logical_not_kernel(const Tensor& out, const Tensor& a);
 void copy_kernel(const Tensor& dst, const Tensor& src);
 // Every element of dst (any layout, on a CUDA device) = value.
 void fill_kernel(const Tensor& dst, const Scalar& value);
+// The factories' fills (backend/copy_kernels.h's ArangeKernel, LinspaceKernel), on the current stream.
+void arange_kernel(const Tensor& out, const Scalar& start, const Scalar& step);
+void linspace_kernel(const Tensor& out, double start, double end);
 
 }  // namespace dp::cuda

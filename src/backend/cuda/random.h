@@ -15,6 +15,10 @@ enum class RandomKind { Uniform, Normal, Bernoulli };
 // t contiguous on a CUDA device. Uniform: U[a, b); Normal: N(a, b) (mean, std); Bernoulli: P(1) = a
 // (any dtype). Queued on the current stream.
 void random_fill(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first, double a, double b);
+// randint and randperm (backend/random_kernels.h's RandintFill, RandpermFill: the CPU's draws), on
+// the current stream; randperm's shuffle is one thread (Fisher-Yates is sequential).
+void randint_fill(const Tensor& t, uint64_t seed, uint64_t first, int64_t low, uint64_t range);
+void randperm_fill(const Tensor& out, uint64_t seed, uint64_t first);
 
 // Dropout with the CPU's mask (src/backend/cpu/norm_kernels.cpp): element i is kept when word i % 4
 // of block first + i / 4 is below keep * 2^32; out = x * (kept * scale). x, mask (bool), out

@@ -48,6 +48,8 @@ void register_cuda_elementwise_kernels() {
   logical_not_stub.set(DeviceType::CUDA, &cuda::logical_not_kernel);
   copy_stub.set(DeviceType::CUDA, &copy_cuda);
   fill_stub.set(DeviceType::CUDA, &cuda::fill_kernel);
+  arange_stub.set(DeviceType::CUDA, &cuda::arange_kernel);
+  linspace_stub.set(DeviceType::CUDA, &cuda::linspace_kernel);
   copy_across_stub.set(DeviceType::CUDA, &cuda::copy_across);
 }
 

@@ -174,6 +174,8 @@ void register_cuda_ops_kernels() {
   batch_norm_invstd.set(DeviceType::CUDA, &cuda::batch_norm_invstd);
 
   random_fill.set(DeviceType::CUDA, &random_fill_cuda);
+  randint_fill.set(DeviceType::CUDA, &cuda::randint_fill);
+  randperm_fill.set(DeviceType::CUDA, &cuda::randperm_fill);
 }
 
 }  // namespace dp::backend

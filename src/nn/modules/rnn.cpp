@@ -236,7 +236,7 @@ std::tuple<PackedSequence, Tensor, Tensor> RNNImplBase::forward_packed(const Pac
            torch_dtype_name(data.dtype()));
   DP_CHECK(data.size(-1) == c.input_size, ShapeError, "input.size(-1) must be equal to input_size. Expected ", c.input_size, ", got ", data.size(-1));
   DP_CHECK(input.batch_sizes().numel() > 0, ValueError, name, ": the PackedSequence has no steps (batch_sizes is empty)");
-  const int64_t B = input.batch_sizes().data_ptr<int64_t>()[0];
+  const int64_t B = input.batch_sizes().data_ptr<int64_t>()[0];  // batch_sizes is a CPU tensor (PackedSequence's contract)
   const int64_t L = c.num_layers, D = c.bidirectional ? 2 : 1, H = c.hidden_size;
   const Tensor& sorted = input.sorted_indices();
   Tensor h0 = hx_in, c0 = cx_in;

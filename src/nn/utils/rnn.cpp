@@ -16,7 +16,8 @@
 namespace dp::nn::utils::rnn {
 namespace {
 
-// A host copy of a 1-D int64 tensor's values.
+// A host copy of a 1-D int64 tensor's values (lengths and batch sizes: metadata the packing needs
+// on the host, as PyTorch's).
 std::vector<int64_t> host_values(const Tensor& t) {
   Tensor c = t.is_cpu() ? t : t.to(Device::cpu());
   c = c.contiguous();
