@@ -2,7 +2,9 @@
 // Turns a runtime DType into a compile-time element type:
 //   dispatch_all(t.dtype(), "add", [&]<typename T>() { ... });
 // Each family lists the dtypes an op supports; anything else is a DTypeError naming the op.
+#include <string>
 #include <type_traits>
+#include <utility>
 #include "dp/core/dtype.h"
 #include "dp/core/errors.h"
 
@@ -12,78 +14,57 @@ namespace dp::kernels {
   throw DTypeError(detail::str(op, ": unsupported dtype ", dtype_name(t), " (supported: ", family, ")"));
 }
 
+// "float32, float64" for dispatch_types<float, double>: the list an unsupported dtype's error names.
+template <typename... Ts>
+std::string dtype_list() {
+  std::string out;
+  ((out += (out.empty() ? "" : ", "), out += dtype_name(dtype_of<Ts>)), ...);
+  return out;
+}
+
+namespace detail_dispatch {
+// Tries each type in turn; with no match, the error names the whole list All.
+template <typename... All>
+struct Ladder {
+  template <typename T0, typename... Ts, typename F>
+  static decltype(auto) run(DType t, const char* op, F& f) {
+    if (t == dtype_of<T0>) return f.template operator()<T0>();
+    if constexpr (sizeof...(Ts) > 0)
+      return run<Ts...>(t, op, f);
+    else
+      unsupported_dtype(op, t, dtype_list<All...>().c_str());
+  }
+};
+}  // namespace detail_dispatch
+
+// The one dtype dispatch: f.template operator()<T>() for the T of Ts whose dtype is `t`; any other
+// dtype is a DTypeError naming `op` and Ts. Every family below, and every kernel that takes its own
+// set of dtypes, is a list of types given to it, never a switch of its own.
+template <typename... Ts, typename F>
+decltype(auto) dispatch_types(DType t, const char* op, F&& f) {
+  static_assert(sizeof...(Ts) > 0, "dispatch_types: list the element types");
+  return detail_dispatch::Ladder<Ts...>::template run<Ts...>(t, op, f);
+}
+
 template <typename F>
 decltype(auto) dispatch_all(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::Bool:
-      return f.template operator()<bool>();
-    case DType::UInt8:
-      return f.template operator()<uint8_t>();
-    case DType::Int32:
-      return f.template operator()<int32_t>();
-    case DType::Int64:
-      return f.template operator()<int64_t>();
-    case DType::Float16:
-      return f.template operator()<Half>();
-    case DType::BFloat16:
-      return f.template operator()<BFloat16>();
-    case DType::Float32:
-      return f.template operator()<float>();
-    case DType::Float64:
-      return f.template operator()<double>();
-  }
-  unsupported_dtype(op, t, "all");
+  return dispatch_types<bool, uint8_t, int32_t, int64_t, Half, BFloat16, float, double>(t, op, std::forward<F>(f));
 }
 
 // Every dtype but bool (arithmetic).
 template <typename F>
 decltype(auto) dispatch_numeric(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::UInt8:
-      return f.template operator()<uint8_t>();
-    case DType::Int32:
-      return f.template operator()<int32_t>();
-    case DType::Int64:
-      return f.template operator()<int64_t>();
-    case DType::Float16:
-      return f.template operator()<Half>();
-    case DType::BFloat16:
-      return f.template operator()<BFloat16>();
-    case DType::Float32:
-      return f.template operator()<float>();
-    case DType::Float64:
-      return f.template operator()<double>();
-    default:
-      unsupported_dtype(op, t, "uint8, int32, int64, float16, bfloat16, float32, float64");
-  }
+  return dispatch_types<uint8_t, int32_t, int64_t, Half, BFloat16, float, double>(t, op, std::forward<F>(f));
 }
 
 template <typename F>
 decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::Float16:
-      return f.template operator()<Half>();
-    case DType::BFloat16:
-      return f.template operator()<BFloat16>();
-    case DType::Float32:
-      return f.template operator()<float>();
-    case DType::Float64:
-      return f.template operator()<double>();
-    default:
-      unsupported_dtype(op, t, "float16, bfloat16, float32, float64");
-  }
+  return dispatch_types<Half, BFloat16, float, double>(t, op, std::forward<F>(f));
 }
 
 template <typename F>
 decltype(auto) dispatch_index(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::Int32:
-      return f.template operator()<int32_t>();
-    case DType::Int64:
-      return f.template operator()<int64_t>();
-    default:
-      unsupported_dtype(op, t, "int32, int64 (indices)");
-  }
+  return dispatch_types<int32_t, int64_t>(t, op, std::forward<F>(f));
 }
 
 template <typename T>

@@ -2,6 +2,7 @@
 #include "backend/index_kernels.h"
 
 #include <string>
+#include "backend/dispatch.h"
 #include "dp/core/errors.h"
 
 namespace dp::backend {
@@ -28,16 +29,7 @@ void read_values(const Tensor& index, std::vector<int64_t>& out) {
 
 std::vector<int64_t> read_index_values(const char* op, const Tensor& index) {
   std::vector<int64_t> out(index.numel());
-  switch (index.dtype()) {
-    case DType::Int32:
-      read_values<int32_t>(index, out);
-      break;
-    case DType::Int64:
-      read_values<int64_t>(index, out);
-      break;
-    default:
-      throw DTypeError(detail::str(op, ": unsupported dtype ", dtype_name(index.dtype()), " (supported: int32, int64 (indices))"));
-  }
+  kernels::dispatch_index(index.dtype(), op, [&]<typename I>() { read_values<I>(index, out); });
   return out;
 }
 

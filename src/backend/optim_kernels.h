@@ -6,6 +6,7 @@
 // foreach=False sequence with its roundings (src/backend/cpu/fused_updates.h).
 #include <cstdint>
 #include <vector>
+#include "backend/dispatch.h"
 #include "backend/kernel_stub.h"
 #include "dp/core/dtype.h"
 #include "dp/core/errors.h"
@@ -59,26 +60,10 @@ struct AdamTensor {
 
 // Calls f(S{}) with S the element type of a parameter dtype the fused updates take (float32,
 // float64, bfloat16, float16; Optimizer::add_param_group admits no other); `op` names the
-// optimizer in the DTypeError for any other. Both backends' update kernels switch through it.
+// optimizer in the DTypeError for any other. Both backends' update kernels dispatch through it.
 template <typename F>
 void with_param_type(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case kFloat32:
-      f(float{});
-      break;
-    case kFloat64:
-      f(double{});
-      break;
-    case kBFloat16:
-      f(BFloat16{});
-      break;
-    case kFloat16:
-      f(Half{});
-      break;
-    default:
-      throw DTypeError(
-          dp::detail::str(op, ": fused update of ", dtype_name(dtype), " parameters; float32, float64, float16 and bfloat16 are supported"));
-  }
+  kernels::dispatch_types<float, double, BFloat16, Half>(dtype, op, [&]<typename S>() { f(S{}); });
 }
 
 // Every tensor of `list` is of `dtype` (float32, float64, float16 or bfloat16) and on device index

@@ -14,4 +14,17 @@ DP_DEFINE_KERNEL(softmax_stub, "softmax / log_softmax");
 DP_DEFINE_KERNEL(softmax_backward_stub, "softmax / log_softmax backward");
 DP_DEFINE_KERNEL(sum_rows_stub, "sum_to");
 
+SoftmaxGeometry softmax_geometry(const Tensor& t, int64_t dim) {
+  SoftmaxGeometry g;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (d < dim)
+      g.outer *= t.sizes()[d];
+    else if (d == dim)
+      g.dsize = t.sizes()[d];
+    else
+      g.inner *= t.sizes()[d];
+  }
+  return g;
+}
+
 }  // namespace dp::backend

@@ -44,6 +44,13 @@ DP_DECLARE_KERNEL(minmax_index_stub, MinMaxIndexKernel);
 DP_DECLARE_KERNEL(var_stub, VarKernel);
 DP_DECLARE_KERNEL(logsumexp_stub, ReduceKernel);
 DP_DECLARE_KERNEL(norm_stub, NormKernel);
+// The softmax family's view of a contiguous tensor around `dim`: [outer, dsize, inner], the
+// reduced dim's elements `inner` apart. Both backends' kernels take it from here.
+struct SoftmaxGeometry {
+  int64_t outer = 1, dsize = 1, inner = 1;
+};
+SoftmaxGeometry softmax_geometry(const Tensor& t, int64_t dim);
+
 DP_DECLARE_KERNEL(softmax_stub, SoftmaxKernel);
 DP_DECLARE_KERNEL(softmax_backward_stub, SoftmaxBackwardKernel);
 DP_DECLARE_KERNEL(sum_rows_stub, SumRowsKernel);

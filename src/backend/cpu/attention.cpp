@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "backend/attention_kernels.h"
+#include "backend/dispatch.h"
 #include "backend/cpu/blas.h"
 #include "backend/cpu/reduce_vec.h"
 #include "dp/core/errors.h"
@@ -326,9 +327,7 @@ void dispatch_types(DType compute, const AttnMask& mask, F&& f) {
              dtype_name(compute), ", got ", dtype_name(mask.t.dtype()));
     return f.template operator()<T, T>();
   };
-  if (compute == kFloat32) return with_mask.template operator()<float>();
-  DP_CHECK(compute == kFloat64, DTypeError, "scaled_dot_product_attention: the fused CPU kernel takes float32 or float64, got ", dtype_name(compute));
-  return with_mask.template operator()<double>();
+  return kernels::dispatch_types<float, double>(compute, "scaled_dot_product_attention (fused CPU kernel)", with_mask);
 }
 
 void attention_forward_cpu(const AttentionForwardArgs& a) {

@@ -13,9 +13,7 @@ namespace dp::backend::cpu_loss {
 // float32 and float64 (the CPU losses' dtypes; the op has refused the others).
 template <typename F>
 void dispatch_real(DType d, const char* op, F&& f) {
-  kernels::dispatch_floating(d, op, [&]<typename T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) f.template operator()<T>();
-  });
+  kernels::dispatch_types<float, double>(d, op, std::forward<F>(f));
 }
 
 // The input's dtype with the class-index target's: int64 or uint8.

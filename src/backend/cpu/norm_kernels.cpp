@@ -89,16 +89,7 @@ T* mut_ptr_or_null(const Tensor& t) {
 // The norm kernels are float32 / float64 only (the ops check first; this is a backstop).
 template <typename F>
 void dispatch_norm(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::Float32:
-      f.template operator()<float>();
-      return;
-    case DType::Float64:
-      f.template operator()<double>();
-      return;
-    default:
-      unsupported_dtype(op, t, "float32, float64");
-  }
+  dispatch_types<float, double>(t, op, std::forward<F>(f));
 }
 
 // Batch norm's (input, parameter) type pairs: (T, T) for T float32 / float64 / bfloat16, and
@@ -112,19 +103,7 @@ void dispatch_batch_norm(DType input, DType param, const char* op, F&& f) {
   }
   DP_CHECK(param == input, DTypeError, op, ": unsupported weight/bias dtype ", dtype_name(param), " for a ", dtype_name(input),
            " input (supported: the input's dtype, or float32 for a bfloat16 input)");
-  switch (input) {
-    case DType::Float32:
-      f.template operator()<float, float>();
-      return;
-    case DType::Float64:
-      f.template operator()<double, double>();
-      return;
-    case DType::BFloat16:
-      f.template operator()<BFloat16, BFloat16>();
-      return;
-    default:
-      unsupported_dtype(op, input, "float32, float64, bfloat16");
-  }
+  dispatch_types<float, double, BFloat16>(input, op, [&]<typename T>() { f.template operator()<T, T>(); });
 }
 
 // The dtype of the first defined tensor, else `fallback`.

@@ -8,6 +8,7 @@
 // AVX2 and AVX-512 and chosen at run time (DP_TARGET_CLONES, backend/cpu/cpu_dispatch.h).
 #include "backend/cpu/reduce.h"
 #include "backend/cpu/reduce_vec.h"
+#include "backend/reduce_kernels.h"
 
 namespace dp::kernels {
 namespace {
@@ -131,26 +132,9 @@ DP_TARGET_CLONES void softmax_backward_cols(const T* g, const T* y, T* gi, int64
   }
 }
 
-struct Geometry {
-  int64_t outer = 1, dsize = 1, inner = 1;
-};
-
-Geometry geometry(const Tensor& t, int64_t dim) {
-  Geometry g;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (d < dim)
-      g.outer *= t.sizes()[d];
-    else if (d == dim)
-      g.dsize = t.sizes()[d];
-    else
-      g.inner *= t.sizes()[d];
-  }
-  return g;
-}
-
 template <typename T>
 void softmax_typed(const Tensor& out, const Tensor& in, int64_t dim, bool log) {
-  const Geometry geo = geometry(in, dim);
+  const backend::SoftmaxGeometry geo = backend::softmax_geometry(in, dim);
   const T* x = static_cast<const T*>(in.data_ptr());
   T* y = static_cast<T*>(out.data_ptr());
   if (geo.inner == 1) {
@@ -168,7 +152,7 @@ void softmax_typed(const Tensor& out, const Tensor& in, int64_t dim, bool log) {
 
 template <typename T>
 void softmax_backward_typed(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log) {
-  const Geometry geo = geometry(y, dim);
+  const backend::SoftmaxGeometry geo = backend::softmax_geometry(y, dim);
   const T* gp = static_cast<const T*>(g.data_ptr());
   const T* yp = static_cast<const T*>(y.data_ptr());
   T* op = static_cast<T*>(gin.data_ptr());

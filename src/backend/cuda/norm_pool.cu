@@ -39,16 +39,7 @@ struct AccOf<double> {
 // float in every arithmetic expression, so the kernels compute in float and round once on store.
 template <typename F>
 void dispatch_fp(DType dt, const char* op, F&& f) {
-  if (dt == kFloat32)
-    f.template operator()<float>();
-  else if (dt == kFloat64)
-    f.template operator()<double>();
-  else if (dt == kBFloat16)
-    f.template operator()<BFloat16>();
-  else if (dt == kFloat16)
-    f.template operator()<Half>();
-  else
-    kernels::unsupported_dtype(op, dt, "float32, float64, float16, bfloat16");
+  kernels::dispatch_types<float, double, BFloat16, Half>(dt, op, std::forward<F>(f));
 }
 
 struct Launch {

@@ -18,6 +18,7 @@
 #include "backend/cuda/reduce.h"
 #include "backend/cuda/reduce_config.h"
 #include "backend/cuda/reduce_ops.h"
+#include "backend/reduce_kernels.h"
 
 namespace dp::cuda {
 namespace {
@@ -159,23 +160,6 @@ __global__ void __launch_bounds__(detail::kReduceThreads)
   }
 }
 
-struct Geometry {
-  int64_t outer = 1, dsize = 1, inner = 1;
-};
-
-Geometry geometry(const Tensor& t, int64_t dim) {
-  Geometry g;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (d < dim)
-      g.outer *= t.sizes()[d];
-    else if (d == dim)
-      g.dsize = t.sizes()[d];
-    else
-      g.inner *= t.sizes()[d];
-  }
-  return g;
-}
-
 void check_devices(const char* name, const Tensor& out, std::initializer_list<const Tensor*> ins) {
   for (const Tensor* t : ins)
     DP_CHECK(t->device() == out.device(), DeviceError, name, ": expected all tensors to be on the same device, but found at least two devices, ",
@@ -188,7 +172,7 @@ void softmax_kernel(const Tensor& out, const Tensor& in, int64_t dim, bool log) 
   const char* name = log ? "log_softmax" : "softmax";
   check_devices(name, out, {&in});
   if (in.numel() == 0) return;
-  const Geometry geo = geometry(in, dim);
+  const backend::SoftmaxGeometry geo = backend::softmax_geometry(in, dim);
   const SoftmaxLaunch l = detail::choose_softmax_launch(geo.outer, geo.dsize, geo.inner);
   const int dev = out.device().index;
   DeviceGuard guard(dev);
@@ -216,7 +200,7 @@ void softmax_backward_kernel(const Tensor& gin, const Tensor& g, const Tensor& y
   const char* name = log ? "log_softmax_backward" : "softmax_backward";
   check_devices(name, gin, {&g, &y});
   if (y.numel() == 0) return;
-  const Geometry geo = geometry(y, dim);
+  const backend::SoftmaxGeometry geo = backend::softmax_geometry(y, dim);
   const SoftmaxLaunch l = detail::choose_softmax_launch(geo.outer, geo.dsize, geo.inner);
   const int dev = gin.device().index;
   DeviceGuard guard(dev);
