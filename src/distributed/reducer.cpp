@@ -27,7 +27,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono
 void copy_scaled(Tensor& dst, const Tensor& src, double factor) {
   NoGradGuard no_grad;
   if (factor != 1.0 && src.dtype() == dst.dtype() && src.device() == dst.device() && is_floating_point(dst.dtype())) {
-    backend::mul_scalar_stub(dst.device().type, dst, src, factor);
+    backend::mul_scalar_kernel(dst.device().type, dst, src, factor);
     dst.bump_version();
     return;
   }
@@ -36,35 +36,27 @@ void copy_scaled(Tensor& dst, const Tensor& src, double factor) {
 }
 }  // namespace
 
-struct Reducer::State {
-  ProcessGroupPtr group;
-  std::vector<Tensor> params;
-  std::vector<std::string> names;
+namespace {
+
+// The buckets: laid out once from the parameters (plan_buckets) and the same in every pass. Empty
+// on one rank (nothing to reduce).
+struct BucketSet {
   std::vector<BucketPlan> plans;  // per bucket: parameter indices and offsets
   std::vector<size_t> bucket_of;  // per parameter
   std::vector<Tensor> buffers;    // per bucket: flat buffer (the last one carries the used marks)
   std::vector<Tensor> grads;      // per bucket: the gradient part of the buffer
   std::vector<Tensor> views;      // per parameter: its .grad-shaped view of its bucket's buffer
   Tensor used_tail;               // the last bucket's tail, one element per parameter
+  std::vector<Tensor> shadow;     // Join: zero buffers shaped like `buffers`, for shadow passes
+};
 
-  std::mutex mu;
-  CommHook hook;
-  int no_sync_depth = 0;
-  int accumulate_every = 1;
-  uint64_t passes_in_cycle = 0;  // backward passes since the last synchronised one
-  bool last_synced = false;
-  int64_t synced_passes = 0;  // backward passes that synchronised: the optimizer steps, as a rank's "step"
-  GradReduction next_reduction = GradReduction::Mean;
-  int next_divisor = 0;        // Join: the next Mean divides by this many ranks (0: the group size)
-  int divisor = 0;             // the pass in progress's
-  std::vector<Tensor> shadow;  // Join: zero buffers shaped like `buffers`, for shadow passes
-
-  // ---- the pass in progress ----
+// One backward pass: armed by its first gradient (or the model's output), reset by its end.
+struct PassState {
   bool armed = false;  // a backward pass has started; its end-of-pass callback is queued
   bool sync = false;   // this pass reduces
   GradReduction reduction = GradReduction::Mean;
+  int divisor = 0;              // Join: the ranks a Mean divides by (0: the group size)
   std::vector<uint8_t> ready;   // reached (or marked) in this pass
-  std::vector<uint8_t> used;    // got a gradient in any pass since the last synchronised one
   std::vector<uint8_t> zeroed;  // had no .grad at the end of the pass: its slot was zeroed
   std::vector<uint8_t> scaled;  // its slot already holds gradient / world (Mean, folded into the copy)
   bool prescale = false;        // this pass averages by scaling each slot once, then sums
@@ -72,17 +64,41 @@ struct Reducer::State {
   size_t next_launch = 0;
   std::vector<WorkPtr> works;
   WorkPtr used_work;  // with a comm hook: the used marks' own allreduce
-  Tensor used_u8;     // the used marks, in host memory whatever the buckets' device
   std::string error;  // a misuse found during the pass, reported at its end
   Clock::time_point first_ready, first_launch;
+  int64_t pass_start_us = 0;  // when the pass reached this model (the timeline's)
+};
+
+}  // namespace
+
+// A reducer's state: the bucket set, the pass in progress and what spans passes (no_sync,
+// accumulation, the used marks, the comm hook), shared with the hooks and the end-of-pass callback.
+struct Reducer::State {
+  ProcessGroupPtr group;
+  std::vector<Tensor> params;
+  std::vector<std::string> names;
+  BucketSet buckets;  // built once
+  PassState pass;     // the pass in progress (under mu)
+
+  std::mutex mu;
+  // ---- across passes (under mu) ----
+  CommHook hook;
+  int no_sync_depth = 0;
+  int accumulate_every = 1;
+  uint64_t passes_in_cycle = 0;  // backward passes since the last synchronised one
+  bool last_synced = false;
+  int64_t synced_passes = 0;  // backward passes that synchronised: the optimizer steps, as a rank's "step"
+  GradReduction next_reduction = GradReduction::Mean;
+  int next_divisor = 0;       // Join: the next Mean divides by this many ranks (0: the group size)
+  std::vector<uint8_t> used;  // got a gradient in any pass since the last synchronised one
+  Tensor used_u8;             // the used marks, in host memory whatever the buckets' device
   // Timeline (timeline.h): whether it records, read once at construction so that with it off the
-  // hot path pays one branch on this flag, and when the pass reached this model.
+  // hot path pays one branch on this flag.
   bool timeline_on = false;
-  int64_t pass_start_us = 0;
   ReducerStats stats;
 
   bool is_view(size_t i, const Tensor& g) const {
-    const Tensor& v = views[i];
+    const Tensor& v = buckets.views[i];
     return g.defined() && g.storage().get() == v.storage().get() && g.storage_offset() == v.storage_offset() && g.sizes() == v.sizes() &&
            g.is_contiguous();
   }
@@ -92,85 +108,85 @@ struct Reducer::State {
   bool adopt_grad(size_t i, double factor) {
     Tensor g = params[i].grad();
     if (!g.defined() || is_view(i, g)) return false;
-    copy_scaled(views[i], g, factor);
-    params[i].set_grad(views[i]);
+    copy_scaled(buckets.views[i], g, factor);
+    params[i].set_grad(buckets.views[i]);
     return factor != 1.0;
   }
   bool has_grad(size_t i) const { return params[i].grad().defined(); }
-  int mean_divisor() const { return divisor > 0 ? divisor : group->size(); }
-  double copy_factor() const { return prescale ? 1.0 / mean_divisor() : 1.0; }
+  int mean_divisor() const { return pass.divisor > 0 ? pass.divisor : group->size(); }
+  double copy_factor() const { return pass.prescale ? 1.0 / mean_divisor() : 1.0; }
 
   // ---- under mu ----
   void arm_locked() {
-    if (armed) return;
-    armed = true;
+    if (pass.armed) return;
+    pass.armed = true;
     ++passes_in_cycle;
-    sync = no_sync_depth == 0 && passes_in_cycle % static_cast<uint64_t>(accumulate_every) == 0;
-    reduction = next_reduction;
+    pass.sync = no_sync_depth == 0 && passes_in_cycle % static_cast<uint64_t>(accumulate_every) == 0;
+    pass.reduction = next_reduction;
     next_reduction = GradReduction::Mean;
-    divisor = next_divisor;
+    pass.divisor = next_divisor;
     next_divisor = 0;
     // Without a comm hook the mean over ranks is taken slot by slot (in the gradient copy, or at
     // launch for gradients accumulated in place) and the buckets are summed: no separate pass over
     // the reduced buckets. A hook gets the bucket as it is and averages itself.
-    prescale = sync && reduction == GradReduction::Mean && !hook && group->size() > 1;
-    std::fill(ready.begin(), ready.end(), 0);
-    std::fill(zeroed.begin(), zeroed.end(), 0);
-    std::fill(scaled.begin(), scaled.end(), 0);
-    for (size_t b = 0; b < plans.size(); ++b) pending[b] = static_cast<int>(plans[b].params.size());
-    next_launch = 0;
-    error.clear();
-    first_ready = Clock::now();
-    if (timeline_on) pass_start_us = timeline::now_us();
+    pass.prescale = pass.sync && pass.reduction == GradReduction::Mean && !hook && group->size() > 1;
+    std::fill(pass.ready.begin(), pass.ready.end(), 0);
+    std::fill(pass.zeroed.begin(), pass.zeroed.end(), 0);
+    std::fill(pass.scaled.begin(), pass.scaled.end(), 0);
+    for (size_t b = 0; b < buckets.plans.size(); ++b) pass.pending[b] = static_cast<int>(buckets.plans[b].params.size());
+    pass.next_launch = 0;
+    pass.error.clear();
+    pass.first_ready = Clock::now();
+    if (timeline_on) pass.pass_start_us = timeline::now_us();
     group->note_progress(synced_passes, "backward");
     std::shared_ptr<State> self = self_ptr.lock();
     autograd::queue_callback([self] { self->finalize(); });
   }
   void mark_ready_locked(size_t i) {
-    if (ready[i]) {
-      if (error.empty())
-        error = detail::str("parameter '", names[i],
-                            "' got its gradient twice in one backward pass (DistributedDataParallel reduces each "
-                            "parameter once per pass: a reentrant backward or a parameter used outside forward causes this)");
+    if (pass.ready[i]) {
+      if (pass.error.empty())
+        pass.error = detail::str("parameter '", names[i],
+                                 "' got its gradient twice in one backward pass (DistributedDataParallel reduces each "
+                                 "parameter once per pass: a reentrant backward or a parameter used outside forward causes this)");
       return;
     }
-    ready[i] = 1;
+    pass.ready[i] = 1;
     used[i] = 1;
-    if (count_ready_locked(bucket_of[i])) launch_ready_locked();
+    if (count_ready_locked(buckets.bucket_of[i])) launch_ready_locked();
   }
-  // One more parameter of bucket b is ready; true when that was its last. The timeline's "bucket b
-  // ready" is this moment: the bucket may still wait for an earlier one before it is launched.
+  // One more parameter of bucket b is pass.ready; true when that was its last. The timeline's "bucket b
+  // pass.ready" is this moment: the bucket may still wait for an earlier one before it is launched.
   bool count_ready_locked(size_t b) {
-    if (--pending[b] != 0) return false;
-    if (timeline_on) timeline::instant(detail::str("bucket ", b, " ready"), "ddp", timeline::now_us(), 0, bucket_args(b));
+    if (--pass.pending[b] != 0) return false;
+    if (timeline_on) timeline::instant(detail::str("bucket ", b, " pass.ready"), "ddp", timeline::now_us(), 0, bucket_args(b));
     return true;
   }
   // The timeline's arguments of bucket b's events in this pass ("step": the optimizer steps before it).
   std::string bucket_args(size_t b) const {
-    return detail::str("\"bucket\": ", b, ", \"step\": ", synced_passes, ", \"rank\": ", group->rank(), ", \"bytes\": ", grads[b].nbytes(),
-                       ", \"parameters\": ", plans[b].params.size());
+    return detail::str("\"bucket\": ", b, ", \"step\": ", synced_passes, ", \"rank\": ", group->rank(), ", \"bytes\": ", buckets.grads[b].nbytes(),
+                       ", \"parameters\": ", buckets.plans[b].params.size());
   }
   void launch_ready_locked() {
-    while (next_launch < plans.size() && pending[next_launch] == 0) launch_locked(next_launch++);
+    while (pass.next_launch < buckets.plans.size() && pass.pending[pass.next_launch] == 0) launch_locked(pass.next_launch++);
   }
   void launch_locked(size_t b) {
-    const bool last = b + 1 == plans.size();
-    if (b == 0) first_launch = Clock::now();
+    const bool last = b + 1 == buckets.plans.size();
+    if (b == 0) pass.first_launch = Clock::now();
     const int64_t launched_us = timeline_on ? timeline::now_us() : 0;
-    const ReduceOp op = reduction == GradReduction::Mean && !prescale ? ReduceOp::Avg : ReduceOp::Sum;
-    if (prescale) {  // the slots not yet divided by the world size (accumulated in place)
+    const ReduceOp op = pass.reduction == GradReduction::Mean && !pass.prescale ? ReduceOp::Avg : ReduceOp::Sum;
+    if (pass.prescale) {  // the slots not yet divided by the world size (accumulated in place)
       NoGradGuard no_grad;
-      for (size_t i : plans[b].params)
-        if (!scaled[i] && !zeroed[i]) views[i].mul_(1.0 / mean_divisor());
+      for (size_t i : buckets.plans[b].params)
+        if (!pass.scaled[i] && !pass.zeroed[i]) buckets.views[i].mul_(1.0 / mean_divisor());
     }
     WorkPtr w;
     if (hook) {
       GradBucket gb;
       gb.index = b;
       gb.is_last = last;
-      gb.buffer = grads[b];
-      for (size_t i : plans[b].params) gb.parameters.push_back(params[i]);
-      gb.offsets = plans[b].offsets;
+      gb.buffer = buckets.grads[b];
+      for (size_t i : buckets.plans[b].params) gb.parameters.push_back(params[i]);
+      gb.offsets = buckets.plans[b].offsets;
       gb.op = op;
       w = hook(*group, gb);
       DP_CHECK(w != nullptr, ValueError, "DistributedDataParallel: the comm hook returned no Work for bucket ", b);
@@ -178,7 +194,7 @@ struct Reducer::State {
         // used_u8 is a host tensor: written on the host.
         uint8_t* u = used_u8.data_ptr<uint8_t>();
         std::copy(used.begin(), used.end(), u);
-        used_work = group->allreduce(used_u8, ReduceOp::Max);
+        pass.used_work = group->allreduce(used_u8, ReduceOp::Max);
       }
     } else {
       if (last) {
@@ -186,15 +202,15 @@ struct Reducer::State {
         // used_u8 is a host tensor: written on the host, then copied to the bucket's device.
         uint8_t* u = used_u8.data_ptr<uint8_t>();
         std::copy(used.begin(), used.end(), u);
-        used_tail.copy_(used_u8);
+        buckets.used_tail.copy_(used_u8);
       }
-      w = group->allreduce(buffers[b], op);
+      w = group->allreduce(buckets.buffers[b], op);
     }
     if (timeline_on)  // from its launch (here, in order) to its completion, on the communication row
       w->then([b, launched_us, args = bucket_args(b)] {
         timeline::span(detail::str("allreduce bucket ", b), "ddp", launched_us, timeline::now_us(), 1, args);
       });
-    works[b] = std::move(w);
+    pass.works[b] = std::move(w);
   }
 
   // The end of the pass (autograd callback, in the caller of backward()).
@@ -202,33 +218,33 @@ struct Reducer::State {
     std::vector<WorkPtr> wait_for;
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (!sync || group->size() == 1) {
-        armed = false;
-        last_synced = sync;
-        if (sync) {
+      if (!pass.sync || group->size() == 1) {
+        pass.armed = false;
+        last_synced = pass.sync;
+        if (pass.sync) {
           passes_in_cycle = 0;
           ++synced_passes;
         }
-        if (timeline_on) timeline::span(sync ? "backward" : "backward (no_sync)", "ddp", pass_start_us, timeline::now_us());
+        if (timeline_on) timeline::span(pass.sync ? "backward" : "backward (no_sync)", "ddp", pass.pass_start_us, timeline::now_us());
         return;
       }
       // Parameters this pass did not reach: their current .grad (accumulated under no_sync, or set
-      // by the user) or zeros go into the reduction, so every rank launches every bucket.
+      // by the user) or zeros go into the pass.reduction, so every rank launches every bucket.
       for (size_t i = 0; i < params.size(); ++i) {
-        if (ready[i]) continue;
+        if (pass.ready[i]) continue;
         if (has_grad(i)) {
-          scaled[i] = adopt_grad(i, copy_factor());
+          pass.scaled[i] = adopt_grad(i, copy_factor());
         } else {
           NoGradGuard no_grad;
-          views[i].zero_();
-          zeroed[i] = 1;
+          buckets.views[i].zero_();
+          pass.zeroed[i] = 1;
         }
-        ready[i] = 1;
-        count_ready_locked(bucket_of[i]);
+        pass.ready[i] = 1;
+        count_ready_locked(buckets.bucket_of[i]);
       }
       launch_ready_locked();
-      wait_for = works;
-      if (used_work) wait_for.push_back(used_work);
+      wait_for = pass.works;
+      if (pass.used_work) wait_for.push_back(pass.used_work);
     }
     const Clock::time_point pass_end = Clock::now();
     const int64_t pass_end_us = timeline_on ? timeline::now_us() : 0;
@@ -242,20 +258,20 @@ struct Reducer::State {
     if (timeline_on) {
       const int64_t now = timeline::now_us();
       timeline::span("wait for buckets", "ddp", pass_end_us, now);
-      timeline::span("backward", "ddp", pass_start_us, now);
+      timeline::span("backward", "ddp", pass.pass_start_us, now);
     }
     std::string misuse;
     {
       std::lock_guard<std::mutex> lock(mu);
-      misuse = error;
+      misuse = pass.error;
       // A parameter that had no gradient here but one on another rank gets the reduced one; one no
       // rank used keeps an undefined .grad.
       std::vector<uint8_t> global = global_used();
       for (size_t i = 0; i < params.size(); ++i)
-        if (zeroed[i] && global[i]) params[i].set_grad(views[i]);
-      stats.buckets = static_cast<int>(plans.size());
-      stats.backward_ms = ms_between(first_ready, pass_end);
-      stats.communication_ms = ms_between(first_launch, reduced);
+        if (pass.zeroed[i] && global[i]) params[i].set_grad(buckets.views[i]);
+      stats.buckets = static_cast<int>(buckets.plans.size());
+      stats.backward_ms = ms_between(pass.first_ready, pass_end);
+      stats.communication_ms = ms_between(pass.first_launch, reduced);
       stats.exposed_ms = ms_between(pass_end, reduced);
     }
     reset_after_pass(true);
@@ -268,20 +284,20 @@ struct Reducer::State {
     std::vector<uint8_t> g(params.size());
     if (params.empty()) return g;
     NoGradGuard no_grad;
-    const Tensor marks = hook ? used_u8 : used_tail.ne(0).to(Device::cpu(), kUInt8);
+    const Tensor marks = hook ? used_u8 : buckets.used_tail.ne(0).to(Device::cpu(), kUInt8);
     const uint8_t* m = marks.data_ptr<uint8_t>();
     for (size_t i = 0; i < params.size(); ++i) g[i] = m[i] != 0 ? 1 : 0;
     return g;
   }
   void reset_after_pass(bool synced) {
     std::lock_guard<std::mutex> lock(mu);
-    armed = false;
+    pass.armed = false;
     last_synced = synced;
     if (synced) group->note_progress(++synced_passes, "after-backward");
     passes_in_cycle = 0;
     std::fill(used.begin(), used.end(), 0);
-    std::fill(works.begin(), works.end(), nullptr);
-    used_work = nullptr;
+    std::fill(pass.works.begin(), pass.works.end(), nullptr);
+    pass.used_work = nullptr;
   }
 
   std::weak_ptr<State> self_ptr;
@@ -297,33 +313,33 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, Pro
   s.params = std::move(params);
   s.names = std::move(names);
   s.timeline_on = timeline::enabled();
-  s.plans = plan_buckets(s.params, options.first_bucket_mb, options.bucket_cap_mb);
+  s.buckets.plans = plan_buckets(s.params, options.first_bucket_mb, options.bucket_cap_mb);
   const size_t n = s.params.size();
-  s.ready.assign(n, 0);
+  s.pass.ready.assign(n, 0);
   s.used.assign(n, 0);
-  s.zeroed.assign(n, 0);
-  s.scaled.assign(n, 0);
-  s.pending.assign(s.plans.size(), 0);
-  s.works.assign(s.plans.size(), nullptr);
+  s.pass.zeroed.assign(n, 0);
+  s.pass.scaled.assign(n, 0);
+  s.pass.pending.assign(s.buckets.plans.size(), 0);
+  s.pass.works.assign(s.buckets.plans.size(), nullptr);
   // One rank has nothing to reduce: no buffers, hooks, copies or collectives; gradients stay where
   // autograd put them. (The model's output hook still marks each backward, for will_sync() and
   // last_backward_synced().)
   if (s.group->size() == 1) return;
-  s.bucket_of.resize(n);
-  s.views.resize(n);
-  for (size_t b = 0; b < s.plans.size(); ++b) {
-    const BucketPlan& plan = s.plans[b];
-    const bool last = b + 1 == s.plans.size();
+  s.buckets.bucket_of.resize(n);
+  s.buckets.views.resize(n);
+  for (size_t b = 0; b < s.buckets.plans.size(); ++b) {
+    const BucketPlan& plan = s.buckets.plans[b];
+    const bool last = b + 1 == s.buckets.plans.size();
     // The last bucket carries one "used" mark per parameter after its gradients.
     const int64_t total = plan.numel + (last ? static_cast<int64_t>(n) : 0);
     Tensor buffer = dp::zeros({total}, TensorOptions().dtype(plan.dtype).device(plan.device));
-    s.buffers.push_back(buffer);
-    s.grads.push_back(buffer.narrow(0, 0, plan.numel));
-    if (last) s.used_tail = buffer.narrow(0, plan.numel, static_cast<int64_t>(n));
+    s.buckets.buffers.push_back(buffer);
+    s.buckets.grads.push_back(buffer.narrow(0, 0, plan.numel));
+    if (last) s.buckets.used_tail = buffer.narrow(0, plan.numel, static_cast<int64_t>(n));
     for (size_t k = 0; k < plan.params.size(); ++k) {
       const size_t i = plan.params[k];
-      s.bucket_of[i] = b;
-      s.views[i] = buffer.narrow(0, plan.offsets[k], s.params[i].numel()).view(s.params[i].sizes());
+      s.buckets.bucket_of[i] = b;
+      s.buckets.views[i] = buffer.narrow(0, plan.offsets[k], s.params[i].numel()).view(s.params[i].sizes());
     }
   }
   s.used_u8 = dp::zeros({static_cast<int64_t>(n)}, TensorOptions().dtype(kUInt8));  // host memory (see used_u8)
@@ -338,8 +354,8 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, Pro
       WorkPtr in_flight;
       {
         std::lock_guard<std::mutex> lock(st->mu);
-        const size_t b = st->bucket_of[i];
-        if (st->armed && st->sync && st->ready[i] && b < st->next_launch) in_flight = st->works[b];
+        const size_t b = st->buckets.bucket_of[i];
+        if (st->pass.armed && st->pass.sync && st->pass.ready[i] && b < st->pass.next_launch) in_flight = st->pass.works[b];
       }
       if (in_flight) {
         try {
@@ -362,8 +378,8 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, Pro
       // launched before this hook has counted it below.
       const bool scaled = st->adopt_grad(i, factor);
       std::lock_guard<std::mutex> lock(st->mu);
-      st->scaled[i] = scaled;
-      if (st->sync)
+      st->pass.scaled[i] = scaled;
+      if (st->pass.sync)
         st->mark_ready_locked(i);
       else
         st->used[i] = 1;
@@ -379,14 +395,14 @@ void Reducer::prepare_forward() {
   std::lock_guard<std::mutex> lock(state_->mu);
   State& s = *state_;
   s.next_reduction = GradReduction::Mean;
-  if (!s.armed) return;
+  if (!s.pass.armed) return;
   // The last backward pass started but its end never ran: it threw. Some buckets may be on the
   // wire; the other ranks wait for the rest. Nothing can put the ranks back in step.
-  s.armed = false;
+  s.pass.armed = false;
   s.passes_in_cycle = 0;
   std::fill(s.used.begin(), s.used.end(), 0);
-  std::fill(s.works.begin(), s.works.end(), nullptr);
-  s.used_work = nullptr;
+  std::fill(s.pass.works.begin(), s.pass.works.end(), nullptr);
+  s.pass.used_work = nullptr;
   throw DistributedError(detail::str("DistributedDataParallel (rank ", s.group->rank(), " of ", s.group->size(),
                                      "): the previous backward pass failed on this rank before its gradients were reduced, so this rank "
                                      "is out of step with the others; restart the job (from a checkpoint)"));
@@ -411,23 +427,23 @@ void Reducer::shadow_pass(GradReduction reduction) {
   Tensor hook_used_marks;  // with a comm hook: the used marks' own allreduce
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (s.armed)
+    if (s.pass.armed)
       throw DistributedError(dp::detail::str("DistributedDataParallel: a joined rank cannot shadow a backward pass while its own is in progress"));
-    if (s.shadow.empty())
-      for (const Tensor& b : s.buffers) s.shadow.push_back(dp::zeros_like(b));
+    if (s.buckets.shadow.empty())
+      for (const Tensor& b : s.buckets.buffers) s.buckets.shadow.push_back(dp::zeros_like(b));
     // The same operations the training ranks issue (launch_locked): Mean without a hook prescales
     // and sums; with a hook the hook sees the op it must compute.
     const bool prescale = reduction == GradReduction::Mean && !s.hook;
     const ReduceOp op = reduction == GradReduction::Mean && !prescale ? ReduceOp::Avg : ReduceOp::Sum;
-    for (size_t b = 0; b < s.plans.size(); ++b) {
-      const bool last = b + 1 == s.plans.size();
+    for (size_t b = 0; b < s.buckets.plans.size(); ++b) {
+      const bool last = b + 1 == s.buckets.plans.size();
       if (s.hook) {
         GradBucket gb;
         gb.index = b;
         gb.is_last = last;
-        gb.buffer = s.shadow[b].narrow(0, 0, s.plans[b].numel);
-        for (size_t i : s.plans[b].params) gb.parameters.push_back(s.params[i]);
-        gb.offsets = s.plans[b].offsets;
+        gb.buffer = s.buckets.shadow[b].narrow(0, 0, s.buckets.plans[b].numel);
+        for (size_t i : s.buckets.plans[b].params) gb.parameters.push_back(s.params[i]);
+        gb.offsets = s.buckets.plans[b].offsets;
         gb.op = op;
         WorkPtr w = s.hook(*s.group, gb);
         DP_CHECK(w != nullptr, ValueError, "DistributedDataParallel: the comm hook returned no Work for bucket ", b);
@@ -437,7 +453,7 @@ void Reducer::shadow_pass(GradReduction reduction) {
           works.push_back(s.group->allreduce(hook_used_marks, ReduceOp::Max));
         }
       } else {
-        works.push_back(s.group->allreduce(s.shadow[b], op));
+        works.push_back(s.group->allreduce(s.buckets.shadow[b], op));
       }
     }
   }
@@ -447,18 +463,18 @@ void Reducer::shadow_pass(GradReduction reduction) {
   // program can keep its optimizer in step with theirs; a parameter no training rank used keeps its
   // .grad. The used marks came back in the last shadow bucket's tail (with a hook: on their own).
   const size_t n = s.params.size();
-  const Tensor used_marks = s.hook ? hook_used_marks : s.shadow.back().narrow(0, s.plans.back().numel, static_cast<int64_t>(n));
+  const Tensor used_marks = s.hook ? hook_used_marks : s.buckets.shadow.back().narrow(0, s.buckets.plans.back().numel, static_cast<int64_t>(n));
   const Tensor used_on_cpu = used_marks.ne(0).cpu();
   const bool* used = used_on_cpu.data_ptr<bool>();
-  for (size_t b = 0; b < s.plans.size(); ++b)
-    for (size_t k = 0; k < s.plans[b].params.size(); ++k) {
-      const size_t i = s.plans[b].params[k];
+  for (size_t b = 0; b < s.buckets.plans.size(); ++b)
+    for (size_t k = 0; k < s.buckets.plans[b].params.size(); ++k) {
+      const size_t i = s.buckets.plans[b].params[k];
       if (!used[i]) continue;
-      s.views[i].copy_(s.shadow[b].narrow(0, s.plans[b].offsets[k], s.params[i].numel()).view(s.params[i].sizes()));
-      s.params[i].set_grad(s.views[i]);
+      s.buckets.views[i].copy_(s.buckets.shadow[b].narrow(0, s.buckets.plans[b].offsets[k], s.params[i].numel()).view(s.params[i].sizes()));
+      s.params[i].set_grad(s.buckets.views[i]);
     }
   // Keep the zeros zero for the next shadow pass (the reduction wrote the others' gradients in).
-  for (Tensor& t : s.shadow) t.zero_();
+  for (Tensor& t : s.buckets.shadow) t.zero_();
 }
 
 void Reducer::set_next_reduction(GradReduction r) {
@@ -474,7 +490,7 @@ void Reducer::on_backward_reached_output() {
 void Reducer::register_comm_hook(CommHook hook) {
   std::lock_guard<std::mutex> lock(state_->mu);
   DP_CHECK(!state_->hook, ValueError, "DistributedDataParallel: a comm hook is already registered (register_comm_hook may be called once)");
-  DP_CHECK(!state_->armed, ValueError, "DistributedDataParallel: register_comm_hook during a backward pass");
+  DP_CHECK(!state_->pass.armed, ValueError, "DistributedDataParallel: register_comm_hook during a backward pass");
   state_->hook = std::move(hook);
 }
 
@@ -512,7 +528,7 @@ bool Reducer::last_backward_synced() const {
 
 std::vector<std::vector<size_t>> Reducer::bucket_indices() const {
   std::vector<std::vector<size_t>> out;
-  for (const auto& p : state_->plans) out.push_back(p.params);
+  for (const auto& p : state_->buckets.plans) out.push_back(p.params);
   return out;
 }
 
@@ -520,7 +536,7 @@ ReducerStats Reducer::stats() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   ReducerStats st = state_->stats;
   st.bytes = 0;
-  for (const auto& g : state_->grads) st.bytes += static_cast<int64_t>(g.nbytes());
+  for (const auto& g : state_->buckets.grads) st.bytes += static_cast<int64_t>(g.nbytes());
   return st;
 }
 
