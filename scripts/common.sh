@@ -13,6 +13,10 @@ dp_install_deps() {
   fi
 }
 
+# The sanitizers' run-time options (scripts/sanitize.sh explains them).
+DP_ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1:protect_shadow_gap=0:allocator_may_return_null=1"
+DP_UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+
 # dp_build DIR [cmake -D options...] [-- targets...]: configures DIR (Ninja, Release unless an
 # option says otherwise; ccache is picked up by CMakeLists.txt when installed) and builds the
 # targets (all when none are given).

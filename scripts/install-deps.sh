@@ -23,6 +23,7 @@ PACKAGES=(
   tmux                                       # a real terminal for dp-train's progress-bar test
   doxygen                                    # the API reference (scripts/api-docs.sh), kept warning-free by a test
   clang-format-14                            # the C++ style (.clang-format, scripts/format.sh), checked by a test
+  clang-tidy-19                              # unused #includes (.clang-tidy, scripts/lint.sh), checked by a test
 )
 
 missing=()

@@ -28,8 +28,9 @@ BUILD_DIR=${DP_BUILD_DIR:-$default_dir}
 # device or out of memory); harmless without CUDA. allocator_may_return_null=1: a failed allocation
 # returns null (the library's OutOfMemory) instead of aborting, so the tests of running out of memory
 # (IdxHostile.OutOfMemoryNamesTheFile) run under ASan instead of skipping.
-export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1:protect_shadow_gap=0:allocator_may_return_null=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+# (scripts/common.sh: DP_ASAN_OPTIONS, DP_UBSAN_OPTIONS, which scripts/test.sh's quick sanitizer run uses too)
+export ASAN_OPTIONS="$DP_ASAN_OPTIONS${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="$DP_UBSAN_OPTIONS${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$DP_ROOT/scripts/tsan-suppressions.txt${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 
 start=$SECONDS
