@@ -84,6 +84,12 @@ LEVELS = [
 # Edges allowed in addition to LEVELS, as (including layer, included layer). None today.
 EXTRA_ALLOWED = set()
 
+# A backend's own headers (its folders here) are private to it: only files in the same folder and
+# the registry, which names the CPU backend's register function, may include them. Everything
+# above the backends reaches a kernel through the kernel interface (src/backend/*.h) and its stubs.
+PRIVATE_BACKEND_FOLDERS = ["src/backend/cpu", "src/backend/cuda"]
+BACKEND_INCLUDERS = {"src/backend/registry.cpp"}
+
 # Where the files that are checked live, and the file names that are C/C++/CUDA sources.
 SCAN_DIRS = ["src", "include/dp", "tools"]
 SOURCE_SUFFIXES = (".h", ".hpp", ".hh", ".inl", ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh")
@@ -115,7 +121,10 @@ def layer_of(path):
     return best[1] if best else None
 
 
-def allowed(src, dst):
+def allowed(src, dst, including=None, included=None):
+    for folder in PRIVATE_BACKEND_FOLDERS:
+        if included is not None and included.startswith(folder + "/"):
+            return including.startswith(folder + "/") or including in BACKEND_INCLUDERS
     if src == dst or (src, dst) in EXTRA_ALLOWED:
         return True
     return LEVEL_OF[dst] < LEVEL_OF[src]
@@ -164,11 +173,12 @@ def scan(root):
                 if not m:
                     continue
                 header = m.group(1)
-                dst = layer_of(resolve(root, rel, header))
+                target = resolve(root, rel, header)
+                dst = layer_of(target)
                 if dst is None:
                     continue  # not a header of this repository
                 includes += 1
-                if not allowed(src, dst):
+                if not allowed(src, dst, rel, target):
                     backward.append(Edge(rel, lineno, header, src, dst))
     return files, includes, backward, unmapped
 
@@ -370,6 +380,19 @@ def self_test():
                "src/nn/umbrella_user.cpp:2: layer nn includes layer umbrella (dp/dp.h)" in out, out)
         os.remove(os.path.join(root, "src/nn/umbrella_user.cpp"))
         os.remove(os.path.join(root, "include/dp/core.h"))
+
+        # A backend's headers are private: an op including one fails, though the backend is a lower
+        # layer; the backend's own files and the registry may.
+        write(root, "src/backend/cpu/blas.h", '#pragma once\n#include "dp/core/tensor.h"\n')
+        write(root, "src/backend/cpu/gemm2.cpp", '#include "backend/cpu/blas.h"\n')
+        write(root, "src/backend/registry.cpp", '#include "backend/cpu/blas.h"\n')
+        write(root, "src/ops/fast.cpp", '#include "backend/cpu/blas.h"\n')
+        code, out = run(root)
+        expect("an op including a backend's header fails", code == 1 and
+               "src/ops/fast.cpp:1: layer ops includes layer cpu (backend/cpu/blas.h)" in out and
+               "gemm2.cpp" not in out and "registry.cpp" not in out, out)
+        for f in ("src/backend/cpu/blas.h", "src/backend/cpu/gemm2.cpp", "src/backend/registry.cpp", "src/ops/fast.cpp"):
+            os.remove(os.path.join(root, f))
 
         # A file in a folder the table does not know fails: new folders must be placed.
         write(root, "src/newlayer/x.cpp", '#include "dp/core/tensor.h"\n')

@@ -4,6 +4,7 @@
 // the umbrella header dp/dp.h, which includes this one.
 #include "dp/autograd/autograd.h"
 #include "dp/config.h"  // DP_HAVE_CUDA: whether the library was built with the CUDA backend
+#include "dp/core/backends.h"
 #include "dp/core/device_registry.h"
 #include "dp/core/generator.h"
 #include "dp/core/ordered_dict.h"
@@ -11,7 +12,6 @@
 #include "dp/core/tensor.h"
 #include "dp/core/threads.h"
 #include "dp/ops/attention.h"
-#include "dp/ops/backends.h"
 #include "dp/ops/conv.h"
 #include "dp/ops/dropout.h"
 #include "dp/ops/elementwise.h"

@@ -3,7 +3,7 @@
 
 namespace dp::backend {
 
-DP_DEFINE_KERNEL(attention_forward, "scaled_dot_product_attention");
-DP_DEFINE_KERNEL(attention_backward, "scaled_dot_product_attention backward");
+DP_DEFINE_KERNEL(attention_forward_kernel, "scaled_dot_product_attention", KernelCoverage::CpuOnly);
+DP_DEFINE_KERNEL(attention_backward_kernel, "scaled_dot_product_attention backward", KernelCoverage::CpuOnly);
 
 }  // namespace dp::backend

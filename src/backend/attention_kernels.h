@@ -72,7 +72,7 @@ struct AttentionBackwardArgs {
 using AttentionForward = void(const AttentionForwardArgs& a);
 using AttentionBackward = void(const AttentionBackwardArgs& a);
 
-DP_DECLARE_KERNEL(attention_forward, AttentionForward);
-DP_DECLARE_KERNEL(attention_backward, AttentionBackward);
+DP_DECLARE_KERNEL(attention_forward_kernel, AttentionForward);
+DP_DECLARE_KERNEL(attention_backward_kernel, AttentionBackward);
 
 }  // namespace dp::backend

@@ -3,10 +3,10 @@
 
 namespace dp::backend {
 
-DP_DEFINE_KERNEL(collective_usable, "broadcast_coalesced");
-DP_DEFINE_KERNEL(collective_broadcast, "broadcast_coalesced");
-DP_DEFINE_KERNEL(collective_reduce, "reduce_add_coalesced");
-DP_DEFINE_KERNEL(peer_access, "reduce_add_coalesced");
-DP_DEFINE_KERNEL(sum_into, "reduce_add_coalesced");
+DP_DEFINE_KERNEL(collective_usable_kernel, "broadcast_coalesced", KernelCoverage::CudaOnly);
+DP_DEFINE_KERNEL(collective_broadcast_kernel, "broadcast_coalesced", KernelCoverage::CudaOnly);
+DP_DEFINE_KERNEL(collective_reduce_kernel, "reduce_add_coalesced", KernelCoverage::CudaOnly);
+DP_DEFINE_KERNEL(peer_access_kernel, "reduce_add_coalesced", KernelCoverage::CudaOnly);
+DP_DEFINE_KERNEL(sum_into_kernel, "reduce_add_coalesced", KernelCoverage::All);
 
 }  // namespace dp::backend

@@ -29,10 +29,10 @@ using PeerAccess = bool(int device, int peer);
 // stream on the CPU: it runs in the calling thread).
 using SumInto = void(void* out, const std::vector<const void*>& ins, int64_t n, DType dtype, const Stream& stream);
 
-DP_DECLARE_KERNEL(collective_usable, CollectiveUsable);
-DP_DECLARE_KERNEL(collective_broadcast, CollectiveBroadcast);
-DP_DECLARE_KERNEL(collective_reduce, CollectiveReduce);
-DP_DECLARE_KERNEL(peer_access, PeerAccess);
-DP_DECLARE_KERNEL(sum_into, SumInto);
+DP_DECLARE_KERNEL(collective_usable_kernel, CollectiveUsable);
+DP_DECLARE_KERNEL(collective_broadcast_kernel, CollectiveBroadcast);
+DP_DECLARE_KERNEL(collective_reduce_kernel, CollectiveReduce);
+DP_DECLARE_KERNEL(peer_access_kernel, PeerAccess);
+DP_DECLARE_KERNEL(sum_into_kernel, SumInto);
 
 }  // namespace dp::backend

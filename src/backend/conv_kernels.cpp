@@ -3,7 +3,7 @@
 
 namespace dp::backend {
 
-DP_DEFINE_KERNEL(conv2d_forward_stub, "conv2d");
-DP_DEFINE_KERNEL(conv2d_backward_stub, "conv2d backward");
+DP_DEFINE_KERNEL(conv2d_forward_kernel, "conv2d", KernelCoverage::All);
+DP_DEFINE_KERNEL(conv2d_backward_kernel, "conv2d backward", KernelCoverage::All);
 
 }  // namespace dp::backend

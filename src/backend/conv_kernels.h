@@ -2,7 +2,7 @@
 // The kernel interface of 2-D convolution: implemented by the CPU backend
 // (src/backend/cpu/conv_kernels.cpp: im2col + GEMM) and the CUDA backend (src/backend/cuda/conv.cpp:
 // cuDNN), called by src/ops/conv.cpp (which checks arguments and records gradients) through the
-// entries kernels::conv2d_forward_kernel / conv2d_backward_kernel below. No autograd inside.
+// entries backend::conv2d_forward_kernel / conv2d_backward_kernel below. No autograd inside.
 #include <cstdint>
 #include "backend/kernel_stub.h"
 #include "dp/core/tensor.h"
@@ -33,22 +33,9 @@ using Conv2dForwardKernel = void(const Tensor& out, const Tensor& input, const T
 using Conv2dBackwardKernel = void(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input,
                                   const Tensor& weight, const Tensor& grad_output, const Conv2dGeometry& g);
 
-DP_DECLARE_KERNEL(conv2d_forward_stub, Conv2dForwardKernel);
-DP_DECLARE_KERNEL(conv2d_backward_stub, Conv2dBackwardKernel);
+DP_DECLARE_KERNEL(conv2d_forward_kernel, Conv2dForwardKernel);
+DP_DECLARE_KERNEL(conv2d_backward_kernel, Conv2dBackwardKernel);
 
 }  // namespace dp::backend
 
 // The entries the ops call: the output's (grad_output's) device type picks the backend.
-namespace dp::kernels {
-
-using backend::Conv2dGeometry;
-
-inline void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
-  backend::conv2d_forward_stub(out.device().type, out, input, weight, bias, g);
-}
-inline void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input,
-                                   const Tensor& weight, const Tensor& grad_output, const Conv2dGeometry& g) {
-  backend::conv2d_backward_stub(grad_output.device().type, grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
-}
-
-}  // namespace dp::kernels

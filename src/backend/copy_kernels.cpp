@@ -3,10 +3,10 @@
 
 namespace dp::backend {
 
-DP_DEFINE_KERNEL(copy_stub, "copy_");
-DP_DEFINE_KERNEL(fill_stub, "fill_");
-DP_DEFINE_KERNEL(copy_across_stub, "copy_ between devices");
-DP_DEFINE_KERNEL(arange_stub, "arange");
-DP_DEFINE_KERNEL(linspace_stub, "linspace");
+DP_DEFINE_KERNEL(copy_kernel, "copy_", KernelCoverage::All);
+DP_DEFINE_KERNEL(fill_kernel, "fill_", KernelCoverage::All);
+DP_DEFINE_KERNEL(copy_across_kernel, "copy_ between devices", KernelCoverage::CudaOnly);
+DP_DEFINE_KERNEL(arange_kernel, "arange", KernelCoverage::All);
+DP_DEFINE_KERNEL(linspace_kernel, "linspace", KernelCoverage::All);
 
 }  // namespace dp::backend

@@ -2,8 +2,8 @@
 // The kernel interface of strided copies and fills, the device seam of every clone, contiguous,
 // dtype conversion and transfer, and of the factories' fills (arange, linspace): implemented by the
 // CPU backend (src/backend/cpu/loops.cpp) and the CUDA backend (src/backend/cuda/copy.cu,
-// transfer.cpp). The ops call kernels::copy_kernel /
-// kernels::fill_kernel below.
+// transfer.cpp). The ops call backend::copy_kernel /
+// backend::fill_kernel below.
 #include <cstdint>
 #include <type_traits>
 #include "backend/dispatch.h"
@@ -32,11 +32,11 @@ using ArangeKernel = void(const Tensor& out, const Scalar& start, const Scalar& 
 // for integers, else out's dtype.
 using LinspaceKernel = void(const Tensor& out, double start, double end);
 
-DP_DECLARE_KERNEL(copy_stub, CopyKernel);
-DP_DECLARE_KERNEL(fill_stub, FillKernel);
-DP_DECLARE_KERNEL(copy_across_stub, CopyAcrossKernel);
-DP_DECLARE_KERNEL(arange_stub, ArangeKernel);
-DP_DECLARE_KERNEL(linspace_stub, LinspaceKernel);
+DP_DECLARE_KERNEL(copy_kernel, CopyKernel);
+DP_DECLARE_KERNEL(fill_kernel, FillKernel);
+DP_DECLARE_KERNEL(copy_across_kernel, CopyAcrossKernel);
+DP_DECLARE_KERNEL(arange_kernel, ArangeKernel);
+DP_DECLARE_KERNEL(linspace_kernel, LinspaceKernel);
 
 // The device type whose backend copies between dst and src: the device's, when either is not in
 // host memory.
@@ -47,26 +47,17 @@ inline DeviceType copy_device_type(const Tensor& dst, const Tensor& src) { retur
 // backends. Linspace<T> f(start, end, n); f(i) is element i.
 template <typename T>
 struct Linspace {
-  using Step = std::conditional_t<std::is_integral_v<T>, double, std::conditional_t<kernels::is_reduced_float_v<T>, float, T>>;
+  using Step = std::conditional_t<std::is_integral_v<T>, double, std::conditional_t<backend::is_reduced_float_v<T>, float, T>>;
   Step s, e, step;
   int64_t n;
   DP_HOST_DEVICE Linspace(double start, double end, int64_t count)
-      : s(static_cast<Step>(kernels::convert<T>(start))),
-        e(static_cast<Step>(kernels::convert<T>(end))),
+      : s(static_cast<Step>(backend::convert<T>(start))),
+        e(static_cast<Step>(backend::convert<T>(end))),
         step((e - s) / static_cast<Step>(count - 1)),
         n(count) {}
   DP_HOST_DEVICE T operator()(int64_t i) const {
-    return kernels::convert<T>(i < n / 2 ? s + step * static_cast<Step>(i) : e - step * static_cast<Step>(n - i - 1));
+    return backend::convert<T>(i < n / 2 ? s + step * static_cast<Step>(i) : e - step * static_cast<Step>(n - i - 1));
   }
 };
 
 }  // namespace dp::backend
-
-namespace dp::kernels {
-
-// Strided copy with dtype conversion: dst (any layout) <- src broadcast to dst's shape.
-inline void copy_kernel(const Tensor& dst, const Tensor& src) { backend::copy_stub(backend::copy_device_type(dst, src), dst, src); }
-// Fills every element of dst (any layout) with value.
-inline void fill_kernel(const Tensor& dst, const Scalar& value) { backend::fill_stub(dst.device().type, dst, value); }
-
-}  // namespace dp::kernels

@@ -8,7 +8,7 @@
 #include "dp/core/dtype.h"
 #include "dp/core/errors.h"
 
-namespace dp::kernels {
+namespace dp::backend {
 
 [[noreturn]] inline void unsupported_dtype(const char* op, DType t, const char* family) {
   throw DTypeError(detail::str(op, ": unsupported dtype ", dtype_name(t), " (supported: ", family, ")"));
@@ -91,4 +91,4 @@ DP_HOST_DEVICE inline To convert(From v) {
   }
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace dp::kernels {
+namespace dp::backend {
 
 template <typename F>
 void dispatch_width(size_t width, F&& f) {
@@ -25,4 +25,4 @@ void dispatch_width(size_t width, F&& f) {
   }
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend

@@ -16,7 +16,7 @@
 #include "backend/elementwise_kernels.h"
 #include "backend/elementwise_math.h"
 
-namespace dp::kernels::impl {
+namespace dp::backend::impl {
 
 // ---------------------------------------------------------------- functors
 
@@ -301,6 +301,13 @@ struct GeluF {
   template <typename M>
   DP_HOST_DEVICE static DP_INLINE M f(M x) {
     return gelu_f(x);
+  }
+};
+// Phi(x), the standard normal CDF: gelu's derivative part (src/ops/activation.cpp).
+struct NormalCdfF {
+  template <typename M>
+  DP_HOST_DEVICE static DP_INLINE M f(M x) {
+    return M(0.5) * (M(1) + m_erf(x * kSqrt1_2<M>));
   }
 };
 struct GeluTanhF {
@@ -662,6 +669,9 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& a) {
     case UnaryOp::GeluTanh:
       floating_unary<L, GeluTanhF>(out, a, "gelu");
       return;
+    case UnaryOp::NormalCdf:
+      floating_unary<L, NormalCdfF>(out, a, "gelu_backward");
+      return;
     case UnaryOp::Silu:
       floating_unary<L, SiluF>(out, a, "silu");
       return;
@@ -785,4 +795,4 @@ void logical_not_kernel(const Tensor& out, const Tensor& a) {
   dispatch_all(a.dtype(), "logical_not", [&]<typename T>() { L::template run<bool, T>(out, LogicalNotF<T>{}, a); });
 }
 
-}  // namespace dp::kernels::impl
+}  // namespace dp::backend::impl

@@ -13,7 +13,7 @@
 #include "dp/core/scalar.h"
 #include "backend/dispatch.h"
 
-namespace dp::kernels {
+namespace dp::backend {
 
 // The type arithmetic runs in: float for the 16-bit floats (rounded once on store), else T.
 template <typename T>
@@ -329,4 +329,4 @@ DP_HOST_DEVICE DP_INLINE M softplus_grad_f(M x) {
   return sel(x > M(20), M(1), g);
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend

@@ -7,15 +7,15 @@
 
 namespace dp::backend {
 
-DP_DEFINE_KERNEL(index_select_kernel, "index_select");
-DP_DEFINE_KERNEL(index_add_kernel, "index_add");
-DP_DEFINE_KERNEL(gather_kernel, "gather");
-DP_DEFINE_KERNEL(scatter_add_kernel, "scatter_add");
-DP_DEFINE_KERNEL(check_indices, "index check");
-DP_DEFINE_KERNEL(embedding_forward, "embedding");
-DP_DEFINE_KERNEL(embedding_backward, "embedding backward");
-DP_DEFINE_KERNEL(one_hot_kernel, "one_hot");
-DP_DEFINE_KERNEL(masked_fill_kernel, "masked_fill");
+DP_DEFINE_KERNEL(index_select_kernel, "index_select", KernelCoverage::All);
+DP_DEFINE_KERNEL(index_add_kernel, "index_add", KernelCoverage::All);
+DP_DEFINE_KERNEL(gather_kernel, "gather", KernelCoverage::All);
+DP_DEFINE_KERNEL(scatter_add_kernel, "scatter_add", KernelCoverage::All);
+DP_DEFINE_KERNEL(check_indices_kernel, "index check", KernelCoverage::All);
+DP_DEFINE_KERNEL(embedding_forward_kernel, "embedding", KernelCoverage::All);
+DP_DEFINE_KERNEL(embedding_backward_kernel, "embedding backward", KernelCoverage::CudaOnly);
+DP_DEFINE_KERNEL(one_hot_kernel, "one_hot", KernelCoverage::All);
+DP_DEFINE_KERNEL(masked_fill_kernel, "masked_fill", KernelCoverage::All);
 
 namespace {
 
@@ -29,7 +29,7 @@ void read_values(const Tensor& index, std::vector<int64_t>& out) {
 
 std::vector<int64_t> read_index_values(const char* op, const Tensor& index) {
   std::vector<int64_t> out(index.numel());
-  kernels::dispatch_index(index.dtype(), op, [&]<typename I>() { read_values<I>(index, out); });
+  backend::dispatch_index(index.dtype(), op, [&]<typename I>() { read_values<I>(index, out); });
   return out;
 }
 

@@ -52,9 +52,9 @@ DP_DECLARE_KERNEL(index_select_kernel, IndexSelect);
 DP_DECLARE_KERNEL(index_add_kernel, IndexAdd);
 DP_DECLARE_KERNEL(gather_kernel, Gather);
 DP_DECLARE_KERNEL(scatter_add_kernel, ScatterAdd);
-DP_DECLARE_KERNEL(check_indices, CheckIndices);
-DP_DECLARE_KERNEL(embedding_forward, EmbeddingForward);
-DP_DECLARE_KERNEL(embedding_backward, EmbeddingBackward);
+DP_DECLARE_KERNEL(check_indices_kernel, CheckIndices);
+DP_DECLARE_KERNEL(embedding_forward_kernel, EmbeddingForward);
+DP_DECLARE_KERNEL(embedding_backward_kernel, EmbeddingBackward);
 DP_DECLARE_KERNEL(one_hot_kernel, OneHot);
 DP_DECLARE_KERNEL(masked_fill_kernel, MaskedFill);
 

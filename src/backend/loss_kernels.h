@@ -67,8 +67,8 @@ using PointwiseLossForward = bool(PointwiseKind k, const Tensor& out, bool reduc
 using PointwiseLossBackward = void(PointwiseKind k, const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& t,
                                    const Tensor& w, const Tensor& pw);
 
-DP_DECLARE_KERNEL(pointwise_loss_forward, PointwiseLossForward);
-DP_DECLARE_KERNEL(pointwise_loss_backward, PointwiseLossBackward);
+DP_DECLARE_KERNEL(pointwise_loss_forward_kernel, PointwiseLossForward);
+DP_DECLARE_KERNEL(pointwise_loss_backward_kernel, PointwiseLossBackward);
 
 // ---- nll_loss ----
 
@@ -81,8 +81,8 @@ using NllLossForward = bool(const Tensor& out, Reduction red, const Tensor& tota
 // gi (the input's shape, contiguous) = -w[t] * G_i at each sample's target, 0 elsewhere.
 using NllLossBackward = void(const Tensor& gi, const LossGrad& g, const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore);
 
-DP_DECLARE_KERNEL(nll_loss_forward, NllLossForward);
-DP_DECLARE_KERNEL(nll_loss_backward, NllLossBackward);
+DP_DECLARE_KERNEL(nll_loss_forward_kernel, NllLossForward);
+DP_DECLARE_KERNEL(nll_loss_backward_kernel, NllLossBackward);
 
 // ---- cross_entropy ----
 
@@ -105,9 +105,9 @@ using CrossEntropyProbForward = void(const Tensor& out, bool reduced, double sca
 using CrossEntropyProbBackward = void(const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& tq, const Tensor& w,
                                       const Tensor& lse, const Tensor& rs, ClassShape cs, double eps);
 
-DP_DECLARE_KERNEL(cross_entropy_index_forward, CrossEntropyIndexForward);
-DP_DECLARE_KERNEL(cross_entropy_index_backward, CrossEntropyIndexBackward);
-DP_DECLARE_KERNEL(cross_entropy_prob_forward, CrossEntropyProbForward);
-DP_DECLARE_KERNEL(cross_entropy_prob_backward, CrossEntropyProbBackward);
+DP_DECLARE_KERNEL(cross_entropy_index_forward_kernel, CrossEntropyIndexForward);
+DP_DECLARE_KERNEL(cross_entropy_index_backward_kernel, CrossEntropyIndexBackward);
+DP_DECLARE_KERNEL(cross_entropy_prob_forward_kernel, CrossEntropyProbForward);
+DP_DECLARE_KERNEL(cross_entropy_prob_backward_kernel, CrossEntropyProbBackward);
 
 }  // namespace dp::backend

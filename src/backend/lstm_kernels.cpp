@@ -3,7 +3,7 @@
 
 namespace dp::backend {
 
-DP_DEFINE_KERNEL(lstm_layer_forward, "lstm_layer");
-DP_DEFINE_KERNEL(lstm_layer_backward, "lstm_layer backward");
+DP_DEFINE_KERNEL(lstm_layer_forward_kernel, "lstm_layer", KernelCoverage::CudaOnly);
+DP_DEFINE_KERNEL(lstm_layer_backward_kernel, "lstm_layer backward", KernelCoverage::CudaOnly);
 
 }  // namespace dp::backend

@@ -36,7 +36,7 @@ using LstmLayerForward = void(const LstmDims& d, bool reverse, const Tensor& x, 
 // Writes a's outputs (the defined ones; dh0 and dc0 always, as BPTT's running buffers).
 using LstmLayerBackward = void(const LstmDims& d, bool reverse, BackwardArgs& a);
 
-DP_DECLARE_KERNEL(lstm_layer_forward, LstmLayerForward);
-DP_DECLARE_KERNEL(lstm_layer_backward, LstmLayerBackward);
+DP_DECLARE_KERNEL(lstm_layer_forward_kernel, LstmLayerForward);
+DP_DECLARE_KERNEL(lstm_layer_backward_kernel, LstmLayerBackward);
 
 }  // namespace dp::backend

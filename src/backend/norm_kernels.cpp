@@ -3,12 +3,12 @@
 
 namespace dp::backend {
 
-DP_DEFINE_KERNEL(layer_norm_stub, "layer_norm");
-DP_DEFINE_KERNEL(layer_norm_backward_stub, "layer_norm backward");
-DP_DEFINE_KERNEL(batch_norm_stats_stub, "batch_norm");
-DP_DEFINE_KERNEL(batch_norm_apply_stub, "batch_norm");
-DP_DEFINE_KERNEL(batch_norm_backward_stub, "batch_norm backward");
-DP_DEFINE_KERNEL(batch_norm_update_running, "batch_norm");
-DP_DEFINE_KERNEL(batch_norm_invstd, "batch_norm");
+DP_DEFINE_KERNEL(layer_norm_kernel, "layer_norm", KernelCoverage::All);
+DP_DEFINE_KERNEL(layer_norm_backward_kernel, "layer_norm backward", KernelCoverage::All);
+DP_DEFINE_KERNEL(batch_norm_stats_kernel, "batch_norm", KernelCoverage::All);
+DP_DEFINE_KERNEL(batch_norm_apply_kernel, "batch_norm", KernelCoverage::All);
+DP_DEFINE_KERNEL(batch_norm_backward_kernel, "batch_norm backward", KernelCoverage::All);
+DP_DEFINE_KERNEL(batch_norm_update_running_kernel, "batch_norm", KernelCoverage::All);
+DP_DEFINE_KERNEL(batch_norm_invstd_kernel, "batch_norm", KernelCoverage::All);
 
 }  // namespace dp::backend

@@ -2,7 +2,7 @@
 // The kernel interface of layer_norm and batch_norm: implemented by the CPU backend
 // (src/backend/cpu/norm_kernels.cpp, src/backend/cpu/normalization.cpp) and the CUDA backend
 // (src/backend/cuda/norm_pool.cu), called by src/ops/normalization*.cpp through the entries
-// kernels::layer_norm_kernel etc. below, which pick the backend from the input's device type. No
+// backend::layer_norm_kernel etc. below, which pick the backend from the input's device type. No
 // autograd inside. Every tensor argument is contiguous and on x's device; the statistics (mean,
 // rstd / invstd) are float64 whatever the input dtype, so the backward reads them at full
 // precision. batch_norm's per-channel steps (the running-stat update and invstd) run where the
@@ -36,11 +36,11 @@ using BatchNormApplyKernel = void(const Tensor& x, const Tensor& mean, const Ten
 using BatchNormBackwardKernel = void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, bool training,
                                      int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db);
 
-DP_DECLARE_KERNEL(layer_norm_stub, LayerNormKernel);
-DP_DECLARE_KERNEL(layer_norm_backward_stub, LayerNormBackwardKernel);
-DP_DECLARE_KERNEL(batch_norm_stats_stub, BatchNormStatsKernel);
-DP_DECLARE_KERNEL(batch_norm_apply_stub, BatchNormApplyKernel);
-DP_DECLARE_KERNEL(batch_norm_backward_stub, BatchNormBackwardKernel);
+DP_DECLARE_KERNEL(layer_norm_kernel, LayerNormKernel);
+DP_DECLARE_KERNEL(layer_norm_backward_kernel, LayerNormBackwardKernel);
+DP_DECLARE_KERNEL(batch_norm_stats_kernel, BatchNormStatsKernel);
+DP_DECLARE_KERNEL(batch_norm_apply_kernel, BatchNormApplyKernel);
+DP_DECLARE_KERNEL(batch_norm_backward_kernel, BatchNormBackwardKernel);
 
 // ---- batch norm's per-channel steps ----
 
@@ -50,32 +50,9 @@ using BatchNormUpdateRunning = void(const Tensor& running, const Tensor& stat, d
 // v[c] = zero ? 0 : 1 / sqrt(v[c] + eps), in place on a float64 [C] tensor.
 using BatchNormInvstd = void(const Tensor& v, double eps, bool zero);
 
-DP_DECLARE_KERNEL(batch_norm_update_running, BatchNormUpdateRunning);
-DP_DECLARE_KERNEL(batch_norm_invstd, BatchNormInvstd);
+DP_DECLARE_KERNEL(batch_norm_update_running_kernel, BatchNormUpdateRunning);
+DP_DECLARE_KERNEL(batch_norm_invstd_kernel, BatchNormInvstd);
 
 }  // namespace dp::backend
 
 // The entries the ops call: x's device type picks the backend.
-namespace dp::kernels {
-
-inline void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out,
-                              const Tensor& mean, const Tensor& rstd) {
-  backend::layer_norm_stub(x.device().type, x, w, b, M, N, eps, out, mean, rstd);
-}
-inline void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M,
-                                       int64_t N, const Tensor& dx, const Tensor& dw, const Tensor& db) {
-  backend::layer_norm_backward_stub(x.device().type, dy, x, mean, rstd, w, M, N, dx, dw, db);
-}
-inline void batch_norm_stats_kernel(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var) {
-  backend::batch_norm_stats_stub(x.device().type, x, B, C, L, mean, var);
-}
-inline void batch_norm_apply_kernel(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B, int64_t C,
-                                    int64_t L, const Tensor& out) {
-  backend::batch_norm_apply_stub(x.device().type, x, mean, invstd, w, b, B, C, L, out);
-}
-inline void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, bool training,
-                                       int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db) {
-  backend::batch_norm_backward_stub(x.device().type, dy, x, mean, invstd, w, training, B, C, L, dx, dw, db);
-}
-
-}  // namespace dp::kernels

@@ -63,7 +63,7 @@ struct AdamTensor {
 // optimizer in the DTypeError for any other. Both backends' update kernels dispatch through it.
 template <typename F>
 void with_param_type(DType dtype, const char* op, F&& f) {
-  kernels::dispatch_types<float, double, BFloat16, Half>(dtype, op, [&]<typename S>() { f(S{}); });
+  backend::dispatch_types<float, double, BFloat16, Half>(dtype, op, [&]<typename S>() { f(S{}); });
 }
 
 // Every tensor of `list` is of `dtype` (float32, float64, float16 or bfloat16) and on device index
@@ -74,8 +74,8 @@ using AdamUpdate = void(DType dtype, int device, const std::vector<AdamTensor>& 
 // be frozen into a graph being captured on `device` (CUDA graphs); a no-op where nothing captures.
 using CheckHostScalarStep = void(int device, const char* optimizer);
 
-DP_DECLARE_KERNEL(sgd_update, SgdUpdate);
-DP_DECLARE_KERNEL(adam_update, AdamUpdate);
-DP_DECLARE_KERNEL(check_host_scalar_step, CheckHostScalarStep);
+DP_DECLARE_KERNEL(sgd_update_kernel, SgdUpdate);
+DP_DECLARE_KERNEL(adam_update_kernel, AdamUpdate);
+DP_DECLARE_KERNEL(check_host_scalar_step_kernel, CheckHostScalarStep);
 
 }  // namespace dp::backend

@@ -3,11 +3,11 @@
 
 namespace dp::backend {
 
-DP_DEFINE_KERNEL(max_pool2d_stub, "max_pool2d");
-DP_DEFINE_KERNEL(max_pool2d_backward_stub, "max_pool2d backward");
-DP_DEFINE_KERNEL(avg_pool2d_stub, "avg_pool2d");
-DP_DEFINE_KERNEL(avg_pool2d_backward_stub, "avg_pool2d backward");
-DP_DEFINE_KERNEL(adaptive_avg_pool2d_stub, "adaptive_avg_pool2d");
-DP_DEFINE_KERNEL(adaptive_avg_pool2d_backward_stub, "adaptive_avg_pool2d backward");
+DP_DEFINE_KERNEL(max_pool2d_kernel, "max_pool2d", KernelCoverage::All);
+DP_DEFINE_KERNEL(max_pool2d_backward_kernel, "max_pool2d backward", KernelCoverage::All);
+DP_DEFINE_KERNEL(avg_pool2d_kernel, "avg_pool2d", KernelCoverage::All);
+DP_DEFINE_KERNEL(avg_pool2d_backward_kernel, "avg_pool2d backward", KernelCoverage::All);
+DP_DEFINE_KERNEL(adaptive_avg_pool2d_kernel, "adaptive_avg_pool2d", KernelCoverage::All);
+DP_DEFINE_KERNEL(adaptive_avg_pool2d_backward_kernel, "adaptive_avg_pool2d backward", KernelCoverage::All);
 
 }  // namespace dp::backend

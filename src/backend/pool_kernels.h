@@ -2,7 +2,7 @@
 // The kernel interface of 2-D pooling: implemented by the CPU backend
 // (src/backend/cpu/pool_kernels.cpp) and the CUDA backend (src/backend/cuda/norm_pool.cu), called by
 // src/ops/pooling.cpp (which checks arguments and records gradients) through the entries
-// kernels::max_pool2d_kernel etc. below, which pick the backend from the first tensor's device
+// backend::max_pool2d_kernel etc. below, which pick the backend from the first tensor's device
 // type. No autograd inside. Every tensor is contiguous, float32, float64 or bfloat16 (indices
 // int64; the CPU sums bfloat16 in float32 and rounds each result once), on one device, viewed as
 // `planes` planes (N * C) of H x W input / OH x OW output. Window semantics are PyTorch's CPU
@@ -32,39 +32,13 @@ using AvgPool2dBackwardKernel = void(const Tensor& grad_input, const Tensor& gra
 // The adaptive forms (and their backward): out (grad_input) from input (grad_output).
 using AdaptiveAvgPool2dKernel = void(const Tensor& out, const Tensor& input, const Pool2dGeometry& g);
 
-DP_DECLARE_KERNEL(max_pool2d_stub, MaxPool2dKernel);
-DP_DECLARE_KERNEL(max_pool2d_backward_stub, MaxPool2dBackwardKernel);
-DP_DECLARE_KERNEL(avg_pool2d_stub, AvgPool2dKernel);
-DP_DECLARE_KERNEL(avg_pool2d_backward_stub, AvgPool2dBackwardKernel);
-DP_DECLARE_KERNEL(adaptive_avg_pool2d_stub, AdaptiveAvgPool2dKernel);
-DP_DECLARE_KERNEL(adaptive_avg_pool2d_backward_stub, AdaptiveAvgPool2dKernel);
+DP_DECLARE_KERNEL(max_pool2d_kernel, MaxPool2dKernel);
+DP_DECLARE_KERNEL(max_pool2d_backward_kernel, MaxPool2dBackwardKernel);
+DP_DECLARE_KERNEL(avg_pool2d_kernel, AvgPool2dKernel);
+DP_DECLARE_KERNEL(avg_pool2d_backward_kernel, AvgPool2dBackwardKernel);
+DP_DECLARE_KERNEL(adaptive_avg_pool2d_kernel, AdaptiveAvgPool2dKernel);
+DP_DECLARE_KERNEL(adaptive_avg_pool2d_backward_kernel, AdaptiveAvgPool2dKernel);
 
 }  // namespace dp::backend
 
 // The entries the ops call: the output's (the input gradient's) device type picks the backend.
-namespace dp::kernels {
-
-using backend::Pool2dGeometry;
-
-inline void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& input, const Pool2dGeometry& g) {
-  backend::max_pool2d_stub(out.device().type, out, indices, input, g);
-}
-inline void max_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_output, const Tensor& indices, const Pool2dGeometry& g) {
-  backend::max_pool2d_backward_stub(grad_input.device().type, grad_input, grad_output, indices, g);
-}
-inline void avg_pool2d_kernel(const Tensor& out, const Tensor& input, const Pool2dGeometry& g, bool count_include_pad,
-                              std::optional<int64_t> divisor_override) {
-  backend::avg_pool2d_stub(out.device().type, out, input, g, count_include_pad, divisor_override);
-}
-inline void avg_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_output, const Pool2dGeometry& g, bool count_include_pad,
-                                       std::optional<int64_t> divisor_override) {
-  backend::avg_pool2d_backward_stub(grad_input.device().type, grad_input, grad_output, g, count_include_pad, divisor_override);
-}
-inline void adaptive_avg_pool2d_kernel(const Tensor& out, const Tensor& input, const Pool2dGeometry& g) {
-  backend::adaptive_avg_pool2d_stub(out.device().type, out, input, g);
-}
-inline void adaptive_avg_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_output, const Pool2dGeometry& g) {
-  backend::adaptive_avg_pool2d_backward_stub(grad_input.device().type, grad_input, grad_output, g);
-}
-
-}  // namespace dp::kernels

@@ -35,10 +35,10 @@ using RandpermFill = void(const Tensor& out, uint64_t seed, uint64_t first);
 // How many Philox blocks n draws take at per_block draws a block (what an op reserves).
 inline uint64_t blocks_for(int64_t n, int per_block) { return static_cast<uint64_t>((n + per_block - 1) / per_block); }
 
-DP_DECLARE_KERNEL(random_fill, RandomFill);
-DP_DECLARE_KERNEL(randint_fill, RandintFill);
-DP_DECLARE_KERNEL(randperm_fill, RandpermFill);
-DP_DECLARE_KERNEL(dropout_forward, DropoutForward);
-DP_DECLARE_KERNEL(dropout_apply, DropoutApply);
+DP_DECLARE_KERNEL(random_fill_kernel, RandomFill);
+DP_DECLARE_KERNEL(randint_fill_kernel, RandintFill);
+DP_DECLARE_KERNEL(randperm_fill_kernel, RandpermFill);
+DP_DECLARE_KERNEL(dropout_forward_kernel, DropoutForward);
+DP_DECLARE_KERNEL(dropout_apply_kernel, DropoutApply);
 
 }  // namespace dp::backend

@@ -3,16 +3,16 @@
 
 namespace dp::backend {
 
-DP_DEFINE_KERNEL(sum_stub, "sum");
-DP_DEFINE_KERNEL(mean_stub, "mean");
-DP_DEFINE_KERNEL(minmax_stub, "max / min");
-DP_DEFINE_KERNEL(minmax_index_stub, "max / min / argmax / argmin");
-DP_DEFINE_KERNEL(var_stub, "var / std");
-DP_DEFINE_KERNEL(logsumexp_stub, "logsumexp");
-DP_DEFINE_KERNEL(norm_stub, "norm");
-DP_DEFINE_KERNEL(softmax_stub, "softmax / log_softmax");
-DP_DEFINE_KERNEL(softmax_backward_stub, "softmax / log_softmax backward");
-DP_DEFINE_KERNEL(sum_rows_stub, "sum_to");
+DP_DEFINE_KERNEL(sum_kernel, "sum", KernelCoverage::All);
+DP_DEFINE_KERNEL(mean_kernel, "mean", KernelCoverage::All);
+DP_DEFINE_KERNEL(minmax_kernel, "max / min", KernelCoverage::All);
+DP_DEFINE_KERNEL(minmax_index_kernel, "max / min / argmax / argmin", KernelCoverage::All);
+DP_DEFINE_KERNEL(var_kernel, "var / std", KernelCoverage::All);
+DP_DEFINE_KERNEL(logsumexp_kernel, "logsumexp", KernelCoverage::All);
+DP_DEFINE_KERNEL(norm_kernel, "norm", KernelCoverage::All);
+DP_DEFINE_KERNEL(softmax_kernel, "softmax / log_softmax", KernelCoverage::All);
+DP_DEFINE_KERNEL(softmax_backward_kernel, "softmax / log_softmax backward", KernelCoverage::All);
+DP_DEFINE_KERNEL(sum_rows_kernel, "sum_to", KernelCoverage::CpuOnly);
 
 SoftmaxGeometry softmax_geometry(const Tensor& t, int64_t dim) {
   SoftmaxGeometry g;

@@ -1,7 +1,7 @@
 #pragma once
 // The kernel interface of the reductions and the softmax family: implemented by the CPU backend
 // (src/backend/cpu/reduce_*.cpp) and the CUDA backend (src/backend/cuda/reduce.cu, softmax.cu), called by
-// src/ops/reduction*.cpp and softmax through the entries kernels::sum_kernel etc. below, which pick
+// src/ops/reduction*.cpp and softmax through the entries backend::sum_kernel etc. below, which pick
 // the backend from the output's device type. out and in are on one device.
 #include <cstdint>
 #include <vector>
@@ -33,17 +33,17 @@ using SoftmaxKernel = void(const Tensor& out, const Tensor& in, int64_t dim, boo
 using SoftmaxBackwardKernel = void(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log);
 // sum_to's common case (a bias's gradient, [rows, inner] -> [inner]) without the general
 // reduction's plan: out (contiguous, `inner` elements) = the column sums of a (contiguous, viewed as
-// [rows, inner]; float32 or float64, out's dtype), accumulated in double as sum_stub's CPU kernel
+// [rows, inner]; float32 or float64, out's dtype), accumulated in double as sum_kernel's CPU kernel
 // does. A fast path: only the CPU registers it (on CUDA the general reduction is one kernel).
 using SumRowsKernel = void(const Tensor& out, const Tensor& a, int64_t rows, int64_t inner);
 
-DP_DECLARE_KERNEL(sum_stub, ReduceKernel);
-DP_DECLARE_KERNEL(mean_stub, ReduceKernel);
-DP_DECLARE_KERNEL(minmax_stub, MinMaxKernel);
-DP_DECLARE_KERNEL(minmax_index_stub, MinMaxIndexKernel);
-DP_DECLARE_KERNEL(var_stub, VarKernel);
-DP_DECLARE_KERNEL(logsumexp_stub, ReduceKernel);
-DP_DECLARE_KERNEL(norm_stub, NormKernel);
+DP_DECLARE_KERNEL(sum_kernel, ReduceKernel);
+DP_DECLARE_KERNEL(mean_kernel, ReduceKernel);
+DP_DECLARE_KERNEL(minmax_kernel, MinMaxKernel);
+DP_DECLARE_KERNEL(minmax_index_kernel, MinMaxIndexKernel);
+DP_DECLARE_KERNEL(var_kernel, VarKernel);
+DP_DECLARE_KERNEL(logsumexp_kernel, ReduceKernel);
+DP_DECLARE_KERNEL(norm_kernel, NormKernel);
 // The softmax family's view of a contiguous tensor around `dim`: [outer, dsize, inner], the
 // reduced dim's elements `inner` apart. Both backends' kernels take it from here.
 struct SoftmaxGeometry {
@@ -51,49 +51,23 @@ struct SoftmaxGeometry {
 };
 SoftmaxGeometry softmax_geometry(const Tensor& t, int64_t dim);
 
-DP_DECLARE_KERNEL(softmax_stub, SoftmaxKernel);
-DP_DECLARE_KERNEL(softmax_backward_stub, SoftmaxBackwardKernel);
-DP_DECLARE_KERNEL(sum_rows_stub, SumRowsKernel);
+DP_DECLARE_KERNEL(softmax_kernel, SoftmaxKernel);
+DP_DECLARE_KERNEL(softmax_backward_kernel, SoftmaxBackwardKernel);
+DP_DECLARE_KERNEL(sum_rows_kernel, SumRowsKernel);
 
-}  // namespace dp::backend
-
-// The entries the ops call: the output's device type picks the backend.
-namespace dp::kernels {
-
-inline void sum_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
-  backend::sum_stub(out.device().type, out, in, reduced, keepdim);
-}
-inline void mean_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
-  backend::mean_stub(out.device().type, out, in, reduced, keepdim);
-}
-inline void minmax_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, bool is_max) {
-  backend::minmax_stub(out.device().type, out, in, reduced, keepdim, is_max);
-}
-inline void minmax_index_kernel(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim, bool keepdim, bool is_max) {
-  backend::minmax_index_stub((values.defined() ? values : indices).device().type, values, indices, in, dim, keepdim, is_max);
-}
-inline void var_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction, bool take_sqrt) {
-  backend::var_stub(out.device().type, out, in, reduced, keepdim, correction, take_sqrt);
-}
-inline void logsumexp_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
-  backend::logsumexp_stub(out.device().type, out, in, reduced, keepdim);
-}
-inline void norm_kernel(const Tensor& out, const Tensor& in, double p) { backend::norm_stub(out.device().type, out, in, p); }
-
-// Softmax family over `dim` of a contiguous input into a contiguous out of the same shape (the
-// layout check is the caller's contract, checked here for both backends; an empty input is a no-op).
-inline void softmax_kernel(const Tensor& out, const Tensor& in, int64_t dim, bool log) {
+// The contract of softmax_kernel / softmax_backward_kernel, checked by each backend's implementation
+// first: contiguous tensors of one shape (and, backward, of one dtype). False for an empty input,
+// which is a no-op.
+inline bool check_softmax_args(const Tensor& out, const Tensor& in, bool log) {
   DP_CHECK(in.is_contiguous() && out.is_contiguous() && in.sizes() == out.sizes(), ValueError, log ? "log_softmax" : "softmax",
            ": kernel needs contiguous tensors of one shape");
-  if (in.numel() == 0) return;
-  backend::softmax_stub(out.device().type, out, in, dim, log);
+  return in.numel() != 0;
 }
-inline void softmax_backward_kernel(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log) {
+inline bool check_softmax_backward_args(const Tensor& gin, const Tensor& g, const Tensor& y, bool log) {
   DP_CHECK(gin.is_contiguous() && g.is_contiguous() && y.is_contiguous() && g.sizes() == y.sizes() && gin.sizes() == y.sizes() &&
                g.dtype() == y.dtype() && gin.dtype() == y.dtype(),
            ValueError, log ? "log_softmax_backward" : "softmax_backward", ": kernel needs contiguous tensors of one shape and dtype");
-  if (y.numel() == 0) return;
-  backend::softmax_backward_stub(gin.device().type, gin, g, y, dim, log);
+  return y.numel() != 0;
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-namespace dp::kernels {
+namespace dp::backend {
 
 ReducePlan make_reduce_plan(IntArrayRef in_sizes, IntArrayRef in_strides, const std::vector<bool>& reduced, IntArrayRef out_strides, bool reorder) {
   struct Dim {
@@ -107,4 +107,4 @@ int64_t reduced_numel(IntArrayRef sizes, const std::vector<bool>& mask) {
   return n;
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend

@@ -7,7 +7,7 @@
 #include "dp/core/shape.h"
 #include "dp/core/tensor.h"
 
-namespace dp::kernels {
+namespace dp::backend {
 
 struct ReducePlan {
   // Kept dims, outermost first: size, input stride, output stride (elements).
@@ -37,4 +37,4 @@ Shape reduced_shape(IntArrayRef sizes, const std::vector<bool>& mask, bool keepd
 // Number of elements in the reduced dims.
 int64_t reduced_numel(IntArrayRef sizes, const std::vector<bool>& mask);
 
-}  // namespace dp::kernels
+}  // namespace dp::backend

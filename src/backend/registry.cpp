@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <vector>
 #include "backend/kernel_stub.h"
 #include "dp/config.h"  // DP_HAVE_CUDA: whether dparallel was built with the CUDA backend
 #include "dp/core/device_registry.h"
@@ -34,6 +35,37 @@ Backends& backends() {
 }
 
 }  // namespace
+
+// The stubs, enlisted while the program's static objects are constructed: function-local statics,
+// since stubs live in several translation units whose order nothing fixes.
+namespace {
+struct StubList {
+  std::mutex mu;
+  std::vector<const KernelStubBase*> stubs;
+};
+StubList& stub_list() {
+  static StubList* list = new StubList;  // never destroyed: stubs of other objects leave it at exit
+  return *list;
+}
+}  // namespace
+
+KernelStubBase::KernelStubBase(const char* name, const char* op, KernelCoverage coverage) : name_(name), op_(op), coverage_(coverage) {
+  StubList& l = stub_list();
+  std::lock_guard<std::mutex> lock(l.mu);
+  l.stubs.push_back(this);
+}
+
+KernelStubBase::~KernelStubBase() {
+  StubList& l = stub_list();
+  std::lock_guard<std::mutex> lock(l.mu);
+  std::erase(l.stubs, this);
+}
+
+std::vector<const KernelStubBase*> all_kernel_stubs() {
+  StubList& l = stub_list();
+  std::lock_guard<std::mutex> lock(l.mu);
+  return l.stubs;
+}
 
 void enlist_backend(DeviceType type, RegisterBackendFn fn) {
   const auto t = static_cast<size_t>(type);

@@ -5,8 +5,8 @@
 
 namespace dp::backend {
 
-DP_DEFINE_KERNEL(rnn_layer_forward, "rnn_layer");
-DP_DEFINE_KERNEL(rnn_layer_backward, "rnn_layer backward");
+DP_DEFINE_KERNEL(rnn_layer_forward_kernel, "rnn_layer", KernelCoverage::CpuOnly);
+DP_DEFINE_KERNEL(rnn_layer_backward_kernel, "rnn_layer backward", KernelCoverage::CpuOnly);
 
 RnnSteps RnnSteps::dense(int64_t T, int64_t B, bool reverse) {
   RnnSteps s;

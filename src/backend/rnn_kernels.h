@@ -87,7 +87,7 @@ struct RnnBackwardArgs {
 using RnnLayerForward = void(const RnnLayerDims& d, const RnnSteps& steps, RnnForwardArgs& a);
 using RnnLayerBackward = void(const RnnLayerDims& d, const RnnSteps& steps, RnnBackwardArgs& a);
 
-DP_DECLARE_KERNEL(rnn_layer_forward, RnnLayerForward);
-DP_DECLARE_KERNEL(rnn_layer_backward, RnnLayerBackward);
+DP_DECLARE_KERNEL(rnn_layer_forward_kernel, RnnLayerForward);
+DP_DECLARE_KERNEL(rnn_layer_backward_kernel, RnnLayerBackward);
 
 }  // namespace dp::backend

@@ -3,11 +3,11 @@
 
 namespace dp::backend {
 
-DP_DEFINE_KERNEL(triangle_kernel, "tril/triu");
-DP_DEFINE_KERNEL(sort_kernel, "sort");
-DP_DEFINE_KERNEL(topk_kernel, "topk");
-DP_DEFINE_KERNEL(cumsum_kernel, "cumsum");
-DP_DEFINE_KERNEL(multinomial_kernel, "multinomial");
-DP_DEFINE_KERNEL(multinomial_check, "multinomial");
+DP_DEFINE_KERNEL(triangle_kernel, "tril/triu", KernelCoverage::CpuOnly);
+DP_DEFINE_KERNEL(sort_kernel, "sort", KernelCoverage::CpuOnly);
+DP_DEFINE_KERNEL(topk_kernel, "topk", KernelCoverage::CpuOnly);
+DP_DEFINE_KERNEL(cumsum_kernel, "cumsum", KernelCoverage::CpuOnly);
+DP_DEFINE_KERNEL(multinomial_kernel, "multinomial", KernelCoverage::CpuOnly);
+DP_DEFINE_KERNEL(multinomial_check_kernel, "multinomial", KernelCoverage::CpuOnly);
 
 }  // namespace dp::backend

@@ -68,6 +68,6 @@ DP_DECLARE_KERNEL(sort_kernel, Sort);
 DP_DECLARE_KERNEL(topk_kernel, TopK);
 DP_DECLARE_KERNEL(cumsum_kernel, Cumsum);
 DP_DECLARE_KERNEL(multinomial_kernel, Multinomial);
-DP_DECLARE_KERNEL(multinomial_check, MultinomialCheck);
+DP_DECLARE_KERNEL(multinomial_check_kernel, MultinomialCheck);
 
 }  // namespace dp::backend

@@ -3,7 +3,7 @@
 #include "dp/core/pooled.h"
 #include "backend/copy_kernels.h"
 
-namespace dp::kernels {
+namespace dp::backend {
 
 const char* torch_type_name(DType t) {
   switch (t) {
@@ -30,14 +30,14 @@ const char* torch_type_name(DType t) {
 Tensor contiguous_nograd(const Tensor& t) {
   if (t.is_contiguous()) return t;
   Tensor out = make_empty(t.sizes(), t.dtype(), t.device());
-  copy_kernel(out, t);
+  backend::copy_kernel(backend::copy_device_type(out, t), out, t);
   return out;
 }
 
 Tensor convert_nograd(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
   Tensor out = make_empty(t.sizes(), dtype, t.device());
-  copy_kernel(out, t);
+  backend::copy_kernel(backend::copy_device_type(out, t), out, t);
   return out;
 }
 
@@ -45,4 +45,4 @@ Tensor restride_nograd(const Tensor& t, IntArrayRef sizes, IntArrayRef strides) 
   return Tensor(::dp::detail::make_pooled<TensorImpl>(t.storage(), sizes.vec(), strides.vec(), t.storage_offset(), t.dtype()));
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend

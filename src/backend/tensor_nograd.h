@@ -3,7 +3,7 @@
 // kernel reads), and the dtype names PyTorch's messages use.
 #include "dp/core/tensor.h"
 
-namespace dp::kernels {
+namespace dp::backend {
 
 // PyTorch's short scalar type names used in messages: Float, Double, Long, Int, Byte, Bool, Half, BFloat16.
 const char* torch_type_name(DType t);
@@ -15,4 +15,4 @@ Tensor convert_nograd(const Tensor& t, DType dtype);
 // A tensor viewing t's storage with the given sizes and strides; no autograd.
 Tensor restride_nograd(const Tensor& t, IntArrayRef sizes, IntArrayRef strides);
 
-}  // namespace dp::kernels
+}  // namespace dp::backend

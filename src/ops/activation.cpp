@@ -14,8 +14,8 @@ namespace dp {
 using autograd::Node;
 using autograd::variable_list;
 using autograd::SavedVariable;
-using kernels::ActGrad;
-using kernels::UnaryOp;
+using backend::ActGrad;
+using backend::UnaryOp;
 using ops::record;
 using ops::unpack_output;
 
@@ -27,7 +27,7 @@ bool use_fused(const Tensor& g, const Tensor& xy) { return !GradMode::is_enabled
 
 Tensor fused_backward(ActGrad op, const Tensor& g, const Tensor& xy) {
   Tensor out = ops::new_output(xy.sizes(), xy.dtype(), xy.device());
-  kernels::activation_backward_kernel(op, out, g, xy);
+  backend::activation_backward_kernel(out.device().type, op, out, g, xy);
   return out;
 }
 
@@ -40,21 +40,17 @@ Tensor activation(const char* op, UnaryOp k, const Tensor& a, bool floating_only
     ct = ops::to_float_dtype(ct);
   }
   Tensor out = ops::new_output(a.sizes(), ct, a.device());
-  kernels::unary_kernel(k, out, ops::to_dtype(a, ct));
+  backend::unary_kernel(out.device().type, k, out, ops::to_dtype(a, ct));
   return out;
 }
 
 // Phi(x), the standard normal CDF, differentiable (d/dx = phi(x), written with dp ops) so that
 // gelu's derivative Phi(x) + x phi(x) can be differentiated again.
-Tensor phi(const Tensor& x) { return dp::mul(dp::exp(dp::mul(dp::square(x), -0.5)), kernels::kInvSqrt2Pi<double>); }
+Tensor phi(const Tensor& x) { return dp::mul(dp::exp(dp::mul(dp::square(x), -0.5)), backend::kInvSqrt2Pi<double>); }
 
 Tensor normal_cdf(const Tensor& x) {
   Tensor out = ops::new_output(x.sizes(), x.dtype(), x.device());
-  kernels::dispatch_floating(x.dtype(), "gelu_backward", [&]<typename T>() {
-    using M = kernels::opmath_t<T>;
-    kernels::launch<T, T>(
-        out, [](T v) { return kernels::st<T>(M(0.5) * (M(1) + kernels::m_erf(kernels::om(v) * kernels::kSqrt1_2<M>))); }, x);
-  });
+  backend::unary_kernel(out.device().type, backend::UnaryOp::NormalCdf, out, x);
   if (autograd::needs_grad(x)) {
     record("NormalCdfBackward0", {&x}, out,
            [sx = SavedVariable(x, false)](Node& n, const Tensor& g) { return variable_list{dp::mul(g, phi(sx.unpack(&n)))}; });
@@ -68,7 +64,7 @@ Tensor relu(const Tensor& a) {
   ops::check_input("relu", a);
   DP_CHECK(a.dtype() != kBool, DTypeError, "relu: Boolean inputs not supported for relu");
   Tensor out = ops::new_output(a.sizes(), a.dtype(), a.device());
-  kernels::unary_kernel(UnaryOp::Relu, out, a);
+  backend::unary_kernel(out.device().type, UnaryOp::Relu, out, a);
   if (autograd::needs_grad(a)) {
     record("ReluBackward0", {&a}, out, [so = SavedVariable(out, true)](Node& n, const Tensor& g) {
       Tensor y = so.unpack(&n);
@@ -116,7 +112,7 @@ Tensor gelu(const Tensor& a, const std::string& approximate) {
       if (!tanh_form) {
         d = dp::add(normal_cdf(x), dp::mul(x, phi(x)));  // Phi(x) + x phi(x)
       } else {
-        const double k = kernels::kSqrt2OverPi<double>, c = kernels::kGeluC<double>;
+        const double k = backend::kSqrt2OverPi<double>, c = backend::kGeluC<double>;
         Tensor x2 = dp::square(x);
         Tensor t = dp::tanh(dp::mul(dp::add(x, dp::mul(dp::mul(x2, x), c)), k));
         Tensor dinner = dp::mul(dp::add(dp::mul(x2, 3.0 * c), 1), k);

@@ -267,9 +267,9 @@ std::vector<int64_t> problem_offsets(const Shape& batch, int64_t problems, IntAr
 // An operand as the kernel reads it: in `dt`, columns contiguous, rows at least a row apart
 // (otherwise a contiguous copy).
 backend::AttnOperand operand(const Tensor& t, DType dt, const Geometry& g, int64_t group) {
-  Tensor x = kernels::convert_nograd(t, dt);
+  Tensor x = backend::convert_nograd(t, dt);
   const int64_t rows = x.size(-2), cols = x.size(-1);
-  if ((cols > 1 && x.stride(-1) != 1) || (rows > 1 && x.stride(-2) < cols)) x = kernels::contiguous_nograd(x);
+  if ((cols > 1 && x.stride(-1) != 1) || (rows > 1 && x.stride(-2) < cols)) x = backend::contiguous_nograd(x);
   backend::AttnOperand o;
   o.row_stride = rows > 1 ? x.stride(-2) : std::max<int64_t>(cols, 1);
   o.offsets = problem_offsets(g.batch, g.problems, x.sizes(), x.strides(), static_cast<size_t>(x.dim() - 2), group);
@@ -280,7 +280,7 @@ backend::AttnOperand operand(const Tensor& t, DType dt, const Geometry& g, int64
 backend::AttnMask mask_operand(const Tensor& mask, DType dt, const Geometry& g) {
   backend::AttnMask m;
   if (!mask.defined()) return m;
-  Tensor x = mask.dtype() == kBool ? mask : kernels::convert_nograd(mask, dt);
+  Tensor x = mask.dtype() == kBool ? mask : backend::convert_nograd(mask, dt);
   // As a tensor of at least 2 dims (missing leading dims: size 1).
   Shape sizes = x.sizes(), strides = x.strides();
   while (sizes.size() < 2) {
@@ -314,7 +314,7 @@ Tensor empty_problems(const Geometry& g, int64_t rows, int64_t cols, DType dt, D
   strides.push_back(ps[nd]);      // heads
   strides.push_back(ps[nd - 1]);  // rows
   strides.push_back(1);
-  return kernels::restride_nograd(t, logical, strides);
+  return backend::restride_nograd(t, logical, strides);
 }
 
 backend::AttentionShape kernel_shape(const Geometry& g, bool causal) {
@@ -371,17 +371,17 @@ variable_list fused_backward(const FusedSaved& s, const Tensor& grad) {
   a.dk = full(s.needs[1], k, s.g.S, s.g.E);
   a.dv = full(s.needs[2], v, s.g.S, s.g.Ev);
   if (s.needs[3]) a.dmask = make_empty({s.g.problems, s.g.L, s.g.S}, dt, dev);
-  backend::attention_backward(dev.type, a);
+  backend::attention_backward_kernel(dev.type, a);
 
   variable_list grads(4);
-  if (s.needs[0]) grads[0] = kernels::convert_nograd(dp::sum_to(a.dq.t, q.sizes()), q.dtype());
-  if (s.needs[1]) grads[1] = kernels::convert_nograd(reduce_grad(a.dk.t, k.sizes(), s.g.group_k), k.dtype());
-  if (s.needs[2]) grads[2] = kernels::convert_nograd(reduce_grad(a.dv.t, v.sizes(), s.g.group_v), v.dtype());
+  if (s.needs[0]) grads[0] = backend::convert_nograd(dp::sum_to(a.dq.t, q.sizes()), q.dtype());
+  if (s.needs[1]) grads[1] = backend::convert_nograd(reduce_grad(a.dk.t, k.sizes(), s.g.group_k), k.dtype());
+  if (s.needs[2]) grads[2] = backend::convert_nograd(reduce_grad(a.dv.t, v.sizes(), s.g.group_v), v.dtype());
   if (s.needs[3]) {
     Shape weights = s.g.batch;
     weights.push_back(s.g.L);
     weights.push_back(s.g.S);
-    grads[3] = kernels::convert_nograd(dp::sum_to(dp::reshape(a.dmask, weights), mask.sizes()), mask.dtype());
+    grads[3] = backend::convert_nograd(dp::sum_to(dp::reshape(a.dmask, weights), mask.sizes()), mask.dtype());
   }
   return grads;
 }
@@ -399,8 +399,8 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   a.out.row_stride = g.L > 1 ? a.out.t.stride(-2) : std::max<int64_t>(g.Ev, 1);
   a.out.offsets = problem_offsets(g.batch, g.problems, a.out.t.sizes(), a.out.t.strides(), g.batch.size(), 1);
   a.lse = make_empty({g.problems, g.L}, dt, dev);
-  backend::attention_forward(dev.type, a);
-  Tensor out = kernels::convert_nograd(a.out.t, q.dtype());
+  backend::attention_forward_kernel(dev.type, a);
+  Tensor out = backend::convert_nograd(a.out.t, q.dtype());
 
   const bool mask_grad = mask.defined() && mask.dtype() != kBool && autograd::needs_grad(mask);
   if (autograd::needs_grad(q, k, v) || mask_grad) {

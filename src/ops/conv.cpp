@@ -17,7 +17,7 @@
 #include <utility>
 
 #include "backend/capabilities.h"
-#include "backend/cpu/conv_kernels.h"
+#include "backend/conv_kernels.h"
 #include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/reduction.h"
@@ -30,7 +30,7 @@ namespace {
 
 using autograd::SavedVariable;
 using autograd::variable_list;
-using kernels::Conv2dGeometry;
+using backend::Conv2dGeometry;
 
 struct ConvParams {
   int64_t sh, sw, ph, pw, dh, dw, groups;
@@ -137,8 +137,8 @@ Tensor conv_backward_weight(IntArrayRef w_size, const Tensor& x, const Tensor& g
 Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p) {
   const Conv2dGeometry g = make_geometry("conv2d", x.sizes(), w.sizes(), p);
   Tensor out = make_empty({g.N, g.OC, g.OH, g.OW}, x.dtype(), x.device());
-  kernels::conv2d_forward_kernel(out, kernels::contiguous_nograd(x), kernels::contiguous_nograd(w),
-                                 b.defined() ? kernels::contiguous_nograd(b) : Tensor(), g);
+  backend::conv2d_forward_kernel(out.device().type, out, backend::contiguous_nograd(x), backend::contiguous_nograd(w),
+                                 b.defined() ? backend::contiguous_nograd(b) : Tensor(), g);
   if (autograd::needs_grad(x, w, b)) {
     const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.defined() && b.requires_grad();
     SavedVariable sx = need_w ? SavedVariable(x, false) : SavedVariable();
@@ -148,13 +148,13 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Con
     autograd::record("ConvolutionBackward0", {x, w, b}, {out}, [=](variable_list&& grads) {
       const Tensor& g_out = grads[0];
       if (!GradMode::is_enabled()) {
-        Tensor go = kernels::contiguous_nograd(kernels::convert_nograd(g_out, dt));
-        Tensor xs = need_w ? kernels::contiguous_nograd(sx.unpack()) : Tensor();
-        Tensor ws = need_x ? kernels::contiguous_nograd(sw.unpack()) : Tensor();
+        Tensor go = backend::contiguous_nograd(backend::convert_nograd(g_out, dt));
+        Tensor xs = need_w ? backend::contiguous_nograd(sx.unpack()) : Tensor();
+        Tensor ws = need_x ? backend::contiguous_nograd(sw.unpack()) : Tensor();
         Tensor gx = need_x ? make_empty(x_size, dt, go.device()) : Tensor();
         Tensor gw = need_w ? make_empty(w_size, dt, go.device()) : Tensor();
         Tensor gb = need_b ? make_empty({w_size[0]}, dt, go.device()) : Tensor();
-        kernels::conv2d_backward_kernel(gx, gw, gb, xs, ws, go, make_geometry("conv2d backward", x_size, w_size, p));
+        backend::conv2d_backward_kernel(go.device().type, gx, gw, gb, xs, ws, go, make_geometry("conv2d backward", x_size, w_size, p));
         return variable_list{gx, gw, gb};
       }
       Tensor go = as_dtype(g_out, dt);
@@ -175,7 +175,8 @@ Tensor conv_backward_input(IntArrayRef in_size, const Tensor& go, const Tensor& 
   const Conv2dGeometry g = make_geometry(op, in_size, w.sizes(), p);
   check_grad_output(op, g, go);
   Tensor gx = make_empty(in_size, go.dtype(), go.device());
-  kernels::conv2d_backward_kernel(gx, Tensor(), Tensor(), Tensor(), kernels::contiguous_nograd(w), kernels::contiguous_nograd(go), g);
+  backend::conv2d_backward_kernel((backend::contiguous_nograd(go)).device().type, gx, Tensor(), Tensor(), Tensor(), backend::contiguous_nograd(w),
+                                  backend::contiguous_nograd(go), g);
   if (autograd::needs_grad(go, w)) {
     const bool need_go = go.requires_grad(), need_w = w.requires_grad();
     SavedVariable sgo = need_w ? SavedVariable(go, false) : SavedVariable();
@@ -196,7 +197,8 @@ Tensor conv_backward_weight(IntArrayRef w_size, const Tensor& x, const Tensor& g
   const Conv2dGeometry g = make_geometry(op, x.sizes(), w_size, p);
   check_grad_output(op, g, go);
   Tensor gw = make_empty(w_size, go.dtype(), go.device());
-  kernels::conv2d_backward_kernel(Tensor(), gw, Tensor(), kernels::contiguous_nograd(x), Tensor(), kernels::contiguous_nograd(go), g);
+  backend::conv2d_backward_kernel((backend::contiguous_nograd(go)).device().type, Tensor(), gw, Tensor(), backend::contiguous_nograd(x), Tensor(),
+                                  backend::contiguous_nograd(go), g);
   if (autograd::needs_grad(x, go)) {
     const bool need_x = x.requires_grad(), need_go = go.requires_grad();
     SavedVariable sx = need_go ? SavedVariable(x, false) : SavedVariable();

@@ -52,8 +52,8 @@ Tensor to(const Tensor& t, Device device, DType dtype, bool non_blocking, bool c
   // this build: a CUDA device in a build without the CUDA backend).
   const bool across = !device.is_cpu() || !t.device().is_cpu();
   const DeviceType across_type = backend::copy_device_type(device, t.device());
-  DP_CHECK(!across || backend::copy_across_stub.has(across_type), NotImplementedError, "to: copies between ", t.device().str(), " and ", device.str(),
-           " need the CUDA backend (this build has none)");
+  DP_CHECK(!across || backend::copy_across_kernel.has(across_type), NotImplementedError, "to: copies between ", t.device().str(), " and ",
+           device.str(), " need the CUDA backend (this build has none)");
   // As PyTorch's memory_format=preserve: a dense non-overlapping input keeps its strides.
   Tensor out;
   if (non_overlapping_and_dense(t)) {
@@ -63,9 +63,9 @@ Tensor to(const Tensor& t, Device device, DType dtype, bool non_blocking, bool c
     out = make_empty(t.sizes(), dtype, device);
   }
   if (across)
-    backend::copy_across_stub(across_type, out, t, non_blocking);
+    backend::copy_across_kernel(across_type, out, t, non_blocking);
   else
-    kernels::copy_kernel(out, t);
+    backend::copy_kernel(backend::copy_device_type(out, t), out, t);
   if (autograd::needs_grad(t) && is_floating_point(dtype)) {
     const Device src_device = t.device();
     const DType src_dtype = t.dtype();
@@ -83,7 +83,7 @@ Scalar Tensor::item() const {
     return dp::to(*this, Device::cpu(), dtype(), false, false).item();  // waits for the device
   }
   const void* p = data_ptr();
-  return kernels::dispatch_all(dtype(), "item", [&]<typename T>() -> Scalar {
+  return backend::dispatch_all(dtype(), "item", [&]<typename T>() -> Scalar {
     const T v = *static_cast<const T*>(p);
     if constexpr (std::is_same_v<T, bool>)
       return Scalar(v);

@@ -6,7 +6,7 @@
 
 #include "backend/random_kernels.h"
 #include "backend/copy_kernels.h"
-#include "backend/cpu/norm_kernels.h"
+#include "backend/norm_kernels.h"
 #include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
@@ -27,7 +27,7 @@ void check_dropout(const char* op, const Tensor& input, double p) {
 bool is_identity(const Tensor& input, double p, bool training) { return !training || p == 0.0 || input.numel() == 0; }
 
 void check_runnable(const char* op, const Tensor& input) {
-  if (input.is_cpu()) kernels::check_cpu_tensor(op, input);
+  if (input.is_cpu()) ops::check_cpu_tensor(op, input);
   DP_CHECK(is_floating_point(input.dtype()), DTypeError, op, ": expected a floating point input, got ", input.describe());
 }
 
@@ -35,18 +35,18 @@ void check_runnable(const char* op, const Tensor& input) {
 // p = 1 draws nothing (PyTorch multiplies by zero directly). x may be out.
 // Every backend draws the same mask (same Philox words): backend/random_kernels.h.
 void apply_mask(const Tensor& x, const Tensor& mask, double scale, const Tensor& out) {
-  backend::dropout_apply(x.device().type, x, mask, scale, out);
+  backend::dropout_apply_kernel(x.device().type, x, mask, scale, out);
 }
 
 void dropout_into(const Tensor& x, double p, Generator* gen, const Tensor& mask, const Tensor& out) {
   if (p >= 1.0) {
-    kernels::fill_kernel(mask, false);
+    backend::fill_kernel(mask.device().type, mask, false);
     apply_mask(x, mask, 0.0, out);
     return;
   }
   Generator& g = gen ? *gen : default_generator(x.device());
   const uint64_t first = g.reserve(static_cast<uint64_t>((x.numel() + 3) / 4));
-  backend::dropout_forward(x.device().type, x, 1.0 - p, 1.0 / (1.0 - p), g.seed(), first, mask, out);
+  backend::dropout_forward_kernel(x.device().type, x, 1.0 - p, 1.0 / (1.0 - p), g.seed(), first, mask, out);
 }
 
 double keep_scale(double p) { return p >= 1.0 ? 0.0 : 1.0 / (1.0 - p); }
@@ -60,17 +60,17 @@ Tensor dropout(const Tensor& input, double p, bool training, Generator* gen) {
   const double scale = keep_scale(p);
   Tensor mask = make_empty(input.sizes(), kBool, input.device());
   Tensor out = make_empty(input.sizes(), input.dtype(), input.device());
-  dropout_into(kernels::contiguous_nograd(input), p, gen, mask, out);
+  dropout_into(backend::contiguous_nograd(input), p, gen, mask, out);
   if (autograd::needs_grad(input)) {
     const DType dt = input.dtype();
     autograd::record("NativeDropoutBackward0", {input}, {out}, [mask, scale, dt](variable_list&& grads) {
       const Tensor& g = grads[0];
       if (GradMode::is_enabled()) {
         // create_graph: the same product in dp ops, differentiable in g.
-        return variable_list{dp::mul(g, dp::mul(kernels::convert_nograd(mask, dt), scale))};
+        return variable_list{dp::mul(g, dp::mul(backend::convert_nograd(mask, dt), scale))};
       }
       Tensor gi = make_empty(mask.sizes(), dt, mask.device());
-      apply_mask(kernels::contiguous_nograd(kernels::convert_nograd(g, dt)), mask, scale, gi);
+      apply_mask(backend::contiguous_nograd(backend::convert_nograd(g, dt)), mask, scale, gi);
       return variable_list{gi};
     });
   }
@@ -86,7 +86,7 @@ Tensor& dropout_(Tensor& input, double p, bool training, Generator* gen) {
   // (history rebased onto a MulBackward) and the version bump.
   Tensor mask = make_empty(input.sizes(), kBool, input.device());
   Tensor noise = make_empty(input.sizes(), input.dtype(), input.device());
-  kernels::fill_kernel(noise, 1.0);
+  backend::fill_kernel(noise.device().type, noise, 1.0);
   dropout_into(noise, p, gen, mask, noise);
   input.mul_(noise);
   return input;

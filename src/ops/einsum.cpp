@@ -370,7 +370,7 @@ Tensor baddbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2, c
   // One batched GEMM onto self broadcast into the output; beta == 0 ignores self (NaN and inf in it
   // do not propagate), as PyTorch.
   const bool use_self = !is_zero(beta);
-  if (use_self) kernels::copy_kernel(out, self);
+  if (use_self) backend::copy_kernel(backend::copy_device_type(out, self), out, self);
   backend::matmul_kernel(out.device().type, out, batch1, batch2, alpha, use_self ? beta : Scalar(0), op, true);
   const bool gs = autograd::needs_grad(self), g1 = autograd::needs_grad(batch1), g2 = autograd::needs_grad(batch2);
   if (gs || g1 || g2) {

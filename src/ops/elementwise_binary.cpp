@@ -26,7 +26,7 @@ Tensor add_impl(const char* op, const char* node, const Tensor& a, const Tensor&
   check_alpha(op, ct, alpha);
   const Scalar k = is_sub ? negate(alpha) : alpha;
   Tensor out = ops::new_output_like(a, b, op, ct, a.device());
-  kernels::add_kernel(out, ops::to_dtype(a, ct), ops::to_dtype(b, ct), k);
+  backend::add_kernel(out.device().type, out, ops::to_dtype(a, ct), ops::to_dtype(b, ct), k);
   if (autograd::needs_grad(a, b)) {
     record(node, {&a, &b}, out, [ia = GradInfo(a), ib = GradInfo(b), k](Node&, const Tensor& g) {
       Tensor gb;
@@ -43,7 +43,7 @@ Tensor add_scalar_impl(const char* op, const char* node, const Tensor& a, const 
   if (is_sub) check_sub(op, a.dtype(), b.is_bool() ? kBool : kInt64);
   check_alpha(op, ct, alpha);
   Tensor out = ops::new_output(a.sizes(), ct, a.device());
-  kernels::add_scalar_kernel(out, ops::to_dtype(a, ct), b, is_sub ? negate(alpha) : alpha);
+  backend::add_scalar_kernel(out.device().type, out, ops::to_dtype(a, ct), b, is_sub ? negate(alpha) : alpha);
   if (autograd::needs_grad(a)) {
     record(node, {&a}, out, [ia = GradInfo(a)](Node&, const Tensor& g) { return variable_list{ia.reduce(g)}; });
   }
@@ -62,7 +62,7 @@ Tensor rsub(const Tensor& a, const Scalar& b) {
   const DType ct = result_type(a, b);
   check_sub("rsub", a.dtype(), b.is_bool() ? kBool : kInt64);
   Tensor out = ops::new_output(a.sizes(), ct, a.device());
-  kernels::rsub_scalar_kernel(out, ops::to_dtype(a, ct), b);
+  backend::rsub_scalar_kernel(out.device().type, out, ops::to_dtype(a, ct), b);
   if (autograd::needs_grad(a)) {
     record("RsubBackward1", {&a}, out, [ia = GradInfo(a)](Node&, const Tensor& g) { return variable_list{ia.reduce(dp::neg(g))}; });
   }
@@ -73,7 +73,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   ops::check_binary("mul", a, b);
   const DType ct = result_type(a, b);
   Tensor out = ops::new_output_like(a, b, "mul", ct, a.device());
-  kernels::mul_kernel(out, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
+  backend::mul_kernel(out.device().type, out, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
   if (autograd::needs_grad(a, b)) {
     GradInfo ia(a), ib(b);
     SavedVariable sa = ib.needed ? SavedVariable(a, false) : SavedVariable();
@@ -89,7 +89,7 @@ Tensor mul(const Tensor& a, const Scalar& b) {
   ops::check_input("mul", a);
   const DType ct = result_type(a, b);
   Tensor out = ops::new_output(a.sizes(), ct, a.device());
-  kernels::mul_scalar_kernel(out, ops::to_dtype(a, ct), b);
+  backend::mul_scalar_kernel(out.device().type, out, ops::to_dtype(a, ct), b);
   if (autograd::needs_grad(a)) {
     record("MulBackward1", {&a}, out, [ia = GradInfo(a), b](Node&, const Tensor& g) { return variable_list{ia.reduce(dp::mul(g, b))}; });
   }
@@ -100,7 +100,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
   ops::check_binary("div", a, b);
   const DType ct = ops::to_float_dtype(result_type(a, b));
   Tensor out = ops::new_output_like(a, b, "div", ct, a.device());
-  kernels::div_kernel(out, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
+  backend::div_kernel(out.device().type, out, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
   if (autograd::needs_grad(a, b)) {
     GradInfo ia(a), ib(b);
     SavedVariable sa = ib.needed ? SavedVariable(a, false) : SavedVariable();
@@ -120,7 +120,7 @@ Tensor div(const Tensor& a, const Scalar& b) {
   ops::check_input("div", a);
   const DType ct = ops::to_float_dtype(result_type(a, b));
   Tensor out = ops::new_output(a.sizes(), ct, a.device());
-  kernels::div_scalar_kernel(out, ops::to_dtype(a, ct), b);
+  backend::div_scalar_kernel(out.device().type, out, ops::to_dtype(a, ct), b);
   if (autograd::needs_grad(a)) {
     record("DivBackward1", {&a}, out, [ia = GradInfo(a), b](Node&, const Tensor& g) { return variable_list{ia.reduce(dp::div(g, b))}; });
   }
@@ -131,7 +131,7 @@ Tensor div(const Scalar& a, const Tensor& b) {
   ops::check_input("div", b);
   const DType ct = ops::to_float_dtype(result_type(b, a));
   Tensor out = ops::new_output(b.sizes(), ct, b.device());
-  kernels::rdiv_scalar_kernel(out, a, ops::to_dtype(b, ct));
+  backend::rdiv_scalar_kernel(out.device().type, out, a, ops::to_dtype(b, ct));
   if (autograd::needs_grad(b)) {
     // d(a / b)/db = -a / b^2 = -out / b
     record("DivBackward2", {&b}, out, [ib = GradInfo(b), sb = SavedVariable(b, false), so = SavedVariable(out, true)](Node& n, const Tensor& g) {
@@ -149,7 +149,7 @@ Tensor pow(const Tensor& a, const Scalar& e) {
   const DType ct = result_type(a, e);
   DP_CHECK(ct != kBool, DTypeError, "pow: not implemented for bool");
   Tensor out = ops::new_output(a.sizes(), ct, a.device());
-  kernels::pow_scalar_kernel(out, ops::to_dtype(a, ct), e);
+  backend::pow_scalar_kernel(out.device().type, out, ops::to_dtype(a, ct), e);
   if (autograd::needs_grad(a)) {
     record("PowBackward0", {&a}, out, [ia = GradInfo(a), sa = SavedVariable(a, false), e](Node& n, const Tensor& g) {
       if (e.to_double() == 0.0) return variable_list{ops::zeros_of(ia.sizes, ia.dtype, g.device())};
@@ -168,7 +168,7 @@ Tensor pow(const Tensor& a, const Tensor& e) {
   const DType ct = result_type(a, e);
   DP_CHECK(ct != kBool, DTypeError, "pow: not implemented for bool");
   Tensor out = ops::new_output_like(a, e, "pow", ct, a.device());
-  kernels::pow_kernel(out, ops::to_dtype(a, ct), ops::to_dtype(e, ct));
+  backend::pow_kernel(out.device().type, out, ops::to_dtype(a, ct), ops::to_dtype(e, ct));
   if (autograd::needs_grad(a, e)) {
     record("PowBackward1", {&a, &e}, out,
            [ia = GradInfo(a), ie = GradInfo(e), sa = SavedVariable(a, false), se = SavedVariable(e, false), so = SavedVariable(out, true)](
@@ -196,7 +196,7 @@ Tensor pow(const Scalar& a, const Tensor& e) {
   const DType ct = result_type(e, a);
   DP_CHECK(ct != kBool, DTypeError, "pow: not implemented for bool");
   Tensor out = ops::new_output(e.sizes(), ct, e.device());
-  kernels::rpow_scalar_kernel(out, a, ops::to_dtype(e, ct));
+  backend::rpow_scalar_kernel(out.device().type, out, a, ops::to_dtype(e, ct));
   if (autograd::needs_grad(e)) {
     record("PowBackward2", {&e}, out, [ie = GradInfo(e), se = SavedVariable(e, false), so = SavedVariable(out, true), a](Node& n, const Tensor& g) {
       const double base = a.to_double();
@@ -222,16 +222,16 @@ Tensor extremum(const char* op, const char* node, const Tensor& a, const Tensor&
   Tensor out = ops::new_output_like(a, b, op, ct, a.device());
   Tensor ac = ops::to_dtype(a, ct), bc = ops::to_dtype(b, ct);
   if (is_max)
-    kernels::maximum_kernel(out, ac, bc);
+    backend::maximum_kernel(out.device().type, out, ac, bc);
   else
-    kernels::minimum_kernel(out, ac, bc);
+    backend::minimum_kernel(out.device().type, out, ac, bc);
   if (autograd::needs_grad(a, b)) {
     record(node, {&a, &b}, out,
            [ia = GradInfo(a), ib = GradInfo(b), sa = SavedVariable(a, false), sb = SavedVariable(b, false), is_max, shape = out.sizes(), ct](
                Node& n, const Tensor& g) {
              Tensor x = ops::to_dtype(sa.unpack(&n), ct), y = ops::to_dtype(sb.unpack(&n), ct);
              Tensor w = ops::new_output(shape, ct, g.device());
-             kernels::extremum_weight_kernel(w, x, y, is_max);  // 1 where a wins, 0.5 on ties
+             backend::extremum_weight_kernel(w.device().type, w, x, y, is_max);  // 1 where a wins, 0.5 on ties
              Tensor ga, gb;
              if (ia.needed) ga = ia.reduce(dp::mul(g, w));
              if (ib.needed) gb = ib.reduce(dp::mul(g, dp::rsub(w, 1)));
@@ -253,7 +253,7 @@ Tensor lerp(const Tensor& a, const Tensor& end, const Scalar& weight) {
            dtype_name(end.dtype()));
   DP_CHECK(is_floating_point(a.dtype()), DTypeError, "lerp: expected floating point tensors, got ", dtype_name(a.dtype()));
   Tensor out = ops::new_output_like(a, end, "lerp", a.dtype(), a.device());
-  kernels::lerp_kernel(out, a, end, weight);
+  backend::lerp_kernel(out.device().type, out, a, end, weight);
   if (autograd::needs_grad(a, end)) {
     record("LerpBackward0", {&a, &end}, out, [ia = GradInfo(a), ie = GradInfo(end), weight](Node&, const Tensor& g) {
       const double w = weight.to_double();
@@ -281,7 +281,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Shape shape = ops::out_shape(a, b, "where");
   if (!IntArrayRef(shape).equals(cond.sizes())) shape = broadcast_shapes(cond.sizes(), shape, "where");
   Tensor out = ops::new_output(shape, ct, a.device());
-  kernels::where_kernel(out, cond, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
+  backend::where_kernel(out.device().type, out, cond, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
   if (autograd::needs_grad(a, b)) {
     record("WhereBackward0", {&a, &b}, out, [ia = GradInfo(a), ib = GradInfo(b), sc = SavedVariable(cond, false)](Node& n, const Tensor& g) {
       Tensor c = sc.unpack(&n);
@@ -300,7 +300,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b) {
   const DType ct = result_type(a, b);
   Shape shape = a.sizes() == cond.sizes() ? a.sizes() : broadcast_shapes(cond.sizes(), a.sizes(), "where");
   Tensor out = ops::new_output(shape, ct, a.device());
-  kernels::where_scalar_kernel(out, cond, ops::to_dtype(a, ct), b);
+  backend::where_scalar_kernel(out.device().type, out, cond, ops::to_dtype(a, ct), b);
   if (autograd::needs_grad(a)) {
     record("WhereBackward0", {&a}, out, [ia = GradInfo(a), sc = SavedVariable(cond, false)](Node& n, const Tensor& g) {
       return variable_list{ia.reduce(dp::where(sc.unpack(&n), g, 0))};

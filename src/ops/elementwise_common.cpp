@@ -1,6 +1,7 @@
 // Shared helpers of the element-wise ops: checks, conversion, output allocation, autograd glue.
 #include <cstdint>
 #include "ops/elementwise_common.h"
+#include "backend/copy_kernels.h"
 
 namespace dp::ops {
 
@@ -23,16 +24,16 @@ Tensor new_output(IntArrayRef sizes, DType dtype, Device device) { return make_e
 
 Tensor zeros_of(IntArrayRef sizes, DType dtype, Device device) {
   Tensor z = new_output(sizes, dtype, device);
-  kernels::fill_kernel(z, Scalar(0));
+  backend::fill_kernel(z.device().type, z, Scalar(0));
   return z;
 }
 
-void copy_into(const Tensor& dst, const Tensor& src) { kernels::copy_kernel(dst, src); }
+void copy_into(const Tensor& dst, const Tensor& src) { backend::copy_kernel(backend::copy_device_type(dst, src), dst, src); }
 
 Tensor to_dtype(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
   Tensor r = new_output(t.sizes(), dtype, t.device());
-  kernels::copy_kernel(r, t);
+  backend::copy_kernel(backend::copy_device_type(r, t), r, t);
   return r;
 }
 
@@ -79,7 +80,7 @@ Tensor unaliased(const Tensor& self, const Tensor& t) {
   if (!same_memory(self, t)) return t;
   if (t.data_ptr() == self.data_ptr() && t.dtype() == self.dtype() && t.sizes() == self.sizes() && t.strides() == self.strides()) return t;
   Tensor c = make_empty(t.sizes(), t.dtype(), t.device());
-  kernels::copy_kernel(c, t);
+  backend::copy_kernel(backend::copy_device_type(c, t), c, t);
   return c;
 }
 

@@ -14,7 +14,6 @@
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
-#include "backend/cpu/elementwise_loops.h"
 #include "backend/elementwise_math.h"
 #include "ops/common.h"
 
@@ -38,7 +37,7 @@ class TypeState {
 // PyTorch's canCast: no floating result into an integer tensor, nothing but bool into bool.
 bool can_cast(DType from, DType to);
 // PyTorch's ScalarType spelling used in its messages: "Float", "Long", "Bool", ...
-using kernels::torch_type_name;
+using backend::torch_type_name;
 // DTypeError "result type Float can't be cast to the desired output type Long".
 void check_can_cast(const char* op, DType result, DType out);
 // add/sub's checks of alpha against the result dtype, and sub's refusal of bool operands.

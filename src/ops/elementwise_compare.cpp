@@ -1,24 +1,26 @@
 // Comparisons (bool results, computed in the promoted dtype), logical_not, equal, allclose.
 #include <cmath>
+#include <limits>
 #include "ops/elementwise_common.h"
 #include "backend/elementwise_kernels.h"
+#include "dp/autograd/grad_mode.h"
 
 namespace dp {
 namespace {
 
-Tensor compare(const char* op, kernels::CmpOp k, const Tensor& a, const Tensor& b) {
+Tensor compare(const char* op, backend::CmpOp k, const Tensor& a, const Tensor& b) {
   ops::check_binary(op, a, b);
   const DType ct = result_type(a, b);
   Tensor out = ops::new_output_like(a, b, op, kBool, a.device());
-  kernels::compare_kernel(k, out, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
+  backend::compare_kernel(out.device().type, k, out, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
   return out;
 }
 
-Tensor compare(const char* op, kernels::CmpOp k, const Tensor& a, const Scalar& b) {
+Tensor compare(const char* op, backend::CmpOp k, const Tensor& a, const Scalar& b) {
   ops::check_input(op, a);
   const DType ct = result_type(a, b);
   Tensor out = ops::new_output(a.sizes(), kBool, a.device());
-  kernels::compare_scalar_kernel(k, out, ops::to_dtype(a, ct), b);
+  backend::compare_scalar_kernel(out.device().type, k, out, ops::to_dtype(a, ct), b);
   return out;
 }
 
@@ -35,23 +37,23 @@ bool all_true(const Tensor& t_in) {
 
 }  // namespace
 
-Tensor eq(const Tensor& a, const Tensor& b) { return compare("eq", kernels::CmpOp::Eq, a, b); }
-Tensor eq(const Tensor& a, const Scalar& b) { return compare("eq", kernels::CmpOp::Eq, a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return compare("ne", kernels::CmpOp::Ne, a, b); }
-Tensor ne(const Tensor& a, const Scalar& b) { return compare("ne", kernels::CmpOp::Ne, a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return compare("lt", kernels::CmpOp::Lt, a, b); }
-Tensor lt(const Tensor& a, const Scalar& b) { return compare("lt", kernels::CmpOp::Lt, a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return compare("le", kernels::CmpOp::Le, a, b); }
-Tensor le(const Tensor& a, const Scalar& b) { return compare("le", kernels::CmpOp::Le, a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return compare("gt", kernels::CmpOp::Gt, a, b); }
-Tensor gt(const Tensor& a, const Scalar& b) { return compare("gt", kernels::CmpOp::Gt, a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return compare("ge", kernels::CmpOp::Ge, a, b); }
-Tensor ge(const Tensor& a, const Scalar& b) { return compare("ge", kernels::CmpOp::Ge, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return compare("eq", backend::CmpOp::Eq, a, b); }
+Tensor eq(const Tensor& a, const Scalar& b) { return compare("eq", backend::CmpOp::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare("ne", backend::CmpOp::Ne, a, b); }
+Tensor ne(const Tensor& a, const Scalar& b) { return compare("ne", backend::CmpOp::Ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare("lt", backend::CmpOp::Lt, a, b); }
+Tensor lt(const Tensor& a, const Scalar& b) { return compare("lt", backend::CmpOp::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare("le", backend::CmpOp::Le, a, b); }
+Tensor le(const Tensor& a, const Scalar& b) { return compare("le", backend::CmpOp::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare("gt", backend::CmpOp::Gt, a, b); }
+Tensor gt(const Tensor& a, const Scalar& b) { return compare("gt", backend::CmpOp::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare("ge", backend::CmpOp::Ge, a, b); }
+Tensor ge(const Tensor& a, const Scalar& b) { return compare("ge", backend::CmpOp::Ge, a, b); }
 
 Tensor logical_not(const Tensor& a) {
   ops::check_input("logical_not", a);
   Tensor out = ops::new_output(a.sizes(), kBool, a.device());
-  kernels::logical_not_kernel(out, a);
+  backend::logical_not_kernel(out.device().type, out, a);
   return out;
 }
 
@@ -60,7 +62,7 @@ bool equal(const Tensor& a, const Tensor& b) {
   if (a.sizes() != b.sizes()) return false;
   const DType ct = result_type(a, b);
   Tensor out = ops::new_output(a.sizes(), kBool, a.device());
-  kernels::compare_kernel(kernels::CmpOp::Eq, out, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
+  backend::compare_kernel(out.device().type, backend::CmpOp::Eq, out, ops::to_dtype(a, ct), ops::to_dtype(b, ct));
   return all_true(out);
 }
 
@@ -69,21 +71,15 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   DP_CHECK(a.dtype() == b.dtype(), DTypeError, "allclose: ", ops::torch_type_name(a.dtype()), " did not match ", ops::torch_type_name(b.dtype()));
   DP_CHECK(rtol >= 0, ValueError, "allclose: rtol must be greater than or equal to zero, but got ", rtol);
   DP_CHECK(atol >= 0, ValueError, "allclose: atol must be greater than or equal to zero, but got ", atol);
-  // Device operands are compared on the host (the check below is a host loop; no device reduction yet).
-  if (!a.is_cpu() || !b.is_cpu()) return allclose(a.to(Device::cpu()), b.to(Device::cpu()), rtol, atol);
-  Tensor out = ops::new_output_like(a, b, "allclose", kBool, a.device());
-  kernels::dispatch_all(a.dtype(), "allclose", [&]<typename T>() {
-    kernels::launch<bool, T, T>(
-        out,
-        [rtol, atol](T x, T y) {
-          const double u = kernels::convert<double>(x), v = kernels::convert<double>(y);
-          if (u == v) return true;  // also equal infinities
-          const double err = std::fabs(u - v);
-          return std::isfinite(err) && err <= atol + std::fabs(rtol * v);
-        },
-        a, b);
-  });
-  return all_true(out);
+  // |a - b| <= atol + rtol |b| in float64 (integers exactly up to 2^53), or equal (equal
+  // infinities too); a NaN or an infinite difference is never close. Written with the ops, so it runs
+  // on the operands' device.
+  NoGradGuard no_grad;
+  const Tensor u = ops::to_dtype(a, kFloat64), v = ops::to_dtype(b, kFloat64);
+  const Tensor err = dp::abs(dp::sub(u, v));
+  const Tensor within = dp::logical_and(dp::lt(err, Scalar(std::numeric_limits<double>::infinity())),
+                                        dp::le(err, dp::add(dp::abs(dp::mul(v, Scalar(rtol))), Scalar(atol))));
+  return all_true(dp::logical_or(dp::eq(u, v), within));
 }
 
 }  // namespace dp

@@ -45,7 +45,7 @@ Tensor& add_inplace(const char* op, const char* node, Tensor& self, const Tensor
   prologue(op, self, b, ct);
   const Scalar k = is_sub ? ops::negate(alpha) : alpha;
   Tensor bc = operand(self, b, ct);
-  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::add_kernel(out, s, bc, k); });
+  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { backend::add_kernel(out.device().type, out, s, bc, k); });
   self.bump_version();
   if (autograd::needs_grad(self, b)) {
     record_inplace(node, {&self, &b}, self, [is = GradInfo(self), ib = GradInfo(b), k](Node&, const Tensor& g) {
@@ -64,7 +64,7 @@ Tensor& add_scalar_inplace(const char* op, const char* node, Tensor& self, const
   ops::check_alpha(op, ct, alpha);
   prologue(op, self, Tensor(), ct);
   const Scalar k = is_sub ? ops::negate(alpha) : alpha;
-  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::add_scalar_kernel(out, s, b, k); });
+  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { backend::add_scalar_kernel(out.device().type, out, s, b, k); });
   self.bump_version();
   if (autograd::needs_grad(self)) {
     record_inplace(node, {&self}, self, [is = GradInfo(self)](Node&, const Tensor& g) { return variable_list{is.reduce(g)}; });
@@ -88,7 +88,7 @@ Tensor& mul_(Tensor& self, const Tensor& b) {
   SavedVariable self_before = grad && b.requires_grad() ? SavedVariable(dp::clone(self), false) : SavedVariable();
   SavedVariable sb = grad && self.requires_grad() ? ops::save_input(b, &self) : SavedVariable();
   Tensor bc = operand(self, b, ct);
-  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::mul_kernel(out, s, bc); });
+  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { backend::mul_kernel(out.device().type, out, s, bc); });
   self.bump_version();
   if (grad) {
     record_inplace("MulBackward0", {&self, &b}, self,
@@ -104,7 +104,7 @@ Tensor& mul_(Tensor& self, const Scalar& b) {
   check_operands("mul_", self, Tensor());
   const DType ct = result_type(self, b);
   prologue("mul_", self, Tensor(), ct);
-  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::mul_scalar_kernel(out, s, b); });
+  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { backend::mul_scalar_kernel(out.device().type, out, s, b); });
   self.bump_version();
   if (autograd::needs_grad(self)) {
     record_inplace("MulBackward1", {&self}, self,
@@ -121,7 +121,7 @@ Tensor& div_(Tensor& self, const Tensor& b) {
   SavedVariable self_before = grad && b.requires_grad() ? SavedVariable(dp::clone(self), false) : SavedVariable();
   SavedVariable sb = grad ? ops::save_input(b, &self) : SavedVariable();
   Tensor bc = operand(self, b, ct);
-  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::div_kernel(out, s, bc); });
+  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { backend::div_kernel(out.device().type, out, s, bc); });
   self.bump_version();
   if (grad) {
     record_inplace("DivBackward0", {&self, &b}, self,
@@ -140,7 +140,7 @@ Tensor& div_(Tensor& self, const Scalar& b) {
   check_operands("div_", self, Tensor());
   const DType ct = ops::to_float_dtype(result_type(self, b));
   prologue("div_", self, Tensor(), ct);
-  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::div_scalar_kernel(out, s, b); });
+  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { backend::div_scalar_kernel(out.device().type, out, s, b); });
   self.bump_version();
   if (autograd::needs_grad(self)) {
     record_inplace("DivBackward1", {&self}, self,
@@ -155,7 +155,7 @@ Tensor& neg_(Tensor& self) {
            "neg_: Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, use the `~` or "
            "`logical_not()` operator instead.");
   prologue("neg_", self, Tensor(), self.dtype());
-  kernels::unary_kernel(kernels::UnaryOp::Neg, self, self);
+  backend::unary_kernel(self.device().type, backend::UnaryOp::Neg, self, self);
   self.bump_version();
   if (autograd::needs_grad(self)) record_inplace("NegBackward0", {&self}, self, [](Node&, const Tensor& g) { return variable_list{dp::neg(g)}; });
   return self;
@@ -165,7 +165,7 @@ Tensor& sqrt_(Tensor& self) {
   check_operands("sqrt_", self, Tensor());
   const DType ct = ops::to_float_dtype(self.dtype());
   prologue("sqrt_", self, Tensor(), ct);
-  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::unary_kernel(kernels::UnaryOp::Sqrt, out, s); });
+  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { backend::unary_kernel(out.device().type, backend::UnaryOp::Sqrt, out, s); });
   self.bump_version();
   if (autograd::needs_grad(self)) {
     record_inplace("SqrtBackward0", {&self}, self, [so = SavedVariable(self, true)](Node& n, const Tensor& g) {
@@ -179,7 +179,7 @@ Tensor& relu_(Tensor& self) {
   check_operands("relu_", self, Tensor());
   DP_CHECK(self.dtype() != kBool, DTypeError, "relu_: Boolean inputs not supported for relu");
   prologue("relu_", self, Tensor(), self.dtype());
-  kernels::unary_kernel(kernels::UnaryOp::Relu, self, self);
+  backend::unary_kernel(self.device().type, backend::UnaryOp::Relu, self, self);
   self.bump_version();
   if (autograd::needs_grad(self)) {
     record_inplace("ReluBackward0", {&self}, self,
@@ -202,9 +202,9 @@ Tensor& clamp_(Tensor& self, std::optional<Scalar> min, std::optional<Scalar> ma
   Tensor mask;  // which elements were inside the bounds before the write
   if (grad) {
     mask = ops::new_output(self.sizes(), kBool, self.device());
-    kernels::clamp_mask_kernel(mask, self, min, max);
+    backend::clamp_mask_kernel(mask.device().type, mask, self, min, max);
   }
-  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::clamp_kernel(out, s, min, max); });
+  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { backend::clamp_kernel(out.device().type, out, s, min, max); });
   self.bump_version();
   if (grad) {
     record_inplace("ClampBackward1", {&self}, self, [mask](Node&, const Tensor& g) { return variable_list{dp::where(mask, g, 0)}; });
@@ -232,7 +232,7 @@ Tensor& addcmul_(Tensor& self, const Tensor& a, const Tensor& b, const Scalar& v
     if (b.requires_grad()) sa = ops::save_input(a, &self);
     if (a.requires_grad()) sb = ops::save_input(b, &self);
   }
-  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::addcmul_kernel(out, s, ac, bc, value); });
+  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { backend::addcmul_kernel(out.device().type, out, s, ac, bc, value); });
   self.bump_version();
   if (grad) {
     record_inplace(
@@ -268,7 +268,7 @@ Tensor& addcdiv_(Tensor& self, const Tensor& a, const Tensor& b, const Scalar& v
     if (b.requires_grad()) sa = ops::save_input(a, &self);
     if (a.requires_grad() || b.requires_grad()) sb = ops::save_input(b, &self);
   }
-  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { kernels::addcdiv_kernel(out, s, ac, bc, value); });
+  ops::run_inplace(self, ct, [&](const Tensor& out, const Tensor& s) { backend::addcdiv_kernel(out.device().type, out, s, ac, bc, value); });
   self.bump_version();
   if (grad) {
     record_inplace(
@@ -291,7 +291,7 @@ Tensor& lerp_(Tensor& self, const Tensor& end, const Scalar& weight) {
            dtype_name(end.dtype()));
   DP_CHECK(is_floating_point(self.dtype()), DTypeError, "lerp_: expected floating point tensors, got ", dtype_name(self.dtype()));
   prologue("lerp_", self, end, self.dtype());
-  kernels::lerp_kernel(self, self, ops::unaliased(self, end), weight);
+  backend::lerp_kernel(self.device().type, self, self, ops::unaliased(self, end), weight);
   self.bump_version();
   if (autograd::needs_grad(self, end)) {
     record_inplace("LerpBackward0", {&self, &end}, self, [is = GradInfo(self), ie = GradInfo(end), weight](Node&, const Tensor& g) {
@@ -306,7 +306,7 @@ namespace {
 // fill_ / zero_: the result no longer depends on self's old value (its gradient is zero).
 Tensor& fill_impl(const char* op, const char* node, Tensor& self, const Scalar& value) {
   check_operands(op, self, Tensor());
-  kernels::fill_kernel(self, value);
+  backend::fill_kernel(self.device().type, self, value);
   self.bump_version();
   if (autograd::needs_grad(self)) {
     record_inplace(node, {&self}, self,
@@ -329,7 +329,7 @@ Tensor& copy_(Tensor& self, const Tensor& src, bool non_blocking) {
   // completes before returning, whatever non_blocking says).
   if (self.device() != src.device() && (!self.is_cpu() || !src.is_cpu())) {
     // Host <-> device or between devices (different memory, so no aliasing): the device's backend.
-    backend::copy_across_stub(backend::copy_device_type(self, src), self, src, non_blocking);
+    backend::copy_across_kernel(backend::copy_device_type(self, src), self, src, non_blocking);
   } else if (!self.is_same(src)) {
     ops::copy_into(self, ops::unaliased(self, src));
   }

@@ -16,13 +16,13 @@ Tensor bool_binary(const char* op, BoolOp k, const Tensor& a, const Tensor& b) {
   Tensor out = ops::new_output_like(a, b, op, kBool, a.device());
   switch (k) {
     case BoolOp::And:
-      kernels::mul_kernel(out, a, b);
+      backend::mul_kernel(out.device().type, out, a, b);
       break;
     case BoolOp::Or:
-      kernels::add_kernel(out, a, b, 1);
+      backend::add_kernel(out.device().type, out, a, b, 1);
       break;
     case BoolOp::Xor:
-      kernels::compare_kernel(kernels::CmpOp::Ne, out, a, b);
+      backend::compare_kernel(out.device().type, backend::CmpOp::Ne, out, a, b);
       break;
   }
   return out;

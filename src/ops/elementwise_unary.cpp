@@ -17,14 +17,14 @@ using ops::unpack_output;
 namespace {
 
 // Runs a unary kernel into a fresh tensor of dtype ct (the input converted to ct first).
-Tensor unary(const char* op, kernels::UnaryOp k, const Tensor& a, DType ct) {
+Tensor unary(const char* op, backend::UnaryOp k, const Tensor& a, DType ct) {
   Tensor out = ops::new_output(a.sizes(), ct, a.device());
-  kernels::unary_kernel(k, out, ops::to_dtype(a, ct));
+  backend::unary_kernel(out.device().type, k, out, ops::to_dtype(a, ct));
   return out;
 }
 
 // Floating ops: integer and bool inputs compute (and return) the default float dtype.
-Tensor floating(const char* op, kernels::UnaryOp k, const Tensor& a) {
+Tensor floating(const char* op, backend::UnaryOp k, const Tensor& a) {
   ops::check_input(op, a);
   return unary(op, k, a, ops::to_float_dtype(a.dtype()));
 }
@@ -36,7 +36,7 @@ Tensor neg(const Tensor& a) {
   DP_CHECK(a.dtype() != kBool, DTypeError,
            "neg: Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, use the `~` or "
            "`logical_not()` operator instead.");
-  Tensor out = unary("neg", kernels::UnaryOp::Neg, a, a.dtype());
+  Tensor out = unary("neg", backend::UnaryOp::Neg, a, a.dtype());
   if (autograd::needs_grad(a)) record("NegBackward0", {&a}, out, [](Node&, const Tensor& g) { return variable_list{dp::neg(g)}; });
   return out;
 }
@@ -44,7 +44,7 @@ Tensor neg(const Tensor& a) {
 Tensor abs(const Tensor& a) {
   ops::check_input("abs", a);
   DP_CHECK(a.dtype() != kBool, DTypeError, "abs: not implemented for bool tensors");
-  Tensor out = unary("abs", kernels::UnaryOp::Abs, a, a.dtype());
+  Tensor out = unary("abs", backend::UnaryOp::Abs, a, a.dtype());
   if (autograd::needs_grad(a)) {
     record("AbsBackward0", {&a}, out,
            [sa = SavedVariable(a, false)](Node& n, const Tensor& g) { return variable_list{dp::mul(g, dp::sign(sa.unpack(&n)))}; });
@@ -54,7 +54,7 @@ Tensor abs(const Tensor& a) {
 
 Tensor sign(const Tensor& a) {
   ops::check_input("sign", a);
-  Tensor out = unary("sign", kernels::UnaryOp::Sign, a, a.dtype());
+  Tensor out = unary("sign", backend::UnaryOp::Sign, a, a.dtype());
   if (autograd::needs_grad(a)) {
     // Zero almost everywhere (PyTorch's SignBackward0 gives zeros).
     record("SignBackward0", {&a}, out,
@@ -67,7 +67,7 @@ Tensor square(const Tensor& a) {
   ops::check_input("square", a);
   // pow(a, 2): bool squares to int64 as in PyTorch.
   const DType ct = a.dtype() == kBool ? kInt64 : a.dtype();
-  Tensor out = unary("square", kernels::UnaryOp::Square, a, ct);
+  Tensor out = unary("square", backend::UnaryOp::Square, a, ct);
   if (autograd::needs_grad(a)) {
     record("PowBackward0", {&a}, out,
            [sa = SavedVariable(a, false)](Node& n, const Tensor& g) { return variable_list{dp::mul(g, dp::mul(sa.unpack(&n), 2))}; });
@@ -77,7 +77,7 @@ Tensor square(const Tensor& a) {
 
 Tensor exp(const Tensor& a) {
   if (autocast::detail::Cast ac{autocast::detail::Op::exp, {&a}}) return ac([&] { return dp::exp(ac[0]); });
-  Tensor out = floating("exp", kernels::UnaryOp::Exp, a);
+  Tensor out = floating("exp", backend::UnaryOp::Exp, a);
   if (autograd::needs_grad(a)) {
     record("ExpBackward0", {&a}, out,
            [so = SavedVariable(out, true)](Node& n, const Tensor& g) { return variable_list{dp::mul(g, unpack_output(so, n))}; });
@@ -87,7 +87,7 @@ Tensor exp(const Tensor& a) {
 
 Tensor log(const Tensor& a) {
   if (autocast::detail::Cast ac{autocast::detail::Op::log, {&a}}) return ac([&] { return dp::log(ac[0]); });
-  Tensor out = floating("log", kernels::UnaryOp::Log, a);
+  Tensor out = floating("log", backend::UnaryOp::Log, a);
   if (autograd::needs_grad(a)) {
     record("LogBackward0", {&a}, out, [sa = SavedVariable(a, false)](Node& n, const Tensor& g) { return variable_list{dp::div(g, sa.unpack(&n))}; });
   }
@@ -95,7 +95,7 @@ Tensor log(const Tensor& a) {
 }
 
 Tensor log1p(const Tensor& a) {
-  Tensor out = floating("log1p", kernels::UnaryOp::Log1p, a);
+  Tensor out = floating("log1p", backend::UnaryOp::Log1p, a);
   if (autograd::needs_grad(a)) {
     record("Log1PBackward0", {&a}, out,
            [sa = SavedVariable(a, false)](Node& n, const Tensor& g) { return variable_list{dp::div(g, dp::add(sa.unpack(&n), 1))}; });
@@ -104,7 +104,7 @@ Tensor log1p(const Tensor& a) {
 }
 
 Tensor sqrt(const Tensor& a) {
-  Tensor out = floating("sqrt", kernels::UnaryOp::Sqrt, a);
+  Tensor out = floating("sqrt", backend::UnaryOp::Sqrt, a);
   if (autograd::needs_grad(a)) {
     record("SqrtBackward0", {&a}, out,
            [so = SavedVariable(out, true)](Node& n, const Tensor& g) { return variable_list{dp::div(g, dp::mul(unpack_output(so, n), 2))}; });
@@ -114,7 +114,7 @@ Tensor sqrt(const Tensor& a) {
 
 Tensor rsqrt(const Tensor& a) {
   if (autocast::detail::Cast ac{autocast::detail::Op::rsqrt, {&a}}) return ac([&] { return dp::rsqrt(ac[0]); });
-  Tensor out = floating("rsqrt", kernels::UnaryOp::Rsqrt, a);
+  Tensor out = floating("rsqrt", backend::UnaryOp::Rsqrt, a);
   if (autograd::needs_grad(a)) {
     // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 out^3
     record("RsqrtBackward0", {&a}, out, [so = SavedVariable(out, true)](Node& n, const Tensor& g) {
@@ -125,7 +125,7 @@ Tensor rsqrt(const Tensor& a) {
 }
 
 Tensor sin(const Tensor& a) {
-  Tensor out = floating("sin", kernels::UnaryOp::Sin, a);
+  Tensor out = floating("sin", backend::UnaryOp::Sin, a);
   if (autograd::needs_grad(a)) {
     record("SinBackward0", {&a}, out,
            [sa = SavedVariable(a, false)](Node& n, const Tensor& g) { return variable_list{dp::mul(g, dp::cos(sa.unpack(&n)))}; });
@@ -134,7 +134,7 @@ Tensor sin(const Tensor& a) {
 }
 
 Tensor cos(const Tensor& a) {
-  Tensor out = floating("cos", kernels::UnaryOp::Cos, a);
+  Tensor out = floating("cos", backend::UnaryOp::Cos, a);
   if (autograd::needs_grad(a)) {
     record("CosBackward0", {&a}, out,
            [sa = SavedVariable(a, false)](Node& n, const Tensor& g) { return variable_list{dp::mul(g, dp::neg(dp::sin(sa.unpack(&n))))}; });
@@ -144,7 +144,7 @@ Tensor cos(const Tensor& a) {
 
 Tensor reciprocal(const Tensor& a) {
   if (autocast::detail::Cast ac{autocast::detail::Op::reciprocal, {&a}}) return ac([&] { return dp::reciprocal(ac[0]); });
-  Tensor out = floating("reciprocal", kernels::UnaryOp::Reciprocal, a);
+  Tensor out = floating("reciprocal", backend::UnaryOp::Reciprocal, a);
   if (autograd::needs_grad(a)) {
     record("ReciprocalBackward0", {&a}, out, [so = SavedVariable(out, true)](Node& n, const Tensor& g) {
       Tensor r = unpack_output(so, n);
@@ -168,12 +168,12 @@ Tensor clamp_impl(const char* op, const char* node, const Tensor& a, const std::
   const DType ct = ts.result();
   DP_CHECK(ct != kBool, DTypeError, op, ": not implemented for bool tensors");
   Tensor out = ops::new_output(a.sizes(), ct, a.device());
-  kernels::clamp_kernel(out, ops::to_dtype(a, ct), lo, hi);
+  backend::clamp_kernel(out.device().type, out, ops::to_dtype(a, ct), lo, hi);
   if (autograd::needs_grad(a)) {
     record(node, {&a}, out, [sa = SavedVariable(a, false), lo, hi](Node& n, const Tensor& g) {
       Tensor x = sa.unpack(&n);
       Tensor mask = ops::new_output(x.sizes(), kBool, x.device());
-      kernels::clamp_mask_kernel(mask, x, lo, hi);
+      backend::clamp_mask_kernel(mask.device().type, mask, x, lo, hi);
       return variable_list{dp::where(mask, g, 0)};
     });
   }

@@ -37,19 +37,19 @@ Tensor empty(IntArrayRef sizes, TensorOptions opts) { return finish(make("empty"
 
 Tensor zeros(IntArrayRef sizes, TensorOptions opts) {
   Tensor t = make("zeros", sizes, opts);
-  kernels::fill_kernel(t, 0);  // the CPU's fill of all-zero bits is a memset
+  backend::fill_kernel(t.device().type, t, 0);  // the CPU's fill of all-zero bits is a memset
   return finish(t, opts);
 }
 
 Tensor ones(IntArrayRef sizes, TensorOptions opts) {
   Tensor t = make("ones", sizes, opts);
-  kernels::fill_kernel(t, 1);
+  backend::fill_kernel(t.device().type, t, 1);
   return finish(t, opts);
 }
 
 Tensor full(IntArrayRef sizes, const Scalar& value, TensorOptions opts) {
   Tensor t = make("full", sizes, opts);
-  kernels::fill_kernel(t, value);
+  backend::fill_kernel(t.device().type, t, value);
   return finish(t, opts);
 }
 
@@ -92,7 +92,7 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
            ")");
   const int64_t size = static_cast<int64_t>(size_d);
   Tensor out = make_empty({size}, dt, o.device_);
-  if (size > 0) backend::arange_stub(o.device_.type, out, start, step);
+  if (size > 0) backend::arange_kernel(o.device_.type, out, start, step);
   return finish(out, o);
 }
 
@@ -102,9 +102,9 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
   // PyTorch's symmetric formula (backend/copy_kernels.h): the first half counts up from start, the
   // second half down from end, so both ends are exact.
   if (steps == 1)
-    kernels::fill_kernel(out, start);
+    backend::fill_kernel(out.device().type, out, start);
   else if (steps > 1)
-    backend::linspace_stub(out.device().type, out, start, end);
+    backend::linspace_kernel(out.device().type, out, start, end);
   return finish(out, opts);
 }
 
@@ -112,7 +112,7 @@ Tensor eye(int64_t n, TensorOptions opts) {
   DP_CHECK(n >= 0, ValueError, "eye: n must be greater or equal to 0, got ", n);
   Tensor out = zeros({n, n}, opts.requires_grad(false));
   // The diagonal: an [n] view with stride n + 1, filled with one.
-  kernels::fill_kernel(kernels::restride_nograd(out, {n}, {n + 1}), true);
+  backend::fill_kernel((backend::restride_nograd(out, {n}, {n + 1})).device().type, backend::restride_nograd(out, {n}, {n + 1}), true);
   return finish(out, opts);
 }
 
@@ -132,7 +132,7 @@ Tensor tensor(const std::vector<T>& data, IntArrayRef sizes, std::optional<Tenso
   }
   if (o.dtype_ != dtype_of<T>) {
     Tensor c = make_empty(sizes, o.dtype_, o.device_);
-    kernels::copy_kernel(c, src);
+    backend::copy_kernel(backend::copy_device_type(c, src), c, src);
     src = c;
   }
   return finish(src, o);

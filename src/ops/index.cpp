@@ -36,13 +36,13 @@ Tensor raw_view(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
 
 Tensor raw_copy(const Tensor& t) {
   Tensor c = make_empty(t.sizes(), t.dtype(), t.device());
-  kernels::copy_kernel(c, t);
+  backend::copy_kernel(backend::copy_device_type(c, t), c, t);
   return c;
 }
 
 Tensor raw_zeros(IntArrayRef sizes, DType dt, Device dev) {
   Tensor z = make_empty(sizes, dt, dev);
-  kernels::fill_kernel(z, 0);
+  backend::fill_kernel(z.device().type, z, 0);
   return z;
 }
 
@@ -70,7 +70,7 @@ void index_select_into(const char* op, const Tensor& out, const Tensor& a, int64
 }
 
 // self (0-dim seen as [1]) [..., index[j], ...] += src[..., j, ...] along dim. In-place callers
-// check the indices first (backend::check_indices) and pass check = false.
+// check the indices first (backend::check_indices_kernel) and pass check = false.
 void index_add_into(const char* op, const Tensor& self_in, int64_t dim, const Tensor& index, const Tensor& src_in, bool check) {
   const Tensor self = as_1d(self_in), src = as_1d(src_in);
   backend::index_add_kernel(self.device().type, op, self, dim, index, src, check);
@@ -82,7 +82,7 @@ void index_add_into(const char* op, const Tensor& self_in, int64_t dim, const Te
 Tensor gather_kernel(const char* op, const Tensor& a_in, int64_t dim, const Tensor& index_in, IntArrayRef out_shape, bool check) {
   const Tensor a = as_1d(a_in), index = as_1d(index_in);
   Tensor out = make_empty(out_shape, a.dtype(), a.device());
-  if (!IntArrayRef(index_in.sizes()).equals(out_shape)) kernels::fill_kernel(out, 0);
+  if (!IntArrayRef(index_in.sizes()).equals(out_shape)) backend::fill_kernel(out.device().type, out, 0);
   backend::gather_kernel(a.device().type, op, as_1d(out), a, dim, index, check);
   return out;
 }
@@ -186,7 +186,7 @@ void rebase_inplace(Tensor& self, const Tensor& src, const char* name, autograd:
 // The index tensor as a contiguous [N] view (int32 or int64, both fine for index_add), without
 // reading the values (index_add checks them).
 Tensor flat_index(const Tensor& indices) {
-  const Tensor c = kernels::contiguous_nograd(indices);
+  const Tensor c = backend::contiguous_nograd(indices);
   return raw_view(c, {c.numel()}, {1}, c.storage_offset());
 }
 
@@ -198,9 +198,9 @@ Tensor flat_index(const Tensor& indices) {
 // deterministic).
 Tensor embedding_dense_backward(const Tensor& g, const Tensor& indices, int64_t num_weights, int64_t padding_idx) {
   const int64_t D = g.size(-1), N = indices.numel();
-  if (!GradMode::is_enabled() && backend::embedding_backward.has(g.device().type)) {
+  if (!GradMode::is_enabled() && backend::embedding_backward_kernel.has(g.device().type)) {
     Tensor gw = raw_zeros({num_weights, D}, g.dtype(), g.device());
-    backend::embedding_backward(g.device().type, gw, g, indices, padding_idx);
+    backend::embedding_backward_kernel(g.device().type, gw, g, indices, padding_idx);
     return gw;
   }
   Tensor g2 = dp::reshape(g, {N, D});
@@ -287,7 +287,7 @@ Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tenso
   dim = check_scatter("scatter_add_", self, dim, index, src);
   autograd::check_inplace(self, "scatter_add_");
   const bool ga = autograd::needs_grad(self), gs = autograd::needs_grad(src);
-  backend::check_indices(self.device().type, "scatter_add_", index, dim, size_at(self, dim));
+  backend::check_indices_kernel(self.device().type, "scatter_add_", index, dim, size_at(self, dim));
   scatter_add_kernel("scatter_add_", self, dim, index, src, false);
   self.bump_version();
   if (ga || gs) rebase_inplace(self, src, "ScatterAddBackward0", scatter_add_backward(dim, index, src.sizes(), ga, gs));
@@ -300,7 +300,7 @@ Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor&
   dim = check_index_add("index_add_", self, dim, index, src);
   autograd::check_inplace(self, "index_add_");
   const bool ga = autograd::needs_grad(self), gs = autograd::needs_grad(src);
-  backend::check_indices(self.device().type, "index_add_", index, dim, size_at(self, dim));
+  backend::check_indices_kernel(self.device().type, "index_add_", index, dim, size_at(self, dim));
   index_add_into("index_add_", self, dim, index, src, false);
   self.bump_version();
   if (ga || gs) rebase_inplace(self, src, "IndexAddBackward0", index_add_backward(dim, index, ga, gs));
@@ -319,7 +319,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
   Shape out_shape = indices.sizes();
   out_shape.push_back(D);
   Tensor out = make_empty(out_shape, weight.dtype(), weight.device());
-  backend::embedding_forward(weight.device().type, out, weight, indices);
+  backend::embedding_forward_kernel(weight.device().type, out, weight, indices);
   if (autograd::needs_grad(weight)) {
     SavedVariable si(indices, false);
     autograd::record("EmbeddingBackward0", {weight}, {out},

@@ -46,7 +46,7 @@ Tensor raw_view(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
 
 Tensor raw_copy(const Tensor& t, DType dt) {
   Tensor c = make_empty(t.sizes(), dt, t.device());
-  kernels::copy_kernel(c, t);
+  backend::copy_kernel(backend::copy_device_type(c, t), c, t);
   return c;
 }
 
@@ -230,7 +230,7 @@ Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar&
   if (is_one(alpha) && is_one(beta)) {  // Linear's form (on CUDA the bias row is added by the GEMM's epilogue)
     backend::matmul_bias_kernel(out.device().type, out, a, b, self, "addmm");
   } else {
-    if (!is_zero(beta)) kernels::copy_kernel(out, self);  // the bias row, broadcast: the GEMM adds onto it
+    if (!is_zero(beta)) backend::copy_kernel(backend::copy_device_type(out, self), out, self);  // the bias row, broadcast: the GEMM adds onto it
     matmul_kernel(out, a, b, alpha, beta, "addmm");
   }
   const bool gs = autograd::needs_grad(self), ga = autograd::needs_grad(a), gb = autograd::needs_grad(b);

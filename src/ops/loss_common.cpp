@@ -30,7 +30,7 @@ void check_input(const char* op, const Tensor& input) {
   const bool half_device = backend::capabilities(input.device()).half_nn;
   const bool half = input.dtype() == kFloat16 || input.dtype() == kBFloat16;
   DP_CHECK(input.dtype() == kFloat32 || input.dtype() == kFloat64 || (half && half_device), DTypeError, op, ": \"", op, "\" not implemented for '",
-           kernels::torch_type_name(input.dtype()), "' (input must be float32 or float64",
+           backend::torch_type_name(input.dtype()), "' (input must be float32 or float64",
            half_device ? ", or float16 / bfloat16 on a CUDA device" : " on the CPU; float16 / bfloat16 on a CUDA device", ", got ", input.describe(),
            ")");
 }
@@ -72,7 +72,7 @@ ClassGeometry class_geometry(const char* op, const Tensor& input, const Tensor& 
 
 void check_class_target_dtype(const char* op, const Tensor& target) {
   DP_CHECK(target.dtype() == kInt64 || target.dtype() == kUInt8, DTypeError, op, ": expected scalar type Long but found ",
-           kernels::torch_type_name(target.dtype()), " (class-index target ", target.describe(), ")");
+           backend::torch_type_name(target.dtype()), " (class-index target ", target.describe(), ")");
 }
 
 void check_class_weight(const char* op, const Tensor& input, const Tensor& weight, int64_t n_classes) {
@@ -89,7 +89,7 @@ void throw_target_out_of_bounds(const char* op, int64_t target, int64_t n_classe
 }
 
 void throw_first_bad_target(const char* op, const Tensor& target, int64_t n_classes, int64_t ignore_index) {
-  const Tensor h = kernels::contiguous_nograd(kernels::convert_nograd(target.cpu(), kInt64));
+  const Tensor h = backend::contiguous_nograd(backend::convert_nograd(target.cpu(), kInt64));
   const int64_t* p = static_cast<const int64_t*>(h.data_ptr());
   for (int64_t i = 0; i < h.numel(); ++i)
     if (p[i] != ignore_index && (p[i] < 0 || p[i] >= n_classes)) throw_target_out_of_bounds(op, p[i], n_classes, ignore_index);
@@ -99,7 +99,7 @@ void throw_first_bad_target(const char* op, const Tensor& target, int64_t n_clas
 
 Tensor device_scalar(double v, DType dtype, Device device) {
   Tensor t = make_empty({}, dtype, device);
-  kernels::fill_kernel(t, v);
+  backend::fill_kernel(t.device().type, t, v);
   return t;
 }
 
@@ -117,7 +117,7 @@ Tensor per_sample_to_input(const Tensor& g, const ClassGeometry& geo) {
   return g.reshape(geo.out_shape).unsqueeze(1);
 }
 
-Tensor plain(const Tensor& g, DType dtype) { return kernels::contiguous_nograd(kernels::convert_nograd(g, dtype)); }
+Tensor plain(const Tensor& g, DType dtype) { return backend::contiguous_nograd(backend::convert_nograd(g, dtype)); }
 
 // ---------------------------------------------------------------- MeanLossRecorder
 

@@ -45,8 +45,8 @@ struct Params {
 // coef, B (per sample) = its sum over classes; 0 for ignored samples. Float64 host tensors, built
 // from the targets and weights read on the host (a copy from a CUDA device, in this rare path only).
 void build_coefs(const Tensor& A, const Tensor& B, const Tensor& targets, const Tensor& weights, const Params& p) {
-  const Tensor tt = kernels::contiguous_nograd(kernels::convert_nograd(targets.cpu(), kInt64));
-  const Tensor w = weights.defined() ? kernels::contiguous_nograd(kernels::convert_nograd(weights.cpu(), kFloat64)) : Tensor();
+  const Tensor tt = backend::contiguous_nograd(backend::convert_nograd(targets.cpu(), kInt64));
+  const Tensor w = weights.defined() ? backend::contiguous_nograd(backend::convert_nograd(weights.cpu(), kFloat64)) : Tensor();
   double* a = static_cast<double*>(A.data_ptr());
   double* b = static_cast<double*>(B.data_ptr());
   const double* wp = w.defined() ? static_cast<const double*>(w.data_ptr()) : nullptr;
@@ -83,7 +83,7 @@ Tensor index_backward_composite(const Tensor& g, const Tensor& xi, const Tensor&
   A = A.to(xi.device(), xi.dtype());
   B = B.to(xi.device(), xi.dtype());
   Tensor gb = red == Reduction::None   ? loss::per_sample_to_input(g, p.geo)
-              : red == Reduction::Mean ? dp::div(g, kernels::convert_nograd(total_weight, g.dtype()))
+              : red == Reduction::Mean ? dp::div(g, backend::convert_nograd(total_weight, g.dtype()))
                                        : g;
   Tensor sm = dp::softmax(xi, p.geo.class_dim);
   return dp::mul(gb, dp::sub(dp::mul(loss::per_sample_to_input(B, p.geo), sm), A));
@@ -126,15 +126,15 @@ Tensor cross_entropy_index(const Tensor& input, const Tensor& target, const Tens
   p.ignore = ignore_index;
   loss::check_class_weight(kOp, input, weight, p.geo.c);
 
-  const Tensor x = kernels::contiguous_nograd(input);
-  const Tensor t = kernels::contiguous_nograd(target);
-  const Tensor w = weight.defined() ? kernels::contiguous_nograd(weight) : Tensor();
+  const Tensor x = backend::contiguous_nograd(input);
+  const Tensor t = backend::contiguous_nograd(target);
+  const Tensor w = weight.defined() ? backend::contiguous_nograd(weight) : Tensor();
   const bool reduced = red != Reduction::None;
   const DType acc = backend::loss_acc_dtype(x.dtype());
   Tensor out = make_empty(reduced ? Shape{} : p.geo.out_shape, x.dtype(), x.device());
   Tensor tw = reduced ? make_empty({}, acc, x.device()) : Tensor();
   Tensor lse = make_empty({p.geo.n * p.geo.s}, acc, x.device());
-  if (backend::cross_entropy_index_forward(x.device().type, out, red, tw, lse, x, t, w, loss::class_shape(p.geo), p.ignore, p.eps))
+  if (backend::cross_entropy_index_forward_kernel(x.device().type, out, red, tw, lse, x, t, w, loss::class_shape(p.geo), p.ignore, p.eps))
     loss::throw_first_bad_target(kOp, t, p.geo.c, p.ignore);
 
   if (autograd::needs_grad(input)) {
@@ -143,10 +143,10 @@ Tensor cross_entropy_index(const Tensor& input, const Tensor& target, const Tens
       const Tensor& g = grads[0];
       const Tensor xi = sx.unpack(), tt = st.unpack();
       if (GradMode::is_enabled()) return variable_list{index_backward_composite(g, xi, tt, w, tw, p, red)};
-      const Tensor xc = kernels::contiguous_nograd(xi);
+      const Tensor xc = backend::contiguous_nograd(xi);
       Tensor gi = make_empty(xc.sizes(), xc.dtype(), xc.device());
-      backend::cross_entropy_index_backward(xc.device().type, gi, loss::loss_grad(g, red, xc.dtype(), 1.0, tw), xc, tt, w, lse,
-                                            loss::class_shape(p.geo), p.ignore, p.eps);
+      backend::cross_entropy_index_backward_kernel(xc.device().type, gi, loss::loss_grad(g, red, xc.dtype(), 1.0, tw), xc, tt, w, lse,
+                                                   loss::class_shape(p.geo), p.ignore, p.eps);
       return variable_list{gi};
     });
   }
@@ -157,7 +157,7 @@ Tensor cross_entropy_index(const Tensor& input, const Tensor& target, const Tens
 
 Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index, Reduction red, double eps) {
   DP_CHECK(is_floating_point(target.dtype()), DTypeError, kOp, ": Expected floating point type for target with class probabilities, got ",
-           kernels::torch_type_name(target.dtype()), " (target ", target.describe(), " has the input's shape)");
+           backend::torch_type_name(target.dtype()), " (target ", target.describe(), " has the input's shape)");
   loss::check_companion(kOp, input, target, "target");
   DP_CHECK(ignore_index < 0, ValueError, kOp, ": ignore_index is not supported for floating point target (got ignore_index ", ignore_index, ")");
   DP_CHECK(input.dim() >= 1, ShapeError, kOp, ": Expected 1 or more dimensions (got 0) (input ", input.describe(), ")");
@@ -178,9 +178,9 @@ Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tenso
   p.ignore = ignore_index;
   loss::check_class_weight(kOp, input, weight, p.geo.c);
 
-  const Tensor x = kernels::contiguous_nograd(input);
-  const Tensor t = kernels::contiguous_nograd(target);
-  const Tensor w = weight.defined() ? kernels::contiguous_nograd(weight) : Tensor();
+  const Tensor x = backend::contiguous_nograd(input);
+  const Tensor t = backend::contiguous_nograd(target);
+  const Tensor w = weight.defined() ? backend::contiguous_nograd(weight) : Tensor();
   const int64_t samples = p.geo.n * p.geo.s;
   const DType acc = backend::loss_acc_dtype(x.dtype());
   const bool reduced = red != Reduction::None;
@@ -189,7 +189,7 @@ Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tenso
   Tensor rs = make_empty({samples}, acc, x.device());
   // PyTorch: the mean over samples, NaN for an empty input.
   const double scale = red != Reduction::Mean ? 1.0 : x.numel() == 0 ? std::nan("") : 1.0 / static_cast<double>(samples);
-  backend::cross_entropy_prob_forward(x.device().type, out, reduced, scale, lse, rs, x, t, w, loss::class_shape(p.geo), p.eps);
+  backend::cross_entropy_prob_forward_kernel(x.device().type, out, reduced, scale, lse, rs, x, t, w, loss::class_shape(p.geo), p.eps);
 
   const bool need_x = autograd::needs_grad(input), need_t = autograd::needs_grad(target);
   if (!need_x && !need_t) return out;
@@ -199,11 +199,11 @@ Tensor cross_entropy_prob(const Tensor& input, const Tensor& target, const Tenso
     const Tensor xi = sx.unpack(), ti = st.unpack();
     const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(samples) : 1.0;
     if (GradMode::is_enabled()) return prob_backward_composite(g, xi, ti, w, p, red, scale, need_x, need_t);
-    const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
+    const Tensor xc = backend::contiguous_nograd(xi), tc = backend::contiguous_nograd(ti);
     Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
     Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
-    backend::cross_entropy_prob_backward(xc.device().type, gi, gt, loss::loss_grad(g, red, xc.dtype(), scale), xc, tc, w, lse, rs,
-                                         loss::class_shape(p.geo), p.eps);
+    backend::cross_entropy_prob_backward_kernel(xc.device().type, gi, gt, loss::loss_grad(g, red, xc.dtype(), scale), xc, tc, w, lse, rs,
+                                                loss::class_shape(p.geo), p.eps);
     return variable_list{gi, gt};
   });
   return out;

@@ -35,13 +35,13 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
   const ClassGeometry geo = loss::class_geometry(kOp, input, target);
   loss::check_class_weight(kOp, input, weight, geo.c);
 
-  const Tensor x = kernels::contiguous_nograd(input);
-  const Tensor t = kernels::contiguous_nograd(target);
-  const Tensor w = weight.defined() ? kernels::contiguous_nograd(weight) : Tensor();
+  const Tensor x = backend::contiguous_nograd(input);
+  const Tensor t = backend::contiguous_nograd(target);
+  const Tensor w = weight.defined() ? backend::contiguous_nograd(weight) : Tensor();
   const bool reduced = reduction != Reduction::None;
   Tensor out = make_empty(reduced ? Shape{} : geo.out_shape, x.dtype(), x.device());
   Tensor tw = reduced ? make_empty({}, backend::loss_acc_dtype(x.dtype()), x.device()) : Tensor();
-  if (backend::nll_loss_forward(x.device().type, out, reduction, tw, x, t, w, loss::class_shape(geo), ignore_index))
+  if (backend::nll_loss_forward_kernel(x.device().type, out, reduction, tw, x, t, w, loss::class_shape(geo), ignore_index))
     loss::throw_first_bad_target(kOp, t, geo.c, ignore_index);
 
   if (autograd::needs_grad(input)) {
@@ -58,12 +58,12 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
                            backend::LossGrad lg;  // one value, 1, for every sample
                            lg.g = loss::device_scalar(1.0, dtype, device);
                            if (reduction == Reduction::Mean) lg.divisor = tw;
-                           backend::nll_loss_backward(device.type, gi, lg, tt, w, loss::class_shape(geo), ignore_index);
+                           backend::nll_loss_backward_kernel(device.type, gi, lg, tt, w, loss::class_shape(geo), ignore_index);
                          }
                          return variable_list{dp::mul(gi, reduction == Reduction::None ? loss::per_sample_to_input(g, geo) : g)};
                        }
-                       backend::nll_loss_backward(device.type, gi, loss::loss_grad(g, reduction, dtype, 1.0, tw), tt, w, loss::class_shape(geo),
-                                                  ignore_index);
+                       backend::nll_loss_backward_kernel(device.type, gi, loss::loss_grad(g, reduction, dtype, 1.0, tw), tt, w,
+                                                         loss::class_shape(geo), ignore_index);
                        return variable_list{gi};
                      });
   }

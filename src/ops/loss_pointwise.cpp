@@ -120,16 +120,16 @@ Tensor pointwise_loss(Kind k, const Tensor& input, const Tensor& target, const T
   check_side(op, input, weight, "weight");
   check_side(op, input, pos_weight, "pos_weight");
 
-  const Tensor x = kernels::contiguous_nograd(input);
-  const Tensor t = kernels::contiguous_nograd(target);
-  const Tensor w = weight.defined() ? kernels::contiguous_nograd(weight) : Tensor();
-  const Tensor pw = pos_weight.defined() ? kernels::contiguous_nograd(pos_weight) : Tensor();
+  const Tensor x = backend::contiguous_nograd(input);
+  const Tensor t = backend::contiguous_nograd(target);
+  const Tensor w = weight.defined() ? backend::contiguous_nograd(weight) : Tensor();
+  const Tensor pw = pos_weight.defined() ? backend::contiguous_nograd(pos_weight) : Tensor();
   const int64_t numel = x.numel();
 
   const bool reduced = red != Reduction::None;
   Tensor out = make_empty(reduced ? Shape{} : x.sizes(), x.dtype(), x.device());
   const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(numel) : 1.0;  // Mean of nothing: 0 * inf = NaN
-  const bool bad = backend::pointwise_loss_forward(x.device().type, k, out, reduced, scale, x, t, w, pw);
+  const bool bad = backend::pointwise_loss_forward_kernel(x.device().type, k, out, reduced, scale, x, t, w, pw);
   DP_CHECK(!bad, ValueError, op, ": all elements of input should be between 0 and 1 (input ", input.describe(), ")");
 
   const bool need_x = autograd::needs_grad(input);
@@ -140,11 +140,11 @@ Tensor pointwise_loss(Kind k, const Tensor& input, const Tensor& target, const T
       const Tensor& g = grads[0];
       Tensor xi = sx.unpack(), ti = st.unpack();
       if (GradMode::is_enabled()) return composite_backward(k, g, xi, ti, w, pw, red, numel, need_x, need_t);
-      const Tensor xc = kernels::contiguous_nograd(xi), tc = kernels::contiguous_nograd(ti);
+      const Tensor xc = backend::contiguous_nograd(xi), tc = backend::contiguous_nograd(ti);
       Tensor gi = need_x ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
       Tensor gt = need_t ? make_empty(xc.sizes(), xc.dtype(), xc.device()) : Tensor();
       const double scale = red == Reduction::Mean ? 1.0 / static_cast<double>(numel) : 1.0;
-      backend::pointwise_loss_backward(xc.device().type, k, gi, gt, loss::loss_grad(g, red, xc.dtype(), scale), xc, tc, w, pw);
+      backend::pointwise_loss_backward_kernel(xc.device().type, k, gi, gt, loss::loss_grad(g, red, xc.dtype(), scale), xc, tc, w, pw);
       return {gi, gt};
     });
   }

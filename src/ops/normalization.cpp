@@ -6,7 +6,7 @@
 
 #include <vector>
 #include "backend/capabilities.h"
-#include "backend/cpu/norm_kernels.h"
+#include "backend/norm_kernels.h"
 #include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
@@ -30,7 +30,7 @@ void check_norm_dtype(const char* op, const Tensor& t, const char* what) {
 void check_layer_norm_inputs(const Tensor& input, IntArrayRef shape, const Tensor& weight, const Tensor& bias) {
   const char* op = "layer_norm";
   ops::check_defined(op, input);
-  if (!backend::capabilities(input.device()).kernels) kernels::check_cpu_tensor(op, input);
+  if (!backend::capabilities(input.device()).kernels) ops::check_cpu_tensor(op, input);
   ops::check_same_device(op, {&input, &weight, &bias});
   DP_CHECK(
       !shape.empty(), ShapeError,
@@ -86,13 +86,13 @@ Tensor layer_norm(const Tensor& input, IntArrayRef normalized_shape, const Tenso
   const Shape shape = normalized_shape.vec();
   const int64_t N = numel_of(normalized_shape);
   const int64_t M = N > 0 ? input.numel() / N : numel_of(IntArrayRef(input.sizes().data(), input.sizes().size() - shape.size()));
-  Tensor x = kernels::contiguous_nograd(input);
-  Tensor w = weight.defined() ? kernels::contiguous_nograd(weight) : Tensor();
-  Tensor b = bias.defined() ? kernels::contiguous_nograd(bias) : Tensor();
+  Tensor x = backend::contiguous_nograd(input);
+  Tensor w = weight.defined() ? backend::contiguous_nograd(weight) : Tensor();
+  Tensor b = bias.defined() ? backend::contiguous_nograd(bias) : Tensor();
   Tensor out = make_empty(input.sizes(), input.dtype(), input.device());
   Tensor mean = make_empty({M}, kFloat64, input.device());
   Tensor rstd = make_empty({M}, kFloat64, input.device());
-  kernels::layer_norm_kernel(x, w, b, M, N, eps, out, mean, rstd);
+  backend::layer_norm_kernel(x.device().type, x, w, b, M, N, eps, out, mean, rstd);
 
   const bool gx = autograd::needs_grad(input), gw = autograd::needs_grad(weight), gb = autograd::needs_grad(bias);
   if (gx || gw || gb) {
@@ -104,12 +104,12 @@ Tensor layer_norm(const Tensor& input, IntArrayRef normalized_shape, const Tenso
                        Tensor x = sx.unpack();
                        Tensor w = sw.defined() ? sw.unpack() : Tensor();
                        if (GradMode::is_enabled()) return layer_norm_backward_ops(g, x, w, shape, eps, gx, gw, gb);
-                       Tensor dy = kernels::contiguous_nograd(kernels::convert_nograd(g, x.dtype()));
+                       Tensor dy = backend::contiguous_nograd(backend::convert_nograd(g, x.dtype()));
                        Tensor dx = gx ? make_empty(x.sizes(), x.dtype(), x.device()) : Tensor();
                        Tensor dw = gw ? make_empty(shape, x.dtype(), x.device()) : Tensor();
                        Tensor db = gb ? make_empty(shape, x.dtype(), x.device()) : Tensor();
-                       kernels::layer_norm_backward_kernel(dy, kernels::contiguous_nograd(x), mean, rstd,
-                                                           w.defined() ? kernels::contiguous_nograd(w) : Tensor(), M, N, dx, dw, db);
+                       backend::layer_norm_backward_kernel((backend::contiguous_nograd(x)).device().type, dy, backend::contiguous_nograd(x), mean,
+                                                           rstd, w.defined() ? backend::contiguous_nograd(w) : Tensor(), M, N, dx, dw, db);
                        return variable_list{dx, dw, db};
                      });
   }

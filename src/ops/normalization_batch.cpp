@@ -9,7 +9,7 @@
 #include "backend/norm_kernels.h"
 #include "backend/dispatch.h"
 #include "backend/copy_kernels.h"
-#include "backend/cpu/norm_kernels.h"
+#include "backend/norm_kernels.h"
 #include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
@@ -48,7 +48,7 @@ void check_bfloat16_cpu_parameters(const Tensor& input, const std::pair<const Te
 void check_batch_norm_inputs(const Tensor& input, const Tensor& rm, const Tensor& rv, const Tensor& w, const Tensor& b, bool training) {
   const char* op = "batch_norm";
   ops::check_defined(op, input);
-  if (!backend::capabilities(input.device()).kernels) kernels::check_cpu_tensor(op, input);
+  if (!backend::capabilities(input.device()).kernels) ops::check_cpu_tensor(op, input);
   ops::check_same_device(op, {&input, &rm, &rv, &w, &b});
   DP_CHECK(input.dim() >= 2, ShapeError, "batch_norm: expected an input of at least 2 dimensions [N, C, *], got ", input.describe());
   // bfloat16 on the CPU (float64 statistics, src/backend/cpu/norm_kernels.cpp) and on CUDA
@@ -91,9 +91,9 @@ void check_batch_norm_inputs(const Tensor& input, const Tensor& rm, const Tensor
 // running = (1 - momentum) * running + momentum * stat[c] * factor, in place on `running` itself
 // (through a contiguous copy written back when it is not contiguous).
 void update_running(const Tensor& running, const Tensor& stat, double factor, double momentum) {
-  Tensor dst = running.is_contiguous() ? running : kernels::contiguous_nograd(running);
-  backend::batch_norm_update_running(running.device().type, dst, stat, factor, momentum);
-  if (!dst.is_same(running)) kernels::copy_kernel(running, dst);
+  Tensor dst = running.is_contiguous() ? running : backend::contiguous_nograd(running);
+  backend::batch_norm_update_running_kernel(running.device().type, dst, stat, factor, momentum);
+  if (!dst.is_same(running)) backend::copy_kernel(backend::copy_device_type(running, dst), running, dst);
   running.bump_version();
 }
 
@@ -101,7 +101,8 @@ void update_running(const Tensor& running, const Tensor& stat, double factor, do
 // backward, and the running buffers may change before it runs).
 Tensor channel_f64(const Tensor& t) {
   Tensor out = make_empty({t.numel()}, kFloat64, t.device());
-  kernels::copy_kernel(out, kernels::restride_nograd(kernels::contiguous_nograd(t), {t.numel()}, {1}));
+  backend::copy_kernel(backend::copy_device_type(out, (backend::restride_nograd(backend::contiguous_nograd(t), {t.numel()}, {1}))), out,
+                       backend::restride_nograd(backend::contiguous_nograd(t), {t.numel()}, {1}));
   return out;
 }
 
@@ -127,8 +128,8 @@ variable_list batch_norm_backward_ops(const Tensor& g, const Tensor& x, const Te
     rs = dp::rsqrt(dp::add(dp::var(x, dims, 0, true), eps));
     xhat = dp::mul(dp::sub(x, mu), rs);
   } else {
-    rs = dp::reshape(kernels::convert_nograd(invstd, x.dtype()), bshape);
-    xhat = dp::mul(dp::sub(x, dp::reshape(kernels::convert_nograd(mean, x.dtype()), bshape)), rs);
+    rs = dp::reshape(backend::convert_nograd(invstd, x.dtype()), bshape);
+    xhat = dp::mul(dp::sub(x, dp::reshape(backend::convert_nograd(mean, x.dtype()), bshape)), rs);
   }
   Tensor dx, dw, db;
   if (gx) {
@@ -155,10 +156,10 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   int64_t L = 1;
   for (int64_t d = 2; d < input.dim(); ++d) L *= input.size(d);
   const int64_t count = B * L;
-  Tensor x = kernels::contiguous_nograd(input);
+  Tensor x = backend::contiguous_nograd(input);
   // Kernels read per-channel tensors as C contiguous values, whatever their shape.
-  Tensor w = weight.defined() ? kernels::contiguous_nograd(weight) : Tensor();
-  Tensor b = bias.defined() ? kernels::contiguous_nograd(bias) : Tensor();
+  Tensor w = weight.defined() ? backend::contiguous_nograd(weight) : Tensor();
+  Tensor b = bias.defined() ? backend::contiguous_nograd(bias) : Tensor();
 
   // Per-channel mean and 1 / sqrt(var + eps) used to normalise, float64 [C].
   Tensor mean, invstd;
@@ -166,24 +167,24 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     mean = make_empty({C}, kFloat64, input.device());
     Tensor var = make_empty({C}, kFloat64, input.device());
     if (count > 0) {
-      kernels::batch_norm_stats_kernel(x, B, C, L, mean, var);
+      backend::batch_norm_stats_kernel(x.device().type, x, B, C, L, mean, var);
       if (running_mean.defined()) {
         update_running(running_mean, mean, 1.0, momentum);
         update_running(running_var, var, static_cast<double>(count) / static_cast<double>(count - 1), momentum);
       }
     } else {
       // An empty batch: nothing to normalise, no statistics, running stats untouched.
-      kernels::fill_kernel(mean, 0.0);
-      kernels::fill_kernel(var, 0.0);
+      backend::fill_kernel(mean.device().type, mean, 0.0);
+      backend::fill_kernel(var.device().type, var, 0.0);
     }
     invstd = var;  // reuse: var -> 1 / sqrt(var + eps)
   } else {
     mean = channel_f64(running_mean);
     invstd = channel_f64(running_var);
   }
-  backend::batch_norm_invstd(input.device().type, invstd, eps, training && count == 0);
+  backend::batch_norm_invstd_kernel(input.device().type, invstd, eps, training && count == 0);
   Tensor out = make_empty(input.sizes(), input.dtype(), input.device());
-  if (count > 0) kernels::batch_norm_apply_kernel(x, mean, invstd, w, b, B, C, L, out);
+  if (count > 0) backend::batch_norm_apply_kernel(x.device().type, x, mean, invstd, w, b, B, C, L, out);
 
   const bool gx = autograd::needs_grad(input), gw = autograd::needs_grad(weight), gb = autograd::needs_grad(bias);
   if (gx || gw || gb) {
@@ -201,12 +202,13 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                        Tensor w = sw.defined() ? sw.unpack() : Tensor();
                        if (GradMode::is_enabled() && B * L > 0)
                          return batch_norm_backward_ops(g, x, w, mean, invstd, training, eps, gx, gw, gb, b_shape, b_dtype);
-                       Tensor dy = kernels::contiguous_nograd(kernels::convert_nograd(g, x.dtype()));
+                       Tensor dy = backend::contiguous_nograd(backend::convert_nograd(g, x.dtype()));
                        Tensor dx = gx ? make_empty(x.sizes(), x.dtype(), x.device()) : Tensor();
                        Tensor dw = gw ? make_empty(w_shape, w_dtype, x.device()) : Tensor();
                        Tensor db = gb ? make_empty(b_shape, b_dtype, x.device()) : Tensor();
-                       Tensor wc = w.defined() ? kernels::contiguous_nograd(w) : Tensor();
-                       kernels::batch_norm_backward_kernel(dy, kernels::contiguous_nograd(x), mean, invstd, wc, training, B, C, L, dx, dw, db);
+                       Tensor wc = w.defined() ? backend::contiguous_nograd(w) : Tensor();
+                       backend::batch_norm_backward_kernel((backend::contiguous_nograd(x)).device().type, dy, backend::contiguous_nograd(x), mean,
+                                                           invstd, wc, training, B, C, L, dx, dw, db);
                        return variable_list{dx, dw, db};
                      });
   }

@@ -10,7 +10,7 @@
 #include "dp/ops/pooling.h"
 
 #include "backend/capabilities.h"
-#include "backend/cpu/pool_kernels.h"
+#include "backend/pool_kernels.h"
 #include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/index.h"
@@ -22,7 +22,7 @@ namespace {
 
 using autograd::SavedVariable;
 using autograd::variable_list;
-using kernels::Pool2dGeometry;
+using backend::Pool2dGeometry;
 
 std::pair<int64_t, int64_t> pair_of(IntArrayRef v) { return v.size() == 1 ? std::pair{v[0], v[0]} : std::pair{v[0], v[1]}; }
 
@@ -112,9 +112,9 @@ Tensor gather_at(const Tensor& gg, const Tensor& indices, const Pool2dGeometry& 
 }
 
 Tensor max_pool_backward(const Tensor& go, const Tensor& indices, const Shape& in_size, const Pool2dGeometry& g) {
-  Tensor goc = kernels::contiguous_nograd(go);
+  Tensor goc = backend::contiguous_nograd(go);
   Tensor gx = make_empty(in_size, go.dtype(), go.device());
-  kernels::max_pool2d_backward_kernel(gx, goc, indices, g);
+  backend::max_pool2d_backward_kernel(gx.device().type, gx, goc, indices, g);
   if (autograd::needs_grad(go)) {
     autograd::record("MaxPool2DWithIndicesBackwardBackward0", {go}, {gx},
                      [indices, g](variable_list&& grads) { return variable_list{gather_at(grads[0], indices, g)}; });
@@ -129,7 +129,7 @@ std::pair<Tensor, Tensor> max_pool_impl(const Tensor& input, IntArrayRef kernel_
   const Shape os = out_shape(input, g);
   Tensor out = make_empty(os, input.dtype(), input.device());
   Tensor indices = make_empty(os, kInt64, input.device());
-  kernels::max_pool2d_kernel(out, indices, kernels::contiguous_nograd(input), g);
+  backend::max_pool2d_kernel(out.device().type, out, indices, backend::contiguous_nograd(input), g);
   if (autograd::needs_grad(input)) {
     const Shape in_size = input.sizes();
     const DType dt = input.dtype();
@@ -152,7 +152,7 @@ Tensor avg_pool_forward(const Tensor& x, const Pool2dGeometry& g, const AvgOptio
 
 Tensor avg_pool_backward(const Tensor& go, const Shape& in_size, const Pool2dGeometry& g, const AvgOptions& o) {
   Tensor gx = make_empty(in_size, go.dtype(), go.device());
-  kernels::avg_pool2d_backward_kernel(gx, kernels::contiguous_nograd(go), g, o.count_include_pad, o.divisor_override);
+  backend::avg_pool2d_backward_kernel(gx.device().type, gx, backend::contiguous_nograd(go), g, o.count_include_pad, o.divisor_override);
   if (autograd::needs_grad(go)) {
     autograd::record("AvgPool2DBackwardBackward0", {go}, {gx},
                      [g, o](variable_list&& grads) { return variable_list{avg_pool_forward(grads[0], g, o)}; });
@@ -162,7 +162,7 @@ Tensor avg_pool_backward(const Tensor& go, const Shape& in_size, const Pool2dGeo
 
 Tensor avg_pool_forward(const Tensor& x, const Pool2dGeometry& g, const AvgOptions& o) {
   Tensor out = make_empty(out_shape(x, g), x.dtype(), x.device());
-  kernels::avg_pool2d_kernel(out, kernels::contiguous_nograd(x), g, o.count_include_pad, o.divisor_override);
+  backend::avg_pool2d_kernel(out.device().type, out, backend::contiguous_nograd(x), g, o.count_include_pad, o.divisor_override);
   if (autograd::needs_grad(x)) {
     const Shape in_size = x.sizes();
     const DType dt = x.dtype();
@@ -180,7 +180,7 @@ Tensor adaptive_forward(const Tensor& x, const Pool2dGeometry& g);
 
 Tensor adaptive_backward(const Tensor& go, const Shape& in_size, const Pool2dGeometry& g) {
   Tensor gx = make_empty(in_size, go.dtype(), go.device());
-  kernels::adaptive_avg_pool2d_backward_kernel(gx, kernels::contiguous_nograd(go), g);
+  backend::adaptive_avg_pool2d_backward_kernel(gx.device().type, gx, backend::contiguous_nograd(go), g);
   if (autograd::needs_grad(go)) {
     autograd::record("AdaptiveAvgPool2DBackwardBackward0", {go}, {gx},
                      [g](variable_list&& grads) { return variable_list{adaptive_forward(grads[0], g)}; });
@@ -190,7 +190,7 @@ Tensor adaptive_backward(const Tensor& go, const Shape& in_size, const Pool2dGeo
 
 Tensor adaptive_forward(const Tensor& x, const Pool2dGeometry& g) {
   Tensor out = make_empty(out_shape(x, g), x.dtype(), x.device());
-  kernels::adaptive_avg_pool2d_kernel(out, kernels::contiguous_nograd(x), g);
+  backend::adaptive_avg_pool2d_kernel(out.device().type, out, backend::contiguous_nograd(x), g);
   if (autograd::needs_grad(x)) {
     const Shape in_size = x.sizes();
     const DType dt = x.dtype();

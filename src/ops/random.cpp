@@ -33,8 +33,8 @@ Generator& pick(Generator* gen, Device d) { return gen ? *gen : default_generato
 // buffer when t is not contiguous, and bumps the version counter.
 void device_fill(Tensor& t, backend::RandomKind kind, uint64_t seed, uint64_t first, double a, double b) {
   Tensor dst = t.is_contiguous() ? t : make_empty(t.sizes(), t.dtype(), t.device());
-  backend::random_fill(t.device().type, kind, dst, seed, first, a, b);
-  if (!dst.is_same(t)) kernels::copy_kernel(t, dst);
+  backend::random_fill_kernel(t.device().type, kind, dst, seed, first, a, b);
+  if (!dst.is_same(t)) backend::copy_kernel(backend::copy_device_type(t, dst), t, dst);
   t.bump_version();
 }
 
@@ -107,7 +107,7 @@ Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts,
   check_factory("randint", sizes, opts);
   DP_CHECK(low < high, ValueError, "randint: random_ expects 'from' to be less than 'to', but got from=", low, " >= to=", high);
   // The range must fit the dtype (floating types take any range; large values round).
-  kernels::dispatch_all(opts.dtype_, "randint", [&]<typename T>() {
+  backend::dispatch_all(opts.dtype_, "randint", [&]<typename T>() {
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, int64_t>) {
       const int64_t lo = std::is_same_v<T, bool> ? 0 : static_cast<int64_t>(std::numeric_limits<T>::min());
       const int64_t hi = std::is_same_v<T, bool> ? 1 : static_cast<int64_t>(std::numeric_limits<T>::max());
@@ -120,7 +120,7 @@ Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts,
   const uint64_t first = g.reserve(blocks_for(t.numel(), 2));
   const uint64_t seed = g.seed();
   const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
-  if (t.numel() > 0) backend::randint_fill(t.device().type, t, seed, first, low, range);
+  if (t.numel() > 0) backend::randint_fill_kernel(t.device().type, t, seed, first, low, range);
   return finish(t, opts);
 }
 
@@ -134,11 +134,11 @@ Tensor randperm(int64_t n, TensorOptions opts, Generator* gen) {
   const uint64_t first = g.reserve(blocks_for(draws, 2));
   const uint64_t seed = g.seed();
   Tensor idx = make_empty({n}, kInt64, opts.device_);
-  if (n > 0) backend::randperm_fill(idx.device().type, idx, seed, first);
+  if (n > 0) backend::randperm_fill_kernel(idx.device().type, idx, seed, first);
   Tensor out = idx;
   if (opts.dtype_ != kInt64) {
     out = make_empty({n}, opts.dtype_, opts.device_);
-    kernels::copy_kernel(out, idx);
+    backend::copy_kernel(backend::copy_device_type(out, idx), out, idx);
   }
   return finish(out, opts);
 }

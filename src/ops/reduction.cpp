@@ -1,8 +1,9 @@
 // sum, mean and sum_to, with autograd.
 #include <algorithm>
 #include <vector>
-#include "backend/cpu/reduce.h"
 #include "backend/reduce_kernels.h"
+#include "backend/reduce_plan.h"
+#include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/reduction.h"
@@ -13,11 +14,11 @@
 
 namespace dp {
 
-namespace kernels {
+namespace ops {
 
 Tensor grad_to_keepdim(const Tensor& g, IntArrayRef in_shape, const std::vector<bool>& mask, bool keepdim) {
   if (keepdim || in_shape.empty()) return g;
-  Shape keep = reduced_shape(in_shape, mask, true);
+  Shape keep = backend::reduced_shape(in_shape, mask, true);
   if (g.sizes() == keep) return g;
   return dp::reshape(g, keep);
 }
@@ -26,7 +27,7 @@ void check_cpu_tensor(const char* op, const Tensor& t) {
   DP_CHECK(t.is_cpu(), NotImplementedError, op, ": tensors on ", t.device().str(), " are not supported yet (got ", t.describe(), ")");
 }
 
-}  // namespace kernels
+}  // namespace ops
 
 namespace {
 
@@ -35,13 +36,13 @@ namespace {
 Tensor sum_impl(const Tensor& x, const std::vector<bool>& mask, bool keepdim, const Shape& out_shape, const char* node) {
   const DType out_dt = is_floating_point(x.dtype()) ? x.dtype() : kInt64;
   Tensor out = make_empty(out_shape, out_dt, x.device());
-  Shape kernel_shape = kernels::reduced_shape(x.sizes(), mask, keepdim);
-  Tensor kernel_out = kernel_shape == out_shape ? out : kernels::restride_nograd(out, kernel_shape, contiguous_strides(kernel_shape));
-  kernels::sum_kernel(kernel_out, x, mask, keepdim);
+  Shape kernel_shape = backend::reduced_shape(x.sizes(), mask, keepdim);
+  Tensor kernel_out = kernel_shape == out_shape ? out : backend::restride_nograd(out, kernel_shape, contiguous_strides(kernel_shape));
+  backend::sum_kernel(kernel_out.device().type, kernel_out, x, mask, keepdim);
   if (autograd::needs_grad(x)) {
     Shape in_shape = x.sizes();
     autograd::record(node, {x}, {out}, [in_shape, mask, keepdim, out_shape, kernel_shape](autograd::variable_list&& g) {
-      Tensor gk = out_shape == kernel_shape ? kernels::grad_to_keepdim(g[0], in_shape, mask, keepdim) : g[0];
+      Tensor gk = out_shape == kernel_shape ? ops::grad_to_keepdim(g[0], in_shape, mask, keepdim) : g[0];
       return autograd::variable_list{dp::expand(gk, in_shape)};
     });
   }
@@ -51,23 +52,23 @@ Tensor sum_impl(const Tensor& x, const std::vector<bool>& mask, bool keepdim, co
 Tensor sum_dims(const Tensor& a, IntArrayRef dims, bool keepdim, std::optional<DType> dtype, const char* node) {
   ops::check_defined("sum", a);
   Tensor x = (dtype && *dtype != a.dtype()) ? dp::to(a, a.device(), *dtype) : a;
-  std::vector<bool> mask = kernels::make_dim_mask(dims, x.dim(), "sum");
-  return sum_impl(x, mask, keepdim, kernels::reduced_shape(x.sizes(), mask, keepdim), node);
+  std::vector<bool> mask = backend::make_dim_mask(dims, x.dim(), "sum");
+  return sum_impl(x, mask, keepdim, backend::reduced_shape(x.sizes(), mask, keepdim), node);
 }
 
 Tensor mean_dims(const Tensor& a, IntArrayRef dims, bool keepdim, const char* node) {
   ops::check_defined("mean", a);
   DP_CHECK(is_floating_point(a.dtype()), DTypeError,
            "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: ",
-           kernels::torch_type_name(a.dtype()));
-  std::vector<bool> mask = kernels::make_dim_mask(dims, a.dim(), "mean");
-  Tensor out = make_empty(kernels::reduced_shape(a.sizes(), mask, keepdim), a.dtype(), a.device());
-  kernels::mean_kernel(out, a, mask, keepdim);
+           backend::torch_type_name(a.dtype()));
+  std::vector<bool> mask = backend::make_dim_mask(dims, a.dim(), "mean");
+  Tensor out = make_empty(backend::reduced_shape(a.sizes(), mask, keepdim), a.dtype(), a.device());
+  backend::mean_kernel(out.device().type, out, a, mask, keepdim);
   if (autograd::needs_grad(a)) {
     Shape in_shape = a.sizes();
-    const int64_t n = kernels::reduced_numel(in_shape, mask);
+    const int64_t n = backend::reduced_numel(in_shape, mask);
     autograd::record(node, {a}, {out}, [in_shape, mask, keepdim, n](autograd::variable_list&& g) {
-      Tensor gk = kernels::grad_to_keepdim(g[0], in_shape, mask, keepdim);
+      Tensor gk = ops::grad_to_keepdim(g[0], in_shape, mask, keepdim);
       return autograd::variable_list{dp::expand(dp::div(gk, Scalar(static_cast<double>(n))), in_shape)};
     });
   }
@@ -83,7 +84,7 @@ Tensor mean_dims(const Tensor& a, IntArrayRef dims, bool keepdim, const char* no
 // path reports that).
 Tensor sum_leading_dims(const Tensor& a, IntArrayRef shape, int64_t lead) {
   if (autograd::needs_grad(a) || !a.is_contiguous() || (a.dtype() != kFloat32 && a.dtype() != kFloat64) ||
-      !backend::sum_rows_stub.has(a.device().type))
+      !backend::sum_rows_kernel.has(a.device().type))
     return Tensor();
   const int64_t nd = a.dim();
   int64_t first_kept = nd;  // dims [first_kept, nd) are kept as they are
@@ -95,7 +96,7 @@ Tensor sum_leading_dims(const Tensor& a, IntArrayRef shape, int64_t lead) {
   for (int64_t d = first_kept; d < nd; ++d) inner *= a.size(d);
   Tensor out = make_empty(shape, a.dtype(), a.device());
   if (inner == 0) return out;
-  backend::sum_rows_stub(a.device().type, out, a, rows, inner);
+  backend::sum_rows_kernel(a.device().type, out, a, rows, inner);
   return out;
 }
 

@@ -3,7 +3,7 @@
 #include <vector>
 #include "dp/core/tensor.h"
 
-namespace dp::kernels {
+namespace dp::ops {
 
 // A gradient of a reduction's result reshaped to the keepdim shape (size-1 reduced dims), so it
 // broadcasts against the input. Differentiable (dp ops).
@@ -12,4 +12,4 @@ Tensor grad_to_keepdim(const Tensor& g, IntArrayRef in_shape, const std::vector<
 // its values on the host.
 void check_cpu_tensor(const char* op, const Tensor& t);
 
-}  // namespace dp::kernels
+}  // namespace dp::ops

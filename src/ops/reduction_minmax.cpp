@@ -32,8 +32,8 @@ Tensor value_selecting_backward(const Tensor& g, int64_t dim, const Tensor& indi
   if (in_shape.empty()) return g;
   std::vector<bool> mask(in_shape.size(), false);
   mask[dim] = true;
-  Tensor gk = kernels::grad_to_keepdim(g, in_shape, mask, keepdim);
-  Tensor ik = kernels::grad_to_keepdim(indices, in_shape, mask, keepdim);
+  Tensor gk = ops::grad_to_keepdim(g, in_shape, mask, keepdim);
+  Tensor ik = ops::grad_to_keepdim(indices, in_shape, mask, keepdim);
   return dp::scatter_add(dp::zeros(in_shape, TensorOptions().dtype(g.dtype()).device(g.device())), dim, ik, gk);
 }
 
@@ -44,7 +44,7 @@ Tensor max_all(const Tensor& a, bool is_max) {
            "(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
   std::vector<bool> mask(static_cast<size_t>(a.dim()), true);
   Tensor out = make_empty({}, a.dtype(), a.device());
-  kernels::minmax_kernel(out, a, mask, /*keepdim=*/false, is_max);
+  backend::minmax_kernel(out.device().type, out, a, mask, /*keepdim=*/false, is_max);
   if (autograd::needs_grad(a)) {
     SavedVariable sx(a, false), sy(out, true);
     autograd::record(is_max ? "MaxBackward1" : "MinBackward1", {a}, {out},
@@ -62,10 +62,10 @@ std::pair<Tensor, Tensor> max_dim(const Tensor& a, int64_t dim, bool keepdim, bo
     DP_CHECK(a.sizes()[d] != 0, IndexError, name, "(): Expected reduction dim ", d, " to have non-zero size.");
     mask[d] = true;
   }
-  Shape out_shape = kernels::reduced_shape(a.sizes(), mask, keepdim);
+  Shape out_shape = backend::reduced_shape(a.sizes(), mask, keepdim);
   Tensor values = make_empty(out_shape, a.dtype(), a.device());
   Tensor indices = make_empty(out_shape, kInt64, a.device());
-  kernels::minmax_index_kernel(values, indices, a, d, keepdim, is_max);
+  backend::minmax_index_kernel((values.defined() ? values : indices).device().type, values, indices, a, d, keepdim, is_max);
   if (autograd::needs_grad(a)) {
     SavedVariable si(indices, false);
     Shape in_shape = a.sizes();
@@ -83,11 +83,12 @@ Tensor arg_extreme(const Tensor& a, std::optional<int64_t> dim, bool keepdim, bo
   if (!dim) {
     DP_CHECK(a.numel() > 0, IndexError, name, "(): Expected reduction dim to be specified for input.numel() == 0.");
     // The index into the flattened (row-major) tensor.
-    Tensor flat = kernels::contiguous_nograd(a);
-    flat = kernels::restride_nograd(flat, {a.numel()}, {1});
+    Tensor flat = backend::contiguous_nograd(a);
+    flat = backend::restride_nograd(flat, {a.numel()}, {1});
     Shape out_shape = keepdim ? Shape(static_cast<size_t>(a.dim()), 1) : Shape{};
     Tensor out = make_empty(out_shape, kInt64, a.device());
-    kernels::minmax_index_kernel(Tensor(), kernels::restride_nograd(out, {}, {}), flat, 0, false, is_max);
+    backend::minmax_index_kernel((Tensor().defined() ? Tensor() : (backend::restride_nograd(out, {}, {}))).device().type, Tensor(),
+                                 backend::restride_nograd(out, {}, {}), flat, 0, false, is_max);
     return out;
   }
   const int64_t d = wrap_dim(*dim, a.dim(), name);
@@ -96,8 +97,8 @@ Tensor arg_extreme(const Tensor& a, std::optional<int64_t> dim, bool keepdim, bo
     DP_CHECK(a.sizes()[d] != 0, IndexError, name, "(): Expected reduction dim ", d, " to have non-zero size.");
     mask[d] = true;
   }
-  Tensor out = make_empty(kernels::reduced_shape(a.sizes(), mask, keepdim), kInt64, a.device());
-  kernels::minmax_index_kernel(Tensor(), out, a, d, keepdim, is_max);
+  Tensor out = make_empty(backend::reduced_shape(a.sizes(), mask, keepdim), kInt64, a.device());
+  backend::minmax_index_kernel((Tensor().defined() ? Tensor() : out).device().type, Tensor(), out, a, d, keepdim, is_max);
   return out;
 }
 
@@ -112,23 +113,23 @@ Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) { retur
 
 Tensor amax(const Tensor& a, IntArrayRef dims, bool keepdim) {
   ops::check_defined("amax", a);
-  std::vector<bool> mask = kernels::make_dim_mask(dims, a.dim(), "amax");
+  std::vector<bool> mask = backend::make_dim_mask(dims, a.dim(), "amax");
   if (a.numel() == 0) {
     DP_CHECK(!dims.empty(), IndexError,
              "amax(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
     for (int64_t d = 0; d < a.dim(); ++d)
       DP_CHECK(!mask[d] || a.sizes()[d] != 0, IndexError, "amax(): Expected reduction dim ", d, " to have non-zero size.");
   }
-  Tensor out = make_empty(kernels::reduced_shape(a.sizes(), mask, keepdim), a.dtype(), a.device());
-  kernels::minmax_kernel(out, a, mask, keepdim, /*is_max=*/true);
+  Tensor out = make_empty(backend::reduced_shape(a.sizes(), mask, keepdim), a.dtype(), a.device());
+  backend::minmax_kernel(out.device().type, out, a, mask, keepdim, /*is_max=*/true);
   if (autograd::needs_grad(a)) {
     SavedVariable sx(a, false), sy(out, true);
     Shape in_shape = a.sizes();
     autograd::record("AmaxBackward0", {a}, {out}, [sx, sy, mask, in_shape, keepdim](variable_list&& g) {
       // Split evenly among the elements equal to the maximum of their slice.
       Tensor x = sx.unpack();
-      Tensor yk = kernels::grad_to_keepdim(sy.unpack(), in_shape, mask, keepdim);
-      Tensor gk = kernels::grad_to_keepdim(g[0], in_shape, mask, keepdim);
+      Tensor yk = ops::grad_to_keepdim(sy.unpack(), in_shape, mask, keepdim);
+      Tensor gk = ops::grad_to_keepdim(g[0], in_shape, mask, keepdim);
       Tensor hit = dp::eq(x, yk);
       Shape rdims;
       for (size_t d = 0; d < mask.size(); ++d)

@@ -57,7 +57,7 @@ const char* layer_op_name(RnnCell cell) {
   return "rnn_layer";
 }
 
-bool has_fused_kernels(const Tensor& t) { return backend::rnn_layer_forward.has(t.device().type); }
+bool has_fused_kernels(const Tensor& t) { return backend::rnn_layer_forward_kernel.has(t.device().type); }
 
 namespace {
 
@@ -66,7 +66,7 @@ std::vector<int64_t> read_batch_sizes(const char* op, const Tensor& bs) {
   DP_CHECK(bs.dim() == 1 && bs.dtype() == kInt64 && bs.is_cpu(), ValueError, op,
            ": batch_sizes must be a 1-D CPU int64 tensor (PackedSequence::batch_sizes()), got ", bs.describe());
   DP_CHECK(bs.size(0) > 0, ValueError, op, ": batch_sizes is empty (a packed sequence has at least one step)");
-  const Tensor c = kernels::contiguous_nograd(bs);
+  const Tensor c = backend::contiguous_nograd(bs);
   const int64_t* p = c.data_ptr<int64_t>();
   std::vector<int64_t> v(p, p + c.numel());
   for (size_t t = 0; t < v.size(); ++t) {
@@ -91,7 +91,7 @@ LayerInfo check_layer_args(const char* op, RnnCell cell, const LayerInputs& in, 
   DP_CHECK(in.b_ih.defined() == in.b_hh.defined(), ValueError, op, ": b_ih and b_hh must both be given or both be undefined (no bias), got ",
            in.b_ih.defined() ? "only b_ih" : "only b_hh");
   ops::check_same_device(op, {&in.x, &in.h0, &in.c0, &in.w_ih, &in.w_hh, &in.b_ih, &in.b_hh});
-  if (!backend::capabilities(in.x.device()).kernels) kernels::check_cpu_tensor(op, in.x);
+  if (!backend::capabilities(in.x.device()).kernels) ops::check_cpu_tensor(op, in.x);
   const DType dt = in.x.dtype();
   DP_CHECK(dt == kFloat32 || dt == kFloat64, DTypeError, op, ": expected a float32 or float64 input, got ", in.x.describe());
   const std::pair<const char*, const Tensor*> others[] = {{"h0", &in.h0},     {"c0", &in.c0},     {"w_ih", &in.w_ih},
@@ -146,7 +146,7 @@ using autograd::variable_list;
 
 Tensor prepared(const Tensor& t, DType dt) {
   if (!t.defined()) return t;
-  return kernels::contiguous_nograd(kernels::convert_nograd(t, dt));
+  return backend::contiguous_nograd(backend::convert_nograd(t, dt));
 }
 
 const char* node_name(RnnCell cell) {
@@ -173,14 +173,14 @@ std::array<Tensor, 3> layer_fused(RnnCell cell, const LayerInputs& in, const Lay
   const int64_t H = info.H, G = backend::rnn_gate_count(cell) * H, N = st.total_rows(), B = st.batch();
   const backend::RnnLayerDims dims{cell, info.I, H, info.bias};
   backend::RnnForwardArgs a;
-  a.x = kernels::contiguous_nograd(in.x);
-  a.h0 = kernels::contiguous_nograd(in.h0);
-  if (lstm) a.c0 = kernels::contiguous_nograd(in.c0);
-  a.w_ih = kernels::contiguous_nograd(in.w_ih);
-  a.w_hh = kernels::contiguous_nograd(in.w_hh);
+  a.x = backend::contiguous_nograd(in.x);
+  a.h0 = backend::contiguous_nograd(in.h0);
+  if (lstm) a.c0 = backend::contiguous_nograd(in.c0);
+  a.w_ih = backend::contiguous_nograd(in.w_ih);
+  a.w_hh = backend::contiguous_nograd(in.w_hh);
   if (info.bias) {
-    a.b_ih = kernels::contiguous_nograd(in.b_ih);
-    a.b_hh = kernels::contiguous_nograd(in.b_hh);
+    a.b_ih = backend::contiguous_nograd(in.b_ih);
+    a.b_hh = backend::contiguous_nograd(in.b_hh);
   }
   a.out = info.packed ? make_empty({N, H}, dt, dev) : make_empty({st.steps(), B, H}, dt, dev);
   a.hn = make_empty({B, H}, dt, dev);
@@ -189,7 +189,7 @@ std::array<Tensor, 3> layer_fused(RnnCell cell, const LayerInputs& in, const Lay
     a.acts = make_empty({N, G}, dt, dev);
     a.aux = make_empty({N, H}, dt, dev);
   }
-  backend::rnn_layer_forward(dev.type, dims, st, a);
+  backend::rnn_layer_forward_kernel(dev.type, dims, st, a);
 
   std::vector<Tensor> inputs = {in.x, in.h0};
   if (lstm) inputs.push_back(in.c0);
@@ -248,7 +248,7 @@ std::array<Tensor, 3> layer_fused(RnnCell cell, const LayerInputs& in, const Lay
             if (needed[kWhh]) b.dw_hh = make_empty({Gg, Hh}, dt, dev);
             if (needed[kBih]) b.db_ih = make_empty({Gg}, dt, dev);
             if (needed[kBhh]) b.db_hh = make_empty({Gg}, dt, dev);
-            backend::rnn_layer_backward(dev.type, dims, sv->info.steps, b);
+            backend::rnn_layer_backward_kernel(dev.type, dims, sv->info.steps, b);
             grads = {b.dx, needed[kH0] ? b.dh0 : Tensor(), needed[kC0] ? b.dc0 : Tensor(), b.dw_ih, b.dw_hh, b.db_ih, b.db_hh};
           }
           if (!lstm) grads.erase(grads.begin() + kC0);

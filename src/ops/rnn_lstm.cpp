@@ -45,7 +45,7 @@ using rnn_detail::RnnCell;
 
 Tensor prepared(const Tensor& t, DType dt) {
   if (!t.defined()) return t;
-  return kernels::contiguous_nograd(kernels::convert_nograd(t, dt));
+  return backend::contiguous_nograd(backend::convert_nograd(t, dt));
 }
 
 // The padded layer on a device with the LSTM's own kernels (CUDA): one node, as the generic op.
@@ -61,10 +61,10 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer_device_kernels(const LayerInputs& 
   buf.hn = make_empty({d.B, d.H}, dt, dev);
   buf.cn = make_empty({d.B, d.H}, dt, dev);
   {
-    Tensor x = kernels::contiguous_nograd(input), h = kernels::contiguous_nograd(h0), c = kernels::contiguous_nograd(c0);
-    Tensor wi = kernels::contiguous_nograd(w_ih), wh = kernels::contiguous_nograd(w_hh);
-    Tensor bi = d.bias ? kernels::contiguous_nograd(b_ih) : Tensor(), bh = d.bias ? kernels::contiguous_nograd(b_hh) : Tensor();
-    backend::lstm_layer_forward(dev.type, d, reverse, x, h, c, wi, wh, bi, bh, buf);
+    Tensor x = backend::contiguous_nograd(input), h = backend::contiguous_nograd(h0), c = backend::contiguous_nograd(c0);
+    Tensor wi = backend::contiguous_nograd(w_ih), wh = backend::contiguous_nograd(w_hh);
+    Tensor bi = d.bias ? backend::contiguous_nograd(b_ih) : Tensor(), bh = d.bias ? backend::contiguous_nograd(b_hh) : Tensor();
+    backend::lstm_layer_forward_kernel(dev.type, d, reverse, x, h, c, wi, wh, bi, bh, buf);
   }
   if (autograd::needs_grad(input, h0, c0, w_ih, w_hh, b_ih, b_hh)) {
     const rnn_detail::Needed needed = {autograd::needs_grad(input), autograd::needs_grad(h0),   autograd::needs_grad(c0),  autograd::needs_grad(w_ih),
@@ -99,7 +99,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer_device_kernels(const LayerInputs& 
           if (needed[3]) a.dw_ih = make_empty({4 * d.H, d.I}, dt, dev);
           if (needed[4]) a.dw_hh = make_empty({4 * d.H, d.H}, dt, dev);
           if (needed[5] || needed[6]) a.db = make_empty({4 * d.H}, dt, dev);
-          backend::lstm_layer_backward(dev.type, d, reverse, a);
+          backend::lstm_layer_backward_kernel(dev.type, d, reverse, a);
           Tensor db_hh;
           if (needed[6]) db_hh = needed[5] ? a.db.clone() : a.db;  // two distinct gradients, equal values
           return {a.dx, needed[1] ? a.dh0 : Tensor(), needed[2] ? a.dc0 : Tensor(), a.dw_ih, a.dw_hh, needed[5] ? a.db : Tensor(), db_hh};
@@ -122,7 +122,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& input, const Tensor&
     auto r = rnn_detail::layer_fused(RnnCell::LSTM, in, info);
     return {r[0], r[1], r[2]};
   }
-  if (!info.packed && backend::lstm_layer_forward.has(input.device().type)) return lstm_layer_device_kernels(in, info, reverse);
+  if (!info.packed && backend::lstm_layer_forward_kernel.has(input.device().type)) return lstm_layer_device_kernels(in, info, reverse);
   auto r = rnn_detail::layer_composite(RnnCell::LSTM, in, info);
   return {r[0], r[1], r[2]};
 }

@@ -66,7 +66,7 @@ Tensor triangle(const char* op, const Tensor& a, int64_t diagonal, bool lower) {
     return dp::masked_fill(a, outside_triangle(R, C, d, lower, a.device()), 0);
   }
   Tensor out = make_empty(a.sizes(), a.dtype(), a.device());
-  if (a.numel() > 0) backend::triangle_kernel(a.device().type, out, kernels::contiguous_nograd(a), diagonal, lower);
+  if (a.numel() > 0) backend::triangle_kernel(a.device().type, out, backend::contiguous_nograd(a), diagonal, lower);
   if (autograd::needs_grad(a)) {
     autograd::record(lower ? "TrilBackward0" : "TriuBackward0", {a}, {out}, [op, diagonal, lower](variable_list&& g) {
       return variable_list{triangle(op, g[0], diagonal, lower)};  // linear: the same mask on the gradient
@@ -99,7 +99,7 @@ std::pair<Tensor, Tensor> sort_impl(const char* op, const Tensor& a, int64_t dim
   Tensor values = make_empty(a.sizes(), a.dtype(), a.device());
   Tensor indices = make_empty(a.sizes(), kInt64, a.device());
   if (a.numel() > 0)
-    backend::sort_kernel(a.device().type, values, indices, kernels::contiguous_nograd(a), backend::split_at(a.sizes(), dim), descending);
+    backend::sort_kernel(a.device().type, values, indices, backend::contiguous_nograd(a), backend::split_at(a.sizes(), dim), descending);
   record_select_backward("SortBackward0", a, values, indices, dim);
   return {values, indices};
 }
@@ -109,7 +109,7 @@ std::pair<Tensor, Tensor> sort_impl(const char* op, const Tensor& a, int64_t dim
 
 Tensor cumsum_impl(const Tensor& a, int64_t dim, bool reverse) {
   const DType out_dtype = is_floating_point(a.dtype()) ? a.dtype() : kInt64;  // integers and bool: int64, as PyTorch
-  Tensor src = kernels::contiguous_nograd(kernels::convert_nograd(a, out_dtype));
+  Tensor src = backend::contiguous_nograd(backend::convert_nograd(a, out_dtype));
   Tensor out = make_empty(a.sizes(), out_dtype, a.device());
   if (a.numel() > 0) backend::cumsum_kernel(a.device().type, out, src, backend::split_at(a.sizes(), dim), reverse);
   if (autograd::needs_grad(a)) {
@@ -183,7 +183,7 @@ std::pair<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim, bool lar
   // A 0-dim input gives its element for k = 0 too (PyTorch's result: the output has no dim to be 0).
   const int64_t kk = a.dim() == 0 ? 1 : k;
   if (values.numel() > 0)
-    backend::topk_kernel(a.device().type, values, indices, kernels::contiguous_nograd(a), backend::split_at(a.sizes(), dim), kk, largest, sorted);
+    backend::topk_kernel(a.device().type, values, indices, backend::contiguous_nograd(a), backend::split_at(a.sizes(), dim), kk, largest, sorted);
   record_select_backward("TopkBackward0", a, values, indices, dim);
   return {values, indices};
 }
@@ -214,10 +214,10 @@ Tensor multinomial(const Tensor& a, int64_t num_samples, bool replacement, Gener
     Tensor r = multinomial(dp::to(a, Device::cpu(), a.dtype()).detach(), num_samples, replacement, &dg);
     return dp::to(r, a.device(), kInt64);
   }
-  Tensor p = kernels::contiguous_nograd(a);
-  p = kernels::restride_nograd(p, {R, C}, {C, 1});
+  Tensor p = backend::contiguous_nograd(a);
+  p = backend::restride_nograd(p, {R, C}, {C, 1});
   const DeviceType type = a.device().type;
-  if (backend::MultinomialProblem bad; R > 0 && !backend::multinomial_check(type, p, num_samples, replacement, bad))
+  if (backend::MultinomialProblem bad; R > 0 && !backend::multinomial_check_kernel(type, p, num_samples, replacement, bad))
     throw_bad_distribution(a, bad, num_samples);
   // One sample without replacement is one draw from the distribution: the (cheaper) with-replacement
   // path draws it.
@@ -229,7 +229,7 @@ Tensor multinomial(const Tensor& a, int64_t num_samples, bool replacement, Gener
     const uint64_t seed = g.seed();
     backend::multinomial_kernel(type, out, p, num_samples, replacement, seed, first);
   }
-  return a.dim() == 1 ? kernels::restride_nograd(out, {num_samples}, {1}) : out;
+  return a.dim() == 1 ? backend::restride_nograd(out, {num_samples}, {1}) : out;
 }
 
 Tensor repeat_interleave(const Tensor& a, int64_t repeats, std::optional<int64_t> dim) {

@@ -84,7 +84,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
       offsets[i] = off;
       if (skipped(tensors[i])) continue;
       const int64_t len = tensors[i].sizes()[dim];
-      if (len > 0) kernels::copy_kernel(raw_narrow(out, dim, off, len), tensors[i]);
+      if (len > 0)
+        backend::copy_kernel(backend::copy_device_type((raw_narrow(out, dim, off, len)), (tensors[i])), raw_narrow(out, dim, off, len), tensors[i]);
       off += len;
     }
   }
@@ -134,8 +135,11 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
     sizes.erase(sizes.begin() + dim);
     strides.erase(strides.begin() + dim);
     if (out.numel() > 0)
-      kernels::copy_kernel(Tensor(::dp::detail::make_pooled<TensorImpl>(out.storage(), std::move(sizes), std::move(strides), offset, out.dtype())),
-                           tensors[i]);
+      backend::copy_kernel(
+          backend::copy_device_type(
+              (Tensor(::dp::detail::make_pooled<TensorImpl>(out.storage(), std::move(sizes), std::move(strides), offset, out.dtype()))),
+              (tensors[i])),
+          Tensor(::dp::detail::make_pooled<TensorImpl>(out.storage(), std::move(sizes), std::move(strides), offset, out.dtype())), tensors[i]);
   }
   if (autograd::any_needs_grad(tensors)) {
     std::vector<DType> in_dtypes;
@@ -153,7 +157,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 Tensor clone(const Tensor& t) {
   ops::check_defined("clone", t);
   Tensor out = make_empty(t.sizes(), t.dtype(), t.device());
-  kernels::copy_kernel(out, t);
+  backend::copy_kernel(backend::copy_device_type(out, t), out, t);
   if (autograd::needs_grad(t)) {
     autograd::record("CloneBackward0", {t}, {out}, [](variable_list&& g) { return variable_list{g[0]}; });
   }

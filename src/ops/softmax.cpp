@@ -22,9 +22,9 @@ using autograd::variable_list;
 
 // The fused backward: d softmax(x) / dx applied to g, given y = softmax(x) (or log_softmax(x)).
 Tensor softmax_backward_data(const Tensor& g, const Tensor& y, int64_t dim, bool log) {
-  Tensor gc = kernels::contiguous_nograd(kernels::convert_nograd(g, y.dtype()));
+  Tensor gc = backend::contiguous_nograd(backend::convert_nograd(g, y.dtype()));
   Tensor gi = make_empty(y.sizes(), y.dtype(), y.device());
-  kernels::softmax_backward_kernel(gi, gc, y, dim, log);
+  backend::softmax_backward_kernel(gi.device().type, gi, gc, y, dim, log);
   return gi;
 }
 
@@ -54,12 +54,12 @@ variable_list softmax_double_backward(const Tensor& gg, const Tensor& g, const T
 Tensor softmax_impl(const Tensor& a, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   ops::check_defined(name, a);
-  DP_CHECK(is_floating_point(a.dtype()), DTypeError, name, "(): \"softmax_kernel_impl\" not implemented for '", kernels::torch_type_name(a.dtype()),
+  DP_CHECK(is_floating_point(a.dtype()), DTypeError, name, "(): \"softmax_kernel_impl\" not implemented for '", backend::torch_type_name(a.dtype()),
            "' (softmax needs a floating point input, got ", a.describe(), ")");
   const int64_t d = a.dim() == 0 ? (wrap_dim(dim, 0, name), 0) : wrap_dim(dim, a.dim(), name);
-  Tensor x = kernels::contiguous_nograd(a);
+  Tensor x = backend::contiguous_nograd(a);
   Tensor out = make_empty(a.sizes(), a.dtype(), a.device());
-  kernels::softmax_kernel(out, x, d, log);
+  backend::softmax_kernel(out.device().type, out, x, d, log);
   if (autograd::needs_grad(a)) {
     SavedVariable sy(out, true);
     // The node itself, for its edge to the input (filled in right after record()).

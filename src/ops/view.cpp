@@ -54,7 +54,7 @@ Tensor view_scatter(const Tensor& g, const Shape& in_sizes, std::function<Tensor
   Tensor z = zeros(in_sizes, options_of(g));
   {
     NoGradGuard no_grad;
-    kernels::copy_kernel(view_fn(z), g);
+    backend::copy_kernel(backend::copy_device_type((view_fn(z)), g), view_fn(z), g);
   }
   if (autograd::needs_grad(g)) {
     autograd::record(name, {g}, {z}, [view_fn](variable_list&& gg) { return variable_list{view_fn(gg[0])}; });
@@ -125,7 +125,7 @@ Tensor positions_of(const Geometry& g, int64_t base, Device device) {
 Tensor shares_of(const Geometry& g, int64_t base, const std::vector<int64_t>& count, DType dtype, Device device) {
   std::vector<double> c(static_cast<size_t>(numel_of(g.sizes)));
   for_each_position(g, base, [&](int64_t i, int64_t p) { c[static_cast<size_t>(i)] = static_cast<double>(count[static_cast<size_t>(p)]); });
-  return kernels::convert_nograd(from_blob_copy(c.data(), {static_cast<int64_t>(c.size())}, kFloat64, device), dtype);
+  return backend::convert_nograd(from_blob_copy(c.data(), {static_cast<int64_t>(c.size())}, kFloat64, device), dtype);
 }
 
 // The linear map behind as_strided's gradient. Scatters x (shape from.sizes) into a zero buffer
@@ -139,19 +139,19 @@ Tensor shares_of(const Geometry& g, int64_t base, const std::vector<int64_t>& co
 // what its backward applies (so double backward works).
 Tensor restride(const Tensor& x, const Geometry& from, const Geometry& to, int64_t base, int64_t len, bool div_from, bool div_to) {
   DType acc = x.dtype();
-  kernels::dispatch_floating(x.dtype(), "as_strided_backward", [&]<typename T>() { acc = kernels::is_reduced_float_v<T> ? kFloat32 : x.dtype(); });
+  backend::dispatch_floating(x.dtype(), "as_strided_backward", [&]<typename T>() { acc = backend::is_reduced_float_v<T> ? kFloat32 : x.dtype(); });
   const std::vector<int64_t> from_count = div_from ? overlap_counts(from, base, len) : std::vector<int64_t>();
   const std::vector<int64_t> to_count = div_to ? overlap_counts(to, base, len) : std::vector<int64_t>();
   const Device dev = x.device();
   Tensor out;
   {
     NoGradGuard no_grad;
-    Tensor v = kernels::convert_nograd(dp::reshape(x, {x.numel()}), acc);
+    Tensor v = backend::convert_nograd(dp::reshape(x, {x.numel()}), acc);
     if (!from_count.empty()) v = dp::div(v, shares_of(from, base, from_count, acc, dev));
     const Tensor buf = dp::index_add(dp::zeros({len}, TensorOptions().dtype(acc).device(dev)), 0, positions_of(from, base, dev), v);
     Tensor r = dp::index_select(buf, 0, positions_of(to, base, dev));
     if (!to_count.empty()) r = dp::div(r, shares_of(to, base, to_count, acc, dev));
-    out = kernels::convert_nograd(dp::reshape(r, to.sizes), x.dtype());
+    out = backend::convert_nograd(dp::reshape(r, to.sizes), x.dtype());
   }
   if (autograd::needs_grad(x)) {
     autograd::record("AsStridedBackwardBackward0", {x}, {out}, [from, to, base, len, div_from, div_to](variable_list&& g) {

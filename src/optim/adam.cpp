@@ -53,7 +53,7 @@ void adam_step(std::vector<OptimizerParamGroup>& groups, std::unordered_map<cons
       // Checked before any state changes, once per device and group (on CUDA a driver query: is a
       // graph being captured?). PyTorch's capturable=True keeps the step on the device instead.
       if (checked != p.device()) {
-        backend::check_host_scalar_step(p.device().type, p.device().index, name);
+        backend::check_host_scalar_step_kernel(p.device().type, p.device().index, name);
         checked = p.device();
       }
       auto& slot = state[p.unsafe_impl()];
@@ -77,7 +77,7 @@ void adam_step(std::vector<OptimizerParamGroup>& groups, std::unordered_map<cons
     }
     // One update call per (device, dtype) of the group, each tensor with its own step.
     batch.finish([&](Device device, DType dtype, const std::vector<backend::AdamTensor>& list) {
-      backend::adam_update(device.type, dtype, device.index, list, s);
+      backend::adam_update_kernel(device.type, dtype, device.index, list, s);
     });
   }
 }

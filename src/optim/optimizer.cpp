@@ -16,7 +16,7 @@ std::string describe_param(const Tensor& p) { return dp::detail::str(p.size_str(
 // CPU's always, CUDA's in a build with that backend), on devices that exist.
 void check_param_device(const Tensor& p, const char* optimizer, size_t i, size_t gi) {
   if (p.is_cpu()) return;
-  if (!backend::sgd_update.has(p.device().type) || !backend::adam_update.has(p.device().type))
+  if (!backend::sgd_update_kernel.has(p.device().type) || !backend::adam_update_kernel.has(p.device().type))
     throw DeviceError(dp::detail::str(optimizer, ": parameter ", i, " of param group ", gi, " is ", describe_param(p), ": ",
                                       backend::no_kernel_message("the fused optimizer updates", p.device().type)));
   try {

@@ -77,7 +77,7 @@ Tensor SGD::step(LossClosure closure) {
     // One update call per (device, dtype) of the group: on CUDA a few multi-tensor launches on the
     // device's current stream.
     batch.finish([&](Device device, DType dtype, const std::vector<backend::SgdTensor>& list) {
-      backend::sgd_update(device.type, dtype, device.index, list, s);
+      backend::sgd_update_kernel(device.type, dtype, device.index, list, s);
     });
   }
   return loss;

@@ -30,7 +30,7 @@ std::vector<std::vector<Tensor>> device_broadcast_coalesced(const std::vector<Te
   std::vector<int> ids;
   for (Device d : devices) ids.push_back(d.index);
   const DeviceType type = devices[0].type;
-  const bool use_collective = backend::collective_usable(type, ids);
+  const bool use_collective = backend::collective_usable_kernel(type, ids);
   for (const Bucket& b : plan_buckets(specs, all, buffer_size)) {
     const Tensor flat0 = pack(b, tensors, devices[0]);
     std::vector<Tensor> flats(n_dev);
@@ -39,7 +39,7 @@ std::vector<std::vector<Tensor>> device_broadcast_coalesced(const std::vector<Te
     if (use_collective) {
       std::vector<void*> ptrs;
       for (const Tensor& f : flats) ptrs.push_back(f.data_ptr());
-      backend::collective_broadcast(type, ptrs, b.numel, b.dtype, ids, 0);
+      backend::collective_broadcast_kernel(type, ptrs, b.numel, b.dtype, ids, 0);
     } else {
       // One copy per device: peer or device-to-device, ordered by events (Tensor::copy_).
       for (size_t j = 1; j < n_dev; ++j) flats[j].copy_(flat0);
@@ -65,11 +65,11 @@ Tensor sum_flats(const std::vector<Tensor>& flats, const std::vector<Device>& de
     if (devices[k] == destination) root = k;
   }
   const DeviceType type = destination.type;
-  if (root < devices.size() && backend::collective_usable(type, ids)) {
+  if (root < devices.size() && backend::collective_usable_kernel(type, ids)) {
     Tensor out = empty({b.numel}, options);
     std::vector<const void*> ptrs;
     for (const Tensor& f : flats) ptrs.push_back(f.data_ptr());
-    backend::collective_reduce(type, ptrs, out.data_ptr(), b.numel, b.dtype, ids, root);
+    backend::collective_reduce_kernel(type, ptrs, out.data_ptr(), b.numel, b.dtype, ids, root);
     return out;
   }
   // The sum kernel on the destination's current stream. Buffers on the destination's GPU (virtual
@@ -85,7 +85,7 @@ Tensor sum_flats(const std::vector<Tensor>& flats, const std::vector<Device>& de
     const int src = devices[k].index;
     if (src == dest) {
       ptrs.push_back(flats[k].data_ptr());
-    } else if (backend::peer_access(type, dest, src)) {
+    } else if (backend::peer_access_kernel(type, dest, src)) {
       rt.wait_stream(ds, rt.current_stream(src));
       read_from.push_back(src);
       ptrs.push_back(flats[k].data_ptr());
@@ -95,7 +95,7 @@ Tensor sum_flats(const std::vector<Tensor>& flats, const std::vector<Device>& de
     }
   }
   Tensor out = empty({b.numel}, options);
-  backend::sum_into(type, out.data_ptr(), ptrs, b.numel, b.dtype, ds);
+  backend::sum_into_kernel(type, out.data_ptr(), ptrs, b.numel, b.dtype, ds);
   // The sources' allocators reuse their blocks in their own stream order: make those streams wait
   // for the kernel, so a buffer freed after this returns is not overwritten while it is read.
   for (int src : read_from) rt.wait_stream(rt.current_stream(src), ds);

@@ -42,7 +42,7 @@ void run_range(const std::vector<Job>& jobs, int64_t begin, int64_t end) {
     std::vector<const void*> ins;
     ins.reserve(job.ins.size());
     for (const Tensor& t : job.ins) ins.push_back(static_cast<const char*>(t.data_ptr()) + lo * es);
-    backend::sum_into(job.out.device().type, static_cast<char*>(job.out.data_ptr()) + lo * es, ins, hi - lo, job.out.dtype(), Stream());
+    backend::sum_into_kernel(job.out.device().type, static_cast<char*>(job.out.data_ptr()) + lo * es, ins, hi - lo, job.out.dtype(), Stream());
   }
 }
 

@@ -88,7 +88,7 @@ TEST(DeviceRegistry, WithoutTheCudaLibraryACudaDeviceIsAnErrorThatSaysWhy) {
       EXPECT_NE(msg.find(" does not exist: no CUDA devices are available (" + why + ")"), std::string::npos) << msg;
     }
   }
-  backend::KernelStub<int(int)> stub{"doubling"};
+  backend::KernelStub<int(int)> stub{"doubling_stub", "doubling", backend::KernelCoverage::CpuOnly};
   try {
     stub(DeviceType::CUDA, 1);
     FAIL() << "expected DeviceError";

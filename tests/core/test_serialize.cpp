@@ -196,9 +196,9 @@ TEST(Serialize, MatchesTheReferenceImplementationsExamples) {
     for (int b : v) s.push_back(static_cast<char>(b));
     return s;
   };
-  save({}, dir.file("empty.safetensors"));
+  save(OrderedDict<std::string, Tensor>{}, dir.file("empty.safetensors"));
   EXPECT_EQ(read_bytes(dir.file("empty.safetensors")), u8s({8, 0, 0, 0, 0, 0, 0, 0, 123, 125, 32, 32, 32, 32, 32, 32}));
-  save({}, dir.file("empty_meta.safetensors"), {{"framework", "pt"}});
+  save(OrderedDict<std::string, Tensor>{}, dir.file("empty_meta.safetensors"), {{"framework", "pt"}});
   EXPECT_EQ(read_bytes(dir.file("empty_meta.safetensors")),
             u8s({40,  0,  0,   0,   0,  0,   0,   0,   123, 34,  95,  95, 109, 101, 116, 97,  100, 97,  116, 97, 95, 95, 34, 58,
                  123, 34, 102, 114, 97, 109, 101, 119, 111, 114, 107, 34, 58,  34,  112, 116, 34,  125, 125, 32, 32, 32, 32, 32}));

@@ -23,8 +23,8 @@ namespace dp {
 namespace {
 
 #if DP_HAVE_CUDA
-kernels::Conv2dGeometry geometry(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t K) {
-  kernels::Conv2dGeometry g{};
+backend::Conv2dGeometry geometry(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t K) {
+  backend::Conv2dGeometry g{};
   g.N = N;
   g.C = C;
   g.H = H;

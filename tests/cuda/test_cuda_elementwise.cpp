@@ -386,7 +386,7 @@ TEST(CudaElementwise, InPlaceAndTernaryOps) {
 // later phase.
 TEST(CudaElementwise, ActivationBackwardKernelsMatchTheCpu) {
   DP_REQUIRE_GPU();
-  using kernels::ActGrad;
+  using backend::ActGrad;
   const std::vector<std::pair<std::string, ActGrad>> grads = {{"relu", ActGrad::ReluFromOut},   {"sigmoid", ActGrad::SigmoidFromOut},
                                                               {"tanh", ActGrad::TanhFromOut},   {"gelu", ActGrad::Gelu},
                                                               {"gelu_tanh", ActGrad::GeluTanh}, {"silu", ActGrad::Silu},
@@ -396,13 +396,13 @@ TEST(CudaElementwise, ActivationBackwardKernelsMatchTheCpu) {
     Tensor gd = g.to(kGpu), xd = x.to(kGpu);
     for (const auto& [name, op] : grads) {
       Tensor oh = empty({6, 7}, TensorOptions().dtype(dt)), od = empty({6, 7}, TensorOptions().dtype(dt).device(kGpu));
-      kernels::activation_backward_kernel(op, oh, g, x);
-      kernels::activation_backward_kernel(op, od, gd, xd);
+      backend::activation_backward_kernel(oh.device().type, op, oh, g, x);
+      backend::activation_backward_kernel(od.device().type, op, od, gd, xd);
       expect_close(od, oh, name + " backward " + dtype_name(dt));
       // strided operands
       Tensor ot = empty({7, 6}, TensorOptions().dtype(dt)), otd = empty({7, 6}, TensorOptions().dtype(dt).device(kGpu));
-      kernels::activation_backward_kernel(op, ot, g.t(), x.t());
-      kernels::activation_backward_kernel(op, otd, gd.t(), xd.t());
+      backend::activation_backward_kernel(ot.device().type, op, ot, g.t(), x.t());
+      backend::activation_backward_kernel(otd.device().type, op, otd, gd.t(), xd.t());
       expect_close(otd, ot, name + " backward strided " + dtype_name(dt));
     }
     Tensor y = sample({6, 7}, dt, 42);
@@ -410,13 +410,13 @@ TEST(CudaElementwise, ActivationBackwardKernelsMatchTheCpu) {
       Tensor oh = empty({6, 7}, TensorOptions().dtype(dt)), od = empty({6, 7}, TensorOptions().dtype(dt).device(kGpu));
       Tensor tie = x.clone();
       tie.select(0, 0).copy_(y.select(0, 0));  // a row of ties (weight 0.5)
-      kernels::extremum_weight_kernel(oh, tie, y, is_max);
-      kernels::extremum_weight_kernel(od, tie.to(kGpu), y.to(kGpu), is_max);
+      backend::extremum_weight_kernel(oh.device().type, oh, tie, y, is_max);
+      backend::extremum_weight_kernel(od.device().type, od, tie.to(kGpu), y.to(kGpu), is_max);
       expect_close(od, oh, std::string("extremum weight ") + (is_max ? "max " : "min ") + dtype_name(dt));
     }
     Tensor mh = empty({6, 7}, TensorOptions().dtype(kBool)), md = empty({6, 7}, TensorOptions().dtype(kBool).device(kGpu));
-    kernels::clamp_mask_kernel(mh, x, Scalar(-1.0), std::nullopt);
-    kernels::clamp_mask_kernel(md, xd, Scalar(-1.0), std::nullopt);
+    backend::clamp_mask_kernel(mh.device().type, mh, x, Scalar(-1.0), std::nullopt);
+    backend::clamp_mask_kernel(md.device().type, md, xd, Scalar(-1.0), std::nullopt);
     EXPECT_TRUE(dp::equal(md.cpu(), mh)) << dtype_name(dt);
   }
 }

@@ -69,11 +69,11 @@ TEST(CudaOffsetCalculator, DropsSizeOneDimsAndRejectsTooMany) {
   EXPECT_THROW((make_offset_calculator<3, uint64_t>(30, s2.data(), rows)), NotImplementedError);
 }
 
-// Philox: the kernels inline kernels::philox4x32_rounds, the same function dp::philox4x32 calls (its
+// Philox: the kernels inline backend::philox4x32_rounds, the same function dp::philox4x32 calls (its
 // known-answer test is in tests/ops/test_random.cpp).
 
 TEST(SharedElementFunctors, MatchTheirDefinitionsOnTheHost) {
-  using namespace kernels::impl;
+  using namespace backend::impl;
   EXPECT_EQ((AddAlphaF<float>{2.0f})(1.0f, 3.0f), 7.0f);
   EXPECT_EQ((AddAlphaF<int32_t>{2})(INT32_MAX, 1), INT32_MIN + 1);  // wraps
   EXPECT_EQ((PowConstF<float, -1>{0.0f})(4.0f), 0.25f);

@@ -72,7 +72,7 @@ bool run_scatter_add_on_host(const plan::IndexKernelPlan& p) {
   char* self = static_cast<char*>(p.it.data_ptr());
   const char* src = static_cast<const char*>(p.src.data_ptr());
   const int64_t step = p.step * static_cast<int64_t>(p.it.element_size());
-  kernels::dispatch_all(p.it.dtype(), "scatter_add", [&]<typename T>() {
+  backend::dispatch_all(p.it.dtype(), "scatter_add", [&]<typename T>() {
     for_each_position(p, [&](int64_t o0, int64_t o1, int64_t o2) {
       const int64_t v = index_at(p, o2);
       if (v < 0 || v >= p.bound) {
@@ -84,7 +84,7 @@ bool run_scatter_add_on_host(const plan::IndexKernelPlan& p) {
       const T s = *reinterpret_cast<const T*>(src + o1);
       if constexpr (std::is_same_v<T, bool>)
         d = d || s;
-      else if constexpr (kernels::is_reduced_float_v<T>)
+      else if constexpr (backend::is_reduced_float_v<T>)
         d = T(static_cast<float>(d) + static_cast<float>(s));
       else if constexpr (std::is_integral_v<T>)
         d = static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(d)) + static_cast<uint64_t>(static_cast<int64_t>(s)));

@@ -31,7 +31,7 @@ using cuda::detail::choose_reduce_launch;
 using cuda::detail::IntDivider;
 using cuda::detail::make_reduce_params;
 using cuda::detail::ReduceLaunch;
-using kernels::ReducePlan;
+using backend::ReducePlan;
 using test::expect_matches_cpu;
 using test::kGpu;
 using test::sample;
@@ -59,11 +59,11 @@ TEST(CudaReducePlan, IntDividerMatchesDivision) {
 // 64-bit index math.
 void expect_params_walk_plan(const ReducePlan& plan) {
   std::vector<std::pair<int64_t, int64_t>> kept;
-  kernels::for_each_offset(plan.ksize.data(), plan.kin.data(), plan.kout.data(), static_cast<int>(plan.ksize.size()),
-                           [&](int64_t i, int64_t o) { kept.emplace_back(i, o); });
+  backend::cpu::for_each_offset(plan.ksize.data(), plan.kin.data(), plan.kout.data(), static_cast<int>(plan.ksize.size()),
+                                [&](int64_t i, int64_t o) { kept.emplace_back(i, o); });
   std::vector<int64_t> red;
-  kernels::for_each_offset(plan.rsize.data(), plan.rin.data(), nullptr, static_cast<int>(plan.rsize.size()),
-                           [&](int64_t i, int64_t) { red.push_back(i); });
+  backend::cpu::for_each_offset(plan.rsize.data(), plan.rin.data(), nullptr, static_cast<int>(plan.rsize.size()),
+                                [&](int64_t i, int64_t) { red.push_back(i); });
   ASSERT_EQ(static_cast<int64_t>(kept.size()), plan.out_numel);
   ASSERT_EQ(static_cast<int64_t>(red.size()), plan.red_numel);
   for (bool idx32 : {true, false}) {
@@ -82,19 +82,19 @@ void expect_params_walk_plan(const ReducePlan& plan) {
 
 TEST(CudaReducePlan, ParamsWalkTheSameOffsetsAsThePlan) {
   // [4, 3, 5, 2] contiguous, reduce dims 1 and 3 (not mergeable: two reduced dims).
-  expect_params_walk_plan(kernels::make_reduce_plan({4, 3, 5, 2}, {30, 10, 2, 1}, {false, true, false, true}, {5, 0, 1, 0}, true));
+  expect_params_walk_plan(backend::make_reduce_plan({4, 3, 5, 2}, {30, 10, 2, 1}, {false, true, false, true}, {5, 0, 1, 0}, true));
   // A permuted layout (strides not decreasing), keepdim-style output strides.
-  expect_params_walk_plan(kernels::make_reduce_plan({3, 4, 5}, {1, 15, 3}, {false, true, false}, {5, 0, 1}, true));
+  expect_params_walk_plan(backend::make_reduce_plan({3, 4, 5}, {1, 15, 3}, {false, true, false}, {5, 0, 1}, true));
   // Broadcast (stride 0) kept and reduced dims.
-  expect_params_walk_plan(kernels::make_reduce_plan({6, 7, 2}, {0, 2, 1}, {true, false, true}, {0, 1, 0}, true));
+  expect_params_walk_plan(backend::make_reduce_plan({6, 7, 2}, {0, 2, 1}, {true, false, true}, {0, 1, 0}, true));
   // Everything reduced; nothing reduced; a 0-dim input.
-  expect_params_walk_plan(kernels::make_reduce_plan({5, 6}, {6, 1}, {true, true}, {0, 0}, true));
-  expect_params_walk_plan(kernels::make_reduce_plan({5, 6}, {6, 1}, {false, false}, {6, 1}, true));
-  expect_params_walk_plan(kernels::make_reduce_plan(Shape{}, Shape{}, std::vector<bool>{}, Shape{}, true));
+  expect_params_walk_plan(backend::make_reduce_plan({5, 6}, {6, 1}, {true, true}, {0, 0}, true));
+  expect_params_walk_plan(backend::make_reduce_plan({5, 6}, {6, 1}, {false, false}, {6, 1}, true));
+  expect_params_walk_plan(backend::make_reduce_plan(Shape{}, Shape{}, std::vector<bool>{}, Shape{}, true));
   // Empty: a reduced dim of size 0 (nothing to walk, but the parameters are still made).
-  expect_params_walk_plan(kernels::make_reduce_plan({4, 0, 3}, {3, 3, 1}, {false, true, true}, {1, 0, 0}, true));
+  expect_params_walk_plan(backend::make_reduce_plan({4, 0, 3}, {3, 3, 1}, {false, true, true}, {1, 0, 0}, true));
   // Reduced index order without reordering (what index reductions rely on: row-major r).
-  expect_params_walk_plan(kernels::make_reduce_plan({3, 4, 5}, {1, 15, 3}, {true, false, true}, {0, 1, 0}, false));
+  expect_params_walk_plan(backend::make_reduce_plan({3, 4, 5}, {1, 15, 3}, {true, false, true}, {0, 1, 0}, false));
 }
 
 TEST(CudaReducePlan, TooManyDimsIsANotImplementedErrorNamingTheOp) {
@@ -108,7 +108,7 @@ TEST(CudaReducePlan, TooManyDimsIsANotImplementedErrorNamingTheOp) {
   }
   for (int d = 0, k = 0; d < nd; ++d)
     if (!reduced[d]) ost[d] = int64_t{1} << (16 - k++);
-  const ReducePlan plan = kernels::make_reduce_plan(sizes, strides, reduced, ost, true);
+  const ReducePlan plan = backend::make_reduce_plan(sizes, strides, reduced, ost, true);
   ASSERT_EQ(plan.ksize.size(), 17u);
   try {
     make_reduce_params(plan, "logsumexp");
@@ -144,7 +144,7 @@ ReducePlan contiguous_plan(const Shape& sizes, const std::vector<bool>& reduced)
       ost[d] = s;
       s *= sizes[d];
     }
-  return kernels::make_reduce_plan(sizes, st, reduced, ost, true);
+  return backend::make_reduce_plan(sizes, st, reduced, ost, true);
 }
 
 TEST(CudaReducePlan, KernelShapeAndSplit) {
@@ -196,7 +196,7 @@ TEST(CudaReducePlan, KernelShapeAndSplit) {
     EXPECT_EQ(l.block_y, 1);
   }
   {  // a transposed input reduced along its strided dim: columns (the kept dim is contiguous)
-    const ReducePlan p = kernels::make_reduce_plan({64, 1000}, {1, 64}, {false, true}, {1, 0}, true);
+    const ReducePlan p = backend::make_reduce_plan({64, 1000}, {1, 64}, {false, true}, {1, 0}, true);
     const ReduceLaunch l = choose_reduce_launch(p, kSms);
     expect_launch_invariants(p, l);
     EXPECT_FALSE(l.rows);
@@ -292,18 +292,18 @@ enum class Red { Sum, Mean, Amax, Amin, Var, Std, Lse };
 
 Tensor emulated(Red r, const Tensor& in, const Shape& dims, bool keepdim, int sms, int64_t correction = 1) {
   namespace cd = cuda::detail;
-  const std::vector<bool> mask = kernels::make_dim_mask(dims, in.dim(), "emulated");
+  const std::vector<bool> mask = backend::make_dim_mask(dims, in.dim(), "emulated");
   const DType out_dt = r == Red::Sum && !is_floating_point(in.dtype()) ? kInt64 : in.dtype();
-  Tensor out = full(kernels::reduced_shape(in.sizes(), mask, keepdim), 12345, TensorOptions().dtype(out_dt));
-  const ReducePlan plan = kernels::make_reduce_plan(out, in, mask, keepdim, true);
-  const double n = static_cast<double>(kernels::reduced_numel(in.sizes(), mask));
-  kernels::dispatch_all(in.dtype(), "emulated", [&]<typename T>() {
+  Tensor out = full(backend::reduced_shape(in.sizes(), mask, keepdim), 12345, TensorOptions().dtype(out_dt));
+  const ReducePlan plan = backend::make_reduce_plan(out, in, mask, keepdim, true);
+  const double n = static_cast<double>(backend::reduced_numel(in.sizes(), mask));
+  backend::dispatch_all(in.dtype(), "emulated", [&]<typename T>() {
     const T* src = in.numel() ? static_cast<const T*>(in.data_ptr()) : nullptr;
     using A = cd::facc_t<T>;
     if (r == Red::Amax || r == Red::Amin) {
       const bool is_max = r == Red::Amax;
       emulate_reduce(plan, src, cd::ExtremeOp<T>{out.data_ptr<T>(), cd::extreme_identity<cd::cmp_t<T>>(is_max), is_max}, sms);
-    } else if constexpr (!kernels::is_float_v<T>) {
+    } else if constexpr (!backend::is_float_v<T>) {
       emulate_reduce(plan, src, cd::SumOp<T, int64_t, int64_t>{out.data_ptr<int64_t>(), 1}, sms);
     } else if (r == Red::Sum || r == Red::Mean) {
       emulate_reduce(plan, src, cd::SumOp<T, A, T>{out.data_ptr<T>(), static_cast<A>(r == Red::Mean ? n : 1.0)}, sms);
@@ -321,10 +321,10 @@ std::pair<Tensor, Tensor> emulated_index(const Tensor& in, int64_t dim, bool kee
   namespace cd = cuda::detail;
   std::vector<bool> mask(static_cast<size_t>(in.dim()), false);
   if (in.dim() > 0) mask[dim] = true;
-  const Shape os = kernels::reduced_shape(in.sizes(), mask, keepdim);
+  const Shape os = backend::reduced_shape(in.sizes(), mask, keepdim);
   Tensor values = full(os, 12345, TensorOptions().dtype(in.dtype())), indices = full(os, -9, TensorOptions().dtype(kInt64));
-  const ReducePlan plan = kernels::make_reduce_plan(values, in, mask, keepdim, true);
-  kernels::dispatch_all(in.dtype(), "emulated", [&]<typename T>() {
+  const ReducePlan plan = backend::make_reduce_plan(values, in, mask, keepdim, true);
+  backend::dispatch_all(in.dtype(), "emulated", [&]<typename T>() {
     emulate_reduce(plan, static_cast<const T*>(in.data_ptr()),
                    cd::ExtremeIndexOp<T>{values.data_ptr<T>(), indices.data_ptr<int64_t>(), cd::extreme_identity<cd::cmp_t<T>>(is_max), is_max}, sms);
   });
@@ -335,8 +335,8 @@ Tensor emulated_norm(const Tensor& in, double p, int sms) {
   namespace cd = cuda::detail;
   Tensor out = full({}, 12345, TensorOptions().dtype(in.dtype()));
   const std::vector<bool> mask(static_cast<size_t>(in.dim()), true);
-  const ReducePlan plan = kernels::make_reduce_plan(out, in, mask, false, true);
-  kernels::dispatch_floating(in.dtype(), "emulated", [&]<typename T>() {
+  const ReducePlan plan = backend::make_reduce_plan(out, in, mask, false, true);
+  backend::dispatch_floating(in.dtype(), "emulated", [&]<typename T>() {
     using A = cd::facc_t<T>;
     emulate_reduce(plan, static_cast<const T*>(in.data_ptr()), cd::NormOp<T>{out.data_ptr<T>(), cd::norm_kind(p), static_cast<A>(p)}, sms);
   });
@@ -715,8 +715,8 @@ TEST(CudaReduce, KernelsWriteEveryOutputElement) {
   const Tensor d = h.to(kGpu);
   for (const Shape& dims : dim_lists())
     for (bool keepdim : {false, true}) {
-      const std::vector<bool> mask = kernels::make_dim_mask(dims, 3, "test");
-      const Shape os = kernels::reduced_shape(shape, mask, keepdim);
+      const std::vector<bool> mask = backend::make_dim_mask(dims, 3, "test");
+      const Shape os = backend::reduced_shape(shape, mask, keepdim);
       const std::string what = dims_str(dims, keepdim);
       auto run = [&](const char* name, const std::function<void(const Tensor&)>& k, const Tensor& ref) {
         Tensor out = test::poisoned(os, kFloat32, kGpu);
@@ -737,7 +737,7 @@ TEST(CudaReduce, KernelsWriteEveryOutputElement) {
   for (int64_t dim = 0; dim < 3; ++dim) {
     std::vector<bool> mask(3, false);
     mask[dim] = true;
-    const Shape os = kernels::reduced_shape(shape, mask, false);
+    const Shape os = backend::reduced_shape(shape, mask, false);
     Tensor v = test::poisoned(os, kFloat32, kGpu), i = test::poisoned(os, kInt64, kGpu);
     cuda::minmax_index_kernel(v, i, d, dim, false, false);
     auto ref = dp::min(h, dim);

@@ -27,7 +27,7 @@ using cuda::detail::SoftmaxLaunch;
 using test::expect_matches_cpu;
 using test::kGpu;
 using test::sample;
-using kernels::convert;
+using backend::convert;
 
 // ================================================================ host: the launch choice
 
@@ -170,7 +170,7 @@ Geo geo_of(const Shape& s, int64_t dim) {
 Tensor emulated_softmax(const Tensor& x, int64_t dim, bool log) {
   const Geo g = geo_of(x.sizes(), dim);
   Tensor y = full(x.sizes(), 12345, TensorOptions().dtype(x.dtype()));
-  kernels::dispatch_floating(x.dtype(), "emulated", [&]<typename T>() {
+  backend::dispatch_floating(x.dtype(), "emulated", [&]<typename T>() {
     if (log)
       emulate_softmax<T, true>(x.data_ptr<T>(), y.data_ptr<T>(), g.outer, g.n, g.inner);
     else
@@ -182,7 +182,7 @@ Tensor emulated_softmax(const Tensor& x, int64_t dim, bool log) {
 Tensor emulated_softmax_backward(const Tensor& gr, const Tensor& y, int64_t dim, bool log) {
   const Geo g = geo_of(y.sizes(), dim);
   Tensor gi = full(y.sizes(), 12345, TensorOptions().dtype(y.dtype()));
-  kernels::dispatch_floating(y.dtype(), "emulated", [&]<typename T>() {
+  backend::dispatch_floating(y.dtype(), "emulated", [&]<typename T>() {
     if (log)
       emulate_softmax_backward<T, true>(gr.data_ptr<T>(), y.data_ptr<T>(), gi.data_ptr<T>(), g.outer, g.n, g.inner);
     else
@@ -211,7 +211,7 @@ TEST(CudaSoftmaxEmulated, ForwardAndBackwardMatchCpu) {
         test::expect_same_values(emulated_softmax(x, c.dim, log), y, what);
         const Tensor g = sample(c.shape, dt, 2);
         Tensor gi = empty(c.shape, TensorOptions().dtype(dt));
-        kernels::softmax_backward_kernel(gi, g, y, c.dim, log);
+        backend::softmax_backward_kernel(gi.device().type, gi, g, y, c.dim, log);
         test::expect_same_values(emulated_softmax_backward(g, y, c.dim, log), gi, "backward " + what);
       }
 }
@@ -319,9 +319,9 @@ TEST(CudaSoftmax, BackwardKernelsMatchCpu) {
         const Tensor y = softmax_of(sample(c.shape, dt, 4, -3.0, 3.0), dim, log);
         const Tensor g = sample(c.shape, dt, 5);
         Tensor gi = empty(c.shape, TensorOptions().dtype(dt));
-        kernels::softmax_backward_kernel(gi, g, y, dim, log);
+        backend::softmax_backward_kernel(gi.device().type, gi, g, y, dim, log);
         Tensor gid = test::poisoned(c.shape, dt, kGpu);
-        kernels::softmax_backward_kernel(gid, g.to(kGpu), y.to(kGpu), dim, log);  // routed to the CUDA kernel
+        backend::softmax_backward_kernel(gid.device().type, gid, g.to(kGpu), y.to(kGpu), dim, log);  // routed to the CUDA kernel
         expect_matches_cpu(gid, gi, "backward " + case_str(c, dt, log));
       }
 }
@@ -333,7 +333,7 @@ TEST(CudaSoftmax, ForwardKernelsWriteEveryElement) {
       const int64_t dim = c.dim < 0 ? c.dim + static_cast<int64_t>(c.shape.size()) : c.dim;
       const Tensor h = sample(c.shape, kFloat32, 6);
       Tensor out = test::poisoned(c.shape, kFloat32, kGpu);
-      kernels::softmax_kernel(out, h.to(kGpu), dim, log);
+      backend::softmax_kernel(out.device().type, out, h.to(kGpu), dim, log);
       expect_matches_cpu(out, softmax_of(h, dim, log), "poisoned " + case_str(c, kFloat32, log));
     }
 }

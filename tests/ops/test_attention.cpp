@@ -432,13 +432,13 @@ TEST(Attention, HostThreadsOrTheWorkersOwn) {
   const int before = get_num_threads();
   set_num_threads(2);
   Tensor q = randn({2, 4, 200, 32}), k = randn({2, 4, 300, 32}), v = randn({2, 4, 300, 32});
-  const int64_t calls = kernels::blas::pool_calls();
+  const int64_t calls = backend::cpu::blas::pool_calls();
   Tensor host = scaled_dot_product_attention(q, k, v, Tensor(), 0.0, true);
-  EXPECT_EQ(kernels::blas::pool_calls(), calls + 1) << "one parallel_for over the host pool";
+  EXPECT_EQ(backend::cpu::blas::pool_calls(), calls + 1) << "one parallel_for over the host pool";
   // On a device worker (a DataParallel replica's thread) everything stays in that thread.
   Tensor qd = q.to(Device("cpu:0")), kd = k.to(Device("cpu:0")), vd = v.to(Device("cpu:0"));
   Tensor dev = worker_for(Device("cpu:0"))->submit([&] { return scaled_dot_product_attention(qd, kd, vd, Tensor(), 0.0, true); }).get();
-  EXPECT_EQ(kernels::blas::pool_calls(), calls + 1);
+  EXPECT_EQ(backend::cpu::blas::pool_calls(), calls + 1);
   EXPECT_EQ(dev.device(), Device("cpu:0"));
   EXPECT_TRUE(all_close(dev.to(Device::cpu()), host, 1e-6, 1e-7));
   set_num_threads(before);
@@ -449,13 +449,13 @@ TEST(Attention, HostThreadsOrTheWorkersOwn) {
 TEST(BlasParallelFor, TasksSlotsErrorsAndWorkers) {
   const int before = get_num_threads();
   set_num_threads(3);
-  EXPECT_EQ(kernels::blas::parallel_slots(), 3);
+  EXPECT_EQ(backend::cpu::blas::parallel_slots(), 3);
   for (int slots : {1, 2, 3, 8}) {
     SCOPED_TRACE(slots);
     std::vector<std::atomic<int>> seen(1000);
     std::vector<std::atomic<int>> busy(16);
     std::atomic<bool> bad_slot{false}, shared{false};
-    kernels::blas::parallel_for(1000, slots, [&](int64_t t, int slot) {
+    backend::cpu::blas::parallel_for(1000, slots, [&](int64_t t, int slot) {
       if (slot < 0 || slot >= std::min(slots, 3)) bad_slot = true;
       if (busy[slot].fetch_add(1) != 0) shared = true;
       seen[t].fetch_add(1);
@@ -467,12 +467,12 @@ TEST(BlasParallelFor, TasksSlotsErrorsAndWorkers) {
     for (auto& s : seen) once += s.load() == 1;
     EXPECT_EQ(once, 1000);
   }
-  EXPECT_THROW(kernels::blas::parallel_for(100, 3,
-                                           [](int64_t t, int) {
-                                             if (t == 37) throw ValueError("task 37");
-                                           }),
+  EXPECT_THROW(backend::cpu::blas::parallel_for(100, 3,
+                                                [](int64_t t, int) {
+                                                  if (t == 37) throw ValueError("task 37");
+                                                }),
                ValueError);
-  const int on_worker = worker_for(Device("cpu:0"))->submit([] { return kernels::blas::parallel_slots(); }).get();
+  const int on_worker = worker_for(Device("cpu:0"))->submit([] { return backend::cpu::blas::parallel_slots(); }).get();
   EXPECT_EQ(on_worker, 1);
   set_num_threads(before);
 }

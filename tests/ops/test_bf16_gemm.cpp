@@ -20,7 +20,7 @@
 #include "dp/core/threads.h"
 #include "dp/core/worker.h"
 #include "dp/dp.h"
-#include "dp/ops/backends.h"
+#include "dp/core/backends.h"
 
 namespace dp {
 namespace {
@@ -51,10 +51,10 @@ std::vector<double> values(const Tensor& t) {
 ::testing::AssertionResult within_ulp(const Tensor& a, const Tensor& b) { return close(a, b, kUlp * 1.01, 1.0 / 8192); }
 
 bool have_onednn() { return backends::onednn::is_available(); }
-#define SKIP_WITHOUT_ONEDNN()                                                                                                      \
-  if (!have_onednn())                                                                                                              \
-  GTEST_SKIP() << (kernels::onednn::compiled() ? "oneDNN has no bfloat16 matmul kernel other than its reference loops on this CPU" \
-                                               : "built without oneDNN (libdnnl-dev)")
+#define SKIP_WITHOUT_ONEDNN()                                                                                                           \
+  if (!have_onednn())                                                                                                                   \
+  GTEST_SKIP() << (backend::cpu::onednn::compiled() ? "oneDNN has no bfloat16 matmul kernel other than its reference loops on this CPU" \
+                                                    : "built without oneDNN (libdnnl-dev)")
 
 // fn() computed on oneDNN and on the float32 path (the switch restored after).
 struct Both {
@@ -64,13 +64,13 @@ struct Both {
 Both both(const std::function<Tensor()>& fn) {
   const bool before = backends::onednn::enabled();
   backends::onednn::set_enabled(true);
-  const int64_t c0 = kernels::onednn::calls();
+  const int64_t c0 = backend::cpu::onednn::calls();
   Both r;
   r.onednn = fn();
-  r.onednn_calls = kernels::onednn::calls() - c0;
+  r.onednn_calls = backend::cpu::onednn::calls() - c0;
   backends::onednn::set_enabled(false);
   r.fallback = fn();
-  EXPECT_EQ(kernels::onednn::calls() - c0, r.onednn_calls) << "the float32 path must not call oneDNN";
+  EXPECT_EQ(backend::cpu::onednn::calls() - c0, r.onednn_calls) << "the float32 path must not call oneDNN";
   backends::onednn::set_enabled(before);
   return r;
 }
@@ -120,16 +120,16 @@ TEST(BFloat16Gemm, MmEveryLayoutAndShape) {
             std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb);
         for (int threads : {1, 2}) {
           set_num_threads(threads);
-          const int64_t pool = kernels::blas::pool_calls();
+          const int64_t pool = backend::cpu::blas::pool_calls();
           const Both r = both([&] { return mm(a, b); });
           EXPECT_EQ(r.onednn_calls, 1) << what;
           expect_both_close(r, exact, what + " threads=" + std::to_string(threads));
           // Only the large products are cut into tiles (one pool call per path then).
           const bool large = static_cast<double>(s.m) * s.n * s.k >= 8.0 * 1048576.0 && std::max(s.m, s.n) >= 128;
           if (threads == 1) {
-            EXPECT_EQ(kernels::blas::pool_calls(), pool) << what;
+            EXPECT_EQ(backend::cpu::blas::pool_calls(), pool) << what;
           } else if (large) {
-            EXPECT_GE(kernels::blas::pool_calls(), pool + 1) << what;
+            EXPECT_GE(backend::cpu::blas::pool_calls(), pool + 1) << what;
           }
         }
       }
@@ -230,9 +230,9 @@ TEST(BFloat16Gemm, LinearForwardAndBackward) {
     };
     const bool before = backends::onednn::enabled();
     backends::onednn::set_enabled(true);
-    const int64_t c0 = kernels::onednn::calls();
+    const int64_t c0 = backend::cpu::onednn::calls();
     const std::vector<Tensor> on = grads();
-    EXPECT_EQ(kernels::onednn::calls() - c0, 3) << c.name << ": forward, dx and dw on oneDNN";
+    EXPECT_EQ(backend::cpu::onednn::calls() - c0, 3) << c.name << ": forward, dx and dw on oneDNN";
     backends::onednn::set_enabled(false);
     const std::vector<Tensor> off = grads();
     backends::onednn::set_enabled(before);
@@ -256,19 +256,19 @@ TEST(BFloat16Gemm, WorkerKeepsToItsThread) {
   Generator g(13);
   const Tensor a = bf16_randn({256, 512}, g), b = bf16_randn({512, 384}, g);  // 50M multiply-adds: tiled on the host
   const Tensor exact = mm(f64(a), f64(b));
-  const int64_t pool = kernels::blas::pool_calls();
+  const int64_t pool = backend::cpu::blas::pool_calls();
   const Tensor host = mm(a, b);
-  EXPECT_EQ(kernels::blas::pool_calls(), pool + 1);
+  EXPECT_EQ(backend::cpu::blas::pool_calls(), pool + 1);
   EXPECT_TRUE(rounded_once(host, exact));
   std::vector<std::future<Tensor>> results;
   for (int d = 0; d < 2; ++d) results.push_back(worker_for(Device::cpu(d))->submit([&] { return mm(a, b); }));
   const Tensor host_again = mm(a, b);
   for (auto& r : results) EXPECT_TRUE(rounded_once(r.get(), exact));
   EXPECT_TRUE(rounded_once(host_again, exact));
-  EXPECT_LE(kernels::blas::pool_calls(), pool + 2);  // the host's second call at most
-  const int64_t after_host = kernels::blas::pool_calls();
+  EXPECT_LE(backend::cpu::blas::pool_calls(), pool + 2);  // the host's second call at most
+  const int64_t after_host = backend::cpu::blas::pool_calls();
   EXPECT_TRUE(rounded_once(worker_for(Device::cpu(0))->submit([&] { return mm(a, b); }).get(), exact));
-  EXPECT_EQ(kernels::blas::pool_calls(), after_host);  // the worker's call used no pool thread
+  EXPECT_EQ(backend::cpu::blas::pool_calls(), after_host);  // the worker's call used no pool thread
   set_num_threads(before);
 }
 
@@ -277,17 +277,17 @@ TEST(BFloat16Gemm, SwitchAndFloat16) {
   Generator g(17);
   const Tensor a = bf16_randn({20, 30}, g), b = bf16_randn({30, 10}, g);
   backends::onednn::set_enabled(false);
-  int64_t c0 = kernels::onednn::calls();
+  int64_t c0 = backend::cpu::onednn::calls();
   const Tensor off = mm(a, b);
-  EXPECT_EQ(kernels::onednn::calls(), c0);
+  EXPECT_EQ(backend::cpu::onednn::calls(), c0);
   backends::onednn::set_enabled(true);
   EXPECT_TRUE(rounded_once(off, mm(f64(a), f64(b))));
-  c0 = kernels::onednn::calls();
+  c0 = backend::cpu::onednn::calls();
   const Tensor h = mm(a.to(kFloat16), b.to(kFloat16));
   EXPECT_EQ(h.dtype(), kFloat16);
-  EXPECT_EQ(kernels::onednn::calls(), c0);
+  EXPECT_EQ(backend::cpu::onednn::calls(), c0);
   const Tensor on = mm(a, b);
-  EXPECT_EQ(kernels::onednn::calls(), c0 + (have_onednn() ? 1 : 0));
+  EXPECT_EQ(backend::cpu::onednn::calls(), c0 + (have_onednn() ? 1 : 0));
   EXPECT_TRUE(within_ulp(on, off));
 }
 

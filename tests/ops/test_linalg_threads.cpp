@@ -53,25 +53,25 @@ TEST(BlasThreads, ApiSetAndGet) {
 TEST(BlasThreads, HostUsesSettingWorkerUsesOne) {
   const int before = get_num_threads();
   set_num_threads(2);
-  EXPECT_EQ(kernels::blas::threads_for_current_thread(), 2);
+  EXPECT_EQ(backend::cpu::blas::threads_for_current_thread(), 2);
   Problem p = make_problem(128, 1);  // 2 million multiply-adds: above the pool's threshold
-  const int64_t calls = kernels::blas::pool_calls();
+  const int64_t calls = backend::cpu::blas::pool_calls();
   EXPECT_TRUE(matches(mm(p.a, p.b), p));
-  EXPECT_EQ(kernels::blas::pool_calls(), calls + 1);  // the host GEMM ran on the pool
-  EXPECT_EQ(kernels::blas::openblas_threads(), 1);    // and OpenBLAS itself on one thread
+  EXPECT_EQ(backend::cpu::blas::pool_calls(), calls + 1);  // the host GEMM ran on the pool
+  EXPECT_EQ(backend::cpu::blas::openblas_threads(), 1);    // and OpenBLAS itself on one thread
   Worker* w = worker_for(Device("cpu:0"));
   auto fut = w->submit([&] {
-    int policy = kernels::blas::threads_for_current_thread();
+    int policy = backend::cpu::blas::threads_for_current_thread();
     Tensor out = mm(p.a, p.b);
     return std::make_pair(policy, matches(out, p) ? 0 : 1);
   });
   auto [policy, bad] = fut.get();
   EXPECT_EQ(policy, 1);
   EXPECT_EQ(bad, 0);
-  EXPECT_EQ(kernels::blas::pool_calls(), calls + 1);  // not the worker's
+  EXPECT_EQ(backend::cpu::blas::pool_calls(), calls + 1);  // not the worker's
   set_num_threads(1);
   mm(p.a, p.b);
-  EXPECT_EQ(kernels::blas::pool_calls(), calls + 1);  // one host thread: no pool
+  EXPECT_EQ(backend::cpu::blas::pool_calls(), calls + 1);  // one host thread: no pool
   set_num_threads(before);
 }
 
@@ -95,9 +95,9 @@ TEST(BlasThreads, TilesCoverEveryLayoutAndShape) {
         const Tensor one = addmm(bias, a, b, 0.5, 2.0);
         for (int threads : {3, 4}) {
           set_num_threads(threads);
-          const int64_t calls = kernels::blas::pool_calls();
+          const int64_t calls = backend::cpu::blas::pool_calls();
           const Tensor tiled = addmm(bias, a, b, 0.5, 2.0);
-          EXPECT_EQ(kernels::blas::pool_calls(), calls + 1) << s.m << "x" << s.n << "x" << s.k;
+          EXPECT_EQ(backend::cpu::blas::pool_calls(), calls + 1) << s.m << "x" << s.n << "x" << s.k;
           EXPECT_TRUE(all_close(tiled, ref, 1e-4, 1e-3)) << s.m << "x" << s.n << "x" << s.k << " ta=" << ta << " tb=" << tb;
           EXPECT_TRUE(all_close(tiled, one, 1e-5, 1e-5)) << s.m << "x" << s.n << "x" << s.k << " ta=" << ta << " tb=" << tb;
         }
@@ -109,9 +109,9 @@ TEST(BlasThreads, TilesCoverEveryLayoutAndShape) {
     Tensor a = randn({batch, 200, 70}, kFloat32, &g), b = randn({batch, 70, 90}, kFloat32, &g);
     const Tensor ref = matmul(a.to(kFloat64), b.to(kFloat64));
     set_num_threads(4);
-    const int64_t calls = kernels::blas::pool_calls();
+    const int64_t calls = backend::cpu::blas::pool_calls();
     EXPECT_TRUE(all_close(matmul(a, b), ref, 1e-4, 1e-3)) << "batch " << batch;
-    EXPECT_EQ(kernels::blas::pool_calls(), calls + 1) << "batch " << batch;
+    EXPECT_EQ(backend::cpu::blas::pool_calls(), calls + 1) << "batch " << batch;
   }
   set_num_threads(before);
 }
@@ -180,7 +180,7 @@ TEST(BlasThreads, TwoDeviceWorkersConcurrently) {
       Tensor out = linear(q.a, q.b.t());  // w = b^T: out = a @ b
       if (!matches(out, q)) ++bad;
       if (out.device() != q.a.device()) ++bad;
-      if (kernels::blas::threads_for_current_thread() != 1) ++bad;
+      if (backend::cpu::blas::threads_for_current_thread() != 1) ++bad;
     }
     return bad;
   };
@@ -247,7 +247,7 @@ TEST(BlasThreads, OpenBlasStaysOnOneThread) {
     set_num_threads(threads);
     mm(p.a, p.b);
     worker_for(Device("cpu:1"))->submit([&] { return mm(p.a, p.b).numel(); }).get();
-    EXPECT_EQ(kernels::blas::openblas_threads(), 1) << threads << " host threads";
+    EXPECT_EQ(backend::cpu::blas::openblas_threads(), 1) << threads << " host threads";
   }
   set_num_threads(before);
 }
@@ -255,7 +255,7 @@ TEST(BlasThreads, OpenBlasStaysOnOneThread) {
 // The kernel suggestion names a core only when OpenBLAS runs a fallback and the CPU can do better,
 // and never overrides a user's OPENBLAS_CORETYPE.
 TEST(BlasThreads, CoretypeSuggestion) {
-  const std::string suggestion = kernels::blas::coretype_suggestion();
+  const std::string suggestion = backend::cpu::blas::coretype_suggestion();
   EXPECT_TRUE(suggestion.empty() || suggestion == "SkylakeX" || suggestion == "Haswell") << suggestion;
   if (suggestion == "SkylakeX") {
     EXPECT_TRUE(__builtin_cpu_supports("avx512f"));

@@ -136,7 +136,7 @@ TEST(LayerNorm, Gradcheck) {
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& t) { return layer_norm(t[0], {5}); }, {x}));
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& t) { return layer_norm(t[0], {5}, t[1]); }, {x, w1}));
   // A non-contiguous input (the transpose of a [5, 3] leaf).
-  Tensor xt = kernels::restride_nograd(rand({5, 3}, kFloat64), {3, 5}, {1, 3}).requires_grad_(true);
+  Tensor xt = backend::restride_nograd(rand({5, 3}, kFloat64), {3, 5}, {1, 3}).requires_grad_(true);
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& t) { return layer_norm(t[0], {5}, t[1], t[2]); }, {xt, w1, b1}));
 }
 

@@ -20,7 +20,7 @@ namespace dp {
 namespace {
 
 // Just over kRangeMin and not a multiple of a piece or a vector: several pieces and a ragged tail.
-const int64_t kN = kernels::blas::kRangeMin * 2 + 77;
+const int64_t kN = backend::cpu::blas::kRangeMin * 2 + 77;
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
@@ -83,28 +83,28 @@ TEST(ParallelPasses, LargeDensePassesUseThePoolOnTheHost) {
   const Tensor a = randn({kN}, kFloat32, &g), b = randn({kN}, kFloat32, &g);
   const int before = get_num_threads();
   set_num_threads(2);
-  int64_t calls = kernels::blas::pool_calls();
+  int64_t calls = backend::cpu::blas::pool_calls();
   Tensor c = add(a, b);
-  EXPECT_EQ(kernels::blas::pool_calls(), calls + 1) << "a large add";
-  calls = kernels::blas::pool_calls();
+  EXPECT_EQ(backend::cpu::blas::pool_calls(), calls + 1) << "a large add";
+  calls = backend::cpu::blas::pool_calls();
   Tensor h = a.to(kBFloat16);
-  EXPECT_EQ(kernels::blas::pool_calls(), calls + 1) << "a large conversion";
-  calls = kernels::blas::pool_calls();
+  EXPECT_EQ(backend::cpu::blas::pool_calls(), calls + 1) << "a large conversion";
+  calls = backend::cpu::blas::pool_calls();
   Tensor c2 = c.clone();
   c2.mul_(full({}, 0.5));
-  EXPECT_EQ(kernels::blas::pool_calls(), calls + 2) << "a large clone, then an in-place product with a 0-dim tensor";
-  calls = kernels::blas::pool_calls();
+  EXPECT_EQ(backend::cpu::blas::pool_calls(), calls + 2) << "a large clone, then an in-place product with a 0-dim tensor";
+  calls = backend::cpu::blas::pool_calls();
   add(a.narrow(0, 0, 1000), b.narrow(0, 0, 1000));
-  EXPECT_EQ(kernels::blas::pool_calls(), calls) << "a small add stays in the calling thread";
+  EXPECT_EQ(backend::cpu::blas::pool_calls(), calls) << "a small add stays in the calling thread";
   // On a device worker everything runs in the worker's thread.
-  calls = kernels::blas::pool_calls();
+  calls = backend::cpu::blas::pool_calls();
   Tensor w = worker_for(Device("cpu:0"))->submit([&] { return add(a, b); }).get();
-  EXPECT_EQ(kernels::blas::pool_calls(), calls) << "a device worker's add";
+  EXPECT_EQ(backend::cpu::blas::pool_calls(), calls) << "a device worker's add";
   EXPECT_TRUE(same_bits(w, c));
   set_num_threads(1);
-  calls = kernels::blas::pool_calls();
+  calls = backend::cpu::blas::pool_calls();
   add(a, b);
-  EXPECT_EQ(kernels::blas::pool_calls(), calls) << "one host thread: no pool";
+  EXPECT_EQ(backend::cpu::blas::pool_calls(), calls) << "one host thread: no pool";
   set_num_threads(before);
 }
 

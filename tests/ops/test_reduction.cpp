@@ -27,8 +27,8 @@ std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 
 // Reference reduction in long double over dims (empty = all) of a tensor of any layout, keepdim.
 Tensor reference(const Tensor& t, const Shape& dims, const std::function<double(const std::vector<double>&)>& f) {
-  std::vector<bool> mask = kernels::make_dim_mask(dims, t.dim(), "reference");
-  Shape out_shape = kernels::reduced_shape(t.sizes(), mask, true);
+  std::vector<bool> mask = backend::make_dim_mask(dims, t.dim(), "reference");
+  Shape out_shape = backend::reduced_shape(t.sizes(), mask, true);
   std::vector<std::vector<double>> groups(static_cast<size_t>(numel_of(out_shape)));
   std::vector<double> v = values(t);
   Shape idx(t.dim(), 0);
@@ -74,7 +74,7 @@ Tensor permuted(const Tensor& t, const Shape& perm) {
     s.push_back(t.sizes()[p]);
     st.push_back(t.strides()[p]);
   }
-  return kernels::restride_nograd(t, s, st);
+  return backend::restride_nograd(t, s, st);
 }
 
 // ---------------------------------------------------------------- shapes and dtypes
@@ -257,7 +257,7 @@ TEST(Reduction, SumToValues) {
   EXPECT_TRUE(all_close(sum_to(g, {1024}), reference(g, {0}, ref_sum).reshape({1024}), 1e-5, 1e-5));
   // An expanded (stride 0) gradient sums to size * value.
   Tensor row = randn_f32({1, 6}, 4);
-  Tensor ex = kernels::restride_nograd(row, {5, 6}, {0, 1});
+  Tensor ex = backend::restride_nograd(row, {5, 6}, {0, 1});
   EXPECT_TRUE(all_close(sum_to(ex, {6}), row.reshape({6}) * 5.0));
   EXPECT_TRUE(all_close(sum_to(ex, {5, 1}), sum(row, {1}, true).expand({5, 1})));
 }

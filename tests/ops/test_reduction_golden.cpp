@@ -56,7 +56,7 @@ Tensor apply_view(const Tensor& x, const json& c) {
     sizes[ds[0]] = (sizes[ds[0]] + ds[1] - 1) / ds[1];
     strides[ds[0]] *= ds[1];
   }
-  Tensor r = kernels::restride_nograd(x, sizes, strides);
+  Tensor r = backend::restride_nograd(x, sizes, strides);
   EXPECT_FALSE(r.is_contiguous() && r.numel() > 1) << "the view of case " << c.at("name") << " should be non-contiguous";
   return r;
 }

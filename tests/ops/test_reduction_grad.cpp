@@ -36,7 +36,7 @@ using test::rand_leaf;
 // A non-contiguous float64 leaf: the transpose of a fresh [cols, rows] tensor.
 Tensor transposed_leaf(int64_t rows, int64_t cols) {
   Tensor base = rand({cols, rows}, kFloat64) * 2.0 - 1.0;
-  return kernels::restride_nograd(base.detach(), {rows, cols}, {1, rows}).requires_grad_(true);
+  return backend::restride_nograd(base.detach(), {rows, cols}, {1, rows}).requires_grad_(true);
 }
 
 TEST(ReductionGrad, Sum) {

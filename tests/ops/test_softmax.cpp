@@ -93,7 +93,7 @@ TEST(Softmax, RowsSumToOne) {
 
 TEST(Softmax, NonContiguousInput) {
   Tensor base = randn_f32({6, 50}, 8);
-  Tensor xt = kernels::restride_nograd(base, {50, 6}, {1, 50});  // the transpose
+  Tensor xt = backend::restride_nograd(base, {50, 6}, {1, 50});  // the transpose
   ASSERT_FALSE(xt.is_contiguous());
   Tensor copy = xt.contiguous();
   for (int64_t dim : {0, 1}) {
@@ -161,7 +161,7 @@ TEST(Softmax, Gradcheck) {
     EXPECT_TRUE(check1([dim](const Tensor& t) { return log_softmax(t, dim); }, x));
   }
   Tensor base = rand({5, 3}, kFloat64);
-  Tensor xt = kernels::restride_nograd(base, {3, 5}, {1, 3}).requires_grad_(true);
+  Tensor xt = backend::restride_nograd(base, {3, 5}, {1, 3}).requires_grad_(true);
   EXPECT_TRUE(check1([](const Tensor& t) { return softmax(t, 1); }, xt));
   EXPECT_TRUE(check1([](const Tensor& t) { return log_softmax(t, 0); }, xt));
   EXPECT_TRUE(check1([](const Tensor& t) { return softmax(t, 0); }, rand_leaf({})));

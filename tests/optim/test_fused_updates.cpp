@@ -8,7 +8,7 @@
 #include <vector>
 #include "backend/cpu/fused_updates.h"
 
-namespace dp::optim::kernels {
+namespace dp::backend::cpu::fused {
 namespace {
 
 template <typename T>
@@ -127,4 +127,4 @@ TEST(FusedUpdates, EmptyArrays) {
 }
 
 }  // namespace
-}  // namespace dp::optim::kernels
+}  // namespace dp::backend::cpu::fused

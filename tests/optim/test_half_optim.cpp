@@ -110,11 +110,11 @@ TEST(HalfOptim, StateIsInTheParametersDtype) {
 
 // One element by hand: the float32 math, one rounding per stored value.
 TEST(HalfOptim, SgdKernelRoundsOncePerStore) {
-  optim::kernels::SgdScalars s;
+  backend::cpu::fused::SgdScalars s;
   s.lr = 0.1;
   s.momentum = 0.9;
   BFloat16 p(1.0f), g(0.3f), buf(0.5f);
-  optim::kernels::sgd_update(&p, &g, &buf, /*buffer_initialized=*/true, 1, s);
+  backend::cpu::fused::sgd_update(&p, &g, &buf, /*buffer_initialized=*/true, 1, s);
   const float b = std::fma(static_cast<float>(g), 1.0f, static_cast<float>(BFloat16(0.5f)) * 0.9f);
   EXPECT_EQ(buf.x, BFloat16(b).x);
   EXPECT_EQ(p.x, BFloat16(std::fma(b, -0.1f, 1.0f)).x);  // the unrounded buffer value
@@ -123,13 +123,13 @@ TEST(HalfOptim, SgdKernelRoundsOncePerStore) {
 TEST(HalfOptim, AdamKernelVectorAndScalarAgreeForFloat) {
   // The float32 path still takes the AVX body for long arrays; the 16-bit types loop per element.
   // Their results for one element equal the float32 computation rounded.
-  optim::kernels::AdamScalars s;
+  backend::cpu::fused::AdamScalars s;
   s.lr = 0.01;
   s.step = 3;
   Half p(0.75f), g(-0.2f), m(0.01f), v(0.002f);
   float pf = p, gf = g, mf = m, vf = v;
-  optim::kernels::adam_update(&p, &g, &m, &v, nullptr, 1, s);
-  optim::kernels::adam_update(&pf, &gf, &mf, &vf, nullptr, 1, s);
+  backend::cpu::fused::adam_update(&p, &g, &m, &v, nullptr, 1, s);
+  backend::cpu::fused::adam_update(&pf, &gf, &mf, &vf, nullptr, 1, s);
   EXPECT_EQ(p.x, Half(pf).x);
   EXPECT_EQ(m.x, Half(mf).x);
   EXPECT_EQ(v.x, Half(vf).x);

@@ -2,7 +2,7 @@
 // Helpers for writing differentiable ops:
 //
 //   Tensor exp(const Tensor& a) {
-//     Tensor out = kernels::exp(a);                      // no autograd inside kernels
+//     Tensor out = backend::exp(a);                      // no autograd inside kernels
 //     if (autograd::needs_grad(a)) {
 //       autograd::SavedVariable saved(out, /*is_output=*/true);
 //       autograd::record("ExpBackward0", {a}, {out}, [saved](autograd::variable_list&& g) {

@@ -30,10 +30,10 @@
 #include "backend/cpu/reduce_vec.h"
 #include "dp/core/errors.h"
 
-namespace dp::backend {
+namespace dp::backend::cpu {
 namespace {
 
-namespace blas = kernels::blas;
+namespace blas = backend::cpu::blas;
 
 // Row-major C[m, n] = alpha op(A) op(B) + beta C (beta 0 or 1); k = 0 handled here.
 template <typename T>
@@ -114,7 +114,7 @@ inline int64_t visible_keys(bool causal, int64_t r, int64_t c0, int64_t n) { ret
 template <typename T>
 void exp_shifted(T* x, int64_t n, T shift) {
   if constexpr (std::is_same_v<T, float>) {
-    using namespace kernels;
+    using namespace cpu;
     constexpr float kLo = -86.0f;
 #pragma GCC ivdep
     for (int64_t j = 0; j < n; ++j) {
@@ -158,7 +158,7 @@ MaskRef<M> mask_of(const AttnMask& m, int64_t b) {
 template <typename T>
 T exp_of(T x) {
   if constexpr (std::is_same_v<T, float>)
-    return kernels::exp_f32(x);
+    return backend::cpu::exp_f32(x);
   else
     return std::exp(x);
 }
@@ -205,14 +205,14 @@ void forward_typed(const AttentionForwardArgs& a) {
       for (int64_t i = 0; i < m; ++i) {
         T* row = sbuf + i * n;
         const int64_t vis = visible_keys(s.causal, r0 + i, c0, n);  // the rest is masked: weight 0
-        const T m_new = std::max(mrow[i], vis > 0 ? kernels::row_max(row, vis) : -kInf<T>);
+        const T m_new = std::max(mrow[i], vis > 0 ? backend::cpu::row_max(row, vis) : -kInf<T>);
         if (m_new == -kInf<T>) {  // every key so far masked: nothing to add
           std::fill(row, row + n, T(0));
           continue;
         }
         exp_shifted<T>(row, vis, m_new);
         std::fill(row + vis, row + n, T(0));
-        const T sum = kernels::row_sum(row, vis);
+        const T sum = backend::cpu::row_sum(row, vis);
         const T alpha = exp_of<T>(mrow[i] - m_new);  // 0 while the row had nothing (m = -inf)
         if (alpha != T(1)) {
           T* ar = acc + i * s.Ev;
@@ -271,7 +271,7 @@ void backward_typed(const AttentionBackwardArgs& a) {
     T* dk = need_dk ? at_mut<T>(a.dk, b) : nullptr;
     T* dv = need_dv ? at_mut<T>(a.dv, b) : nullptr;
     T* dmask = dmask_base ? dmask_base + b * s.L * s.S : nullptr;
-    for (int64_t i = 0; i < s.L; ++i) drow[i] = kernels::row_dot(dout + i * a.dout.row_stride, o + i * a.out.row_stride, s.Ev);
+    for (int64_t i = 0; i < s.L; ++i) drow[i] = backend::cpu::row_dot(dout + i * a.dout.row_stride, o + i * a.out.row_stride, s.Ev);
     if (dmask && s.causal) std::fill(dmask, dmask + s.L * s.S, T(0));  // (a mask and causal never meet: kept for safety)
     // The first contribution to a gradient row block writes it (beta 0); blocks nothing reaches are zeroed.
     if (need_dq && s.S == 0)
@@ -327,24 +327,24 @@ void dispatch_types(DType compute, const AttnMask& mask, F&& f) {
              dtype_name(compute), ", got ", dtype_name(mask.t.dtype()));
     return f.template operator()<T, T>();
   };
-  return kernels::dispatch_types<float, double>(compute, "scaled_dot_product_attention (fused CPU kernel)", with_mask);
+  return backend::dispatch_types<float, double>(compute, "scaled_dot_product_attention (fused CPU kernel)", with_mask);
 }
 
-void attention_forward_cpu(const AttentionForwardArgs& a) {
+void attention_forward_kernel(const AttentionForwardArgs& a) {
   if (a.shape.batch == 0 || a.shape.L == 0) return;
   dispatch_types(a.out.t.dtype(), a.mask, [&]<typename T, typename M>() { forward_typed<T, M>(a); });
 }
 
-void attention_backward_cpu(const AttentionBackwardArgs& a) {
+void attention_backward_kernel(const AttentionBackwardArgs& a) {
   if (a.shape.batch == 0) return;
   dispatch_types(a.out.t.dtype(), a.mask, [&]<typename T, typename M>() { backward_typed<T, M>(a); });
 }
 
 }  // namespace
 
-void register_cpu_attention_kernels() {
-  attention_forward.set(DeviceType::CPU, &attention_forward_cpu);
-  attention_backward.set(DeviceType::CPU, &attention_backward_cpu);
+void register_attention_kernels() {
+  DP_REGISTER_KERNEL(CPU, attention_forward_kernel);
+  DP_REGISTER_KERNEL(CPU, attention_backward_kernel);
 }
 
-}  // namespace dp::backend
+}  // namespace dp::backend::cpu

@@ -48,7 +48,7 @@
 #include "dp/core/errors.h"
 #include "dp/core/worker.h"
 
-namespace dp::kernels::blas {
+namespace dp::backend::cpu::blas {
 namespace {
 
 // Host products below this many multiply-adds run in one thread: waking a sleeping helper costs
@@ -501,4 +501,4 @@ const char* coretype_suggestion() {
   return suggestion;
 }
 
-}  // namespace dp::kernels::blas
+}  // namespace dp::backend::cpu::blas

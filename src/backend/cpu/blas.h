@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <functional>
 
-namespace dp::kernels::blas {
+namespace dp::backend::cpu::blas {
 
 // C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C. With beta == 0, C need not be initialised.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
@@ -81,4 +81,4 @@ int64_t pool_calls();
 int gemm_threads(int64_t m, int64_t n, int64_t k);
 void run_parallel(int64_t tasks, int threads, const std::function<void(int64_t)>& fn);
 
-}  // namespace dp::kernels::blas
+}  // namespace dp::backend::cpu::blas

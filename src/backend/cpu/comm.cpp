@@ -6,7 +6,7 @@
 #include "backend/comm_kernels.h"
 #include "backend/dispatch.h"
 
-namespace dp::backend {
+namespace dp::backend::cpu {
 namespace {
 
 // out[i] = sum over j of ins[j][i], in j order. 16-bit floats accumulate in float; bool is "or".
@@ -20,8 +20,8 @@ void sum_range(T* out, const std::vector<const void*>& in, int64_t n) {
       out[i] = acc;
     }
   } else {
-    using Acc = std::conditional_t<kernels::is_reduced_float_v<T>, float, T>;
-    if (k == 2 && !kernels::is_reduced_float_v<T>) {  // two devices: one vectorised pass
+    using Acc = std::conditional_t<backend::is_reduced_float_v<T>, float, T>;
+    if (k == 2 && !backend::is_reduced_float_v<T>) {  // two devices: one vectorised pass
       const T* a = static_cast<const T*>(in[0]);
       const T* b = static_cast<const T*>(in[1]);
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(a[i] + b[i]);
@@ -37,14 +37,14 @@ void sum_range(T* out, const std::vector<const void*>& in, int64_t n) {
 }
 
 // The stream is the host's: the sum runs now, in the calling thread.
-void sum_into_cpu(void* out, const std::vector<const void*>& ins, int64_t n, DType dtype, const Stream& /*stream*/) {
+void sum_into_kernel(void* out, const std::vector<const void*>& ins, int64_t n, DType dtype, const Stream& /*stream*/) {
   DP_CHECK(!ins.empty(), ValueError, "reduce_add_coalesced: sum_into has no inputs");
   if (n <= 0) return;
-  kernels::dispatch_all(dtype, "reduce_add_coalesced", [&]<typename T>() { sum_range<T>(static_cast<T*>(out), ins, n); });
+  backend::dispatch_all(dtype, "reduce_add_coalesced", [&]<typename T>() { sum_range<T>(static_cast<T*>(out), ins, n); });
 }
 
 }  // namespace
 
-void register_cpu_comm_kernels() { sum_into.set(DeviceType::CPU, &sum_into_cpu); }
+void register_comm_kernels() { DP_REGISTER_KERNEL(CPU, sum_into_kernel); }
 
-}  // namespace dp::backend
+}  // namespace dp::backend::cpu

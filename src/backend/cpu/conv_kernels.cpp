@@ -8,7 +8,7 @@
 #include "backend/cpu/blas.h"
 #include "backend/dispatch.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 namespace {
 
 // The output columns ow whose input column iw0 + ow * sw lies inside [0, W): [lo, hi).
@@ -320,7 +320,7 @@ void check_dtype(const char* op, DType dt) {
 
 }  // namespace
 
-void conv2d_forward_kernel_cpu(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
+void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
   check_dtype("conv2d", input.dtype());
   if (input.dtype() == kFloat32)
     forward_impl<float>(out, input, weight, bias, g);
@@ -330,8 +330,8 @@ void conv2d_forward_kernel_cpu(const Tensor& out, const Tensor& input, const Ten
     forward_impl<BFloat16>(out, input, weight, bias, g);
 }
 
-void conv2d_backward_kernel_cpu(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input,
-                                const Tensor& weight, const Tensor& grad_output, const Conv2dGeometry& g) {
+void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input, const Tensor& weight,
+                            const Tensor& grad_output, const Conv2dGeometry& g) {
   check_dtype("conv2d backward", grad_output.dtype());
   if (grad_output.dtype() == kFloat32)
     backward_impl<float>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
@@ -341,4 +341,4 @@ void conv2d_backward_kernel_cpu(const Tensor& grad_input, const Tensor& grad_wei
     backward_impl<BFloat16>(grad_input, grad_weight, grad_bias, input, weight, grad_output, g);
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

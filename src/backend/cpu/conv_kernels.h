@@ -13,14 +13,13 @@
 #include "backend/conv_kernels.h"
 #include "dp/core/tensor.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 
 // The CPU backend's implementations of backend/conv_kernels.h (contracts and Conv2dGeometry there;
-// the ops call kernels::conv2d_forward_kernel etc., which pick the backend): float32, float64 or
+// the ops call backend::conv2d_forward_kernel etc., which pick the backend): float32, float64 or
 // bfloat16 (bfloat16 computes in float32 and rounds each result once).
-void conv2d_forward_kernel_cpu(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g);
+Conv2dForwardKernel conv2d_forward_kernel;
 // Per image, grad_output is read by both GEMMs while it is still in cache.
-void conv2d_backward_kernel_cpu(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input,
-                                const Tensor& weight, const Tensor& grad_output, const Conv2dGeometry& g);
+Conv2dBackwardKernel conv2d_backward_kernel;
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

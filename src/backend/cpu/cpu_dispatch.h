@@ -45,7 +45,7 @@
 #define DP_HAVE_AVX2_PATHS 0
 #endif
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 
 // True when the AVX2 + FMA paths may run on this CPU (asked once per process).
 inline bool cpu_has_avx2_fma() {
@@ -62,4 +62,4 @@ inline bool cpu_has_avx2_fma() {
 #endif
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

@@ -27,7 +27,7 @@
 #include "backend/cpu/cpu_dispatch.h"
 #include "backend/cpu/loops.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 
 // The loops are functions of their own (noinline) into which the element functor and the math it
 // calls are inlined whatever their size (flatten): so compiled, every loop whose functor allows it
@@ -146,9 +146,9 @@ void launch(const Tensor& out, const F& f, const Ts&... in) {
   it.for_each([&](char** p, const int64_t* s, int64_t m) { row_loop<Out, In...>(p, s, m, f); });
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 
 // The CPU launcher of the shared kernel templates (backend/elementwise_impl.h). A CUDA
 // operand reaching it (a CPU output with a CUDA input) is a device mismatch, never a host read of
@@ -162,4 +162,4 @@ struct CpuLaunch {
   }
 };
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

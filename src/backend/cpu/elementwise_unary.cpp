@@ -6,18 +6,26 @@
 #include "backend/elementwise_impl.h"
 #include "backend/cpu/elementwise_loops.h"
 
-namespace dp::backend {
+namespace dp::backend::cpu {
 
-void register_cpu_elementwise_unary_kernels() {
-  using kernels::CpuLaunch;
-  namespace impl = kernels::impl;
-  unary_stub.set(DeviceType::CPU, &impl::unary_kernel<CpuLaunch>);
-  clamp_stub.set(DeviceType::CPU, &impl::clamp_kernel<CpuLaunch>);
-  clamp_mask_stub.set(DeviceType::CPU, &impl::clamp_mask_kernel<CpuLaunch>);
-  activation_backward_stub.set(DeviceType::CPU, &impl::activation_backward_kernel<CpuLaunch>);
-  compare_stub.set(DeviceType::CPU, &impl::compare_kernel<CpuLaunch>);
-  compare_scalar_stub.set(DeviceType::CPU, &impl::compare_scalar_kernel<CpuLaunch>);
-  logical_not_stub.set(DeviceType::CPU, &impl::logical_not_kernel<CpuLaunch>);
+// The CPU kernels: the shared templates instantiated on the CPU launcher, each under its stub's
+// name and bound with its stub's signature.
+UnaryKernel& unary_kernel = impl::unary_kernel<CpuLaunch>;
+ClampKernel& clamp_kernel = impl::clamp_kernel<CpuLaunch>;
+ClampKernel& clamp_mask_kernel = impl::clamp_mask_kernel<CpuLaunch>;
+ActivationBackwardKernel& activation_backward_kernel = impl::activation_backward_kernel<CpuLaunch>;
+CompareKernel& compare_kernel = impl::compare_kernel<CpuLaunch>;
+CompareScalarKernel& compare_scalar_kernel = impl::compare_scalar_kernel<CpuLaunch>;
+LogicalNotKernel& logical_not_kernel = impl::logical_not_kernel<CpuLaunch>;
+
+void register_elementwise_unary_kernels() {
+  DP_REGISTER_KERNEL(CPU, unary_kernel);
+  DP_REGISTER_KERNEL(CPU, clamp_kernel);
+  DP_REGISTER_KERNEL(CPU, clamp_mask_kernel);
+  DP_REGISTER_KERNEL(CPU, activation_backward_kernel);
+  DP_REGISTER_KERNEL(CPU, compare_kernel);
+  DP_REGISTER_KERNEL(CPU, compare_scalar_kernel);
+  DP_REGISTER_KERNEL(CPU, logical_not_kernel);
 }
 
-}  // namespace dp::backend
+}  // namespace dp::backend::cpu

@@ -27,7 +27,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-namespace dp::optim::kernels {
+namespace dp::backend::cpu::fused {
 namespace {
 
 // Calls f(std::integral_constant<bool, b>) so a runtime flag becomes a template argument.
@@ -214,7 +214,7 @@ void adam_loop(S* param, const S* grad, S* exp_avg, S* exp_avg_sq, S* max_exp_av
 #ifdef DP_OPTIM_AVX
   // The 16-bit types take the scalar path (their widening and rounding have no AVX2 instructions).
   if constexpr (std::is_same_v<S, T>) {
-    if (dp::kernels::cpu_has_avx2_fma())
+    if (backend::cpu::cpu_has_avx2_fma())
       i = adam_loop_avx<S, kMaximize, kL2, kDecoupled, kAmsgrad>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, c);
   }
 #endif
@@ -268,4 +268,4 @@ void adam_update(Half* param, const Half* grad, Half* exp_avg, Half* exp_avg_sq,
   adam_dispatch(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, s);
 }
 
-}  // namespace dp::optim::kernels
+}  // namespace dp::backend::cpu::fused

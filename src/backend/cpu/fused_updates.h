@@ -18,7 +18,7 @@
 #include "backend/optim_kernels.h"
 #include "dp/core/half.h"
 
-namespace dp::optim::kernels {
+namespace dp::backend::cpu::fused {
 
 using backend::AdamScalars;
 using backend::SgdScalars;
@@ -38,4 +38,4 @@ void adam_update(BFloat16* param, const BFloat16* grad, BFloat16* exp_avg, BFloa
                  const AdamScalars& s);
 void adam_update(Half* param, const Half* grad, Half* exp_avg, Half* exp_avg_sq, Half* max_exp_avg_sq, int64_t n, const AdamScalars& s);
 
-}  // namespace dp::optim::kernels
+}  // namespace dp::backend::cpu::fused

@@ -10,7 +10,7 @@
 #include "backend/cpu/loops.h"
 #include "dp/core/pooled.h"
 
-namespace dp::backend {
+namespace dp::backend::cpu {
 namespace {
 
 Tensor raw_view(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
@@ -30,7 +30,7 @@ template <typename T>
 inline T add_values(T x, T y) {
   if constexpr (std::is_same_v<T, bool>)
     return x || y;
-  else if constexpr (kernels::is_reduced_float_v<T>)
+  else if constexpr (backend::is_reduced_float_v<T>)
     return T(static_cast<float>(x) + static_cast<float>(y));
   else if constexpr (std::is_integral_v<T>)
     return static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(x)) + static_cast<uint64_t>(static_cast<int64_t>(y)));
@@ -40,13 +40,13 @@ inline T add_values(T x, T y) {
 
 template <typename T>
 T scalar_to(const Scalar& s) {
-  if (s.is_floating_point()) return kernels::convert<T>(s.to_double());
-  if (s.is_bool()) return kernels::convert<T>(s.to<bool>());
-  return kernels::convert<T>(s.to_int());
+  if (s.is_floating_point()) return backend::convert<T>(s.to_double());
+  if (s.is_bool()) return backend::convert<T>(s.to<bool>());
+  return backend::convert<T>(s.to_int());
 }
 
 // check: the CPU reads every index anyway.
-void index_select_cpu(const char* op, const Tensor& out, const Tensor& a, int64_t dim, const Tensor& index, bool /*check*/) {
+void index_select_kernel(const char* op, const Tensor& out, const Tensor& a, int64_t dim, const Tensor& index, bool /*check*/) {
   const std::vector<int64_t> idx = read_indices(op, index, dim, a.size(dim));
   if (out.numel() == 0) return;
   const int64_t n = static_cast<int64_t>(idx.size()), S = a.size(dim);
@@ -61,17 +61,19 @@ void index_select_cpu(const char* op, const Tensor& out, const Tensor& a, int64_
       for (int64_t j = 0; j < n; ++j) std::memcpy(dst + (o * n + j) * row, src + (o * S + idx[j]) * row, row);
     return;
   }
-  for (int64_t j = 0; j < n; ++j) kernels::copy_kernel(raw_select(out, dim, j), raw_select(a, dim, idx[j]));
+  for (int64_t j = 0; j < n; ++j)
+    backend::copy_kernel(backend::copy_device_type((raw_select(out, dim, j)), (raw_select(a, dim, idx[j]))), raw_select(out, dim, j),
+                         raw_select(a, dim, idx[j]));
 }
 
-void index_add_cpu(const char* op, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, bool /*check*/) {
+void index_add_kernel(const char* op, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, bool /*check*/) {
   const std::vector<int64_t> idx = read_indices(op, index, dim, self.size(dim));
   if (src.numel() == 0) return;
   const int64_t n = static_cast<int64_t>(idx.size()), S = self.size(dim);
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d) outer *= self.size(d);
   for (int64_t d = dim + 1; d < self.dim(); ++d) inner *= self.size(d);
-  kernels::dispatch_all(self.dtype(), "index_add", [&]<typename T>() {
+  backend::dispatch_all(self.dtype(), "index_add", [&]<typename T>() {
     if (self.is_contiguous() && src.is_contiguous()) {
       T* ps = static_cast<T*>(self.data_ptr());
       const T* pr = static_cast<const T*>(src.data_ptr());
@@ -85,18 +87,18 @@ void index_add_cpu(const char* op, const Tensor& self, int64_t dim, const Tensor
     }
     for (int64_t j = 0; j < n; ++j) {
       Tensor d = raw_select(self, dim, idx[j]), s = raw_select(src, dim, j);
-      kernels::ElementwiseIter it({&d, &d, &s}, d.sizes());
-      kernels::cpu_kernel<T, T, T>(it, [](T x, T y) { return add_values(x, y); });
+      backend::cpu::ElementwiseIter it({&d, &d, &s}, d.sizes());
+      backend::cpu::cpu_kernel<T, T, T>(it, [](T x, T y) { return add_values(x, y); });
     }
   });
 }
 
-void gather_cpu(const char* op, const Tensor& out, const Tensor& a, int64_t dim, const Tensor& index, bool /*check*/) {
+void gather_kernel(const char* op, const Tensor& out, const Tensor& a, int64_t dim, const Tensor& index, bool /*check*/) {
   const std::vector<int64_t> idx = read_indices(op, index, dim, a.size(dim));
   Shape a_st = a.strides();
   const int64_t step = a_st[dim];
   a_st[dim] = 0;
-  ::dp::kernels::dispatch_width(a.element_size(), [&]<typename W>() {
+  ::dp::backend::dispatch_width(a.element_size(), [&]<typename W>() {
     const W* pa = static_cast<const W*>(a.data_ptr());
     W* po = static_cast<W*>(out.data_ptr());
     strided_walk<2>(index.sizes(), {out.strides(), a_st},
@@ -104,12 +106,12 @@ void gather_cpu(const char* op, const Tensor& out, const Tensor& a, int64_t dim,
   });
 }
 
-void scatter_add_cpu(const char* op, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, bool /*check*/) {
+void scatter_add_kernel(const char* op, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, bool /*check*/) {
   const std::vector<int64_t> idx = read_indices(op, index, dim, self.size(dim));
   Shape s_st = self.strides();
   const int64_t step = s_st[dim];
   s_st[dim] = 0;
-  kernels::dispatch_all(self.dtype(), op, [&]<typename T>() {
+  backend::dispatch_all(self.dtype(), op, [&]<typename T>() {
     T* ps = static_cast<T*>(self.data_ptr());
     const T* pr = static_cast<const T*>(src.data_ptr());
     strided_walk<2>(index.sizes(), {s_st, src.strides()}, [&](int64_t i, const std::array<int64_t, 2>& off) {
@@ -120,9 +122,9 @@ void scatter_add_cpu(const char* op, const Tensor& self, int64_t dim, const Tens
 }
 
 // The CPU kernels above read and check every index before they write.
-void check_indices_cpu(const char*, const Tensor&, int64_t, int64_t) {}
+void check_indices_kernel(const char*, const Tensor&, int64_t, int64_t) {}
 
-void embedding_forward_cpu(const Tensor& out, const Tensor& weight, const Tensor& indices) {
+void embedding_forward_kernel(const Tensor& out, const Tensor& weight, const Tensor& indices) {
   const int64_t V = weight.size(0), D = weight.size(1);
   std::vector<int64_t> idx = read_indices("embedding", indices, 0, V);
   const int64_t N = static_cast<int64_t>(idx.size());
@@ -135,38 +137,40 @@ void embedding_forward_cpu(const Tensor& out, const Tensor& weight, const Tensor
     for (int64_t i = 0; i < N; ++i) std::memcpy(dst + i * row, src + idx[i] * rs * static_cast<int64_t>(es), row);
   } else {
     Tensor out2 = raw_view(out, {N, D}, {D, 1}, 0);
-    for (int64_t i = 0; i < N; ++i) kernels::copy_kernel(raw_select(out2, 0, i), raw_select(weight, 0, idx[i]));
+    for (int64_t i = 0; i < N; ++i)
+      backend::copy_kernel(backend::copy_device_type((raw_select(out2, 0, i)), (raw_select(weight, 0, idx[i]))), raw_select(out2, 0, i),
+                           raw_select(weight, 0, idx[i]));
   }
 }
 
-void one_hot_cpu(const Tensor& out, const Tensor& /*indices*/, const std::vector<int64_t>& v) {
+void one_hot_kernel(const Tensor& out, const Tensor& /*indices*/, const std::vector<int64_t>& v) {
   const int64_t num_classes = out.size(-1);
   int64_t* p = static_cast<int64_t*>(out.data_ptr());
   for (size_t i = 0; i < v.size(); ++i) p[static_cast<int64_t>(i) * num_classes + v[i]] = 1;
 }
 
-void masked_fill_cpu(const Tensor& out, const Tensor& a, const Tensor& mask, const Scalar& value) {
+void masked_fill_kernel(const Tensor& out, const Tensor& a, const Tensor& mask, const Scalar& value) {
   // In place (masked_fill_: out is a) there is nothing to copy.
   const bool in_place = out.data_ptr() == a.data_ptr() && out.sizes() == a.sizes() && out.strides() == a.strides() && out.dtype() == a.dtype();
-  if (!in_place) kernels::copy_kernel(out, a);
-  kernels::ElementwiseIter it({&out, &out, &mask}, out.sizes());
-  kernels::dispatch_all(a.dtype(), "masked_fill", [&]<typename T>() {
+  if (!in_place) backend::copy_kernel(backend::copy_device_type(out, a), out, a);
+  backend::cpu::ElementwiseIter it({&out, &out, &mask}, out.sizes());
+  backend::dispatch_all(a.dtype(), "masked_fill", [&]<typename T>() {
     const T v = scalar_to<T>(value);
-    kernels::cpu_kernel<T, T, bool>(it, [v](T x, bool m) { return m ? v : x; });
+    backend::cpu::cpu_kernel<T, T, bool>(it, [v](T x, bool m) { return m ? v : x; });
   });
 }
 
 }  // namespace
 
-void register_cpu_index_kernels() {
-  index_select_kernel.set(DeviceType::CPU, &index_select_cpu);
-  index_add_kernel.set(DeviceType::CPU, &index_add_cpu);
-  gather_kernel.set(DeviceType::CPU, &gather_cpu);
-  scatter_add_kernel.set(DeviceType::CPU, &scatter_add_cpu);
-  check_indices.set(DeviceType::CPU, &check_indices_cpu);
-  embedding_forward.set(DeviceType::CPU, &embedding_forward_cpu);
-  one_hot_kernel.set(DeviceType::CPU, &one_hot_cpu);
-  masked_fill_kernel.set(DeviceType::CPU, &masked_fill_cpu);
+void register_index_kernels() {
+  DP_REGISTER_KERNEL(CPU, index_select_kernel);
+  DP_REGISTER_KERNEL(CPU, index_add_kernel);
+  DP_REGISTER_KERNEL(CPU, gather_kernel);
+  DP_REGISTER_KERNEL(CPU, scatter_add_kernel);
+  DP_REGISTER_KERNEL(CPU, check_indices_kernel);
+  DP_REGISTER_KERNEL(CPU, embedding_forward_kernel);
+  DP_REGISTER_KERNEL(CPU, one_hot_kernel);
+  DP_REGISTER_KERNEL(CPU, masked_fill_kernel);
 }
 
-}  // namespace dp::backend
+}  // namespace dp::backend::cpu

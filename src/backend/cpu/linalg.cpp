@@ -19,7 +19,7 @@
 #include "backend/elementwise_kernels.h"
 #include "backend/cpu/loops.h"
 
-namespace dp::backend {
+namespace dp::backend::cpu {
 namespace {
 
 bool is_zero(const Scalar& s) { return s.to_double() == 0.0 && (s.is_floating_point() || s.to_int() == 0); }
@@ -27,7 +27,7 @@ bool is_one(const Scalar& s) { return s.is_floating_point() ? s.to_double() == 1
 
 Tensor raw_copy(const Tensor& t, DType dt) {
   Tensor c = make_empty(t.sizes(), dt, t.device());
-  kernels::copy_kernel(c, t);
+  backend::copy_kernel(backend::copy_device_type(c, t), c, t);
   return c;
 }
 
@@ -64,25 +64,25 @@ std::vector<int64_t> batch_offsets(const Tensor& X, IntArrayRef batch) {
 // was written.
 bool lib_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
               float* c, int64_t ldc) {
-  kernels::blas::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  backend::cpu::blas::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   return true;
 }
 bool lib_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
               double beta, double* c, int64_t ldc) {
-  kernels::blas::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  backend::cpu::blas::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   return true;
 }
 bool lib_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb,
               float beta, BFloat16* c, int64_t ldc) {
-  return kernels::onednn::gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  return backend::cpu::onednn::gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 template <typename T, typename S>
 bool lib_gemm_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, S alpha, const T* const* a, int64_t lda, const T* const* b, int64_t ldb,
                       S beta, T* const* c, int64_t ldc, int64_t count) {
   if constexpr (std::is_same_v<T, BFloat16>) {
-    return kernels::onednn::gemm_bf16_batched(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, count);
+    return backend::cpu::onednn::gemm_bf16_batched(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, count);
   } else {
-    kernels::blas::gemm_batched(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, count);
+    backend::cpu::blas::gemm_batched(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, count);
     return true;
   }
 }
@@ -157,23 +157,23 @@ void gemm_reference(const Tensor& C, const Tensor& A, const Tensor& B, int64_t a
 }
 
 void scale_inplace(const Tensor& C, const Scalar& s) {
-  kernels::ElementwiseIter it({&C, &C}, C.sizes());
-  kernels::dispatch_numeric(C.dtype(), "scale", [&]<typename T>() {
-    if constexpr (kernels::is_float_v<T>) {
+  backend::cpu::ElementwiseIter it({&C, &C}, C.sizes());
+  backend::dispatch_numeric(C.dtype(), "scale", [&]<typename T>() {
+    if constexpr (backend::is_float_v<T>) {
       const double v = s.to_double();
-      kernels::cpu_kernel<T, T>(it, [v](T x) { return kernels::convert<T>(static_cast<double>(kernels::convert<double>(x)) * v); });
+      backend::cpu::cpu_kernel<T, T>(it, [v](T x) { return backend::convert<T>(static_cast<double>(backend::convert<double>(x)) * v); });
     } else {
       const uint64_t v = static_cast<uint64_t>(s.to_int());
-      kernels::cpu_kernel<T, T>(it, [v](T x) { return static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(x)) * v); });
+      backend::cpu::cpu_kernel<T, T>(it, [v](T x) { return static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(x)) * v); });
     }
   });
 }
 
-void matmul_cpu(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar& alpha, const Scalar& beta, const char* op, bool /*tf32_ok*/) {
+void matmul_kernel(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar& alpha, const Scalar& beta, const char* op, bool /*tf32_ok*/) {
   if (C.numel() == 0) return;
   if (A.size(-1) == 0) {  // empty sum: beta * C
     if (is_zero(beta))
-      kernels::fill_kernel(C, 0);
+      backend::fill_kernel(C.device().type, C, 0);
     else if (!is_one(beta))
       scale_inplace(C, beta);
     return;
@@ -186,14 +186,14 @@ void matmul_cpu(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar&
       gemm_blas<double>(C, A, B, alpha.to_double(), beta.to_double());
       return;
     case kBFloat16:
-      if (kernels::onednn::active() && gemm_blas<BFloat16>(C, A, B, static_cast<float>(alpha.to_double()), static_cast<float>(beta.to_double())))
+      if (backend::cpu::onednn::active() && gemm_blas<BFloat16>(C, A, B, static_cast<float>(alpha.to_double()), static_cast<float>(beta.to_double())))
         return;
       [[fallthrough]];
     case kFloat16: {
       Tensor Cf = make_empty(C.sizes(), kFloat32, C.device());
-      if (!is_zero(beta)) kernels::copy_kernel(Cf, C);
+      if (!is_zero(beta)) backend::copy_kernel(backend::copy_device_type(Cf, C), Cf, C);
       gemm_blas<float>(Cf, raw_copy(A, kFloat32), raw_copy(B, kFloat32), static_cast<float>(alpha.to_double()), static_cast<float>(beta.to_double()));
-      kernels::copy_kernel(C, Cf);
+      backend::copy_kernel(backend::copy_device_type(C, Cf), C, Cf);
       return;
     }
     case kUInt8:
@@ -206,30 +206,30 @@ void matmul_cpu(const Tensor& C, const Tensor& A, const Tensor& B, const Scalar&
       gemm_reference<int64_t>(C, A, B, alpha.to_int(), beta.to_int());
       return;
     default:
-      kernels::unsupported_dtype(op, C.dtype(), "uint8, int32, int64, float16, bfloat16, float32, float64");
+      backend::unsupported_dtype(op, C.dtype(), "uint8, int32, int64, float16, bfloat16, float32, float64");
   }
 }
 
 // The bias rows first; the GEMM accumulates onto them (beta = 1).
-void matmul_bias_cpu(const Tensor& C, const Tensor& A, const Tensor& B, const Tensor& bias, const char* op) {
-  kernels::copy_kernel(C, bias);
-  matmul_cpu(C, A, B, 1, 1, op, true);
+void matmul_bias_kernel(const Tensor& C, const Tensor& A, const Tensor& B, const Tensor& bias, const char* op) {
+  backend::copy_kernel(backend::copy_device_type(C, bias), C, bias);
+  matmul_kernel(C, A, B, 1, 1, op, true);
 }
 
-void dot_cpu(const Tensor& out, const Tensor& a, const Tensor& b) {
+void dot_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
   const int64_t n = a.size(0);
-  kernels::dispatch_numeric(a.dtype(), "dot", [&]<typename T>() {
+  backend::dispatch_numeric(a.dtype(), "dot", [&]<typename T>() {
     T* o = static_cast<T*>(out.data_ptr());
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       Tensor ac = (n <= 1 || a.stride(0) >= 1) ? a : raw_copy(a, a.dtype());
       Tensor bc = (n <= 1 || b.stride(0) >= 1) ? b : raw_copy(b, b.dtype());
       const int64_t ia = n <= 1 ? 1 : ac.stride(0), ib = n <= 1 ? 1 : bc.stride(0);
-      *o = kernels::blas::dot(n, static_cast<const T*>(ac.data_ptr()), ia, static_cast<const T*>(bc.data_ptr()), ib);
+      *o = backend::cpu::blas::dot(n, static_cast<const T*>(ac.data_ptr()), ia, static_cast<const T*>(bc.data_ptr()), ib);
     } else {
       const T* pa = static_cast<const T*>(a.data_ptr());
       const T* pb = static_cast<const T*>(b.data_ptr());
       const int64_t sa = a.stride(0), sb = b.stride(0);
-      if constexpr (kernels::is_reduced_float_v<T>) {
+      if constexpr (backend::is_reduced_float_v<T>) {
         float acc = 0.0f;
         for (int64_t i = 0; i < n; ++i) acc += static_cast<float>(pa[i * sa]) * static_cast<float>(pb[i * sb]);
         *o = T(acc);
@@ -243,24 +243,24 @@ void dot_cpu(const Tensor& out, const Tensor& a, const Tensor& b) {
   });
 }
 
-void outer_cpu(const Tensor& out, const Tensor& a, const Tensor& b) {
+void outer_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
   const DType rt = out.dtype();
   const int64_t n = a.size(0), m = b.size(0);
-  kernels::dispatch_all(rt, "outer", [&]<typename R>() {
-    kernels::dispatch_all(a.dtype(), "outer", [&]<typename TA>() {
-      kernels::dispatch_all(b.dtype(), "outer", [&]<typename TB>() {
+  backend::dispatch_all(rt, "outer", [&]<typename R>() {
+    backend::dispatch_all(a.dtype(), "outer", [&]<typename TA>() {
+      backend::dispatch_all(b.dtype(), "outer", [&]<typename TB>() {
         const TA* pa = static_cast<const TA*>(a.data_ptr());
         const TB* pb = static_cast<const TB*>(b.data_ptr());
         const int64_t sa = n > 1 ? a.stride(0) : 0, sb = m > 1 ? b.stride(0) : 0;
         R* o = static_cast<R*>(out.data_ptr());
         std::vector<R> brow(m);
-        for (int64_t j = 0; j < m; ++j) brow[j] = kernels::convert<R>(pb[j * sb]);
+        for (int64_t j = 0; j < m; ++j) brow[j] = backend::convert<R>(pb[j * sb]);
         for (int64_t i = 0; i < n; ++i) {
-          const R x = kernels::convert<R>(pa[i * sa]);
+          const R x = backend::convert<R>(pa[i * sa]);
           R* orow = o + i * m;
           if constexpr (std::is_same_v<R, bool>) {
             for (int64_t j = 0; j < m; ++j) orow[j] = x && brow[j];
-          } else if constexpr (kernels::is_reduced_float_v<R>) {
+          } else if constexpr (backend::is_reduced_float_v<R>) {
             const float xf = static_cast<float>(x);
             for (int64_t j = 0; j < m; ++j) orow[j] = R(xf * static_cast<float>(brow[j]));
           } else if constexpr (std::is_floating_point_v<R>) {
@@ -296,18 +296,18 @@ Matrix as_matrix(const Tensor& t, int64_t rows, int64_t cols) {
 
 bool is_blas_float(DType dt) { return dt == kFloat32 || dt == kFloat64; }
 // The dtypes the Linear fast paths take: OpenBLAS's, and bfloat16 while oneDNN is active.
-bool is_linear_fast(DType dt) { return is_blas_float(dt) || (dt == kBFloat16 && kernels::onednn::active()); }
+bool is_linear_fast(DType dt) { return is_blas_float(dt) || (dt == kBFloat16 && backend::cpu::onednn::active()); }
 
 // The usual case of a forward: no w.t() view and no matmul dispatch; the bias rows first, then
 // C = X @ W^T + C in one GEMM (bfloat16: a contiguous [out_f] bias goes into oneDNN's primitive).
-bool linear_forward_cpu(const Tensor& C, const Tensor& X, const Tensor& w, const Tensor& bias) {
+bool linear_forward_kernel(const Tensor& C, const Tensor& X, const Tensor& w, const Tensor& bias) {
   const int64_t rows = X.size(0), in = X.size(1), out_f = w.size(0);
   if (!is_linear_fast(X.dtype()) || X.numel() == 0 || out_f == 0) return false;
   const auto lx = blas_layout(rows, in, X.stride(0), X.stride(1));
   const auto lw = blas_layout(in, out_f, w.stride(1), w.stride(0));  // w.t() as BLAS reads it
   if (!lx || !lw) return false;
   bool done = false;
-  kernels::dispatch_floating(X.dtype(), "linear", [&]<typename T>() {
+  backend::dispatch_floating(X.dtype(), "linear", [&]<typename T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, BFloat16>) {
       using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
       T* c = static_cast<T*>(C.data_ptr());
@@ -331,8 +331,8 @@ bool linear_forward_cpu(const Tensor& C, const Tensor& X, const Tensor& w, const
       const T* x = static_cast<const T*>(X.data_ptr());
       const T* wp = static_cast<const T*>(w.data_ptr());
       if constexpr (std::is_same_v<T, BFloat16>)
-        done =
-            kernels::onednn::gemm_bf16(lx->trans, lw->trans, rows, out_f, in, 1.0f, x, lx->ld, wp, lw->ld, prefilled ? 1.0f : 0.0f, c, out_f, fused);
+        done = backend::cpu::onednn::gemm_bf16(lx->trans, lw->trans, rows, out_f, in, 1.0f, x, lx->ld, wp, lw->ld, prefilled ? 1.0f : 0.0f, c, out_f,
+                                               fused);
       else
         done = lib_gemm(lx->trans, lw->trans, rows, out_f, in, S(1), x, lx->ld, wp, lw->ld, S(prefilled ? 1 : 0), c, out_f);
     }
@@ -342,13 +342,13 @@ bool linear_forward_cpu(const Tensor& C, const Tensor& X, const Tensor& w, const
 
 // dx = G @ W and dw = G^T @ X as two GEMMs on the operands as they lie (a copy only for what BLAS
 // cannot read in place): no views, shape checks or graph.
-bool linear_backward_cpu(const Tensor& grad, const Tensor& x, const Tensor& w, int64_t rows, int64_t in, int64_t out_f, Tensor& dx, Tensor& dw) {
+bool linear_backward_kernel(const Tensor& grad, const Tensor& x, const Tensor& w, int64_t rows, int64_t in, int64_t out_f, Tensor& dx, Tensor& dw) {
   const DType dt = grad.dtype();
   if (!is_linear_fast(dt)) return false;
   const Matrix G = as_matrix(grad, rows, out_f);
   auto gemm = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& A, int64_t lda, const Tensor& B, int64_t ldb, const Tensor& out) {
     bool ok = false;
-    kernels::dispatch_floating(dt, "linear", [&]<typename T>() {
+    backend::dispatch_floating(dt, "linear", [&]<typename T>() {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, BFloat16>) {
         using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
         ok = lib_gemm(ta, tb, m, n, k, S(1), static_cast<const T*>(A.data_ptr()), lda, static_cast<const T*>(B.data_ptr()), ldb, S(0),
@@ -377,13 +377,13 @@ bool linear_backward_cpu(const Tensor& grad, const Tensor& x, const Tensor& w, i
 
 }  // namespace
 
-void register_cpu_linalg_kernels() {
-  matmul_kernel.set(DeviceType::CPU, &matmul_cpu);
-  matmul_bias_kernel.set(DeviceType::CPU, &matmul_bias_cpu);
-  dot_kernel.set(DeviceType::CPU, &dot_cpu);
-  outer_kernel.set(DeviceType::CPU, &outer_cpu);
-  linear_forward_kernel.set(DeviceType::CPU, &linear_forward_cpu);
-  linear_backward_kernel.set(DeviceType::CPU, &linear_backward_cpu);
+void register_linalg_kernels() {
+  DP_REGISTER_KERNEL(CPU, matmul_kernel);
+  DP_REGISTER_KERNEL(CPU, matmul_bias_kernel);
+  DP_REGISTER_KERNEL(CPU, dot_kernel);
+  DP_REGISTER_KERNEL(CPU, outer_kernel);
+  DP_REGISTER_KERNEL(CPU, linear_forward_kernel);
+  DP_REGISTER_KERNEL(CPU, linear_backward_kernel);
 }
 
-}  // namespace dp::backend
+}  // namespace dp::backend::cpu

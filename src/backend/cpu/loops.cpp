@@ -6,7 +6,7 @@
 #include "backend/cpu/elementwise_loops.h"
 #include "backend/elementwise_math.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 
 void ElementwiseIter::init(const Tensor* const* operands, int n, IntArrayRef shape) {
   nt_ = n;
@@ -111,7 +111,7 @@ bool all_zero_bits(const T& v) {
 
 }  // namespace
 
-void copy_kernel_cpu(const Tensor& dst, const Tensor& src) {
+void copy_kernel(const Tensor& dst, const Tensor& src) {
   if (convert_half_to_float(dst, src)) return;
   if (copy_dense(dst, src)) return;
   ElementwiseIter it({&dst, &src}, dst.sizes());
@@ -120,7 +120,7 @@ void copy_kernel_cpu(const Tensor& dst, const Tensor& src) {
   });
 }
 
-void fill_kernel_cpu(const Tensor& dst, const Scalar& value) {
+void fill_kernel(const Tensor& dst, const Scalar& value) {
   dispatch_all(dst.dtype(), "fill_", [&]<typename D>() {
     D v = value.is_floating_point() ? convert<D>(value.to_double()) : convert<D>(value.to_int());
     if (value.is_bool()) v = convert<D>(value.to_int() != 0);
@@ -140,7 +140,7 @@ void fill_kernel_cpu(const Tensor& dst, const Scalar& value) {
   });
 }
 
-void arange_kernel_cpu(const Tensor& out, const Scalar& start, const Scalar& step) {
+void arange_kernel(const Tensor& out, const Scalar& start, const Scalar& step) {
   const int64_t n = out.numel();
   dispatch_all(out.dtype(), "arange", [&]<typename T>() {
     T* p = n ? out.data_ptr<T>() : nullptr;
@@ -154,7 +154,7 @@ void arange_kernel_cpu(const Tensor& out, const Scalar& start, const Scalar& ste
   });
 }
 
-void linspace_kernel_cpu(const Tensor& out, double start, double end) {
+void linspace_kernel(const Tensor& out, double start, double end) {
   const int64_t n = out.numel();
   dispatch_all(out.dtype(), "linspace", [&]<typename T>() {
     T* p = out.data_ptr<T>();
@@ -163,4 +163,4 @@ void linspace_kernel_cpu(const Tensor& out, double start, double end) {
   });
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

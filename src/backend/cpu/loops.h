@@ -15,7 +15,7 @@
 #include "backend/copy_kernels.h"
 #include "backend/dispatch.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 
 constexpr int kMaxOperands = 5;
 
@@ -116,12 +116,12 @@ void cpu_kernel(const ElementwiseIter& it, F f) {
   });
 }
 
-// The CPU backend's copy and fill (backend/copy_kernels.h, whose kernels::copy_kernel and
-// kernels::fill_kernel pick the backend): host memory only.
-void copy_kernel_cpu(const Tensor& dst, const Tensor& src);
-void fill_kernel_cpu(const Tensor& dst, const Scalar& value);
+// The CPU backend's copy and fill (backend/copy_kernels.h, whose backend::copy_kernel and
+// backend::fill_kernel pick the backend): host memory only.
+CopyKernel copy_kernel;
+FillKernel fill_kernel;
 // The factories' fills (backend/copy_kernels.h's ArangeKernel, LinspaceKernel).
-void arange_kernel_cpu(const Tensor& out, const Scalar& start, const Scalar& step);
-void linspace_kernel_cpu(const Tensor& out, double start, double end);
+ArangeKernel arange_kernel;
+LinspaceKernel linspace_kernel;
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

@@ -8,12 +8,12 @@
 #include "backend/loss_kernels.h"
 #include "backend/dispatch.h"
 
-namespace dp::backend::cpu_loss {
+namespace dp::backend::cpu::loss {
 
 // float32 and float64 (the CPU losses' dtypes; the op has refused the others).
 template <typename F>
 void dispatch_real(DType d, const char* op, F&& f) {
-  kernels::dispatch_types<float, double>(d, op, std::forward<F>(f));
+  backend::dispatch_types<float, double>(d, op, std::forward<F>(f));
 }
 
 // The input's dtype with the class-index target's: int64 or uint8.
@@ -91,4 +91,4 @@ struct Ptr {
   T operator[](int64_t j) const { return p[j]; }
 };
 
-}  // namespace dp::backend::cpu_loss
+}  // namespace dp::backend::cpu::loss

@@ -12,15 +12,15 @@
 #include "backend/cpu/loss_common.h"
 #include "backend/cpu/reduce_vec.h"
 
-namespace dp::backend {
+namespace dp::backend::cpu {
 namespace {
 
-using cpu_loss::incoming;
-using cpu_loss::Incoming;
-using cpu_loss::mut_or_null;
-using cpu_loss::ptr_or_null;
-using kernels::exp_diff;
-using kernels::row_max;
+using cpu::loss::incoming;
+using cpu::loss::Incoming;
+using cpu::loss::mut_or_null;
+using cpu::loss::ptr_or_null;
+using backend::cpu::exp_diff;
+using backend::cpu::row_max;
 
 constexpr const char* kOp = "cross_entropy";
 constexpr int64_t kBlock = 256;  // positions per block when S > 1
@@ -34,7 +34,7 @@ inline T lane_sum(int64_t n, F f) {
     for (int k = 0; k < 16; ++k) s[k] += f(j + k);
   T r = 0;
   for (; j < n; ++j) r += f(j);
-  return kernels::combine16(s) + r;
+  return backend::cpu::combine16(s) + r;
 }
 
 struct Params {
@@ -343,11 +343,11 @@ Params params(ClassShape cs, int64_t ignore, double eps) {
   return p;
 }
 
-bool index_forward_cpu(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& lse, const Tensor& x, const Tensor& target,
-                       const Tensor& w, ClassShape cs, int64_t ignore, double eps) {
+bool cross_entropy_index_forward_kernel(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& lse, const Tensor& x,
+                                        const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore, double eps) {
   const Params p = params(cs, ignore, eps);
   bool ok = true;
-  cpu_loss::dispatch_index(x.dtype(), target.dtype(), kOp, [&]<typename T, typename I>() {
+  cpu::loss::dispatch_index(x.dtype(), target.dtype(), kOp, [&]<typename T, typename I>() {
     double total = 0, tw = 0;
     ok = index_forward<T, I>(static_cast<const T*>(x.data_ptr()), static_cast<const I*>(target.data_ptr()), ptr_or_null<T>(w),
                              weight_sum(ptr_or_null<T>(w), cs.c, eps), p, red == Reduction::None ? static_cast<T*>(out.data_ptr()) : nullptr,
@@ -359,10 +359,10 @@ bool index_forward_cpu(const Tensor& out, Reduction red, const Tensor& total_wei
   return !ok;
 }
 
-void index_backward_cpu(const Tensor& gi, const LossGrad& g, const Tensor& x, const Tensor& target, const Tensor& w, const Tensor& lse, ClassShape cs,
-                        int64_t ignore, double eps) {
+void cross_entropy_index_backward_kernel(const Tensor& gi, const LossGrad& g, const Tensor& x, const Tensor& target, const Tensor& w,
+                                         const Tensor& lse, ClassShape cs, int64_t ignore, double eps) {
   const Params p = params(cs, ignore, eps);
-  cpu_loss::dispatch_index(x.dtype(), target.dtype(), kOp, [&]<typename T, typename I>() {
+  cpu::loss::dispatch_index(x.dtype(), target.dtype(), kOp, [&]<typename T, typename I>() {
     const Incoming<T> in = incoming<T>(g);
     index_backward<T, I>(static_cast<T*>(gi.data_ptr()), static_cast<const T*>(x.data_ptr()), static_cast<const I*>(target.data_ptr()),
                          ptr_or_null<T>(w), weight_sum(ptr_or_null<T>(w), cs.c, eps), p, static_cast<const T*>(lse.data_ptr()), in.per_sample,
@@ -370,10 +370,10 @@ void index_backward_cpu(const Tensor& gi, const LossGrad& g, const Tensor& x, co
   });
 }
 
-void prob_forward_cpu(const Tensor& out, bool reduced, double scale, const Tensor& lse, const Tensor& rs, const Tensor& x, const Tensor& tq,
-                      const Tensor& w, ClassShape cs, double eps) {
+void cross_entropy_prob_forward_kernel(const Tensor& out, bool reduced, double scale, const Tensor& lse, const Tensor& rs, const Tensor& x,
+                                       const Tensor& tq, const Tensor& w, ClassShape cs, double eps) {
   const Params p = params(cs, -100, eps);
-  cpu_loss::dispatch_real(x.dtype(), kOp, [&]<typename T>() {
+  cpu::loss::dispatch_real(x.dtype(), kOp, [&]<typename T>() {
     const double total =
         prob_forward<T>(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(tq.data_ptr()), ptr_or_null<T>(w), p,
                         reduced ? nullptr : static_cast<T*>(out.data_ptr()), static_cast<T*>(lse.data_ptr()), static_cast<T*>(rs.data_ptr()));
@@ -381,10 +381,10 @@ void prob_forward_cpu(const Tensor& out, bool reduced, double scale, const Tenso
   });
 }
 
-void prob_backward_cpu(const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& tq, const Tensor& w, const Tensor& lse,
-                       const Tensor& rs, ClassShape cs, double eps) {
+void cross_entropy_prob_backward_kernel(const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& tq, const Tensor& w,
+                                        const Tensor& lse, const Tensor& rs, ClassShape cs, double eps) {
   const Params p = params(cs, -100, eps);
-  cpu_loss::dispatch_real(x.dtype(), kOp, [&]<typename T>() {
+  cpu::loss::dispatch_real(x.dtype(), kOp, [&]<typename T>() {
     const Incoming<T> in = incoming<T>(g);
     prob_backward<T>(mut_or_null<T>(gi), mut_or_null<T>(gt), static_cast<const T*>(x.data_ptr()), static_cast<const T*>(tq.data_ptr()),
                      ptr_or_null<T>(w), p, static_cast<const T*>(lse.data_ptr()), static_cast<const T*>(rs.data_ptr()), in.per_sample, in.value);
@@ -393,11 +393,11 @@ void prob_backward_cpu(const Tensor& gi, const Tensor& gt, const LossGrad& g, co
 
 }  // namespace
 
-void register_cpu_cross_entropy_kernels() {
-  cross_entropy_index_forward.set(DeviceType::CPU, &index_forward_cpu);
-  cross_entropy_index_backward.set(DeviceType::CPU, &index_backward_cpu);
-  cross_entropy_prob_forward.set(DeviceType::CPU, &prob_forward_cpu);
-  cross_entropy_prob_backward.set(DeviceType::CPU, &prob_backward_cpu);
+void register_cross_entropy_kernels() {
+  DP_REGISTER_KERNEL(CPU, cross_entropy_index_forward_kernel);
+  DP_REGISTER_KERNEL(CPU, cross_entropy_index_backward_kernel);
+  DP_REGISTER_KERNEL(CPU, cross_entropy_prob_forward_kernel);
+  DP_REGISTER_KERNEL(CPU, cross_entropy_prob_backward_kernel);
 }
 
-}  // namespace dp::backend
+}  // namespace dp::backend::cpu

@@ -6,12 +6,12 @@
 #include <cstring>
 #include "backend/cpu/loss_common.h"
 
-namespace dp::backend {
+namespace dp::backend::cpu {
 namespace {
 
-using cpu_loss::incoming;
-using cpu_loss::Incoming;
-using cpu_loss::ptr_or_null;
+using cpu::loss::incoming;
+using cpu::loss::Incoming;
+using cpu::loss::ptr_or_null;
 
 constexpr const char* kOp = "nll_loss";
 
@@ -61,10 +61,10 @@ void nll_backward(T* gi, const I* tg, const T* w, const T* g, T gs, ClassShape c
   }
 }
 
-bool nll_loss_forward_cpu(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& x, const Tensor& target, const Tensor& w,
-                          ClassShape cs, int64_t ignore) {
+bool nll_loss_forward_kernel(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& x, const Tensor& target, const Tensor& w,
+                             ClassShape cs, int64_t ignore) {
   bool ok = true;
-  cpu_loss::dispatch_index(x.dtype(), target.dtype(), kOp, [&]<typename T, typename I>() {
+  cpu::loss::dispatch_index(x.dtype(), target.dtype(), kOp, [&]<typename T, typename I>() {
     double total = 0, tw = 0;
     ok = nll_forward<T, I>(static_cast<const T*>(x.data_ptr()), static_cast<const I*>(target.data_ptr()), ptr_or_null<T>(w),
                            red == Reduction::None ? static_cast<T*>(out.data_ptr()) : nullptr, cs, ignore, total, tw);
@@ -75,9 +75,9 @@ bool nll_loss_forward_cpu(const Tensor& out, Reduction red, const Tensor& total_
   return !ok;
 }
 
-void nll_loss_backward_cpu(const Tensor& gi, const LossGrad& g, const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore) {
+void nll_loss_backward_kernel(const Tensor& gi, const LossGrad& g, const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore) {
   if (gi.numel() > 0) std::memset(gi.data_ptr(), 0, gi.nbytes());
-  cpu_loss::dispatch_index(gi.dtype(), target.dtype(), kOp, [&]<typename T, typename I>() {
+  cpu::loss::dispatch_index(gi.dtype(), target.dtype(), kOp, [&]<typename T, typename I>() {
     const Incoming<T> in = incoming<T>(g);
     nll_backward<T, I>(static_cast<T*>(gi.data_ptr()), static_cast<const I*>(target.data_ptr()), ptr_or_null<T>(w), in.per_sample, in.value, cs,
                        ignore);
@@ -86,9 +86,9 @@ void nll_loss_backward_cpu(const Tensor& gi, const LossGrad& g, const Tensor& ta
 
 }  // namespace
 
-void register_cpu_nll_loss_kernels() {
-  nll_loss_forward.set(DeviceType::CPU, &nll_loss_forward_cpu);
-  nll_loss_backward.set(DeviceType::CPU, &nll_loss_backward_cpu);
+void register_nll_loss_kernels() {
+  DP_REGISTER_KERNEL(CPU, nll_loss_forward_kernel);
+  DP_REGISTER_KERNEL(CPU, nll_loss_backward_kernel);
 }
 
-}  // namespace dp::backend
+}  // namespace dp::backend::cpu

@@ -13,17 +13,17 @@
 #include "backend/cpu/loss_common.h"
 #include "backend/elementwise_math.h"
 
-namespace dp::backend {
+namespace dp::backend::cpu {
 namespace {
 
 using Kind = PointwiseKind;
-using cpu_loss::Accum;
-using cpu_loss::Ptr;
-using cpu_loss::Val;
-using kernels::m_exp;
-using kernels::m_log;
-using kernels::m_log1p;
-using kernels::sel;
+using cpu::loss::Accum;
+using cpu::loss::Ptr;
+using cpu::loss::Val;
+using backend::m_exp;
+using backend::m_log;
+using backend::m_log1p;
+using backend::sel;
 
 // ---- iteration over a contiguous shape with up to two broadcast side tensors ----
 
@@ -259,11 +259,11 @@ void backward_kernel(const Tensor& gi, const Tensor& gt, const Tensor& g, T gs, 
   });
 }
 
-bool pointwise_loss_forward_cpu(Kind k, const Tensor& out, bool reduced, double scale, const Tensor& x, const Tensor& t, const Tensor& w,
-                                const Tensor& pw) {
+bool pointwise_loss_forward_kernel(Kind k, const Tensor& out, bool reduced, double scale, const Tensor& x, const Tensor& t, const Tensor& w,
+                                   const Tensor& pw) {
   bool bad = false;
   const Tensor per_element = reduced ? Tensor() : out;
-  cpu_loss::dispatch_real(x.dtype(), pointwise_loss_name(k), [&]<typename T>() {
+  cpu::loss::dispatch_real(x.dtype(), pointwise_loss_name(k), [&]<typename T>() {
     double total = 0;
     switch (k) {
       case Kind::Mse:
@@ -284,10 +284,10 @@ bool pointwise_loss_forward_cpu(Kind k, const Tensor& out, bool reduced, double 
   return bad;
 }
 
-void pointwise_loss_backward_cpu(Kind k, const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& t, const Tensor& w,
-                                 const Tensor& pw) {
-  cpu_loss::dispatch_real(x.dtype(), pointwise_loss_name(k), [&]<typename T>() {
-    const cpu_loss::Incoming<T> in = cpu_loss::incoming<T>(g);
+void pointwise_loss_backward_kernel(Kind k, const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& t, const Tensor& w,
+                                    const Tensor& pw) {
+  cpu::loss::dispatch_real(x.dtype(), pointwise_loss_name(k), [&]<typename T>() {
+    const cpu::loss::Incoming<T> in = cpu::loss::incoming<T>(g);
     const Tensor gfull = g.per_sample ? g.g : Tensor();
     switch (k) {
       case Kind::Mse:
@@ -308,9 +308,9 @@ void pointwise_loss_backward_cpu(Kind k, const Tensor& gi, const Tensor& gt, con
 
 }  // namespace
 
-void register_cpu_pointwise_loss_kernels() {
-  pointwise_loss_forward.set(DeviceType::CPU, &pointwise_loss_forward_cpu);
-  pointwise_loss_backward.set(DeviceType::CPU, &pointwise_loss_backward_cpu);
+void register_pointwise_loss_kernels() {
+  DP_REGISTER_KERNEL(CPU, pointwise_loss_forward_kernel);
+  DP_REGISTER_KERNEL(CPU, pointwise_loss_backward_kernel);
 }
 
-}  // namespace dp::backend
+}  // namespace dp::backend::cpu

@@ -18,7 +18,7 @@
 #include "dp/core/generator.h"
 #include "dp/core/worker.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 namespace {
 
 // ---------------------------------------------------------------- threads
@@ -374,29 +374,29 @@ void bn_backward_impl(const T* dy, const T* x, const double* mean, const double*
 
 }  // namespace
 
-void layer_norm_kernel_cpu(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out, const Tensor& mean,
-                           const Tensor& rstd) {
+void layer_norm_kernel(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out, const Tensor& mean,
+                       const Tensor& rstd) {
   dispatch_norm(x.dtype(), "layer_norm", [&]<typename T>() {
     layer_norm_impl<T>(x.data_ptr<T>(), ptr_or_null<T>(w), ptr_or_null<T>(b), M, N, eps, out.data_ptr<T>(), mean.data_ptr<double>(),
                        rstd.data_ptr<double>());
   });
 }
 
-void layer_norm_backward_kernel_cpu(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M, int64_t N,
-                                    const Tensor& dx, const Tensor& dw, const Tensor& db) {
+void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M, int64_t N,
+                                const Tensor& dx, const Tensor& dw, const Tensor& db) {
   dispatch_norm(x.dtype(), "layer_norm_backward", [&]<typename T>() {
     layer_norm_backward_impl<T>(dy.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<double>(), rstd.data_ptr<double>(), ptr_or_null<T>(w), M, N,
                                 mut_ptr_or_null<T>(dx), mut_ptr_or_null<T>(dw), mut_ptr_or_null<T>(db));
   });
 }
 
-void batch_norm_stats_kernel_cpu(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var) {
+void batch_norm_stats_kernel(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var) {
   dispatch_batch_norm(x.dtype(), x.dtype(), "batch_norm",
                       [&]<typename T, typename>() { bn_stats_impl<T>(x.data_ptr<T>(), B, C, L, mean.data_ptr<double>(), var.data_ptr<double>()); });
 }
 
-void batch_norm_apply_kernel_cpu(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B, int64_t C,
-                                 int64_t L, const Tensor& out) {
+void batch_norm_apply_kernel(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B, int64_t C,
+                             int64_t L, const Tensor& out) {
   DP_CHECK(!w.defined() || !b.defined() || w.dtype() == b.dtype(), DTypeError, "batch_norm: weight (", w.describe(), ") and bias (", b.describe(),
            ") must have one dtype");
   dispatch_batch_norm(x.dtype(), first_dtype({&w, &b}, x.dtype()), "batch_norm", [&]<typename T, typename P>() {
@@ -405,8 +405,8 @@ void batch_norm_apply_kernel_cpu(const Tensor& x, const Tensor& mean, const Tens
   });
 }
 
-void batch_norm_backward_kernel_cpu(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, bool training,
-                                    int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, bool training,
+                                int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   const DType param = first_dtype({&w, &dw, &db}, x.dtype());
   for (const Tensor* t : {&w, &dw, &db})
     DP_CHECK(!t->defined() || t->dtype() == param, DTypeError, "batch_norm_backward: weight, grad_weight and grad_bias must have one dtype, got ",
@@ -469,4 +469,4 @@ void dropout_forward_kernel(const Tensor& x, double keep, double scale, uint64_t
   });
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

@@ -8,32 +8,29 @@
 // state, so concurrent calls on different tensors are safe.
 #include <cstdint>
 #include "backend/norm_kernels.h"
+#include "backend/random_kernels.h"
 #include "dp/core/tensor.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 
 // ---- the CPU backend's layer / batch norm (backend/norm_kernels.h, contracts there; the ops call
-// kernels::layer_norm_kernel etc., which pick the backend) ----
+// backend::layer_norm_kernel etc., which pick the backend) ----
 
-void layer_norm_kernel_cpu(const Tensor& x, const Tensor& w, const Tensor& b, int64_t M, int64_t N, double eps, const Tensor& out, const Tensor& mean,
-                           const Tensor& rstd);
-void layer_norm_backward_kernel_cpu(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w, int64_t M, int64_t N,
-                                    const Tensor& dx, const Tensor& dw, const Tensor& db);
+LayerNormKernel layer_norm_kernel;
+LayerNormBackwardKernel layer_norm_backward_kernel;
 // Two passes: the mean, then the squared deviations.
-void batch_norm_stats_kernel_cpu(const Tensor& x, int64_t B, int64_t C, int64_t L, const Tensor& mean, const Tensor& var);
-void batch_norm_apply_kernel_cpu(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b, int64_t B, int64_t C,
-                                 int64_t L, const Tensor& out);
-void batch_norm_backward_kernel_cpu(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& w, bool training,
-                                    int64_t B, int64_t C, int64_t L, const Tensor& dx, const Tensor& dw, const Tensor& db);
+BatchNormStatsKernel batch_norm_stats_kernel;
+BatchNormApplyKernel batch_norm_apply_kernel;
+BatchNormBackwardKernel batch_norm_backward_kernel;
 
 // ---- dropout ----
 
 // Draws the keep mask from the Philox stream (seed, blocks first_block, first_block + 1, ...):
 // element i (row-major) is kept when word i % 4 of block i / 4 is below keep * 2^32, keep < 1.
 // Writes mask (bool) and out = x * (mask ? scale : 0); x, mask, out contiguous, same numel.
-void dropout_forward_kernel(const Tensor& x, double keep, double scale, uint64_t seed, uint64_t first_block, const Tensor& mask, const Tensor& out);
+DropoutForward dropout_forward_kernel;
 // out = x * (mask ? scale : 0) element-wise (the backward, and the in-place variant's noise).
 // x may be out. Any floating dtype.
-void dropout_apply_kernel(const Tensor& x, const Tensor& mask, double scale, const Tensor& out);
+DropoutApply dropout_apply_kernel;
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

@@ -58,7 +58,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
-namespace dp::kernels::onednn {
+namespace dp::backend::cpu::onednn {
 namespace {
 
 std::atomic<int64_t> g_calls{0}, g_created{0};
@@ -417,4 +417,4 @@ bool gemm_bf16_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
 
 #endif
 
-}  // namespace dp::kernels::onednn
+}  // namespace dp::backend::cpu::onednn

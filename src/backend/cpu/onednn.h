@@ -17,7 +17,7 @@
 
 #include "dp/core/half.h"
 
-namespace dp::kernels::onednn {
+namespace dp::backend::cpu::onednn {
 
 // C[m, n] (row stride ldc) = alpha * op(A)[m, k] @ op(B)[k, n] + beta * C, plus bias[j] on
 // every row when bias != nullptr (a contiguous [n] vector; then alpha must be 1). beta == 0: C is
@@ -45,4 +45,4 @@ const char* implementation();
 int64_t calls();
 int64_t primitives_created();
 
-}  // namespace dp::kernels::onednn
+}  // namespace dp::backend::cpu::onednn

@@ -8,7 +8,7 @@
 #include "backend/cpu/blas.h"
 #include "backend/cpu/fused_updates.h"
 
-namespace dp::backend {
+namespace dp::backend::cpu {
 namespace {
 
 struct Piece {
@@ -22,33 +22,34 @@ template <typename List, typename F>
 void for_pieces(const List& list, const F& fn) {
   int64_t total = 0;
   for (const auto& t : list) total += t.n;
-  if (!kernels::blas::range_is_parallel(total)) {
+  if (!backend::cpu::blas::range_is_parallel(total)) {
     for (size_t i = 0; i < list.size(); ++i) fn(i, 0, list[i].n);
     return;
   }
   std::vector<Piece> pieces;
-  pieces.reserve(static_cast<size_t>(total / kernels::blas::kRangePiece) + list.size());
+  pieces.reserve(static_cast<size_t>(total / backend::cpu::blas::kRangePiece) + list.size());
   for (size_t i = 0; i < list.size(); ++i)
-    for (int64_t b = 0; b < list[i].n; b += kernels::blas::kRangePiece) pieces.push_back({i, b, std::min(list[i].n, b + kernels::blas::kRangePiece)});
-  kernels::blas::parallel_for(static_cast<int64_t>(pieces.size()), kernels::blas::parallel_slots(), [&](int64_t p, int) {
+    for (int64_t b = 0; b < list[i].n; b += backend::cpu::blas::kRangePiece)
+      pieces.push_back({i, b, std::min(list[i].n, b + backend::cpu::blas::kRangePiece)});
+  backend::cpu::blas::parallel_for(static_cast<int64_t>(pieces.size()), backend::cpu::blas::parallel_slots(), [&](int64_t p, int) {
     const Piece& q = pieces[static_cast<size_t>(p)];
     fn(q.tensor, q.begin, q.end);
   });
 }
 
-void sgd_update_cpu(DType dtype, int /*device*/, const std::vector<SgdTensor>& list, const SgdScalars& s) {
+void sgd_update_kernel(DType dtype, int /*device*/, const std::vector<SgdTensor>& list, const SgdScalars& s) {
   with_param_type(dtype, "SGD", [&](auto tag) {
     using S = decltype(tag);
     for_pieces(list, [&](size_t i, int64_t b, int64_t e) {
       const SgdTensor& t = list[i];
       S* buf = static_cast<S*>(t.momentum_buffer);
-      optim::kernels::sgd_update(static_cast<S*>(t.param) + b, static_cast<const S*>(t.grad) + b, buf ? buf + b : nullptr, t.buffer_initialized,
-                                 e - b, s);
+      backend::cpu::fused::sgd_update(static_cast<S*>(t.param) + b, static_cast<const S*>(t.grad) + b, buf ? buf + b : nullptr, t.buffer_initialized,
+                                      e - b, s);
     });
   });
 }
 
-void adam_update_cpu(DType dtype, int /*device*/, const std::vector<AdamTensor>& list, const AdamScalars& scalars) {
+void adam_update_kernel(DType dtype, int /*device*/, const std::vector<AdamTensor>& list, const AdamScalars& scalars) {
   with_param_type(dtype, "Adam", [&](auto tag) {
     using S = decltype(tag);
     for_pieces(list, [&](size_t i, int64_t b, int64_t e) {
@@ -56,21 +57,21 @@ void adam_update_cpu(DType dtype, int /*device*/, const std::vector<AdamTensor>&
       AdamScalars s = scalars;
       s.step = t.step;
       S* max_sq = static_cast<S*>(t.max_exp_avg_sq);
-      optim::kernels::adam_update(static_cast<S*>(t.param) + b, static_cast<const S*>(t.grad) + b, static_cast<S*>(t.exp_avg) + b,
-                                  static_cast<S*>(t.exp_avg_sq) + b, max_sq ? max_sq + b : nullptr, e - b, s);
+      backend::cpu::fused::adam_update(static_cast<S*>(t.param) + b, static_cast<const S*>(t.grad) + b, static_cast<S*>(t.exp_avg) + b,
+                                       static_cast<S*>(t.exp_avg_sq) + b, max_sq ? max_sq + b : nullptr, e - b, s);
     });
   });
 }
 
 // Nothing captures host work into a graph on the CPU.
-void check_host_scalar_step_cpu(int /*device*/, const char* /*optimizer*/) {}
+void check_host_scalar_step_kernel(int /*device*/, const char* /*optimizer*/) {}
 
 }  // namespace
 
-void register_cpu_optim_kernels() {
-  sgd_update.set(DeviceType::CPU, &sgd_update_cpu);
-  adam_update.set(DeviceType::CPU, &adam_update_cpu);
-  check_host_scalar_step.set(DeviceType::CPU, &check_host_scalar_step_cpu);
+void register_optim_kernels() {
+  DP_REGISTER_KERNEL(CPU, sgd_update_kernel);
+  DP_REGISTER_KERNEL(CPU, adam_update_kernel);
+  DP_REGISTER_KERNEL(CPU, check_host_scalar_step_kernel);
 }
 
-}  // namespace dp::backend
+}  // namespace dp::backend::cpu

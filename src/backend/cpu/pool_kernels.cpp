@@ -11,7 +11,7 @@
 #include "backend/cpu/reduce.h"
 #include "dp/core/errors.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 namespace {
 
 template <typename F>
@@ -268,34 +268,34 @@ T* out_ptr(const Tensor& t) {
 
 }  // namespace
 
-void max_pool2d_kernel_cpu(const Tensor& out, const Tensor& indices, const Tensor& input, const Pool2dGeometry& g) {
+void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& input, const Pool2dGeometry& g) {
   dispatch(input.dtype(), "max_pool2d", [&]<typename T>() { max_pool_impl<T>(in_ptr<T>(input), out_ptr<T>(out), out_ptr<int64_t>(indices), g); });
 }
 
-void max_pool2d_backward_kernel_cpu(const Tensor& grad_input, const Tensor& grad_output, const Tensor& indices, const Pool2dGeometry& g) {
+void max_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_output, const Tensor& indices, const Pool2dGeometry& g) {
   dispatch(grad_output.dtype(), "max_pool2d backward",
            [&]<typename T>() { max_pool_backward_impl<T>(out_ptr<T>(grad_input), in_ptr<T>(grad_output), in_ptr<int64_t>(indices), g); });
 }
 
-void avg_pool2d_kernel_cpu(const Tensor& out, const Tensor& input, const Pool2dGeometry& g, bool count_include_pad,
-                           std::optional<int64_t> divisor_override) {
+void avg_pool2d_kernel(const Tensor& out, const Tensor& input, const Pool2dGeometry& g, bool count_include_pad,
+                       std::optional<int64_t> divisor_override) {
   dispatch(input.dtype(), "avg_pool2d",
            [&]<typename T>() { avg_pool_impl<T>(in_ptr<T>(input), out_ptr<T>(out), g, count_include_pad, divisor_override); });
 }
 
-void avg_pool2d_backward_kernel_cpu(const Tensor& grad_input, const Tensor& grad_output, const Pool2dGeometry& g, bool count_include_pad,
-                                    std::optional<int64_t> divisor_override) {
+void avg_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_output, const Pool2dGeometry& g, bool count_include_pad,
+                                std::optional<int64_t> divisor_override) {
   dispatch(grad_output.dtype(), "avg_pool2d backward",
            [&]<typename T>() { avg_pool_backward_impl<T>(out_ptr<T>(grad_input), in_ptr<T>(grad_output), g, count_include_pad, divisor_override); });
 }
 
-void adaptive_avg_pool2d_kernel_cpu(const Tensor& out, const Tensor& input, const Pool2dGeometry& g) {
+void adaptive_avg_pool2d_kernel(const Tensor& out, const Tensor& input, const Pool2dGeometry& g) {
   dispatch(input.dtype(), "adaptive_avg_pool2d", [&]<typename T>() { adaptive_avg_impl<T>(in_ptr<T>(input), out_ptr<T>(out), g); });
 }
 
-void adaptive_avg_pool2d_backward_kernel_cpu(const Tensor& grad_input, const Tensor& grad_output, const Pool2dGeometry& g) {
+void adaptive_avg_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_output, const Pool2dGeometry& g) {
   dispatch(grad_output.dtype(), "adaptive_avg_pool2d backward",
            [&]<typename T>() { adaptive_avg_backward_impl<T>(out_ptr<T>(grad_input), in_ptr<T>(grad_output), g); });
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

@@ -34,7 +34,7 @@
 #include "backend/cpu/loops.h"
 #include "dp/core/tensor.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 
 // Calls f(offset_a, offset_b) for every index of the multi-dim space `size` (row-major), where the
 // offsets advance by strides sa / sb. An empty space has one element (offsets 0).
@@ -198,17 +198,17 @@ inline void add_rows_by_four(A* acc, const T* q, int64_t row_stride, int64_t row
 
 // ---- the CPU backend's kernels (reduce_*.cpp) ----
 // The implementations of backend/reduce_kernels.h (contracts there) on host memory; the ops call
-// kernels::sum_kernel etc., which pick the backend.
+// backend::sum_kernel etc., which pick the backend.
 
-void sum_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
-void mean_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
-void minmax_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, bool is_max);
-void minmax_index_kernel_cpu(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim, bool keepdim, bool is_max);
-void var_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction, bool take_sqrt);
-void logsumexp_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
-void norm_kernel_cpu(const Tensor& out, const Tensor& in, double p);
-void softmax_kernel_cpu(const Tensor& out, const Tensor& in, int64_t dim, bool log);
-void softmax_backward_kernel_cpu(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log);
-void sum_rows_kernel_cpu(const Tensor& out, const Tensor& a, int64_t rows, int64_t inner);
+ReduceKernel sum_kernel;
+ReduceKernel mean_kernel;
+MinMaxKernel minmax_kernel;
+MinMaxIndexKernel minmax_index_kernel;
+VarKernel var_kernel;
+ReduceKernel logsumexp_kernel;
+NormKernel norm_kernel;
+SoftmaxKernel softmax_kernel;
+SoftmaxBackwardKernel softmax_backward_kernel;
+SumRowsKernel sum_rows_kernel;
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

@@ -3,7 +3,7 @@
 // PyTorch; among equal extremes the first index wins.
 #include "backend/cpu/reduce.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 namespace {
 
 template <typename V, bool IsMax>
@@ -113,7 +113,7 @@ struct ExtremeIndexOp : ReduceOpBase<ExtremeIndexOp<T, IsMax>, T, ValIdx<compute
 
 }  // namespace
 
-void minmax_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, bool is_max) {
+void minmax_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, bool is_max) {
   ReducePlan plan = make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
   dispatch_all(in.dtype(), is_max ? "max" : "min", [&]<typename T>() {
     const T* src = in.numel() ? static_cast<const T*>(in.data_ptr()) : nullptr;
@@ -129,7 +129,7 @@ void minmax_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bo
   });
 }
 
-void minmax_index_kernel_cpu(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim, bool keepdim, bool is_max) {
+void minmax_index_kernel(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim, bool keepdim, bool is_max) {
   std::vector<bool> reduced(static_cast<size_t>(in.dim()), false);
   if (in.dim() > 0) reduced[dim] = true;
   const Tensor& shape_ref = values.defined() ? values : indices;
@@ -155,4 +155,4 @@ void minmax_index_kernel_cpu(const Tensor& values, const Tensor& indices, const 
   });
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

@@ -10,7 +10,7 @@
 #include "backend/cpu/reduce_vec.h"
 #include "backend/reduce_kernels.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 namespace {
 
 // Columns per block in the strided case: wide, so each pass down `dim` reads long contiguous runs
@@ -171,34 +171,34 @@ void softmax_backward_typed(const Tensor& gin, const Tensor& g, const Tensor& y,
 
 }  // namespace
 
-void softmax_kernel_cpu(const Tensor& out, const Tensor& in, int64_t dim, bool log) {
-  // Layout checked and empty inputs skipped by kernels::softmax_kernel (backend/reduce_kernels.h).
+void softmax_kernel(const Tensor& out, const Tensor& in, int64_t dim, bool log) {
+  if (!check_softmax_args(out, in, log)) return;
   const char* name = log ? "log_softmax" : "softmax";
   dispatch_floating(in.dtype(), name, [&]<typename T>() {
     if constexpr (is_reduced_float_v<T>) {
       Tensor x32 = convert_nograd(in, kFloat32);
       Tensor y32 = make_empty(in.sizes(), kFloat32, in.device());
       softmax_typed<float>(y32, x32, dim, log);
-      copy_kernel(out, y32);
+      backend::copy_kernel(backend::copy_device_type(out, y32), out, y32);
     } else {
       softmax_typed<T>(out, in, dim, log);
     }
   });
 }
 
-void softmax_backward_kernel_cpu(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log) {
-  // Layout checked and empty inputs skipped by kernels::softmax_backward_kernel.
+void softmax_backward_kernel(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log) {
+  if (!check_softmax_backward_args(gin, g, y, log)) return;
   const char* name = log ? "log_softmax_backward" : "softmax_backward";
   dispatch_floating(y.dtype(), name, [&]<typename T>() {
     if constexpr (is_reduced_float_v<T>) {
       Tensor g32 = convert_nograd(g, kFloat32), y32 = convert_nograd(y, kFloat32);
       Tensor o32 = make_empty(y.sizes(), kFloat32, y.device());
       softmax_backward_typed<float>(o32, g32, y32, dim, log);
-      copy_kernel(gin, o32);
+      backend::copy_kernel(backend::copy_device_type(gin, o32), gin, o32);
     } else {
       softmax_backward_typed<T>(gin, g, y, dim, log);
     }
   });
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

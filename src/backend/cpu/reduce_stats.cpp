@@ -5,7 +5,7 @@
 #include "backend/cpu/reduce.h"
 #include "backend/cpu/reduce_vec.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -224,7 +224,7 @@ struct NormOp : ReduceOpBase<NormOp<T>, T, double> {
 
 }  // namespace
 
-void var_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction, bool take_sqrt) {
+void var_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction, bool take_sqrt) {
   ReducePlan plan = make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
   dispatch_floating(in.dtype(), take_sqrt ? "std" : "var", [&]<typename T>() {
     VarOp<T> op;
@@ -235,7 +235,7 @@ void var_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>
   });
 }
 
-void logsumexp_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
+void logsumexp_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
   ReducePlan plan = make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
   dispatch_floating(in.dtype(), "logsumexp", [&]<typename T>() {
     LseOp<T> op;
@@ -244,7 +244,7 @@ void logsumexp_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector
   });
 }
 
-void norm_kernel_cpu(const Tensor& out, const Tensor& in, double p) {
+void norm_kernel(const Tensor& out, const Tensor& in, double p) {
   std::vector<bool> reduced(static_cast<size_t>(in.dim()), true);
   ReducePlan plan = make_reduce_plan(out, in, reduced, /*keepdim=*/false, /*reorder=*/true);
   NormKind kind = p == 0.0     ? NormKind::Zero
@@ -279,4 +279,4 @@ void norm_kernel_cpu(const Tensor& out, const Tensor& in, double p) {
   });
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

@@ -2,7 +2,7 @@
 // stay exact to float rounding); integer and bool inputs accumulate in int64.
 #include "backend/cpu/reduce.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 namespace {
 
 template <typename T>
@@ -57,7 +57,7 @@ void run_sum(const Tensor& out, const Tensor& in, const std::vector<bool>& reduc
 
 }  // namespace
 
-void sum_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
+void sum_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
   dispatch_all(in.dtype(), "sum", [&]<typename T>() {
     if constexpr (is_float_v<T>) {
       DP_CHECK(out.dtype() == in.dtype(), DTypeError, "sum: internal dtype mismatch");
@@ -69,7 +69,7 @@ void sum_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>
   });
 }
 
-void mean_kernel_cpu(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
+void mean_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
   int64_t n = 1;
   for (int64_t d = 0; d < in.dim(); ++d)
     if (reduced[d]) n *= in.sizes()[d];
@@ -98,7 +98,7 @@ void column_sums(const T* p, int64_t rows, int64_t inner, T* out) {
 
 }  // namespace
 
-void sum_rows_kernel_cpu(const Tensor& out, const Tensor& a, int64_t rows, int64_t inner) {
+void sum_rows_kernel(const Tensor& out, const Tensor& a, int64_t rows, int64_t inner) {
   if (inner == 0) return;
   if (a.dtype() == kFloat32)
     column_sums(rows ? a.data_ptr<float>() : nullptr, rows, inner, out.data_ptr<float>());
@@ -108,4 +108,4 @@ void sum_rows_kernel_cpu(const Tensor& out, const Tensor& a, int64_t rows, int64
     unsupported_dtype("sum_to", a.dtype(), "float32, float64");
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

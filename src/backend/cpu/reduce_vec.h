@@ -10,7 +10,7 @@
 #include <type_traits>
 #include "backend/cpu/cpu_dispatch.h"
 
-namespace dp::kernels {
+namespace dp::backend::cpu {
 
 // exp(x) = 2^n * 2^f with n = round(x log2 e) and f in [-1/2, 1/2], 2^f by Cephes' exp2f polynomial:
 // under 1 ulp for x in [-87.33, 88]. Softmax only needs x <= 0. x < -87.33 (including -inf) gives 0
@@ -216,4 +216,4 @@ inline T exp_diff(const T* a, const T* b, T bs, T* out, int64_t n) {
   return total;
 }
 
-}  // namespace dp::kernels
+}  // namespace dp::backend::cpu

@@ -9,11 +9,11 @@
 #include "backend/dispatch.h"
 #include "backend/elementwise_math.h"
 
-namespace dp::backend {
+namespace dp::backend::cpu {
 namespace {
 
-using kernels::m_tanh;
-using kernels::sigmoid_f;
+using backend::m_tanh;
+using backend::sigmoid_f;
 
 // Row-major C[m, n] = op(A) @ op(B) + beta * C (beta 0 or 1), with the degenerate sizes BLAS
 // implementations disagree on handled here (k = 0: C = beta * C).
@@ -25,7 +25,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
       for (int64_t r = 0; r < m; ++r) std::fill(c + r * ldc, c + r * ldc + n, T(0));
     return;
   }
-  kernels::blas::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+  backend::cpu::blas::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
 #if defined(__GNUC__)
@@ -358,23 +358,23 @@ void backward_impl(const RnnLayerDims& d, const RnnSteps& st, RnnBackwardArgs& a
   }
 }
 
-void rnn_layer_forward_cpu(const RnnLayerDims& d, const RnnSteps& steps, RnnForwardArgs& a) {
-  kernels::dispatch_floating(a.out.dtype(), "rnn_layer", [&]<typename T>() {
+void rnn_layer_forward_kernel(const RnnLayerDims& d, const RnnSteps& steps, RnnForwardArgs& a) {
+  backend::dispatch_floating(a.out.dtype(), "rnn_layer", [&]<typename T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) forward_impl<T>(d, steps, a);
   });
 }
 
-void rnn_layer_backward_cpu(const RnnLayerDims& d, const RnnSteps& steps, RnnBackwardArgs& a) {
-  kernels::dispatch_floating(a.out.dtype(), "rnn_layer backward", [&]<typename T>() {
+void rnn_layer_backward_kernel(const RnnLayerDims& d, const RnnSteps& steps, RnnBackwardArgs& a) {
+  backend::dispatch_floating(a.out.dtype(), "rnn_layer backward", [&]<typename T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) backward_impl<T>(d, steps, a);
   });
 }
 
 }  // namespace
 
-void register_cpu_rnn_kernels() {
-  rnn_layer_forward.set(DeviceType::CPU, &rnn_layer_forward_cpu);
-  rnn_layer_backward.set(DeviceType::CPU, &rnn_layer_backward_cpu);
+void register_rnn_kernels() {
+  DP_REGISTER_KERNEL(CPU, rnn_layer_forward_kernel);
+  DP_REGISTER_KERNEL(CPU, rnn_layer_backward_kernel);
 }
 
-}  // namespace dp::backend
+}  // namespace dp::backend::cpu

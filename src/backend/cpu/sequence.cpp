@@ -27,7 +27,7 @@
 #include "dp/core/generator.h"
 #include "dp/core/worker.h"
 
-namespace dp::backend {
+namespace dp::backend::cpu {
 namespace {
 
 // ---------------------------------------------------------------- threads
@@ -66,7 +66,7 @@ void run_ranges(int64_t items, int64_t threads, const F& f) {
 
 // ---------------------------------------------------------------- tril / triu
 
-void triangle_cpu(const Tensor& out, const Tensor& a, int64_t diagonal, bool lower) {
+void triangle_kernel(const Tensor& out, const Tensor& a, int64_t diagonal, bool lower) {
   const int64_t R = a.size(-2), C = a.size(-1);
   if (out.numel() == 0) return;
   const int64_t rows = a.numel() / C;
@@ -277,8 +277,8 @@ void topk_typed(const Tensor& values, const Tensor& indices, const Tensor& a, Di
   });
 }
 
-void sort_cpu(const Tensor& values, const Tensor& indices, const Tensor& a, DimSplit s, bool descending) {
-  kernels::dispatch_all(a.dtype(), "sort", [&]<typename T>() {
+void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& a, DimSplit s, bool descending) {
+  backend::dispatch_all(a.dtype(), "sort", [&]<typename T>() {
     if constexpr (kNarrowKey<T>) {
       if (s.n <= int64_t{0xFFFFFFFF}) return sort_typed<true, T>(values, indices, a, s, descending);
     }
@@ -286,8 +286,8 @@ void sort_cpu(const Tensor& values, const Tensor& indices, const Tensor& a, DimS
   });
 }
 
-void topk_cpu(const Tensor& values, const Tensor& indices, const Tensor& a, DimSplit s, int64_t k, bool largest, bool sorted) {
-  kernels::dispatch_numeric(a.dtype(), "topk", [&]<typename T>() {
+void topk_kernel(const Tensor& values, const Tensor& indices, const Tensor& a, DimSplit s, int64_t k, bool largest, bool sorted) {
+  backend::dispatch_numeric(a.dtype(), "topk", [&]<typename T>() {
     if constexpr (kNarrowKey<T>) {
       if (s.n <= int64_t{0xFFFFFFFF}) return topk_typed<true, T>(values, indices, a, s, k, largest, sorted);
     }
@@ -319,8 +319,8 @@ void cumsum_typed(const Tensor& out, const Tensor& a, DimSplit s, bool reverse) 
         Acc sum = 0;
         for (int64_t j = 0; j < n; ++j) {
           const int64_t jj = reverse ? n - 1 - j : j;
-          sum += kernels::convert<Acc>(xs[jj * inner]);
-          ys[jj * inner] = kernels::convert<T>(sum);
+          sum += backend::convert<Acc>(xs[jj * inner]);
+          ys[jj * inner] = backend::convert<T>(sum);
         }
         continue;
       }
@@ -330,30 +330,30 @@ void cumsum_typed(const Tensor& out, const Tensor& a, DimSplit s, bool reverse) 
         const T* xr = xs + jj * inner;
         T* yr = ys + jj * inner;
         for (int64_t c = 0; c < w; ++c) {
-          acc[c] += kernels::convert<Acc>(xr[c]);
-          yr[c] = kernels::convert<T>(acc[c]);
+          acc[c] += backend::convert<Acc>(xr[c]);
+          yr[c] = backend::convert<T>(acc[c]);
         }
       }
     }
   });
 }
 
-void cumsum_cpu(const Tensor& out, const Tensor& a, DimSplit s, bool reverse) {
+void cumsum_kernel(const Tensor& out, const Tensor& a, DimSplit s, bool reverse) {
   if (out.numel() == 0) return;
   switch (a.dtype()) {
     case kInt64:
       return cumsum_typed<int64_t>(out, a, s, reverse);
     default:
-      kernels::dispatch_floating(a.dtype(), "cumsum", [&]<typename T>() { cumsum_typed<T>(out, a, s, reverse); });
+      backend::dispatch_floating(a.dtype(), "cumsum", [&]<typename T>() { cumsum_typed<T>(out, a, s, reverse); });
   }
 }
 
 // ---------------------------------------------------------------- multinomial
 
-bool multinomial_check_cpu(const Tensor& probs, int64_t num_samples, bool replacement, MultinomialProblem& bad) {
+bool multinomial_check_kernel(const Tensor& probs, int64_t num_samples, bool replacement, MultinomialProblem& bad) {
   const int64_t R = probs.size(0), C = probs.size(1);
   bool ok = true;
-  kernels::dispatch_floating(probs.dtype(), "multinomial", [&]<typename T>() {
+  backend::dispatch_floating(probs.dtype(), "multinomial", [&]<typename T>() {
     const T* p = probs.data_ptr<T>();
     for (int64_t r = 0; r < R && ok; ++r) {
       const T* pr = p + r * C;
@@ -362,13 +362,13 @@ bool multinomial_check_cpu(const Tensor& probs, int64_t num_samples, bool replac
       using F = std::conditional_t<std::is_same_v<T, double>, double, float>;  // 16-bit floats: exactly as float
       int32_t nonzero = 0, invalid = 0;                                        // C <= 2^24 (the op checks)
       for (int64_t c = 0; c < C; ++c) {
-        const F v = kernels::convert<F>(pr[c]);
+        const F v = backend::convert<F>(pr[c]);
         invalid += !((v >= F(0)) & (v <= std::numeric_limits<F>::max()));
         nonzero += v > F(0);
       }
       if (invalid > 0) {
         for (int64_t c = 0; c < C; ++c) {
-          const double v = kernels::convert<double>(pr[c]);
+          const double v = backend::convert<double>(pr[c]);
           if (!(v >= 0 && std::isfinite(v))) {
             bad = MultinomialProblem{r, c, v, v < 0 ? 1 : 2};
             break;
@@ -409,10 +409,10 @@ class WordStream {
 
 constexpr int64_t kSampleBlock = 64;
 
-void multinomial_cpu(const Tensor& out, const Tensor& probs, int64_t n, bool replacement, uint64_t seed, uint64_t first) {
+void multinomial_kernel(const Tensor& out, const Tensor& probs, int64_t n, bool replacement, uint64_t seed, uint64_t first) {
   const int64_t R = probs.size(0), C = probs.size(1);
   int64_t* y = out.data_ptr<int64_t>();
-  kernels::dispatch_floating(probs.dtype(), "multinomial", [&]<typename T>() {
+  backend::dispatch_floating(probs.dtype(), "multinomial", [&]<typename T>() {
     const T* p = probs.data_ptr<T>();
     run_ranges(R, plan_threads(R, replacement ? C + n * 8 : C * 4), [&](int64_t r0, int64_t r1) {
       WordStream words(seed, first);
@@ -434,15 +434,15 @@ void multinomial_cpu(const Tensor& out, const Tensor& probs, int64_t n, bool rep
             double lane[8] = {};
             int64_t c = c0;
             for (; c + 8 <= c1; c += 8)
-              for (int l = 0; l < 8; ++l) lane[l] += kernels::convert<double>(pr[c + l]);
-            for (; c < c1; ++c) lane[0] += kernels::convert<double>(pr[c]);
+              for (int l = 0; l < 8; ++l) lane[l] += backend::convert<double>(pr[c + l]);
+            for (; c < c1; ++c) lane[0] += backend::convert<double>(pr[c]);
             sum += ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
             block_end[b] = sum;
           }
           // The last category with a non-zero probability in [c0, c1) (one exists where called).
           auto last_nonzero = [&](int64_t c0, int64_t c1) {
             for (int64_t c = c1 - 1; c > c0; --c)
-              if (kernels::convert<double>(pr[c]) > 0) return c;
+              if (backend::convert<double>(pr[c]) > 0) return c;
             return c0;
           };
           for (int64_t s = 0; s < n; ++s) {
@@ -456,7 +456,7 @@ void multinomial_cpu(const Tensor& out, const Tensor& probs, int64_t n, bool rep
             double acc = b > 0 ? block_end[b - 1] : 0.0;
             int64_t chosen = -1;
             for (int64_t c = c0; c < c1 && chosen < 0; ++c) {
-              acc += kernels::convert<double>(pr[c]);
+              acc += backend::convert<double>(pr[c]);
               if (x < acc) chosen = c;
             }
             // A walk that rounds differently from the block sum and ends below x: the block's last
@@ -469,7 +469,7 @@ void multinomial_cpu(const Tensor& out, const Tensor& probs, int64_t n, bool rep
           race.resize(static_cast<size_t>(C));
           for (int64_t c = 0; c < C; ++c) {
             const double u = philox::u53_open_zero(words.word(r * C + c));
-            const double v = kernels::convert<double>(pr[c]);
+            const double v = backend::convert<double>(pr[c]);
             race[c] = {v > 0 ? v / -std::log(u) : -1.0, c};  // u == 1 gives +inf; a zero never wins
           }
           auto later = [](const std::pair<double, int64_t>& a, const std::pair<double, int64_t>& b) {
@@ -486,13 +486,13 @@ void multinomial_cpu(const Tensor& out, const Tensor& probs, int64_t n, bool rep
 
 }  // namespace
 
-void register_cpu_sequence_kernels() {
-  triangle_kernel.set(DeviceType::CPU, &triangle_cpu);
-  sort_kernel.set(DeviceType::CPU, &sort_cpu);
-  topk_kernel.set(DeviceType::CPU, &topk_cpu);
-  cumsum_kernel.set(DeviceType::CPU, &cumsum_cpu);
-  multinomial_kernel.set(DeviceType::CPU, &multinomial_cpu);
-  multinomial_check.set(DeviceType::CPU, &multinomial_check_cpu);
+void register_sequence_kernels() {
+  DP_REGISTER_KERNEL(CPU, triangle_kernel);
+  DP_REGISTER_KERNEL(CPU, sort_kernel);
+  DP_REGISTER_KERNEL(CPU, topk_kernel);
+  DP_REGISTER_KERNEL(CPU, cumsum_kernel);
+  DP_REGISTER_KERNEL(CPU, multinomial_kernel);
+  DP_REGISTER_KERNEL(CPU, multinomial_check_kernel);
 }
 
-}  // namespace dp::backend
+}  // namespace dp::backend::cpu

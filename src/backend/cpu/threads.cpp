@@ -10,12 +10,12 @@
 
 namespace dp {
 
-void set_num_threads(int n) { kernels::blas::set_host_threads(n); }
-int get_num_threads() { return kernels::blas::host_threads(); }
+void set_num_threads(int n) { backend::cpu::blas::set_host_threads(n); }
+int get_num_threads() { return backend::cpu::blas::host_threads(); }
 
 std::string blas_coretype_suggestion() {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return "";
-  return kernels::blas::coretype_suggestion();
+  return backend::cpu::blas::coretype_suggestion();
 }
 
 void reexec_for_blas_kernels(char** argv) {

@@ -248,7 +248,7 @@ GemmPlan plan_for(const Tensor& C, const Tensor& A, const Tensor& B) {
 
 Tensor contiguous_copy(const Tensor& t) {
   Tensor c = make_empty(t.sizes(), t.dtype(), t.device());
-  copy_kernel(c, t);
+  copy_on_device(c, t);
   return c;
 }
 
@@ -361,7 +361,7 @@ void scale_output(const Tensor& C, double beta) {
 
 }  // namespace
 
-void matmul_kernel(const Tensor& C, const Tensor& A_in, const Tensor& B_in, double alpha, double beta, const char* op, bool tf32_ok) {
+void matmul_into(const Tensor& C, const Tensor& A_in, const Tensor& B_in, double alpha, double beta, const char* op, bool tf32_ok) {
   const ComputeKind ck = checked_compute_kind(op, C.dtype(), C.device(), tf32_ok);
   if (C.numel() == 0) return;
   const int dev = C.device().index;
@@ -378,13 +378,13 @@ void matmul_bias_kernel(const Tensor& C, const Tensor& A_in, const Tensor& B_in,
   if (C.numel() == 0) return;
   const int dev = C.device().index;
   DeviceGuard guard(dev);
-  if (A_in.size(-1) == 0) return copy_kernel(C, bias);  // an empty product: the bias alone
+  if (A_in.size(-1) == 0) return copy_on_device(C, bias);  // an empty product: the bias alone
   Tensor A = A_in, B = B_in;
   const GemmPlan p = prepare(C, A, B);
   Context ctx(dev);
   auto what = [&] { return describe_product(op, C, A_in, B_in) + dp::detail::str(" + bias ", bias.size_str()); };
   if (detail::lt_bias_eligible(C.dtype(), p, bias.sizes(), bias.strides(), 1.0, 1.0) && lt_matmul_bias(ctx, p, C, A, B, bias, ck, what)) return;
-  copy_kernel(C, bias);  // bias rows first; the GEMM accumulates onto them (beta = 1)
+  copy_on_device(C, bias);  // bias rows first; the GEMM accumulates onto them (beta = 1)
   run_plan(ctx, p, C, A, B, 1.0, 1.0, ck, what);
 }
 

@@ -21,7 +21,7 @@ namespace dp::cuda {
 // C [*batch, m, n] (contiguous, on a CUDA device) = alpha * A @ B + beta * C, for A [*ba, m, k] and
 // B [*bb, k, n] of C's dtype on C's device whose batch dims broadcast to `batch`. beta == 0: C's
 // contents are ignored (it may be uninitialised). k == 0 gives beta * C.
-void matmul_kernel(const Tensor& C, const Tensor& A, const Tensor& B, double alpha, double beta, const char* op, bool tf32_ok = true);
+void matmul_into(const Tensor& C, const Tensor& A, const Tensor& B, double alpha, double beta, const char* op, bool tf32_ok = true);
 
 // C [m, n] (contiguous) = A [m, k] @ B [k, n] + bias, bias (C's dtype and device) broadcast to
 // [m, n]. A bias that is one packed row ([n] or [1, n], Linear's and addmm's usual case) in
@@ -30,7 +30,7 @@ void matmul_kernel(const Tensor& C, const Tensor& A, const Tensor& B, double alp
 void matmul_bias_kernel(const Tensor& C, const Tensor& A, const Tensor& B, const Tensor& bias, const char* op);
 
 // Row-major C[m, n] (row stride ldc) = alpha * op(A)[m, k] @ op(B)[k, n] + beta * C on raw memory of
-// `dtype` on cuda:`device` (trans_a: A holds op(A)^T row-major, as kernels::blas::gemm). lda/ldb
+// `dtype` on cuda:`device` (trans_a: A holds op(A)^T row-major, as backend::cpu::blas::gemm). lda/ldb
 // must be valid row strides of what A and B hold (>= their column counts). m, n or k may be 0;
 // k == 0 needs beta 0 (C zero-filled) or 1 (C unchanged).
 void gemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,

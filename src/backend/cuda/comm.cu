@@ -17,7 +17,7 @@ struct Inputs {
 
 template <typename T>
 __global__ void __launch_bounds__(detail::kThreads) sum_kernel(uint32_t n, T* out, Inputs<T> in, int k) {
-  using Acc = std::conditional_t<kernels::is_reduced_float_v<T>, float, T>;
+  using Acc = std::conditional_t<backend::is_reduced_float_v<T>, float, T>;
   const uint32_t stride = gridDim.x * detail::kThreads;
   for (uint32_t i = blockIdx.x * detail::kThreads + threadIdx.x; i < n; i += stride) {
     if constexpr (std::is_same_v<T, bool>) {
@@ -25,9 +25,9 @@ __global__ void __launch_bounds__(detail::kThreads) sum_kernel(uint32_t n, T* ou
       for (int j = 0; j < k; ++j) acc = acc || in.p[j][i];
       out[i] = acc;
     } else {
-      Acc acc = kernels::convert<Acc>(in.p[0][i]);
-      for (int j = 1; j < k; ++j) acc += kernels::convert<Acc>(in.p[j][i]);
-      out[i] = kernels::convert<T>(acc);
+      Acc acc = backend::convert<Acc>(in.p[0][i]);
+      for (int j = 1; j < k; ++j) acc += backend::convert<Acc>(in.p[j][i]);
+      out[i] = backend::convert<T>(acc);
     }
   }
 }
@@ -39,7 +39,7 @@ void sum_into(void* out_raw, const std::vector<const void*>& ins, int64_t n, DTy
   if (n <= 0) return;
   const int dev = stream.device();
   DeviceGuard guard(dev);
-  kernels::dispatch_all(dtype, "reduce_add (CUDA)", [&]<typename T>() {
+  backend::dispatch_all(dtype, "reduce_add (CUDA)", [&]<typename T>() {
     T* out = static_cast<T*>(out_raw);
     // 32-bit indices: larger buffers go in pieces of 2^30 elements.
     constexpr int64_t kPiece = int64_t{1} << 30;

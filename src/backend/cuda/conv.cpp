@@ -16,7 +16,7 @@
 
 namespace dp::cuda {
 
-using kernels::Conv2dGeometry;
+using backend::Conv2dGeometry;
 
 int64_t conv_batch_chunk(const Conv2dGeometry& g) {
   constexpr int64_t kMax = INT_MAX;
@@ -271,7 +271,7 @@ void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor&
   DeviceGuard guard(dev);
   if (degenerate(g)) {  // every output sees only zeros: out = bias (or 0)
     if (bias.defined())
-      cuda::copy_kernel(out, kernels::restride_nograd(bias, {g.OC, 1, 1}, {1, 0, 0}));
+      cuda::copy_on_device(out, backend::restride_nograd(bias, {g.OC, 1, 1}, {1, 0, 0}));
     else
       cuda::fill_kernel(out, Scalar(0.0));
     return;
@@ -311,7 +311,7 @@ void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor&
   }
   // 16-bit types: the bias is added by the element-wise kernel (float math, one rounding), as
   // PyTorch adds it after cuDNN's convolution; cudnnAddTensor does not take bfloat16.
-  if (half_bias) cuda::add_kernel(out, out, kernels::restride_nograd(bias, {g.N, g.OC, g.OH, g.OW}, {0, 1, 0, 0}), Scalar(1.0));
+  if (half_bias) cuda::add_kernel(out, out, backend::restride_nograd(bias, {g.N, g.OC, g.OH, g.OW}, {0, 1, 0, 0}), Scalar(1.0));
 }
 
 void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input, const Tensor& weight,

@@ -18,17 +18,17 @@
 
 namespace dp::cuda {
 
-void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias, const kernels::Conv2dGeometry& g);
+void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias, const backend::Conv2dGeometry& g);
 void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input, const Tensor& weight,
-                            const Tensor& grad_output, const kernels::Conv2dGeometry& g);
+                            const Tensor& grad_output, const backend::Conv2dGeometry& g);
 
 // Images per cuDNN call: cuDNN indexes tensors with 32-bit ints, so a batch whose input or output
 // has 2^31 elements or more is cut into chunks of this many images. 0 when even one image (or the
 // weight) is too large.
-int64_t conv_batch_chunk(const kernels::Conv2dGeometry& g);
+int64_t conv_batch_chunk(const backend::Conv2dGeometry& g);
 
 // "[N, C, H, W] * [OC, C/groups, KH, KW] stride [sh, sw] padding [ph, pw] dilation [dh, dw] groups G
 // float32 cuda:0": the shapes and options a convolution error names.
-std::string conv_description(const kernels::Conv2dGeometry& g, DType dtype, Device device);
+std::string conv_description(const backend::Conv2dGeometry& g, DType dtype, Device device);
 
 }  // namespace dp::cuda

@@ -37,29 +37,29 @@ struct Bits<8> {
 
 template <typename To, typename From>
 struct ConvertF {
-  DP_HOST_DEVICE DP_INLINE To operator()(From v) const { return kernels::convert<To>(v); }
+  DP_HOST_DEVICE DP_INLINE To operator()(From v) const { return backend::convert<To>(v); }
 };
 
 template <typename To, typename From>
 __global__ void __launch_bounds__(kThreads) convert_kernel(uint32_t n, To* out, const From* in) {
   const uint32_t stride = gridDim.x * kThreads;
-  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < n; i += stride) out[i] = kernels::convert<To>(in[i]);
+  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < n; i += stride) out[i] = backend::convert<To>(in[i]);
 }
 
 // Same dtype, any layout (bits moved).
 void copy_same(const Tensor& dst, const Tensor& src) {
   switch (dst.element_size()) {
     case 1:
-      CudaLaunch::run<uint8_t, uint8_t>(dst, kernels::impl::IdF<uint8_t>{}, src);
+      CudaLaunch::run<uint8_t, uint8_t>(dst, backend::impl::IdF<uint8_t>{}, src);
       return;
     case 2:
-      CudaLaunch::run<uint16_t, uint16_t>(dst, kernels::impl::IdF<uint16_t>{}, src);
+      CudaLaunch::run<uint16_t, uint16_t>(dst, backend::impl::IdF<uint16_t>{}, src);
       return;
     case 4:
-      CudaLaunch::run<uint32_t, uint32_t>(dst, kernels::impl::IdF<uint32_t>{}, src);
+      CudaLaunch::run<uint32_t, uint32_t>(dst, backend::impl::IdF<uint32_t>{}, src);
       return;
     case 8:
-      CudaLaunch::run<uint64_t, uint64_t>(dst, kernels::impl::IdF<uint64_t>{}, src);
+      CudaLaunch::run<uint64_t, uint64_t>(dst, backend::impl::IdF<uint64_t>{}, src);
       return;
   }
 }
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads) fill_bits_kernel(uint32_t n, T* out,
 
 }  // namespace
 
-void copy_kernel(const Tensor& dst, const Tensor& src_in) {
+void copy_on_device(const Tensor& dst, const Tensor& src_in) {
   const int64_t n = dst.numel();
   if (n == 0) return;
   DeviceGuard guard(dst.device().index);
@@ -88,8 +88,8 @@ void copy_kernel(const Tensor& dst, const Tensor& src_in) {
   Tensor d = dst.is_contiguous() ? dst : make_empty(dst.sizes(), dst.dtype(), dst.device());
   cudaStream_t stream = current_stream(dst.device().index).handle();
   constexpr int64_t kChunk = int64_t{1} << 30;
-  kernels::dispatch_all(d.dtype(), "copy_", [&]<typename To>() {
-    kernels::dispatch_all(s.dtype(), "copy_", [&]<typename From>() {
+  backend::dispatch_all(d.dtype(), "copy_", [&]<typename To>() {
+    backend::dispatch_all(s.dtype(), "copy_", [&]<typename From>() {
       if constexpr (!std::is_same_v<To, From>) {
         for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
           const int64_t m = n - i0 < kChunk ? n - i0 : kChunk;
@@ -109,8 +109,8 @@ void fill_kernel(const Tensor& dst, const Scalar& value) {
   const int dev = dst.device().index;
   DeviceGuard guard(dev);
   uint64_t bits = 0;
-  kernels::dispatch_all(dst.dtype(), "fill_", [&]<typename T>() {
-    const T v = kernels::scalar_to<T>(value);
+  backend::dispatch_all(dst.dtype(), "fill_", [&]<typename T>() {
+    const T v = backend::scalar_to<T>(value);
     std::memcpy(&bits, &v, sizeof(T));
   });
   Tensor d = dst.is_contiguous() ? dst : make_empty(dst.sizes(), dst.dtype(), dst.device());
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kThreads) uniform_kernel(uint64_t n, T* out, u
   for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     uint32_t w[4];
     philox::rounds(seed, first + i / per_block, w);
-    out[i] = kernels::convert<T>(from + range * philox::uniform_unit<T>(w, static_cast<int>(i % per_block)));
+    out[i] = backend::convert<T>(from + range * philox::uniform_unit<T>(w, static_cast<int>(i % per_block)));
   }
 }
 
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads) normal_kernel(uint64_t n, T* out, ui
     philox::rounds(seed, first + i / philox::kNormalPerBlock, w);
     double z0, z1;
     philox::normal_pair(w, z0, z1);
-    out[i] = kernels::convert<T>(mean + std * (i % 2 == 0 ? z0 : z1));
+    out[i] = backend::convert<T>(mean + std * (i % 2 == 0 ? z0 : z1));
   }
 }
 
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kThreads) bernoulli_kernel(uint64_t n, T* out,
   for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     uint32_t w[4];
     philox::rounds(seed, first + i / philox::kBernoulliPerBlock, w);
-    out[i] = kernels::convert<T>(philox::bernoulli(w, static_cast<int>(i % philox::kBernoulliPerBlock), p));
+    out[i] = backend::convert<T>(philox::bernoulli(w, static_cast<int>(i % philox::kBernoulliPerBlock), p));
   }
 }
 
@@ -185,8 +185,8 @@ __global__ void __launch_bounds__(kThreads) randint_kernel(uint64_t n, T* out, u
   const uint64_t stride = uint64_t(gridDim.x) * kThreads;
   for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     uint32_t w[4];
-    kernels::philox4x32_rounds(seed, first + i / 2, w);
-    out[i] = kernels::convert<T>(static_cast<int64_t>(static_cast<uint64_t>(low) + word64(w, static_cast<int>(i % 2)) % range));
+    philox::rounds(seed, first + i / 2, w);
+    out[i] = backend::convert<T>(static_cast<int64_t>(static_cast<uint64_t>(low) + philox::word64(w, static_cast<int>(i % 2)) % range));
   }
 }
 
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kThreads) arange_values_kernel(uint64_t n, T* 
     if constexpr (std::is_integral_v<T>)
       out[i] = static_cast<T>(static_cast<int64_t>(static_cast<uint64_t>(istart) + static_cast<uint64_t>(istep) * i));
     else
-      out[i] = kernels::convert<T>(start + step * static_cast<double>(i));
+      out[i] = backend::convert<T>(start + step * static_cast<double>(i));
   }
 }
 
@@ -213,9 +213,9 @@ __global__ void randperm_kernel(int64_t n, int64_t* perm, uint64_t seed, uint64_
   for (int64_t i = 0; i < n; ++i) perm[i] = i;
   uint32_t w[4];
   for (int64_t s = 0; s + 1 < n; ++s) {
-    if (s % 2 == 0) kernels::philox4x32_rounds(seed, first + static_cast<uint64_t>(s / 2), w);
+    if (s % 2 == 0) philox::rounds(seed, first + static_cast<uint64_t>(s / 2), w);
     const int64_t i = n - 1 - s;
-    const int64_t j = static_cast<int64_t>(word64(w, static_cast<int>(s % 2)) % static_cast<uint64_t>(i + 1));
+    const int64_t j = static_cast<int64_t>(philox::word64(w, static_cast<int>(s % 2)) % static_cast<uint64_t>(i + 1));
     const int64_t t = perm[i];
     perm[i] = perm[j];
     perm[j] = t;
@@ -224,26 +224,26 @@ __global__ void randperm_kernel(int64_t n, int64_t* perm, uint64_t seed, uint64_
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    dropout_kernel(uint64_t n, const T* x, bool* mask, T* out, uint64_t seed, uint64_t first, uint64_t threshold, kernels::opmath_t<T> scale) {
+    dropout_kernel(uint64_t n, const T* x, bool* mask, T* out, uint64_t seed, uint64_t first, uint64_t threshold, backend::opmath_t<T> scale) {
   const uint64_t stride = uint64_t(gridDim.x) * kThreads;
   for (uint64_t i = uint64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     uint32_t w[4];
     philox::rounds(seed, first + i / philox::kDropoutPerBlock, w);
     const uint32_t kept = static_cast<uint32_t>(philox::dropout_keep(w, static_cast<int>(i % philox::kDropoutPerBlock), threshold));
     mask[i] = kept != 0;
-    out[i] = kernels::st<T>(kernels::om(x[i]) * (static_cast<kernels::opmath_t<T>>(kept) * scale));
+    out[i] = backend::st<T>(backend::om(x[i]) * (static_cast<backend::opmath_t<T>>(kept) * scale));
   }
 }
 
 template <typename T>
 struct DropoutApplyF {
-  kernels::opmath_t<T> s;
-  DP_HOST_DEVICE DP_INLINE T operator()(T x, bool m) const { return kernels::st<T>(kernels::om(x) * (static_cast<kernels::opmath_t<T>>(m) * s)); }
+  backend::opmath_t<T> s;
+  DP_HOST_DEVICE DP_INLINE T operator()(T x, bool m) const { return backend::st<T>(backend::om(x) * (static_cast<backend::opmath_t<T>>(m) * s)); }
 };
 
 }  // namespace
 
-void dropout_forward(const Tensor& x, double keep, double scale, uint64_t seed, uint64_t first, const Tensor& mask, const Tensor& out) {
+void dropout_forward_kernel(const Tensor& x, double keep, double scale, uint64_t seed, uint64_t first, const Tensor& mask, const Tensor& out) {
   const int64_t n = x.numel();
   if (n == 0) return;
   const int dev = out.device().index;
@@ -252,21 +252,21 @@ void dropout_forward(const Tensor& x, double keep, double scale, uint64_t seed, 
            ValueError, "dropout (CUDA): expected contiguous tensors on one device");
   const uint64_t threshold = philox::dropout_threshold(keep);
   cudaStream_t stream = current_stream(dev).handle();
-  kernels::dispatch_floating(x.dtype(), "dropout", [&]<typename T>() {
+  backend::dispatch_floating(x.dtype(), "dropout", [&]<typename T>() {
     dropout_kernel<T><<<detail::grid_for(n, dev), kThreads, 0, stream>>>(static_cast<uint64_t>(n), static_cast<const T*>(x.data_ptr()),
                                                                          static_cast<bool*>(mask.data_ptr()), static_cast<T*>(out.data_ptr()), seed,
-                                                                         first, threshold, static_cast<kernels::opmath_t<T>>(scale));
+                                                                         first, threshold, static_cast<backend::opmath_t<T>>(scale));
   });
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-void dropout_apply(const Tensor& x, const Tensor& mask, double scale, const Tensor& out) {
-  kernels::dispatch_floating(x.dtype(), "dropout", [&]<typename T>() {
-    CudaLaunch::run<T, T, bool>(out, DropoutApplyF<T>{static_cast<kernels::opmath_t<T>>(scale)}, x, mask);
+void dropout_apply_kernel(const Tensor& x, const Tensor& mask, double scale, const Tensor& out) {
+  backend::dispatch_floating(x.dtype(), "dropout", [&]<typename T>() {
+    CudaLaunch::run<T, T, bool>(out, DropoutApplyF<T>{static_cast<backend::opmath_t<T>>(scale)}, x, mask);
   });
 }
 
-void random_fill(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first, double a, double b) {
+void random_fill_kernel(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first, double a, double b) {
   const int64_t n = t.numel();
   if (n == 0) return;
   const int dev = t.device().index;
@@ -276,11 +276,11 @@ void random_fill(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first
   const unsigned blocks = detail::grid_for(n, dev);
   const uint64_t un = static_cast<uint64_t>(n);
   if (kind == RandomKind::Bernoulli) {
-    kernels::dispatch_all(t.dtype(), "bernoulli_", [&]<typename T>() {
+    backend::dispatch_all(t.dtype(), "bernoulli_", [&]<typename T>() {
       bernoulli_kernel<T><<<blocks, kThreads, 0, stream>>>(un, static_cast<T*>(t.data_ptr()), seed, first, a);
     });
   } else {
-    kernels::dispatch_floating(t.dtype(), kind == RandomKind::Uniform ? "uniform_" : "normal_", [&]<typename T>() {
+    backend::dispatch_floating(t.dtype(), kind == RandomKind::Uniform ? "uniform_" : "normal_", [&]<typename T>() {
       if (kind == RandomKind::Uniform)
         uniform_kernel<T><<<blocks, kThreads, 0, stream>>>(un, static_cast<T*>(t.data_ptr()), seed, first, a, b - a);
       else
@@ -290,21 +290,21 @@ void random_fill(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-void randint_fill(const Tensor& t, uint64_t seed, uint64_t first, int64_t low, uint64_t range) {
+void randint_fill_kernel(const Tensor& t, uint64_t seed, uint64_t first, int64_t low, uint64_t range) {
   const int64_t n = t.numel();
   if (n == 0) return;
   const int dev = t.device().index;
   DeviceGuard guard(dev);
   DP_CHECK(t.is_contiguous(), ValueError, "randint (CUDA): expected a contiguous CUDA tensor");
   cudaStream_t stream = current_stream(dev).handle();
-  kernels::dispatch_all(t.dtype(), "randint", [&]<typename T>() {
+  backend::dispatch_all(t.dtype(), "randint", [&]<typename T>() {
     randint_kernel<T>
         <<<detail::grid_for(n, dev), kThreads, 0, stream>>>(static_cast<uint64_t>(n), static_cast<T*>(t.data_ptr()), seed, first, low, range);
   });
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-void randperm_fill(const Tensor& out, uint64_t seed, uint64_t first) {
+void randperm_fill_kernel(const Tensor& out, uint64_t seed, uint64_t first) {
   const int64_t n = out.numel();
   if (n == 0) return;
   const int dev = out.device().index;
@@ -321,7 +321,7 @@ void arange_kernel(const Tensor& out, const Scalar& start, const Scalar& step) {
   DeviceGuard guard(dev);
   DP_CHECK(out.is_contiguous(), ValueError, "arange (CUDA): expected a contiguous CUDA tensor");
   cudaStream_t stream = current_stream(dev).handle();
-  kernels::dispatch_all(out.dtype(), "arange", [&]<typename T>() {
+  backend::dispatch_all(out.dtype(), "arange", [&]<typename T>() {
     const bool integral = std::is_integral_v<T>;
     arange_values_kernel<T><<<detail::grid_for(n, dev), kThreads, 0, stream>>>(static_cast<uint64_t>(n), static_cast<T*>(out.data_ptr()),
                                                                                integral ? start.to_int() : 0, integral ? step.to_int() : 0,
@@ -337,7 +337,7 @@ void linspace_kernel(const Tensor& out, double start, double end) {
   DeviceGuard guard(dev);
   DP_CHECK(out.is_contiguous(), ValueError, "linspace (CUDA): expected a contiguous CUDA tensor");
   cudaStream_t stream = current_stream(dev).handle();
-  kernels::dispatch_all(out.dtype(), "linspace", [&]<typename T>() {
+  backend::dispatch_all(out.dtype(), "linspace", [&]<typename T>() {
     linspace_values_kernel<T><<<detail::grid_for(n, dev), kThreads, 0, stream>>>(static_cast<uint64_t>(n), static_cast<T*>(out.data_ptr()),
                                                                                  backend::Linspace<T>(start, end, n));
   });

@@ -11,9 +11,9 @@
 
 namespace dp::cuda {
 
-using kernels::ActGrad;
-using kernels::CmpOp;
-using kernels::UnaryOp;
+using backend::ActGrad;
+using backend::CmpOp;
+using backend::UnaryOp;
 
 void add_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha);
 void add_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s, const Scalar& alpha);
@@ -44,7 +44,7 @@ void logical_not_kernel(const Tensor& out, const Tensor& a);
 
 // dst (any layout, on a CUDA device) <- src (on dst's device) converted to dst's dtype and broadcast
 // to dst's shape, on the current stream.
-void copy_kernel(const Tensor& dst, const Tensor& src);
+void copy_on_device(const Tensor& dst, const Tensor& src);
 // Every element of dst (any layout, on a CUDA device) = value.
 void fill_kernel(const Tensor& dst, const Scalar& value);
 // The factories' fills (backend/copy_kernels.h's ArangeKernel, LinspaceKernel), on the current stream.

@@ -7,7 +7,7 @@
 namespace dp::cuda {
 
 using detail::CudaLaunch;
-namespace impl = kernels::impl;
+namespace impl = backend::impl;
 
 void add_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha) { impl::add_kernel<CudaLaunch>(out, a, b, alpha); }
 void add_scalar_kernel(const Tensor& out, const Tensor& a, const Scalar& s, const Scalar& alpha) {

@@ -8,7 +8,7 @@
 namespace dp::cuda {
 
 using detail::CudaLaunch;
-namespace impl = kernels::impl;
+namespace impl = backend::impl;
 
 void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& a) { impl::unary_kernel<CudaLaunch>(op, out, a); }
 void clamp_kernel(const Tensor& out, const Tensor& a, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) {

@@ -210,8 +210,8 @@ bool index_gather(const Tensor& out, const Tensor& src, const Tensor& index, int
   detail::HostFlag flag;
   int* bad = check ? flag.device_ptr(l.stream) : nullptr;
   const int64_t step_bytes = step * static_cast<int64_t>(src.element_size());
-  ::dp::kernels::dispatch_width(out.element_size(), [&]<typename W>() {
-    kernels::dispatch_index(index.dtype(), "gather", [&]<typename I>() {
+  ::dp::backend::dispatch_width(out.element_size(), [&]<typename W>() {
+    backend::dispatch_index(index.dtype(), "gather", [&]<typename I>() {
       gather_kernel<W, I><<<l.blocks, kThreads, 0, l.stream>>>(static_cast<uint32_t>(out.numel()), l.p, l.oc, step_bytes, bound, bad);
     });
   });
@@ -226,8 +226,8 @@ bool index_scatter_add(const Tensor& self, const Tensor& src, const Tensor& inde
   detail::HostFlag flag;
   int* bad = check ? flag.device_ptr(l.stream) : nullptr;
   const int64_t step_bytes = step * static_cast<int64_t>(self.element_size());
-  kernels::dispatch_all(self.dtype(), "scatter_add", [&]<typename T>() {
-    kernels::dispatch_index(index.dtype(), "scatter_add", [&]<typename I>() {
+  backend::dispatch_all(self.dtype(), "scatter_add", [&]<typename T>() {
+    backend::dispatch_index(index.dtype(), "scatter_add", [&]<typename I>() {
       scatter_add_kernel<T, I><<<l.blocks, kThreads, 0, l.stream>>>(static_cast<uint32_t>(self.numel()), l.p, l.oc, step_bytes, bound, skip, bad);
     });
   });
@@ -244,20 +244,20 @@ bool index_out_of_range(const Tensor& index, int64_t bound) {
   cudaStream_t stream = current_stream(dev).handle();
   detail::HostFlag flag;
   int* bad = flag.device_ptr(stream);
-  kernels::dispatch_index(index.dtype(), "index check", [&]<typename I>() {
+  backend::dispatch_index(index.dtype(), "index check", [&]<typename I>() {
     range_kernel<I><<<detail::grid_for(n, dev), kThreads, 0, stream>>>(static_cast<uint32_t>(n), static_cast<const I*>(index.data_ptr()), bound, bad);
   });
   DP_CUDA_CHECK(cudaGetLastError());
   return flag.raised();
 }
 
-void masked_fill(const Tensor& out, const Tensor& a, const Tensor& mask, const Scalar& value) {
+void masked_fill_kernel(const Tensor& out, const Tensor& a, const Tensor& mask, const Scalar& value) {
   uint64_t bits = 0;
-  kernels::dispatch_all(out.dtype(), "masked_fill", [&]<typename T>() {
-    const T v = kernels::scalar_to<T>(value);
+  backend::dispatch_all(out.dtype(), "masked_fill", [&]<typename T>() {
+    const T v = backend::scalar_to<T>(value);
     std::memcpy(&bits, &v, sizeof(T));
   });
-  ::dp::kernels::dispatch_width(out.element_size(),
+  ::dp::backend::dispatch_width(out.element_size(),
                                 [&]<typename B>() { CudaLaunch::run<B, B, bool>(out, MaskedFillF<B>{static_cast<B>(bits)}, a, mask); });
 }
 

@@ -71,6 +71,6 @@ bool index_scatter_add(const Tensor& self, const Tensor& src, const Tensor& inde
 bool index_out_of_range(const Tensor& index, int64_t bound);
 
 // out = mask ? value : a, a and mask broadcast to out's shape (masked_fill).
-void masked_fill(const Tensor& out, const Tensor& a, const Tensor& mask, const Scalar& value);
+void masked_fill_kernel(const Tensor& out, const Tensor& a, const Tensor& mask, const Scalar& value);
 
 }  // namespace dp::cuda

@@ -1,7 +1,7 @@
 #pragma once
 // The CUDA element-wise launch: CudaLaunch::run<Out, In...>(out, f, in...) computes
 // out[i] = f(in[i]...) with the inputs broadcast to out's shape, for any strides, with the same
-// contract as the CPU's kernels::launch (backend/cpu/elementwise_loops.h): every operand already
+// contract as the CPU's backend::cpu::launch (backend/cpu/elementwise_loops.h): every operand already
 // has the element type given, out may be exactly one of the inputs, never a partial overlap.
 //
 //  - Contiguous fast path: out and every input contiguous with out's element count: a grid-stride

@@ -486,7 +486,7 @@ T* mptr(const Tensor& t) {
 // Float dtypes the loss kernels take.
 template <typename F>
 void dispatch_loss(DType d, const char* op, F&& f) {
-  kernels::dispatch_floating(d, op, std::forward<F>(f));
+  backend::dispatch_floating(d, op, std::forward<F>(f));
 }
 
 template <typename F>
@@ -560,8 +560,8 @@ A smoothing_per_class(double eps, int64_t c) {
 
 }  // namespace
 
-bool pointwise_loss_forward(PointwiseKind k, const Tensor& out, bool reduced, double scale, const Tensor& x, const Tensor& t, const Tensor& w,
-                            const Tensor& pw) {
+bool pointwise_loss_forward_kernel(PointwiseKind k, const Tensor& out, bool reduced, double scale, const Tensor& x, const Tensor& t, const Tensor& w,
+                                   const Tensor& pw) {
   const int64_t n = x.numel();
   check_count("loss", n);
   DeviceGuard guard(x.device().index);
@@ -596,8 +596,8 @@ bool pointwise_loss_forward(PointwiseKind k, const Tensor& out, bool reduced, do
   return flag.raised();
 }
 
-void pointwise_loss_backward(PointwiseKind k, const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& t,
-                             const Tensor& w, const Tensor& pw) {
+void pointwise_loss_backward_kernel(PointwiseKind k, const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& t,
+                                    const Tensor& w, const Tensor& pw) {
   const int64_t n = x.numel();
   if (n == 0) return;
   check_count("loss backward", n);
@@ -627,8 +627,8 @@ void pointwise_loss_backward(PointwiseKind k, const Tensor& gi, const Tensor& gt
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-bool nll_loss_forward(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& x, const Tensor& target, const Tensor& w,
-                      ClassShape cs, int64_t ignore) {
+bool nll_loss_forward_kernel(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& x, const Tensor& target, const Tensor& w,
+                             ClassShape cs, int64_t ignore) {
   const int64_t ns = cs.n * cs.s;
   check_count("nll_loss", ns);
   DeviceGuard guard(x.device().index);
@@ -649,7 +649,7 @@ bool nll_loss_forward(const Tensor& out, Reduction red, const Tensor& total_weig
   return flag.raised();
 }
 
-void nll_loss_backward(const Tensor& gi, const LossGrad& g, const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore) {
+void nll_loss_backward_kernel(const Tensor& gi, const LossGrad& g, const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore) {
   const int64_t ns = cs.n * cs.s;
   check_count("nll_loss backward", ns);
   DeviceGuard guard(gi.device().index);
@@ -665,8 +665,8 @@ void nll_loss_backward(const Tensor& gi, const LossGrad& g, const Tensor& target
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-bool cross_entropy_index_forward(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& lse, const Tensor& x,
-                                 const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore, double eps) {
+bool cross_entropy_index_forward_kernel(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& lse, const Tensor& x,
+                                        const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore, double eps) {
   const int64_t ns = cs.n * cs.s;
   const Groups gr = groups_for(cs);
   check_count("cross_entropy", ns * gr.L);
@@ -690,8 +690,8 @@ bool cross_entropy_index_forward(const Tensor& out, Reduction red, const Tensor&
   return flag.raised();
 }
 
-void cross_entropy_index_backward(const Tensor& gi, const LossGrad& g, const Tensor& x, const Tensor& target, const Tensor& w, const Tensor& lse,
-                                  ClassShape cs, int64_t ignore, double eps) {
+void cross_entropy_index_backward_kernel(const Tensor& gi, const LossGrad& g, const Tensor& x, const Tensor& target, const Tensor& w,
+                                         const Tensor& lse, ClassShape cs, int64_t ignore, double eps) {
   const int64_t ns = cs.n * cs.s;
   if (ns == 0 || gi.numel() == 0) return;
   const Groups gr = groups_for(cs);
@@ -710,8 +710,8 @@ void cross_entropy_index_backward(const Tensor& gi, const LossGrad& g, const Ten
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-void cross_entropy_prob_forward(const Tensor& out, bool reduced, double scale, const Tensor& lse, const Tensor& rs, const Tensor& x, const Tensor& tq,
-                                const Tensor& w, ClassShape cs, double eps) {
+void cross_entropy_prob_forward_kernel(const Tensor& out, bool reduced, double scale, const Tensor& lse, const Tensor& rs, const Tensor& x,
+                                       const Tensor& tq, const Tensor& w, ClassShape cs, double eps) {
   const int64_t ns = cs.n * cs.s;
   const Groups gr = groups_for(cs);
   check_count("cross_entropy", ns * gr.L);
@@ -729,8 +729,8 @@ void cross_entropy_prob_forward(const Tensor& out, bool reduced, double scale, c
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-void cross_entropy_prob_backward(const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& tq, const Tensor& w,
-                                 const Tensor& lse, const Tensor& rs, ClassShape cs, double eps) {
+void cross_entropy_prob_backward_kernel(const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& tq, const Tensor& w,
+                                        const Tensor& lse, const Tensor& rs, ClassShape cs, double eps) {
   const int64_t ns = cs.n * cs.s;
   if (ns == 0 || x.numel() == 0) return;
   const Groups gr = groups_for(cs);

@@ -30,11 +30,11 @@ using backend::PointwiseKind;
 // dtype). reduced: out is 0-dim and gets scale * sum of the losses; else out (x-shaped,
 // contiguous) gets each. Returns true (after waiting for the stream) when k is Bce and an input
 // lies outside [0, 1] or is NaN.
-bool pointwise_loss_forward(PointwiseKind k, const Tensor& out, bool reduced, double scale, const Tensor& x, const Tensor& t, const Tensor& w,
-                            const Tensor& pw);
+bool pointwise_loss_forward_kernel(PointwiseKind k, const Tensor& out, bool reduced, double scale, const Tensor& x, const Tensor& t, const Tensor& w,
+                                   const Tensor& pw);
 // gi / gt (x-shaped, contiguous; either undefined when not needed) = G_i * w * d loss / d x (t).
-void pointwise_loss_backward(PointwiseKind k, const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& t,
-                             const Tensor& w, const Tensor& pw);
+void pointwise_loss_backward_kernel(PointwiseKind k, const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& t,
+                                    const Tensor& w, const Tensor& pw);
 
 // ---- class losses: the input seen as [N, C, S], contiguous ----
 
@@ -44,24 +44,24 @@ void pointwise_loss_backward(PointwiseKind k, const Tensor& gi, const Tensor& gt
 
 // target: N * S class indices (int64 or uint8), contiguous; w: [C] contiguous or undefined.
 // Returns true (after waiting for the stream) when a target is outside [0, C) and not `ignore`.
-bool nll_loss_forward(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& x, const Tensor& target, const Tensor& w,
-                      ClassShape cs, int64_t ignore);
+bool nll_loss_forward_kernel(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& x, const Tensor& target, const Tensor& w,
+                             ClassShape cs, int64_t ignore);
 // gi (x-shaped, contiguous) = -w[t] * G_i at each sample's target, 0 elsewhere.
-void nll_loss_backward(const Tensor& gi, const LossGrad& g, const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore);
+void nll_loss_backward_kernel(const Tensor& gi, const LossGrad& g, const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore);
 
 // cross_entropy with class-index targets and label smoothing eps; lse (N * S, loss_acc_dtype) gets
 // each sample's log-sum-exp for the backward. Returns true as nll_loss_forward.
-bool cross_entropy_index_forward(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& lse, const Tensor& x,
-                                 const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore, double eps);
-void cross_entropy_index_backward(const Tensor& gi, const LossGrad& g, const Tensor& x, const Tensor& target, const Tensor& w, const Tensor& lse,
-                                  ClassShape cs, int64_t ignore, double eps);
+bool cross_entropy_index_forward_kernel(const Tensor& out, Reduction red, const Tensor& total_weight, const Tensor& lse, const Tensor& x,
+                                        const Tensor& target, const Tensor& w, ClassShape cs, int64_t ignore, double eps);
+void cross_entropy_index_backward_kernel(const Tensor& gi, const LossGrad& g, const Tensor& x, const Tensor& target, const Tensor& w,
+                                         const Tensor& lse, ClassShape cs, int64_t ignore, double eps);
 
 // cross_entropy with class probabilities tq (x's shape and dtype, contiguous). Reduced: out =
 // scale * sum. lse and rs (N * S, loss_acc_dtype) get each sample's log-sum-exp and sum_c w_c q_c.
-void cross_entropy_prob_forward(const Tensor& out, bool reduced, double scale, const Tensor& lse, const Tensor& rs, const Tensor& x, const Tensor& tq,
-                                const Tensor& w, ClassShape cs, double eps);
+void cross_entropy_prob_forward_kernel(const Tensor& out, bool reduced, double scale, const Tensor& lse, const Tensor& rs, const Tensor& x,
+                                       const Tensor& tq, const Tensor& w, ClassShape cs, double eps);
 // gi / gt (either undefined when not needed).
-void cross_entropy_prob_backward(const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& tq, const Tensor& w,
-                                 const Tensor& lse, const Tensor& rs, ClassShape cs, double eps);
+void cross_entropy_prob_backward_kernel(const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& tq, const Tensor& w,
+                                        const Tensor& lse, const Tensor& rs, ClassShape cs, double eps);
 
 }  // namespace dp::cuda

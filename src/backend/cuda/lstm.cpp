@@ -28,23 +28,23 @@ void copy_or_zero(void* dst, const void* src, int64_t n, size_t es, const Stream
 
 }  // namespace
 
-void lstm_layer_forward(const backend::LstmDims& d, bool reverse, const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
-                        const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, backend::ForwardBuffers& buf) {
+void lstm_layer_forward_kernel(const backend::LstmDims& d, bool reverse, const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
+                               const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, backend::ForwardBuffers& buf) {
   const int dev = x.device().index;
   DeviceGuard guard(dev);
   const Stream stream = current_stream(dev);
   const DType dt = x.dtype();
   const int64_t H = d.H, B = d.B, I = d.I, G = 4 * H, BH = B * H, BG = B * G, rows = d.T * B;
   // The input projection of the whole sequence: gates [rows, G] = x [rows, I] @ W_ih^T (+ both biases).
-  const Tensor gates2 = kernels::restride_nograd(buf.gates, {rows, G}, {G, 1});
-  const Tensor x2 = kernels::restride_nograd(x, {rows, I}, {I, 1});
-  const Tensor w_ih_t = kernels::restride_nograd(w_ih, {I, G}, {1, I});
+  const Tensor gates2 = backend::restride_nograd(buf.gates, {rows, G}, {G, 1});
+  const Tensor x2 = backend::restride_nograd(x, {rows, I}, {I, 1});
+  const Tensor w_ih_t = backend::restride_nograd(w_ih, {I, G}, {1, I});
   if (d.bias) {
     Tensor bsum = make_empty({G}, dt, x.device());
     add_kernel(bsum, b_ih, b_hh, 1);
     matmul_bias_kernel(gates2, x2, w_ih_t, bsum, "lstm_layer");
   } else {
-    matmul_kernel(gates2, x2, w_ih_t, 1.0, 0.0, "lstm_layer");
+    matmul_into(gates2, x2, w_ih_t, 1.0, 0.0, "lstm_layer");
   }
   int64_t t = 0;
   for (int64_t s = 0; s < d.T; ++s) {
@@ -60,7 +60,7 @@ void lstm_layer_forward(const backend::LstmDims& d, bool reverse, const Tensor& 
   copy_or_zero(buf.cn.data_ptr(), at(buf.cells, t * BH), BH, x.element_size(), stream);
 }
 
-void lstm_layer_backward(const backend::LstmDims& d, bool reverse, backend::BackwardArgs& a) {
+void lstm_layer_backward_kernel(const backend::LstmDims& d, bool reverse, backend::BackwardArgs& a) {
   const int dev = a.acts.device().index;
   DeviceGuard guard(dev);
   const Stream stream = current_stream(dev);

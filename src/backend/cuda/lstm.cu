@@ -10,8 +10,8 @@
 namespace dp::cuda::detail {
 namespace {
 
-using kernels::m_tanh;
-using kernels::sigmoid_f;
+using backend::m_tanh;
+using backend::sigmoid_f;
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) gates_forward_kernel(uint32_t n, uint32_t H, T* gates, const T* c_prev, T* c_out, T* h_out) {

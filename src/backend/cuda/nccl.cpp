@@ -65,7 +65,7 @@ const std::vector<ncclComm_t>& communicators(const std::vector<int>& gpus) {
 // Runs one call per rank inside an NCCL group; each on its device's current stream.
 template <typename F>
 void grouped(const std::vector<int>& devices, const char* what, F&& per_rank) {
-  DP_CHECK(usable(devices), DeviceError, "NCCL ", what, ": the devices must be at least two distinct GPUs");
+  DP_CHECK(collective_usable_kernel(devices), DeviceError, "NCCL ", what, ": the devices must be at least two distinct GPUs");
   const std::vector<ncclComm_t>& comms = communicators(physical_of(devices));
   check(ncclGroupStart(), "ncclGroupStart");
   ncclResult_t first_error = ncclSuccess;
@@ -81,9 +81,9 @@ void grouped(const std::vector<int>& devices, const char* what, F&& per_rank) {
 
 }  // namespace
 
-bool usable(const std::vector<int>& devices) { return devices.size() >= 2 && distinct(physical_of(devices)); }
+bool collective_usable_kernel(const std::vector<int>& devices) { return devices.size() >= 2 && distinct(physical_of(devices)); }
 
-void broadcast(const std::vector<void*>& buffers, int64_t count, DType dtype, const std::vector<int>& devices, size_t root) {
+void collective_broadcast_kernel(const std::vector<void*>& buffers, int64_t count, DType dtype, const std::vector<int>& devices, size_t root) {
   DP_CHECK(buffers.size() == devices.size() && root < devices.size(), ValueError, "NCCL broadcast: ", buffers.size(), " buffers for ", devices.size(),
            " devices, root ", root);
   if (count <= 0) return;
@@ -93,7 +93,8 @@ void broadcast(const std::vector<void*>& buffers, int64_t count, DType dtype, co
   });
 }
 
-void reduce(const std::vector<const void*>& inputs, void* out, int64_t count, DType dtype, const std::vector<int>& devices, size_t root) {
+void collective_reduce_kernel(const std::vector<const void*>& inputs, void* out, int64_t count, DType dtype, const std::vector<int>& devices,
+                              size_t root) {
   DP_CHECK(inputs.size() == devices.size() && root < devices.size(), ValueError, "NCCL reduce: ", inputs.size(), " inputs for ", devices.size(),
            " devices, root ", root);
   if (count <= 0) return;
@@ -106,13 +107,13 @@ void reduce(const std::vector<const void*>& inputs, void* out, int64_t count, DT
 
 #else  // built without NCCL
 
-bool usable(const std::vector<int>&) { return false; }
+bool collective_usable_kernel(const std::vector<int>&) { return false; }
 
-void broadcast(const std::vector<void*>&, int64_t, DType, const std::vector<int>&, size_t) {
+void collective_broadcast_kernel(const std::vector<void*>&, int64_t, DType, const std::vector<int>&, size_t) {
   throw DeviceError("NCCL broadcast: dparallel was built without NCCL (DP_HAVE_NCCL is 0)");
 }
 
-void reduce(const std::vector<const void*>&, void*, int64_t, DType, const std::vector<int>&, size_t) {
+void collective_reduce_kernel(const std::vector<const void*>&, void*, int64_t, DType, const std::vector<int>&, size_t) {
   throw DeviceError("NCCL reduce: dparallel was built without NCCL (DP_HAVE_NCCL is 0)");
 }
 

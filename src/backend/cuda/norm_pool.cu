@@ -39,7 +39,7 @@ struct AccOf<double> {
 // float in every arithmetic expression, so the kernels compute in float and round once on store.
 template <typename F>
 void dispatch_fp(DType dt, const char* op, F&& f) {
-  kernels::dispatch_types<float, double, BFloat16, Half>(dt, op, std::forward<F>(f));
+  backend::dispatch_types<float, double, BFloat16, Half>(dt, op, std::forward<F>(f));
 }
 
 struct Launch {
@@ -559,8 +559,8 @@ __global__ void __launch_bounds__(kThreads) bn_invstd(double* v, int64_t C, doub
 template <typename R>
 __global__ void __launch_bounds__(kThreads) bn_running(R* run, const double* stat, int64_t C, double factor, double momentum) {
   for (int64_t c = global_thread(); c < C; c += grid_threads()) {
-    const double v = (1.0 - momentum) * kernels::convert<double>(run[c]) + momentum * stat[c] * factor;
-    run[c] = kernels::convert<R>(v);
+    const double v = (1.0 - momentum) * backend::convert<double>(run[c]) + momentum * stat[c] * factor;
+    run[c] = backend::convert<R>(v);
   }
 }
 
@@ -755,7 +755,7 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
   });
 }
 
-void batch_norm_invstd(const Tensor& v, double eps, bool zero) {
+void batch_norm_invstd_kernel(const Tensor& v, double eps, bool zero) {
   const int64_t C = v.numel();
   if (C == 0) return;
   DeviceGuard guard(v.device().index);
@@ -764,12 +764,12 @@ void batch_norm_invstd(const Tensor& v, double eps, bool zero) {
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-void batch_norm_update_running(const Tensor& running, const Tensor& stat, double factor, double momentum) {
+void batch_norm_update_running_kernel(const Tensor& running, const Tensor& stat, double factor, double momentum) {
   const int64_t C = running.numel();
   if (C == 0) return;
   DeviceGuard guard(running.device().index);
   const Launch ln = launch_on(running);
-  kernels::dispatch_floating(running.dtype(), "batch_norm", [&]<typename R>() {
+  backend::dispatch_floating(running.dtype(), "batch_norm", [&]<typename R>() {
     bn_running<R><<<grid_for(C, ln.dev), kThreads, 0, ln.stream>>>(mptr<R>(running), cptr<double>(stat), C, factor, momentum);
   });
   DP_CUDA_CHECK(cudaGetLastError());

@@ -55,9 +55,9 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
 
 // The two host loops of src/ops/normalization_batch.cpp, on the device:
 // v[c] = zero ? 0 : 1 / sqrt(v[c] + eps), in place on a float64 [C] tensor.
-void batch_norm_invstd(const Tensor& v, double eps, bool zero);
+void batch_norm_invstd_kernel(const Tensor& v, double eps, bool zero);
 // running[c] = (1 - momentum) * running[c] + momentum * stat[c] * factor; running contiguous, any
 // floating dtype, stat float64 [C].
-void batch_norm_update_running(const Tensor& running, const Tensor& stat, double factor, double momentum);
+void batch_norm_update_running_kernel(const Tensor& running, const Tensor& stat, double factor, double momentum);
 
 }  // namespace dp::cuda

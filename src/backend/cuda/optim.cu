@@ -256,14 +256,14 @@ void launch_adam(int device, const std::vector<AdamTensor>& list, const backend:
 
 }  // namespace
 
-void sgd_update(DType dtype, int device, const std::vector<SgdTensor>& list, const backend::SgdScalars& s) {
+void sgd_update_kernel(DType dtype, int device, const std::vector<SgdTensor>& list, const backend::SgdScalars& s) {
   with_param_type(dtype, "SGD", [](auto) {});  // a bad dtype fails even for an empty list
   if (list.empty()) return;
   DeviceGuard guard(device);
   with_param_type(dtype, "SGD", [&](auto tag) { launch_sgd<decltype(tag)>(device, list, s); });
 }
 
-void adam_update(DType dtype, int device, const std::vector<AdamTensor>& list, const backend::AdamScalars& s) {
+void adam_update_kernel(DType dtype, int device, const std::vector<AdamTensor>& list, const backend::AdamScalars& s) {
   with_param_type(dtype, "Adam", [](auto) {});
   if (list.empty()) return;
   DeviceGuard guard(device);

@@ -66,9 +66,9 @@ using backend::SgdTensor;
 
 #if DP_HAVE_CUDA
 // Every tensor of `list` is of `dtype` (float32, float64, float16 or bfloat16) and on cuda:`device`. `s.step` is
-// ignored by adam_update (each tensor has its own).
-void sgd_update(DType dtype, int device, const std::vector<SgdTensor>& list, const backend::SgdScalars& s);
-void adam_update(DType dtype, int device, const std::vector<AdamTensor>& list, const backend::AdamScalars& s);
+// ignored by adam_update_kernel (each tensor has its own).
+void sgd_update_kernel(DType dtype, int device, const std::vector<SgdTensor>& list, const backend::SgdScalars& s);
+void adam_update_kernel(DType dtype, int device, const std::vector<AdamTensor>& list, const backend::AdamScalars& s);
 #endif
 
 }  // namespace dp::cuda::optim

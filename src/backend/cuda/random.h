@@ -7,24 +7,25 @@
 // with a mix of the user seed and the device), so, as in PyTorch, torch.rand on cuda:0 and on the
 // CPU after one manual_seed give different numbers.
 #include <cstdint>
+#include "backend/random_kernels.h"
 #include "dp/core/tensor.h"
 
 namespace dp::cuda {
 
-enum class RandomKind { Uniform, Normal, Bernoulli };
-// t contiguous on a CUDA device. Uniform: U[a, b); Normal: N(a, b) (mean, std); Bernoulli: P(1) = a
+using backend::RandomKind;
+// backend/random_kernels.h's RandomFill: t contiguous on a CUDA device. Uniform: U[a, b); Normal: N(a, b) (mean, std); Bernoulli: P(1) = a
 // (any dtype). Queued on the current stream.
-void random_fill(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first, double a, double b);
+void random_fill_kernel(RandomKind kind, const Tensor& t, uint64_t seed, uint64_t first, double a, double b);
 // randint and randperm (backend/random_kernels.h's RandintFill, RandpermFill: the CPU's draws), on
 // the current stream; randperm's shuffle is one thread (Fisher-Yates is sequential).
-void randint_fill(const Tensor& t, uint64_t seed, uint64_t first, int64_t low, uint64_t range);
-void randperm_fill(const Tensor& out, uint64_t seed, uint64_t first);
+void randint_fill_kernel(const Tensor& t, uint64_t seed, uint64_t first, int64_t low, uint64_t range);
+void randperm_fill_kernel(const Tensor& out, uint64_t seed, uint64_t first);
 
 // Dropout with the CPU's mask (src/backend/cpu/norm_kernels.cpp): element i is kept when word i % 4
 // of block first + i / 4 is below keep * 2^32; out = x * (kept * scale). x, mask (bool), out
 // contiguous on one CUDA device; x may be out.
-void dropout_forward(const Tensor& x, double keep, double scale, uint64_t seed, uint64_t first, const Tensor& mask, const Tensor& out);
+void dropout_forward_kernel(const Tensor& x, double keep, double scale, uint64_t seed, uint64_t first, const Tensor& mask, const Tensor& out);
 // out = x * (mask * scale), any layouts (broadcasting as the element-wise launch).
-void dropout_apply(const Tensor& x, const Tensor& mask, double scale, const Tensor& out);
+void dropout_apply_kernel(const Tensor& x, const Tensor& mask, double scale, const Tensor& out);
 
 }  // namespace dp::cuda

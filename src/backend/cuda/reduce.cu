@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(256)
 }
 
 template <typename T, typename Op>
-void launch_reduce(const char* name, const kernels::ReducePlan& plan, const Tensor& in, const Tensor& out, const Op& op) {
+void launch_reduce(const char* name, const backend::ReducePlan& plan, const Tensor& in, const Tensor& out, const Op& op) {
   if (plan.out_numel == 0) return;
   using A = typename Op::acc_t;
   const int dev = out.device().index;
@@ -129,8 +129,8 @@ void check_devices(const char* name, const Tensor& out, const Tensor& in) {
 
 template <typename T>
 void run_sum(const char* name, const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, double divisor) {
-  const kernels::ReducePlan plan = kernels::make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
-  if constexpr (kernels::is_float_v<T>) {
+  const backend::ReducePlan plan = backend::make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
+  if constexpr (backend::is_float_v<T>) {
     using A = detail::facc_t<T>;
     launch_reduce<T>(name, plan, in, out, detail::SumOp<T, A, T>{out.data_ptr<T>(), static_cast<A>(divisor)});
   } else {
@@ -144,23 +144,23 @@ void run_sum(const char* name, const Tensor& out, const Tensor& in, const std::v
 
 void sum_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
   check_devices("sum", out, in);
-  kernels::dispatch_all(in.dtype(), "sum", [&]<typename T>() {
-    DP_CHECK(out.dtype() == (kernels::is_float_v<T> ? in.dtype() : kInt64), DTypeError, "sum: internal dtype mismatch");
+  backend::dispatch_all(in.dtype(), "sum", [&]<typename T>() {
+    DP_CHECK(out.dtype() == (backend::is_float_v<T> ? in.dtype() : kInt64), DTypeError, "sum: internal dtype mismatch");
     run_sum<T>("sum", out, in, reduced, keepdim, 1.0);
   });
 }
 
 void mean_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
   check_devices("mean", out, in);
-  const double n = static_cast<double>(kernels::reduced_numel(in.sizes(), reduced));
-  kernels::dispatch_floating(in.dtype(), "mean", [&]<typename T>() { run_sum<T>("mean", out, in, reduced, keepdim, n); });
+  const double n = static_cast<double>(backend::reduced_numel(in.sizes(), reduced));
+  backend::dispatch_floating(in.dtype(), "mean", [&]<typename T>() { run_sum<T>("mean", out, in, reduced, keepdim, n); });
 }
 
 void minmax_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, bool is_max) {
   const char* name = is_max ? "max" : "min";
   check_devices(name, out, in);
-  const kernels::ReducePlan plan = kernels::make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
-  kernels::dispatch_all(in.dtype(), name, [&]<typename T>() {
+  const backend::ReducePlan plan = backend::make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
+  backend::dispatch_all(in.dtype(), name, [&]<typename T>() {
     using V = detail::cmp_t<T>;
     launch_reduce<T>(name, plan, in, out, detail::ExtremeOp<T>{out.data_ptr<T>(), detail::extreme_identity<V>(is_max), is_max});
   });
@@ -177,8 +177,8 @@ void minmax_index_kernel(const Tensor& values, const Tensor& indices, const Tens
   std::vector<bool> reduced(static_cast<size_t>(in.dim()), false);
   if (in.dim() > 0) reduced[dim] = true;
   // One reduced dim: the reduced index r is the position along it, whatever the reordering.
-  const kernels::ReducePlan plan = kernels::make_reduce_plan(shape_ref, in, reduced, keepdim, /*reorder=*/true);
-  kernels::dispatch_all(in.dtype(), name, [&]<typename T>() {
+  const backend::ReducePlan plan = backend::make_reduce_plan(shape_ref, in, reduced, keepdim, /*reorder=*/true);
+  backend::dispatch_all(in.dtype(), name, [&]<typename T>() {
     using V = detail::cmp_t<T>;
     detail::ExtremeIndexOp<T> op{values.defined() ? values.data_ptr<T>() : nullptr, indices.defined() ? indices.data_ptr<int64_t>() : nullptr,
                                  detail::extreme_identity<V>(is_max), is_max};
@@ -189,8 +189,8 @@ void minmax_index_kernel(const Tensor& values, const Tensor& indices, const Tens
 void var_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim, int64_t correction, bool take_sqrt) {
   const char* name = take_sqrt ? "std" : "var";
   check_devices(name, out, in);
-  const kernels::ReducePlan plan = kernels::make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
-  kernels::dispatch_floating(in.dtype(), name, [&]<typename T>() {
+  const backend::ReducePlan plan = backend::make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
+  backend::dispatch_floating(in.dtype(), name, [&]<typename T>() {
     using A = detail::facc_t<T>;
     launch_reduce<T>(name, plan, in, out, detail::VarOp<T>{out.data_ptr<T>(), static_cast<A>(correction), take_sqrt});
   });
@@ -198,17 +198,17 @@ void var_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& re
 
 void logsumexp_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim) {
   check_devices("logsumexp", out, in);
-  const kernels::ReducePlan plan = kernels::make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
-  kernels::dispatch_floating(in.dtype(), "logsumexp",
+  const backend::ReducePlan plan = backend::make_reduce_plan(out, in, reduced, keepdim, /*reorder=*/true);
+  backend::dispatch_floating(in.dtype(), "logsumexp",
                              [&]<typename T>() { launch_reduce<T>("logsumexp", plan, in, out, detail::LseOp<T>{out.data_ptr<T>()}); });
 }
 
 void norm_kernel(const Tensor& out, const Tensor& in, double p) {
   check_devices("norm", out, in);
   const std::vector<bool> reduced(static_cast<size_t>(in.dim()), true);
-  const kernels::ReducePlan plan = kernels::make_reduce_plan(out, in, reduced, /*keepdim=*/false, /*reorder=*/true);
+  const backend::ReducePlan plan = backend::make_reduce_plan(out, in, reduced, /*keepdim=*/false, /*reorder=*/true);
   const detail::NormKind kind = detail::norm_kind(p);
-  kernels::dispatch_floating(in.dtype(), "norm", [&]<typename T>() {
+  backend::dispatch_floating(in.dtype(), "norm", [&]<typename T>() {
     using A = detail::facc_t<T>;
     launch_reduce<T>("norm", plan, in, out, detail::NormOp<T>{out.data_ptr<T>(), kind, static_cast<A>(p)});
   });

@@ -113,7 +113,7 @@ struct ReduceParams {
   }
 };
 
-inline ReduceParams make_reduce_params(const kernels::ReducePlan& plan, const char* op) {
+inline ReduceParams make_reduce_params(const backend::ReducePlan& plan, const char* op) {
   ReduceParams p;
   p.nk = static_cast<int>(plan.ksize.size());
   p.nr = static_cast<int>(plan.rsize.size());
@@ -171,7 +171,7 @@ struct ReduceLaunch {
 // groups give fewer than 8 blocks per SM and each thread would still get kMinPerThread elements;
 // the partial results are then combined in a second pass, in a fixed order (deterministic: no
 // atomics).
-inline ReduceLaunch choose_reduce_launch(const kernels::ReducePlan& p, int num_sms) {
+inline ReduceLaunch choose_reduce_launch(const backend::ReducePlan& p, int num_sms) {
   ReduceLaunch l;
   const int64_t out = p.out_numel, red = p.red_numel;
   const size_t nk = p.ksize.size(), nr = p.rsize.size();

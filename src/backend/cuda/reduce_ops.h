@@ -26,14 +26,14 @@
 
 namespace dp::cuda::detail {
 
-using kernels::convert;
+using backend::convert;
 
 // float32, float16 and bfloat16 accumulate in float32; float64 in float64.
 template <typename T>
 using facc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 // Values of max / min: 16-bit floats compare as float, everything else as itself.
 template <typename T>
-using cmp_t = std::conditional_t<kernels::is_reduced_float_v<T>, float, T>;
+using cmp_t = std::conditional_t<backend::is_reduced_float_v<T>, float, T>;
 
 // ---------------------------------------------------------------- math on float / double
 

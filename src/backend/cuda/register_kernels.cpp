@@ -19,7 +19,10 @@ namespace dp::cuda {
 const DeviceRuntime& cuda_runtime();  // device_runtime.cpp
 }  // namespace dp::cuda
 
-namespace dp::backend {
+namespace dp::cuda {
+
+// The kernel interfaces' types and helpers, by their names (the stubs are reached as backend::).
+using namespace ::dp::backend;
 
 void register_cuda_elementwise_kernels();  // register_elementwise_kernels.cpp
 void register_cuda_reduce_kernels();       // register_reduce_kernels.cpp
@@ -28,15 +31,18 @@ namespace {
 
 // Adam's step count and bias corrections are host values: captured into a CUDA graph they would be
 // frozen at their values of the captured step.
-void check_host_scalar_step_cuda(int device, const char* optimizer) {
+void check_host_scalar_step_kernel(int device, const char* optimizer) {
   DP_CHECK(!cuda::is_current_stream_capturing(device), NotImplementedError, optimizer, ": step() during CUDA graph capture on cuda:", device,
            ": the step count and bias corrections are host values and would be frozen into the graph; "
            "capture SGD, or run this optimizer's step outside the graph");
 }
 
-void sum_into_cuda(void* out, const std::vector<const void*>& ins, int64_t n, DType dtype, const Stream& stream) {
+void sum_into_kernel(void* out, const std::vector<const void*>& ins, int64_t n, DType dtype, const ::dp::Stream& stream) {
   cuda::sum_into(out, ins, n, dtype, cuda::Stream::from_generic(stream));
 }
+
+// The kernel interface's peer access is the public dp::cuda::enable_peer_access.
+bool peer_access_kernel(int device, int peer) { return enable_peer_access(device, peer); }
 
 }  // namespace
 
@@ -44,26 +50,31 @@ void register_cuda_ops_kernels();  // register_ops_kernels.cpp
 
 void register_cuda_kernels() {
   register_device_runtime(DeviceType::CUDA, &cuda::cuda_runtime());
-  collective_usable.set(DeviceType::CUDA, &cuda::nccl::usable);
-  collective_broadcast.set(DeviceType::CUDA, &cuda::nccl::broadcast);
-  collective_reduce.set(DeviceType::CUDA, &cuda::nccl::reduce);
-  peer_access.set(DeviceType::CUDA, &cuda::enable_peer_access);
-  sum_into.set(DeviceType::CUDA, &sum_into_cuda);
+  using nccl::collective_usable_kernel;
+  DP_REGISTER_KERNEL(CUDA, collective_usable_kernel);
+  using nccl::collective_broadcast_kernel;
+  DP_REGISTER_KERNEL(CUDA, collective_broadcast_kernel);
+  using nccl::collective_reduce_kernel;
+  DP_REGISTER_KERNEL(CUDA, collective_reduce_kernel);
+  DP_REGISTER_KERNEL(CUDA, peer_access_kernel);
+  DP_REGISTER_KERNEL(CUDA, sum_into_kernel);
   register_cuda_elementwise_kernels();
   register_cuda_reduce_kernels();
-  dropout_forward.set(DeviceType::CUDA, &cuda::dropout_forward);
-  dropout_apply.set(DeviceType::CUDA, &cuda::dropout_apply);
-  sgd_update.set(DeviceType::CUDA, &cuda::optim::sgd_update);
-  adam_update.set(DeviceType::CUDA, &cuda::optim::adam_update);
-  check_host_scalar_step.set(DeviceType::CUDA, &check_host_scalar_step_cuda);
-  pointwise_loss_forward.set(DeviceType::CUDA, &cuda::pointwise_loss_forward);
-  pointwise_loss_backward.set(DeviceType::CUDA, &cuda::pointwise_loss_backward);
-  nll_loss_forward.set(DeviceType::CUDA, &cuda::nll_loss_forward);
-  nll_loss_backward.set(DeviceType::CUDA, &cuda::nll_loss_backward);
-  cross_entropy_index_forward.set(DeviceType::CUDA, &cuda::cross_entropy_index_forward);
-  cross_entropy_index_backward.set(DeviceType::CUDA, &cuda::cross_entropy_index_backward);
-  cross_entropy_prob_forward.set(DeviceType::CUDA, &cuda::cross_entropy_prob_forward);
-  cross_entropy_prob_backward.set(DeviceType::CUDA, &cuda::cross_entropy_prob_backward);
+  DP_REGISTER_KERNEL(CUDA, dropout_forward_kernel);
+  DP_REGISTER_KERNEL(CUDA, dropout_apply_kernel);
+  using optim::sgd_update_kernel;
+  DP_REGISTER_KERNEL(CUDA, sgd_update_kernel);
+  using optim::adam_update_kernel;
+  DP_REGISTER_KERNEL(CUDA, adam_update_kernel);
+  DP_REGISTER_KERNEL(CUDA, check_host_scalar_step_kernel);
+  DP_REGISTER_KERNEL(CUDA, pointwise_loss_forward_kernel);
+  DP_REGISTER_KERNEL(CUDA, pointwise_loss_backward_kernel);
+  DP_REGISTER_KERNEL(CUDA, nll_loss_forward_kernel);
+  DP_REGISTER_KERNEL(CUDA, nll_loss_backward_kernel);
+  DP_REGISTER_KERNEL(CUDA, cross_entropy_index_forward_kernel);
+  DP_REGISTER_KERNEL(CUDA, cross_entropy_index_backward_kernel);
+  DP_REGISTER_KERNEL(CUDA, cross_entropy_prob_forward_kernel);
+  DP_REGISTER_KERNEL(CUDA, cross_entropy_prob_backward_kernel);
   register_cuda_ops_kernels();
 }
 
@@ -71,10 +82,10 @@ namespace {
 // Enlists the CUDA backend when this object file is part of the program: at load time for the
 // shared libdparallel_cuda.so (which its users link with --no-as-needed, cmake/Cuda.cmake); for the
 // static library because the program refers to link_backend() below.
-const BackendRegistrar cuda_registrar(DeviceType::CUDA, &register_cuda_kernels);
+const backend::BackendRegistrar cuda_registrar(DeviceType::CUDA, &register_cuda_kernels);
 }  // namespace
 
-}  // namespace dp::backend
+}  // namespace dp::cuda
 
 namespace dp::cuda::detail {
 

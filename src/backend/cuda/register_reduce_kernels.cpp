@@ -9,34 +9,37 @@
 #include "backend/cuda/norm_pool.h"
 #include "backend/cuda/reduce.h"
 
-namespace dp::backend {
+namespace dp::cuda {
+
+// The kernel interfaces' types and helpers, by their names (the stubs are reached as backend::).
+using namespace ::dp::backend;
 
 void register_cuda_reduce_kernels() {
-  sum_stub.set(DeviceType::CUDA, &cuda::sum_kernel);
-  mean_stub.set(DeviceType::CUDA, &cuda::mean_kernel);
-  minmax_stub.set(DeviceType::CUDA, &cuda::minmax_kernel);
-  minmax_index_stub.set(DeviceType::CUDA, &cuda::minmax_index_kernel);
-  var_stub.set(DeviceType::CUDA, &cuda::var_kernel);
-  logsumexp_stub.set(DeviceType::CUDA, &cuda::logsumexp_kernel);
-  norm_stub.set(DeviceType::CUDA, &cuda::norm_kernel);
-  softmax_stub.set(DeviceType::CUDA, &cuda::softmax_kernel);
-  softmax_backward_stub.set(DeviceType::CUDA, &cuda::softmax_backward_kernel);
+  DP_REGISTER_KERNEL(CUDA, sum_kernel);
+  DP_REGISTER_KERNEL(CUDA, mean_kernel);
+  DP_REGISTER_KERNEL(CUDA, minmax_kernel);
+  DP_REGISTER_KERNEL(CUDA, minmax_index_kernel);
+  DP_REGISTER_KERNEL(CUDA, var_kernel);
+  DP_REGISTER_KERNEL(CUDA, logsumexp_kernel);
+  DP_REGISTER_KERNEL(CUDA, norm_kernel);
+  DP_REGISTER_KERNEL(CUDA, softmax_kernel);
+  DP_REGISTER_KERNEL(CUDA, softmax_backward_kernel);
 
-  layer_norm_stub.set(DeviceType::CUDA, &cuda::layer_norm_kernel);
-  layer_norm_backward_stub.set(DeviceType::CUDA, &cuda::layer_norm_backward_kernel);
-  batch_norm_stats_stub.set(DeviceType::CUDA, &cuda::batch_norm_stats_kernel);
-  batch_norm_apply_stub.set(DeviceType::CUDA, &cuda::batch_norm_apply_kernel);
-  batch_norm_backward_stub.set(DeviceType::CUDA, &cuda::batch_norm_backward_kernel);
+  DP_REGISTER_KERNEL(CUDA, layer_norm_kernel);
+  DP_REGISTER_KERNEL(CUDA, layer_norm_backward_kernel);
+  DP_REGISTER_KERNEL(CUDA, batch_norm_stats_kernel);
+  DP_REGISTER_KERNEL(CUDA, batch_norm_apply_kernel);
+  DP_REGISTER_KERNEL(CUDA, batch_norm_backward_kernel);
 
-  max_pool2d_stub.set(DeviceType::CUDA, &cuda::max_pool2d_kernel);
-  max_pool2d_backward_stub.set(DeviceType::CUDA, &cuda::max_pool2d_backward_kernel);
-  avg_pool2d_stub.set(DeviceType::CUDA, &cuda::avg_pool2d_kernel);
-  avg_pool2d_backward_stub.set(DeviceType::CUDA, &cuda::avg_pool2d_backward_kernel);
-  adaptive_avg_pool2d_stub.set(DeviceType::CUDA, &cuda::adaptive_avg_pool2d_kernel);
-  adaptive_avg_pool2d_backward_stub.set(DeviceType::CUDA, &cuda::adaptive_avg_pool2d_backward_kernel);
+  DP_REGISTER_KERNEL(CUDA, max_pool2d_kernel);
+  DP_REGISTER_KERNEL(CUDA, max_pool2d_backward_kernel);
+  DP_REGISTER_KERNEL(CUDA, avg_pool2d_kernel);
+  DP_REGISTER_KERNEL(CUDA, avg_pool2d_backward_kernel);
+  DP_REGISTER_KERNEL(CUDA, adaptive_avg_pool2d_kernel);
+  DP_REGISTER_KERNEL(CUDA, adaptive_avg_pool2d_backward_kernel);
 
-  conv2d_forward_stub.set(DeviceType::CUDA, &cuda::conv2d_forward_kernel);
-  conv2d_backward_stub.set(DeviceType::CUDA, &cuda::conv2d_backward_kernel);
+  DP_REGISTER_KERNEL(CUDA, conv2d_forward_kernel);
+  DP_REGISTER_KERNEL(CUDA, conv2d_backward_kernel);
 }
 
-}  // namespace dp::backend
+}  // namespace dp::cuda

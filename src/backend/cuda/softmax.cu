@@ -26,7 +26,7 @@ namespace {
 using detail::facc_t;
 using detail::MaxSum;
 using detail::SoftmaxLaunch;
-using kernels::convert;
+using backend::convert;
 
 template <typename A>
 struct OnlineCombine {
@@ -171,14 +171,14 @@ void check_devices(const char* name, const Tensor& out, std::initializer_list<co
 void softmax_kernel(const Tensor& out, const Tensor& in, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   check_devices(name, out, {&in});
-  if (in.numel() == 0) return;
+  if (!backend::check_softmax_args(out, in, log)) return;
   const backend::SoftmaxGeometry geo = backend::softmax_geometry(in, dim);
   const SoftmaxLaunch l = detail::choose_softmax_launch(geo.outer, geo.dsize, geo.inner);
   const int dev = out.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = current_stream(dev).handle();
   const dim3 grid(static_cast<unsigned>(l.grid_x)), block(l.block_x, l.block_y);
-  kernels::dispatch_floating(in.dtype(), name, [&]<typename T>() {
+  backend::dispatch_floating(in.dtype(), name, [&]<typename T>() {
     const T* x = static_cast<const T*>(in.data_ptr());
     T* y = static_cast<T*>(out.data_ptr());
     if (l.rows) {
@@ -199,14 +199,14 @@ void softmax_kernel(const Tensor& out, const Tensor& in, int64_t dim, bool log) 
 void softmax_backward_kernel(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log) {
   const char* name = log ? "log_softmax_backward" : "softmax_backward";
   check_devices(name, gin, {&g, &y});
-  if (y.numel() == 0) return;
+  if (!backend::check_softmax_backward_args(gin, g, y, log)) return;
   const backend::SoftmaxGeometry geo = backend::softmax_geometry(y, dim);
   const SoftmaxLaunch l = detail::choose_softmax_launch(geo.outer, geo.dsize, geo.inner);
   const int dev = gin.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = current_stream(dev).handle();
   const dim3 grid(static_cast<unsigned>(l.grid_x)), block(l.block_x, l.block_y);
-  kernels::dispatch_floating(y.dtype(), name, [&]<typename T>() {
+  backend::dispatch_floating(y.dtype(), name, [&]<typename T>() {
     const T* gp = static_cast<const T*>(g.data_ptr());
     const T* yp = static_cast<const T*>(y.data_ptr());
     T* op = static_cast<T*>(gin.data_ptr());

@@ -45,7 +45,7 @@ Tensor on_device_of(const char* what, const Tensor& out, const Tensor& in) {
   DP_CHECK(in.device().is_cpu() && in.numel() == 1, DeviceError, what,
            ": expected all tensors to be on the same device, but found at least two devices, ", out.device().str(), " and ", in.device().str(), "!");
   Tensor d = make_empty(in.sizes(), in.dtype(), out.device());
-  copy_across(d, in, false);
+  copy_across_kernel(d, in, false);
   return d;
 }
 
@@ -212,11 +212,11 @@ Tensor empty_pinned(IntArrayRef sizes, DType dtype) {
   return Tensor(::dp::detail::make_pooled<TensorImpl>(std::move(storage), sz, st, 0, dtype));
 }
 
-void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
+void copy_across_kernel(const Tensor& dst, const Tensor& src, bool non_blocking) {
   if (dst.numel() == 0) return;
   const Device dd = dst.device(), sd = src.device();
   if (dd.is_cuda() && sd.is_cuda() && dd == sd) {
-    copy_kernel(dst, src);
+    copy_on_device(dst, src);
     return;
   }
   if (dd != sd) check_not_capturing(dd.is_cuda() && sd.is_cuda() ? "between devices" : "to or from the host", dd, sd);
@@ -226,13 +226,13 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
     Tensor h = src;
     if (!(h.is_contiguous() && h.dtype() == dst.dtype() && h.sizes() == dst.sizes())) {
       h = make_empty(dst.sizes(), dst.dtype(), Device::cpu());
-      kernels::copy_kernel(h, src);
+      backend::copy_kernel(backend::copy_device_type(h, src), h, src);
       non_blocking = false;  // a temporary host buffer is never pinned
     }
     DeviceGuard guard(dd.index);
     Tensor d = dst.is_contiguous() ? dst : make_empty(dst.sizes(), dst.dtype(), dd);
     h2d(d.data_ptr(), h.data_ptr(), h.nbytes(), dd.index, non_blocking);
-    if (!d.is_same(dst)) copy_kernel(dst, d);
+    if (!d.is_same(dst)) copy_on_device(dst, d);
     return;
   }
   if (!dd.is_cuda() && sd.is_cuda()) {
@@ -242,14 +242,14 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
     Tensor s = src;
     if (!(s.is_contiguous() && s.dtype() == dst.dtype() && s.sizes() == dst.sizes())) {
       s = make_empty(dst.sizes(), dst.dtype(), sd);
-      copy_kernel(s, src);
+      copy_on_device(s, src);
     }
     if (dst.is_contiguous()) {
       d2h(dst.data_ptr(), s.data_ptr(), s.nbytes(), sd.index, non_blocking);
     } else {
       Tensor h = make_empty(dst.sizes(), dst.dtype(), Device::cpu());
       d2h(h.data_ptr(), s.data_ptr(), s.nbytes(), sd.index, false);
-      kernels::copy_kernel(dst, h);
+      backend::copy_kernel(backend::copy_device_type(dst, h), dst, h);
     }
     return;
   }
@@ -260,7 +260,7 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
     DeviceGuard guard(sd.index);
     if (!(s.is_contiguous() && s.dtype() == dst.dtype() && s.sizes() == dst.sizes())) {
       s = make_empty(dst.sizes(), dst.dtype(), sd);
-      copy_kernel(s, src);
+      copy_on_device(s, src);
     }
   }
   Event ready;
@@ -282,7 +282,7 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   Event copied;
   copied.record(ds);
   current_stream(sd.index).wait(copied);
-  if (!d.is_same(dst)) copy_kernel(dst, d);
+  if (!d.is_same(dst)) copy_on_device(dst, d);
 }
 
 }  // namespace dp::cuda

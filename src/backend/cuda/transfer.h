@@ -10,7 +10,7 @@ namespace dp::cuda {
 // non_blocking is copied asynchronously. Device -> host: the host waits for the copy (on the
 // current stream of the source device) unless non_blocking and dst is pinned. Between devices:
 // the destination's current stream waits for the source's, then a peer copy.
-void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking);
+void copy_across_kernel(const Tensor& dst, const Tensor& src, bool non_blocking);
 // True if p is page-locked host memory (cudaHostAlloc / cudaHostRegister).
 bool is_pinned(const void* p);
 // A host tensor in page-locked memory (freed with cudaFreeHost), for fast and asynchronous copies.
