@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Unused #includes in the library, the tools and the tests: clang-tidy 19's misc-include-cleaner
+# Unused #includes in the library and the tools: clang-tidy 19's misc-include-cleaner
 # (.clang-tidy) over every C++ source of the build's compile_commands.json (CUDA sources, which
 # clang-tidy does not compile as nvcc does, excepted). Fails, listing them, on any "not used
 # directly" finding. Run by the ctest test Lint.IncludeCleaner (label lint).
@@ -16,8 +16,8 @@ if [[ -z "$tidy" || -z "$runner" ]]; then
 fi
 [[ -f "$build/compile_commands.json" ]] || { echo "lint.sh: no $build/compile_commands.json" >&2; exit 1; }
 jobs=$(nproc 2>/dev/null || echo 2)
-# Our own sources only (not generated files or third-party ones), .cpp only.
-files_re="^$root/(src|tools|tests|bench|examples)/.*\\.cpp\$"
+# The library's and the tools' own sources (not tests, benchmarks or generated files), .cpp only.
+files_re="^$root/(src|tools)/.*\\.cpp\$"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 # -extra-arg: GCC-only warning options in the compile commands are unknown to clang.

@@ -154,11 +154,11 @@ struct Reducer::State {
     used[i] = 1;
     if (count_ready_locked(buckets.bucket_of[i])) launch_ready_locked();
   }
-  // One more parameter of bucket b is pass.ready; true when that was its last. The timeline's "bucket b
-  // pass.ready" is this moment: the bucket may still wait for an earlier one before it is launched.
+  // One more parameter of bucket b is ready; true when that was its last. The timeline's "bucket b
+  // ready" is this moment: the bucket may still wait for an earlier one before it is launched.
   bool count_ready_locked(size_t b) {
     if (--pass.pending[b] != 0) return false;
-    if (timeline_on) timeline::instant(detail::str("bucket ", b, " pass.ready"), "ddp", timeline::now_us(), 0, bucket_args(b));
+    if (timeline_on) timeline::instant(detail::str("bucket ", b, " ready"), "ddp", timeline::now_us(), 0, bucket_args(b));
     return true;
   }
   // The timeline's arguments of bucket b's events in this pass ("step": the optimizer steps before it).
@@ -229,7 +229,7 @@ struct Reducer::State {
         return;
       }
       // Parameters this pass did not reach: their current .grad (accumulated under no_sync, or set
-      // by the user) or zeros go into the pass.reduction, so every rank launches every bucket.
+      // by the user) or zeros go into the reduction, so every rank launches every bucket.
       for (size_t i = 0; i < params.size(); ++i) {
         if (pass.ready[i]) continue;
         if (has_grad(i)) {

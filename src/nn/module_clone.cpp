@@ -35,6 +35,25 @@ std::string describe(const Module& root, const Module* target) {
   return "a " + target->name();
 }
 
+// Each module of root's tree with its ancestors (root's own: none).
+std::unordered_map<const Module*, std::unordered_set<const Module*>> ancestors_in(const Module& root) {
+  std::unordered_map<const Module*, std::unordered_set<const Module*>> up{{&root, {}}};
+  std::vector<const Module*> stack{&root};
+  while (!stack.empty()) {
+    const Module* x = stack.back();
+    stack.pop_back();
+    for (const auto& kid : x->own_children()) {
+      const Module* k = kid.value().get();
+      if (k == nullptr || up.count(k)) continue;
+      std::unordered_set<const Module*> a = up[x];
+      a.insert(x);
+      up.emplace(k, std::move(a));
+      stack.push_back(k);
+    }
+  }
+  return up;
+}
+
 // A member that the copy constructor copied unchanged (the same bits in the original and the
 // copy) and that is the address of a module of the original tree: a std::shared_ptr<Child>, a raw
 // pointer, a lambda capture. ModuleHolder and Tensor members were re-pointed, so they differ.
@@ -46,7 +65,16 @@ void check_no_original_addresses(const Module& root, const dp::detail::CloneMap&
   };
   add(&root);
   for (const auto& item : map.modules) add(item.first);
+  const auto up = ancestors_in(root);
   for (const CopyRecord& r : copies) {
+    // Not the record's ancestors. The scan also reads padding, which a defaulted copy copies too:
+    // a bool before seven padding bytes left from the stack of the original's construction has
+    // been seen to spell the address of the module being cloned, the child's ancestor
+    // (MultiheadAttentionOptions' batch_first_ inside a Transformer layer). A member pointing up
+    // the tree is rare; one pointing to itself, a descendant or a sibling is what this catches.
+    const auto found = up.find(r.original);
+    const std::unordered_set<const Module*> no_ancestors;
+    const std::unordered_set<const Module*>& ancestors = found == up.end() ? no_ancestors : found->second;
     for (size_t off = 0; off + sizeof(uintptr_t) <= r.size; off += alignof(uintptr_t)) {
       uintptr_t in_copy = 0, in_original = 0;
       std::memcpy(&in_copy, r.copy_object + off, sizeof in_copy);
@@ -54,7 +82,7 @@ void check_no_original_addresses(const Module& root, const dp::detail::CloneMap&
       std::memcpy(&in_original, r.original_object + off, sizeof in_original);
       if (in_copy != in_original) continue;
       auto it = originals.find(in_copy);
-      if (it == originals.end()) continue;
+      if (it == originals.end() || ancestors.contains(it->second)) continue;
       const std::string child = it->second->name();
       throw ValueError(::dp::detail::str(
           "cannot copy ", root.name(), " (clone, or a DataParallel replica): the copy of ", describe(root, r.original),
