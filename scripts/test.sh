@@ -40,17 +40,17 @@ if [[ "${DP_SKIP_CUDA_OFF:-0}" != 1 ]] && grep -q "^#define DP_CONFIG_HAVE_CUDA 
 fi
 
 # ASan + UBSan on the quick suite (tests/CMakeLists.txt, sanitize_quick: the test programs of
-# core, backend, autograd, amp, ops and optim): a Debug build without CUDA in build-asan-quick,
+# core, backend, autograd and ops): a Debug build without CUDA in build-asan-quick,
 # its tests run under the sanitizers with scripts/sanitize.sh's options. Any report fails the test
 # that made it. DP_SKIP_SANITIZE=1 leaves it out.
 if [[ "${DP_SKIP_SANITIZE:-0}" != 1 ]]; then
   san_start=$SECONDS
   san_dir="${BUILD_DIR}-asan-quick"
   if dp_build "$san_dir" -DDP_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug -DDP_WITH_CUDA=OFF -DDP_BUILD_BENCH=OFF -DDP_BUILD_EXAMPLES=OFF \
-      -DDP_BUILD_TOOLS=OFF -DDP_INSTALL=OFF -- sanitize_quick; then
+      -DDP_INSTALL=OFF -- sanitize_quick; then
     san_built=$SECONDS
     ASAN_OPTIONS="$DP_ASAN_OPTIONS" UBSAN_OPTIONS="$DP_UBSAN_OPTIONS" \
-      ctest --test-dir "$san_dir" --output-on-failure -j2 -L "$(cat "$san_dir/tests/sanitize_quick_labels.txt")" || rc=1
+      ctest --test-dir "$san_dir" --output-on-failure -j2 -L "$(cat "$san_dir/tests/sanitize_quick_labels.txt")" -LE "fuzz|compile_fail|lint|long" || rc=1
     echo "== test.sh: ASan + UBSan quick suite: build $((san_built - san_start)) s, tests $((SECONDS - san_built)) s"
   else
     echo "== test.sh: the ASan + UBSan build failed"

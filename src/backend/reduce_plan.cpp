@@ -1,7 +1,6 @@
 // Reduction plans and the shape side of a reduction (reduce_plan.h).
 #include "backend/reduce_plan.h"
 #include <algorithm>
-#include <numeric>
 
 namespace dp::backend {
 

@@ -1,5 +1,4 @@
 #include "dp/core/shape.h"
-#include <sstream>
 #include "dp/core/errors.h"
 
 namespace dp {

@@ -1,6 +1,5 @@
 #include "dp/data/dataloader.h"
 
-#include <string>
 #include "data/epoch_run.h"
 #include "dp/core/generator.h"
 

@@ -10,7 +10,6 @@
 #include <new>
 #include <stdexcept>
 #include <string>
-#include <typeinfo>
 #include "dp/data/map_dataset.h"
 
 namespace dp::data::detail {

@@ -1,7 +1,6 @@
 // Image transforms: Normalize, RandomCrop, RandomHorizontalFlip, Lambda, Compose.
 #include "dp/data/transforms.h"
 
-#include <string>
 #include "dp/autograd/grad_mode.h"
 #include "dp/core/shape.h"
 #include "dp/ops/factory.h"

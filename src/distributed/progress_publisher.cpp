@@ -1,6 +1,5 @@
 // Background publishing and bounded reading of every rank's progress (progress_publisher.h).
 #include "distributed/progress_publisher.h"
-#include <charconv>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>

@@ -16,8 +16,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <new>
-#include <thread>
 #include "distributed/gloo_reduce.h"
 #include "distributed/tcp_store_protocol.h"
 #include "dp/core/errors.h"

@@ -1,5 +1,4 @@
 #include "distributed/sigpipe_block.h"
-#include <pthread.h>
 #include <ctime>
 
 namespace dp::distributed::detail {

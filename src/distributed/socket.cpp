@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include "dp/core/errors.h"
 
 namespace dp::distributed::net {
 

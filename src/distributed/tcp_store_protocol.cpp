@@ -4,7 +4,6 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <cstring>
-#include "dp/core/errors.h"
 
 namespace dp::distributed::tcp_store {
 

@@ -10,7 +10,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <openssl/crypto.h>
-#include <sys/uio.h>
 #include <algorithm>
 #include <atomic>
 #include <climits>

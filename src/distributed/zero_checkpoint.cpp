@@ -1,6 +1,5 @@
 // ZeroRedundancyOptimizer's checkpoints: consolidate_state_dict / state_dict, load_state_dict of a
 // full state (keeping this rank's shard), and the sharded save / load that needs no gather.
-#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>

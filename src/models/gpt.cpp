@@ -6,7 +6,6 @@
 #include <limits>
 #include <string>
 #include "dp/autograd/grad_mode.h"
-#include "dp/nn/functional/activation.h"
 #include "dp/nn/functional/attention.h"
 #include "dp/nn/functional/loss.h"
 #include "dp/nn/init.h"

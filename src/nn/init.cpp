@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include "dp/autograd/grad_mode.h"
-#include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 
 namespace dp::nn::init {

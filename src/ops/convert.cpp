@@ -10,7 +10,6 @@
 #include "backend/dispatch.h"
 #include "dp/autograd/function.h"
 #include "dp/core/device_registry.h"
-#include "dp/ops/factory.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"
 

@@ -6,7 +6,6 @@
 
 #include "backend/random_kernels.h"
 #include "backend/copy_kernels.h"
-#include "backend/norm_kernels.h"
 #include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"

@@ -13,7 +13,6 @@
 #include "dp/ops/sequence.h"
 
 #include <algorithm>
-#include <array>
 #include <string>
 #include <vector>
 

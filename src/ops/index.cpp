@@ -9,7 +9,6 @@
 #include "dp/ops/index.h"
 
 #include <algorithm>
-#include <array>
 #include <vector>
 
 #include "backend/index_kernels.h"

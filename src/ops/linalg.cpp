@@ -13,19 +13,15 @@
 #include "dp/core/pooled.h"
 #include "dp/ops/linalg.h"
 
-#include <algorithm>
 #include <optional>
 #include <sstream>
-#include <vector>
 
 #include "backend/capabilities.h"
 #include "backend/blas_layout.h"
 #include "backend/linalg_kernels.h"
-#include "backend/elementwise_kernels.h"
 #include "backend/copy_kernels.h"
 #include "dp/autograd/function.h"
 #include "dp/ops/elementwise.h"
-#include "dp/ops/factory.h"
 #include "dp/ops/reduction.h"
 #include "dp/ops/shape.h"
 #include "ops/common.h"

@@ -7,7 +7,6 @@
 #include <vector>
 #include "backend/capabilities.h"
 #include "backend/norm_kernels.h"
-#include "backend/dispatch.h"
 #include "backend/copy_kernels.h"
 #include "backend/norm_kernels.h"
 #include "backend/tensor_nograd.h"

@@ -9,8 +9,7 @@
 //     requires_grad=True; a suffix that would pass column 80 goes on its own line.
 #include <cmath>
 #include <cstdio>
-#include <sstream>
-#include "dp/autograd/node.h"
+#include "dp/autograd/node.h"  // IWYU pragma: keep (grad_fn()->name(): a use through a pointer)
 #include "dp/core/tensor.h"
 
 namespace dp {

@@ -18,7 +18,6 @@
 #include "dp/autograd/function.h"
 #include "dp/core/device_registry.h"
 #include "dp/ops/factory.h"
-#include "dp/ops/shape.h"
 #include "ops/common.h"
 
 namespace dp {

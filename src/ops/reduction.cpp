@@ -1,5 +1,4 @@
 // sum, mean and sum_to, with autograd.
-#include <algorithm>
 #include <vector>
 #include "backend/reduce_kernels.h"
 #include "backend/reduce_plan.h"

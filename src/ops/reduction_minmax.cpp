@@ -1,6 +1,5 @@
 // max / min (over everything, or along a dim with indices), amax, argmax / argmin, with autograd.
 #include "backend/reduce_plan.h"
-#include "backend/copy_kernels.h"
 #include "backend/reduce_kernels.h"
 #include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"
@@ -8,7 +7,6 @@
 #include "dp/ops/factory.h"
 #include "dp/ops/index.h"
 #include "dp/ops/reduction.h"
-#include "dp/ops/shape.h"
 #include "ops/common.h"
 #include "ops/reduction_helpers.h"
 

@@ -10,7 +10,6 @@
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/reduction.h"
-#include "dp/ops/shape.h"
 #include "ops/common.h"
 #include "ops/reduction_helpers.h"
 #include "amp/autocast_ops.h"

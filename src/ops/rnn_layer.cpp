@@ -23,7 +23,6 @@
 // h_prev (h_prev: the output shifted by one step, plus h0; packed: gathered), the biases' column sums.
 // Rows a packed step does not carry on from the previous step started from h0 there: their dh at
 // that step is dh0's row, which no earlier step touches again.
-#include <algorithm>
 #include <array>
 #include <memory>
 #include <string>

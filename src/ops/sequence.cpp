@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/copy_kernels.h"
 #include "backend/index_kernels.h"
 #include "backend/random_kernels.h"
 #include "backend/sequence_kernels.h"

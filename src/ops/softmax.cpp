@@ -4,7 +4,6 @@
 // its own ("SoftmaxBackwardDataBackward0") whose edges lead to the incoming gradient and to the
 // softmax input, so second derivatives flow through the saved result without keeping the input.
 #include "dp/core/pooled.h"
-#include "backend/copy_kernels.h"
 #include "backend/reduce_kernels.h"
 #include "backend/tensor_nograd.h"
 #include "dp/autograd/function.h"

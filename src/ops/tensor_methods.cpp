@@ -1,9 +1,7 @@
 // Tensor's methods and operators: each forwards to the free function of the same name. Declared in
 // core (dp/core/tensor.h), defined here in ops, the layer of the functions they call (as ATen's
 // TensorBody methods are defined beside the operators, not in c10).
-#include "dp/autograd/grad_mode.h"
 #include "dp/ops/elementwise.h"
-#include "dp/ops/factory.h"
 #include "dp/ops/index.h"
 #include "dp/ops/linalg.h"
 #include "dp/ops/reduction.h"

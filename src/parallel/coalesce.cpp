@@ -3,7 +3,6 @@
 #include <map>
 #include "dp/autograd/grad_mode.h"
 #include "dp/ops/factory.h"
-#include "dp/ops/shape.h"
 
 namespace dp::parallel::detail {
 namespace {

@@ -1,12 +1,9 @@
 // scatter / gather (differentiable, each the other's backward) and broadcast_coalesced.
 #include "dp/parallel/comm.h"
-#include <numeric>
 #include "dp/autograd/function.h"
 #include "dp/core/device_registry.h"
 #include "dp/core/warning.h"
-#include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
-#include "dp/ops/shape.h"
 #include "parallel/comm_device.h"
 #include "parallel/placement.h"
 

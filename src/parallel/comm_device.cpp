@@ -3,7 +3,6 @@
 #include "backend/comm_kernels.h"
 #include "dp/autograd/grad_mode.h"
 #include "dp/core/device_runtime.h"
-#include "dp/core/errors.h"
 #include "dp/ops/factory.h"
 #include "parallel/coalesce.h"
 

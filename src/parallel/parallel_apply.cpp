@@ -2,14 +2,8 @@
 // a replica's nodes get the same context from the autograd engine: Node::replica()).
 #include "dp/parallel/parallel_apply.h"
 #include <cctype>
-#include <cxxabi.h>
 #include <cstdlib>
-#include <memory>
-#include <new>
-#include <optional>
-#include <stdexcept>
 #include <string>
-#include <typeinfo>
 #include "dp/amp/autocast.h"
 #include "dp/autograd/node.h"
 #include "dp/core/device_runtime.h"

@@ -4,8 +4,6 @@
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"
 #include "dp/ops/index.h"
-#include "dp/ops/reduction.h"
-#include "dp/ops/shape.h"
 #include "dp/parallel/comm.h"
 #include "parallel/placement.h"
 

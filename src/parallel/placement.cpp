@@ -1,7 +1,6 @@
 #include "parallel/placement.h"
 #include "dp/autograd/grad_mode.h"
 #include "dp/core/pooled.h"
-#include "dp/ops/shape.h"
 
 namespace dp::parallel::detail {
 

@@ -7,11 +7,9 @@
 #include "dp/autograd/grad_mode.h"
 #include "dp/core/device_registry.h"
 #include "dp/ops/factory.h"
-#include "dp/ops/shape.h"
 #include "dp/parallel/comm.h"
 #include "dp/parallel/detail/run.h"
 #include "parallel/comm_device.h"
-#include "parallel/placement.h"
 
 namespace dp::parallel {
 namespace detail {

@@ -1,7 +1,6 @@
 #include "job.h"
 
 #include <stdlib.h>
-#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -9,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include "dp/distributed/errors.h"
 #include "dp/distributed/store.h"
 #include "exit_codes.h"
 #include "nodes.h"

@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
-#include <iostream>
 #include <numeric>
 #include <optional>
 #include <sstream>

@@ -6,7 +6,6 @@
 #include <type_traits>
 
 #include "backend/cpu/blas.h"
-#include "backend/dispatch.h"
 
 namespace dp::backend::cpu {
 namespace {

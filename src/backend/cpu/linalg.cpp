@@ -16,7 +16,6 @@
 #include "backend/cpu/blas.h"
 #include "backend/cpu/onednn.h"
 #include "backend/dispatch.h"
-#include "backend/elementwise_kernels.h"
 #include "backend/cpu/loops.h"
 
 namespace dp::backend::cpu {

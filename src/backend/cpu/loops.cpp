@@ -1,7 +1,6 @@
 #include "backend/cpu/loops.h"
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 #include "backend/cpu/blas.h"
 #include "backend/cpu/elementwise_loops.h"
 #include "backend/elementwise_math.h"

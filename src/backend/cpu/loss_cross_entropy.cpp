@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <type_traits>
 #include <vector>
 #include "backend/cpu/loss_common.h"
 #include "backend/cpu/reduce_vec.h"

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>

@@ -3,7 +3,6 @@
 
 #include <dlfcn.h>
 
-#include <mutex>
 #include <string>
 
 #include "dp/core/errors.h"

@@ -14,7 +14,6 @@
 #include "backend/cuda/lstm.h"
 #include "backend/cuda/norm_pool.h"
 #include "backend/cuda/random.h"
-#include "backend/cuda/transfer.h"
 #include "dp/core/errors.h"
 #include "dp/core/pooled.h"
 

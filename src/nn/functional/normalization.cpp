@@ -1,6 +1,5 @@
 // dp::nn::functional batch_norm and layer_norm (forwarders) and normalize (written with dp ops).
 #include <cmath>
-#include <limits>
 #include "dp/nn/functional/normalization.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/normalization.h"

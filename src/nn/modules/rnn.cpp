@@ -2,7 +2,6 @@
 
 #include <charconv>
 #include <cmath>
-#include "dp/autograd/grad_mode.h"
 #include "dp/nn/init.h"
 #include "dp/ops/elementwise.h"
 #include "dp/ops/factory.h"

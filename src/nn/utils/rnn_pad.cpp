@@ -6,7 +6,6 @@
 #include "dp/autograd/function.h"
 #include "dp/nn/utils/rnn.h"
 #include "dp/ops/factory.h"
-#include "dp/ops/shape.h"
 
 namespace dp::nn::utils::rnn {
 
