@@ -2,8 +2,9 @@
 # dparallel (as libtorch_cuda beside libtorch_cpu), so that a program that does not use GPUs links no
 # CUDA library. Included after the dparallel target is defined.
 #
-#  - When DP_WITH_CUDA is ON (the default) and nvcc is found, everything under src/backend/cuda goes
-#    into dparallel_cuda: the *.cpp files (CUDA runtime API calls, compiled by the C++ compiler with
+#  - When DP_WITH_CUDA is ON (the default) and nvcc is found, everything under src/cuda (the CUDA
+#    runtime, dp::cuda: include/dp/cuda's devices, streams, allocator, graphs) and src/backend/cuda
+#    (the backend's kernels, dp::backend::cuda) goes into dparallel_cuda: the *.cpp files (CUDA runtime API calls, compiled by the C++ compiler with
 #    dparallel's flags) and the *.cu files (kernels), compiled into the object library
 #    dparallel_cuda_kernels whose objects are part of it. dparallel_cuda links dparallel, CUDA::cudart
 #    and (found or not) cuDNN and NCCL; dparallel links no CUDA library. dparallel defines
@@ -16,7 +17,7 @@
 #    shared library runs the registrar when it is loaded; its users are given
 #    -Wl,--push-state,--no-as-needed,<the library>,--pop-state, so that a linker that drops unused
 #    libraries (--as-needed, the default of some distributions) keeps it.
-#  - src/backend/cuda/caching_allocator.cpp is plain C++ (the caching allocator's logic over a
+#  - src/cuda/caching_allocator.cpp is plain C++ (the caching allocator's logic over a
 #    raw-memory backend): without CUDA, tests/cuda/test_caching_allocator compiles it itself, so it
 #    is tested on every machine.
 #  - Kernels are compiled for sm_80 and sm_90 (SASS) plus compute_90 PTX, C++20. Keep the number
@@ -61,8 +62,9 @@ if(DP_WITH_CUDA)
   endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    file(GLOB_RECURSE DP_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cu)
-    file(GLOB_RECURSE DP_CUDA_HOST_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cpp)
+    # src/cuda: the CUDA runtime (dp::cuda, include/dp/cuda); src/backend/cuda: the backend's kernels.
+    file(GLOB_RECURSE DP_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cu)
+    file(GLOB_RECURSE DP_CUDA_HOST_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cpp ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cpp)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES "80-real;90")
     endif()

@@ -37,7 +37,8 @@ FOLDERS = {
     "src/core": "core",
     "src/backend": "kernels",             # the kernel interface both backends share
     "src/backend/cpu": "cpu",             # the CPU backend
-    "src/backend/cuda": "cuda",           # the CUDA backend
+    "src/backend/cuda": "cuda",           # the CUDA backend's kernels (dp::backend::cuda)
+    "src/cuda": "cuda",                   # the CUDA runtime (dp::cuda): streams, allocator, graphs
     "include/dp/cuda": "cuda",
     "include/dp/amp": "amp",
     "src/amp": "amp",
@@ -87,7 +88,7 @@ EXTRA_ALLOWED = set()
 # A backend's own headers (its folders here) are private to it: only files in the same folder and
 # the registry, which names the CPU backend's register function, may include them. Everything
 # above the backends reaches a kernel through the kernel interface (src/backend/*.h) and its stubs.
-PRIVATE_BACKEND_FOLDERS = ["src/backend/cpu", "src/backend/cuda"]
+PRIVATE_BACKEND_FOLDERS = ["src/backend/cpu", "src/backend/cuda", "src/cuda"]
 BACKEND_INCLUDERS = {"src/backend/registry.cpp"}
 
 # Where the files that are checked live, and the file names that are C/C++/CUDA sources.

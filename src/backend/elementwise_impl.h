@@ -1,6 +1,6 @@
 #pragma once
 // One definition of the element-wise kernels for both backends. Each kernel is a function template
-// over a launcher L (the CPU's CpuLaunch below, CUDA's dp::cuda::detail::CudaLaunch in
+// over a launcher L (the CPU's CpuLaunch below, CUDA's dp::backend::cuda::detail::CudaLaunch in
 // src/backend/cuda/launch.cuh) with
 //   L::template run<Out, In...>(out, functor, inputs...)   // out[i] = functor(inputs[i]...)
 // and the element math is written as functor structs whose call operators are DP_HOST_DEVICE, so

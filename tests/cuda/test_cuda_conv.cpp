@@ -40,19 +40,19 @@ backend::Conv2dGeometry geometry(int64_t N, int64_t C, int64_t H, int64_t W, int
 
 TEST(CudaConvPlan, BatchChunksKeepEveryTensorUnder2To31Elements) {
   // Small images: the whole batch in one call.
-  EXPECT_EQ(cuda::conv_batch_chunk(geometry(64, 3, 32, 32, 16, 3)), 64);
+  EXPECT_EQ(backend::cuda::conv_batch_chunk(geometry(64, 3, 32, 32, 16, 3)), 64);
   // 2^26-element images (in or out): 31 images is the most below 2^31.
   const auto big = geometry(100, 64, 1024, 1024, 64, 1);
-  const int64_t chunk = cuda::conv_batch_chunk(big);
+  const int64_t chunk = backend::cuda::conv_batch_chunk(big);
   EXPECT_EQ(chunk, 31);
   EXPECT_LT(chunk * 64 * 1024 * 1024, int64_t{1} << 31);
   // The output can be the larger side.
   const auto wide = geometry(10, 1, 4096, 4096, 200, 1);
-  EXPECT_EQ(cuda::conv_batch_chunk(wide), 0);  // one output image has 200 * 2^24 > 2^31 elements
+  EXPECT_EQ(backend::cuda::conv_batch_chunk(wide), 0);  // one output image has 200 * 2^24 > 2^31 elements
   const auto fits = geometry(10, 1, 4096, 4096, 100, 1);
-  EXPECT_EQ(cuda::conv_batch_chunk(fits), 1);
+  EXPECT_EQ(backend::cuda::conv_batch_chunk(fits), 1);
   // An empty batch still plans one image per call (nothing runs).
-  EXPECT_EQ(cuda::conv_batch_chunk(geometry(0, 3, 8, 8, 4, 3)), 1);
+  EXPECT_EQ(backend::cuda::conv_batch_chunk(geometry(0, 3, 8, 8, 4, 3)), 1);
 }
 
 TEST(CudaConvPlan, DescriptionNamesShapesOptionsDtypeAndDevice) {
@@ -60,7 +60,7 @@ TEST(CudaConvPlan, DescriptionNamesShapesOptionsDtypeAndDevice) {
   g.groups = 2;
   g.sh = 2;
   g.ph = 1;
-  const std::string d = cuda::conv_description(g, kFloat32, Device::cuda(1));
+  const std::string d = backend::cuda::conv_description(g, kFloat32, Device::cuda(1));
   EXPECT_NE(d.find("input [2, 4, 9, 9]"), std::string::npos) << d;
   EXPECT_NE(d.find("weight [6, 2, 3, 3]"), std::string::npos) << d;
   EXPECT_NE(d.find("stride [2, 1]"), std::string::npos) << d;
@@ -71,13 +71,14 @@ TEST(CudaConvPlan, DescriptionNamesShapesOptionsDtypeAndDevice) {
 }
 
 TEST(CudaConvPlan, CudnnErrorMessageAndTf32Switch) {
-  const std::string m = cuda::cudnn::error_message("cudnn", "CUDNN_STATUS_BAD_PARAM", 2000, "cudnnConvolutionForward(...)", "input [1, 2, 3, 4]");
+  const std::string m =
+      backend::cuda::cudnn::error_message("cudnn", "CUDNN_STATUS_BAD_PARAM", 2000, "cudnnConvolutionForward(...)", "input [1, 2, 3, 4]");
   EXPECT_EQ(m, "cudnn: cuDNN error CUDNN_STATUS_BAD_PARAM (2000): cudnnConvolutionForward(...) [input [1, 2, 3, 4]]");
-  EXPECT_EQ(cuda::cudnn::error_message("x", "S", 1, "call", ""), "x: cuDNN error S (1): call");
-  EXPECT_FALSE(cuda::cudnn::allow_tf32());  // off by default: float32 convolutions at full precision
-  cuda::cudnn::set_allow_tf32(true);
-  EXPECT_TRUE(cuda::cudnn::allow_tf32());
-  cuda::cudnn::set_allow_tf32(false);
+  EXPECT_EQ(backend::cuda::cudnn::error_message("x", "S", 1, "call", ""), "x: cuDNN error S (1): call");
+  EXPECT_FALSE(backend::cuda::cudnn::allow_tf32());  // off by default: float32 convolutions at full precision
+  backend::cuda::cudnn::set_allow_tf32(true);
+  EXPECT_TRUE(backend::cuda::cudnn::allow_tf32());
+  backend::cuda::cudnn::set_allow_tf32(false);
 }
 #endif
 
@@ -243,9 +244,9 @@ TEST(CudaConv, Tf32WhenAllowed) {
   DP_REQUIRE_GPU();
   Tensor x = sample({4, 32, 16, 16}, kFloat32, 13), w = sample({32, 32, 3, 3}, kFloat32, 14, -0.5, 0.5);
   Tensor ref = conv2d(x, w, Tensor(), {1}, {1});
-  cuda::cudnn::set_allow_tf32(true);
+  backend::cuda::cudnn::set_allow_tf32(true);
   Tensor y = conv2d(x.to(kGpu), w.to(kGpu), Tensor(), {1}, {1});
-  cuda::cudnn::set_allow_tf32(false);
+  backend::cuda::cudnn::set_allow_tf32(false);
   expect_written_close(y, ref, "conv2d with TF32 allowed", 1e-2, false);  // TF32: ~1e-3; full precision passes too
   expect_written_close(conv2d(x.to(kGpu), w.to(kGpu), Tensor(), {1}, {1}), ref, "conv2d after TF32 is off again", tol_for(kFloat32), false);
 }

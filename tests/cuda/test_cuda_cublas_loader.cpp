@@ -21,7 +21,7 @@ TEST(CublasLoader, NotLoadedAtStartLoadedOnFirstUseWithEveryEntryPoint) {
   // Nothing in this program has multiplied matrices on a GPU: the libraries are not mapped.
   EXPECT_FALSE(library_loaded(blas.c_str()));
   EXPECT_FALSE(library_loaded(lt.c_str()));
-  const dp::cuda::CublasApi& api = dp::cuda::cublas_api();
+  const dp::backend::cuda::CublasApi& api = dp::backend::cuda::cublas_api();
   EXPECT_TRUE(library_loaded(blas.c_str()));
   EXPECT_TRUE(library_loaded(lt.c_str()));
   const void* entries[] = {reinterpret_cast<const void*>(api.Create),
@@ -45,7 +45,7 @@ TEST(CublasLoader, NotLoadedAtStartLoadedOnFirstUseWithEveryEntryPoint) {
   for (size_t i = 0; i < sizeof entries / sizeof entries[0]; ++i) EXPECT_NE(entries[i], nullptr) << "entry " << i;
   // A call that needs no GPU: the status strings.
   EXPECT_STREQ(api.GetStatusName(CUBLAS_STATUS_ALLOC_FAILED), "CUBLAS_STATUS_ALLOC_FAILED");
-  EXPECT_EQ(&dp::cuda::cublas_api(), &api);  // loaded once
+  EXPECT_EQ(&dp::backend::cuda::cublas_api(), &api);  // loaded once
 }
 
 }  // namespace

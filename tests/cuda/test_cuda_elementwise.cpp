@@ -114,13 +114,13 @@ TEST(CudaTransfer, NonContiguousSourcesAndDestinations) {
 TEST(CudaTransfer, NonBlockingFromPinnedMemory) {
   DP_REQUIRE_GPU();
 #if DP_HAVE_CUDA
-  Tensor pinned = cuda::empty_pinned({1 << 16}, kFloat32);
-  EXPECT_TRUE(cuda::is_pinned(pinned.data_ptr()));
-  EXPECT_FALSE(cuda::is_pinned(zeros({4}).data_ptr()));
+  Tensor pinned = backend::cuda::empty_pinned({1 << 16}, kFloat32);
+  EXPECT_TRUE(backend::cuda::is_pinned(pinned.data_ptr()));
+  EXPECT_FALSE(backend::cuda::is_pinned(zeros({4}).data_ptr()));
   Tensor src = sample({1 << 16}, kFloat32, 4);
   pinned.copy_(src);
   Tensor d = pinned.to(kGpu, /*non_blocking=*/true);
-  Tensor out = cuda::empty_pinned({1 << 16}, kFloat32);
+  Tensor out = backend::cuda::empty_pinned({1 << 16}, kFloat32);
   out.copy_(d, /*non_blocking=*/true);
   cuda::current_stream(0).synchronize();  // the caller's duty after non_blocking into pinned memory
   EXPECT_TRUE(dp::equal(out, src));

@@ -16,15 +16,15 @@ namespace dp {
 namespace {
 
 #if DP_HAVE_CUDA
-using cuda::detail::ColumnMajorGemm;
-using cuda::detail::column_major;
-using cuda::detail::ComputeKind;
-using cuda::detail::compute_kind;
-using cuda::detail::GemmPlan;
-using cuda::detail::lt_bias_eligible;
-using cuda::detail::matrix_layout;
-using cuda::detail::MatrixLayout;
-using cuda::detail::plan_gemm;
+using backend::cuda::detail::ColumnMajorGemm;
+using backend::cuda::detail::column_major;
+using backend::cuda::detail::ComputeKind;
+using backend::cuda::detail::compute_kind;
+using backend::cuda::detail::GemmPlan;
+using backend::cuda::detail::lt_bias_eligible;
+using backend::cuda::detail::matrix_layout;
+using backend::cuda::detail::MatrixLayout;
+using backend::cuda::detail::plan_gemm;
 
 using V = std::vector<int64_t>;
 
@@ -260,9 +260,9 @@ TEST(CudaGemmPlan, LtBiasEpilogueOnlyForOnePackedBiasRow) {
 }
 
 TEST(CudaGemmPlan, WorkspaceSizes) {
-  EXPECT_EQ(cuda::detail::workspace_bytes(8), int64_t{4} << 20);
-  EXPECT_EQ(cuda::detail::workspace_bytes(9), int64_t{32} << 20);
-  EXPECT_EQ(cuda::detail::workspace_bytes(10), int64_t{32} << 20);
+  EXPECT_EQ(backend::cuda::detail::workspace_bytes(8), int64_t{4} << 20);
+  EXPECT_EQ(backend::cuda::detail::workspace_bytes(9), int64_t{32} << 20);
+  EXPECT_EQ(backend::cuda::detail::workspace_bytes(10), int64_t{32} << 20);
 }
 
 TEST(CudaMatmulSettings, AllowTf32DefaultsOffAndToggles) {

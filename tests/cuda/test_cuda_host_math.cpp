@@ -11,7 +11,7 @@
 namespace dp {
 namespace {
 
-using cuda::detail::make_offset_calculator;
+using backend::cuda::detail::make_offset_calculator;
 
 // Naive byte offsets of element `linear` of `shape` for each operand.
 std::vector<int64_t> naive(const std::vector<int64_t>& shape, const std::vector<std::vector<int64_t>>& strides, int64_t linear) {

@@ -18,7 +18,7 @@ namespace {
 namespace plan = backend::index_plan;
 
 // Byte offsets of the three operands for each linear position of it's shape: the same
-// OffsetCalculator (and the same stride rules as cuda::detail::offsets_for) as the kernels.
+// OffsetCalculator (and the same stride rules as backend::cuda::detail::offsets_for) as the kernels.
 template <typename F>
 void for_each_position(const plan::IndexKernelPlan& p, F&& f) {
   const Tensor* ops[3] = {&p.it, &p.src, &p.index};
@@ -34,7 +34,7 @@ void for_each_position(const plan::IndexKernelPlan& p, F&& f) {
     }
     rows[k] = st[k];
   }
-  const auto oc = cuda::detail::make_offset_calculator<3, uint64_t>(nd, p.it.sizes().data(), rows);
+  const auto oc = backend::cuda::detail::make_offset_calculator<3, uint64_t>(nd, p.it.sizes().data(), rows);
   const int64_t n = p.it.numel();
   for (int64_t i = 0; i < n; ++i) {
     const auto o = oc.get(static_cast<uint64_t>(i));

@@ -53,15 +53,15 @@ TEST(CudaPoolWindows, MaxWindowsMatchTheCpuLoopAndBackwardRangesCoverThem) {
                 int64_t i0 = o * stride - pad;
                 const int64_t i1 = std::min(i0 + (k - 1) * dil + 1, size);
                 while (i0 < 0) i0 += dil;
-                const auto w = cuda::pool::max_window<int64_t>(o, size, k, stride, pad, dil);
+                const auto w = backend::cuda::pool::max_window<int64_t>(o, size, k, stride, pad, dil);
                 ASSERT_EQ(w.first, i0);
                 ASSERT_EQ(w.end, i1);
                 // Every input the window reads has o in its backward range (both index types).
                 for (int64_t i = i0; i < i1; i += dil) {
-                  const auto r = cuda::pool::max_outputs_over<int64_t>(i, out, k, stride, pad, dil);
-                  const auto r32 =
-                      cuda::pool::max_outputs_over<int32_t>(static_cast<int32_t>(i), static_cast<int32_t>(out), static_cast<int32_t>(k),
-                                                            static_cast<int32_t>(stride), static_cast<int32_t>(pad), static_cast<int32_t>(dil));
+                  const auto r = backend::cuda::pool::max_outputs_over<int64_t>(i, out, k, stride, pad, dil);
+                  const auto r32 = backend::cuda::pool::max_outputs_over<int32_t>(static_cast<int32_t>(i), static_cast<int32_t>(out),
+                                                                                  static_cast<int32_t>(k), static_cast<int32_t>(stride),
+                                                                                  static_cast<int32_t>(pad), static_cast<int32_t>(dil));
                   ASSERT_TRUE(r.first <= o && o < r.end)
                       << "size " << size << " k " << k << " s " << stride << " p " << pad << " d " << dil << " o " << o << " i " << i;
                   ASSERT_EQ(r.first, r32.first);
@@ -83,10 +83,10 @@ TEST(CudaPoolWindows, AvgBackwardRangesAreExactlyTheWindowsHoldingAnInput) {
             for (int64_t i = 0; i < size; ++i) {
               std::set<int64_t> want;
               for (int64_t o = 0; o < out; ++o) {
-                const auto w = cuda::pool::avg_window<int64_t>(o, size, k, stride, pad);
+                const auto w = backend::cuda::pool::avg_window<int64_t>(o, size, k, stride, pad);
                 if (w.first <= i && i < w.end) want.insert(o);
               }
-              const auto r = cuda::pool::avg_outputs_over<int64_t>(i, out, k, stride, pad);
+              const auto r = backend::cuda::pool::avg_outputs_over<int64_t>(i, out, k, stride, pad);
               std::set<int64_t> got;
               for (int64_t o = r.first; o < r.end; ++o) got.insert(o);
               ASSERT_EQ(got, want) << "size " << size << " k " << k << " s " << stride << " p " << pad << " i " << i;
@@ -96,12 +96,12 @@ TEST(CudaPoolWindows, AvgBackwardRangesAreExactlyTheWindowsHoldingAnInput) {
 
 TEST(CudaPoolWindows, AvgDivisorsFollowTheCpuRules) {
   // A 3x3 window at the top-left corner with padding 1 of a 4x4 input: 2x2 inside, 3x3 padded.
-  const auto h = cuda::pool::avg_window<int64_t>(0, 4, 3, 2, 1), w = cuda::pool::avg_window<int64_t>(0, 4, 3, 2, 1);
-  EXPECT_EQ(cuda::pool::avg_divisor<int64_t>(h, w, true, false, 0), 9);
-  EXPECT_EQ(cuda::pool::avg_divisor<int64_t>(h, w, false, false, 0), 4);
-  EXPECT_EQ(cuda::pool::avg_divisor<int64_t>(h, w, true, true, 5), 5);
+  const auto h = backend::cuda::pool::avg_window<int64_t>(0, 4, 3, 2, 1), w = backend::cuda::pool::avg_window<int64_t>(0, 4, 3, 2, 1);
+  EXPECT_EQ(backend::cuda::pool::avg_divisor<int64_t>(h, w, true, false, 0), 9);
+  EXPECT_EQ(backend::cuda::pool::avg_divisor<int64_t>(h, w, false, false, 0), 4);
+  EXPECT_EQ(backend::cuda::pool::avg_divisor<int64_t>(h, w, true, true, 5), 5);
   // With ceil_mode a window may run past the padded input: clipped to it for the divisor.
-  const auto e = cuda::pool::avg_window<int64_t>(2, 5, 3, 2, 0);  // starts at 4, padded input ends at 5
+  const auto e = backend::cuda::pool::avg_window<int64_t>(2, 5, 3, 2, 0);  // starts at 4, padded input ends at 5
   EXPECT_EQ(e.first, 4);
   EXPECT_EQ(e.end, 5);
   EXPECT_EQ(e.padded_len, 1);
@@ -113,11 +113,11 @@ TEST(CudaPoolWindows, AdaptiveBackwardRangesAreExactlyTheWindowsHoldingAnInput) 
       for (int64_t i = 0; i < in; ++i) {
         std::set<int64_t> want;
         for (int64_t o = 0; o < out; ++o) {
-          const auto w = cuda::pool::adaptive_window<int64_t>(o, out, in);
+          const auto w = backend::cuda::pool::adaptive_window<int64_t>(o, out, in);
           ASSERT_LT(w.first, w.end);
           if (w.first <= i && i < w.end) want.insert(o);
         }
-        const auto r = cuda::pool::adaptive_outputs_over<int64_t>(i, out, in);
+        const auto r = backend::cuda::pool::adaptive_outputs_over<int64_t>(i, out, in);
         std::set<int64_t> got;
         for (int64_t o = r.first; o < r.end; ++o) got.insert(o);
         ASSERT_EQ(got, want) << "in " << in << " out " << out << " i " << i;
@@ -127,14 +127,14 @@ TEST(CudaPoolWindows, AdaptiveBackwardRangesAreExactlyTheWindowsHoldingAnInput) 
 #if DP_HAVE_CUDA
 TEST(CudaNormPlan, ReductionSplits) {
   // Many channels fill the device alone: one block each.
-  EXPECT_EQ(cuda::reduction_splits(1 << 20, 1024, 132), 1);
+  EXPECT_EQ(backend::cuda::reduction_splits(1 << 20, 1024, 132), 1);
   // Few channels with many values: blocks enough for four per SM, never under 1024 values each.
-  EXPECT_EQ(cuda::reduction_splits(1 << 20, 4, 132), 132);
-  EXPECT_EQ(cuda::reduction_splits(4096, 4, 132), 4);
-  EXPECT_EQ(cuda::reduction_splits(100, 1, 132), 1);
-  EXPECT_EQ(cuda::reduction_splits(0, 3, 132), 1);
+  EXPECT_EQ(backend::cuda::reduction_splits(1 << 20, 4, 132), 132);
+  EXPECT_EQ(backend::cuda::reduction_splits(4096, 4, 132), 4);
+  EXPECT_EQ(backend::cuda::reduction_splits(100, 1, 132), 1);
+  EXPECT_EQ(backend::cuda::reduction_splits(0, 3, 132), 1);
   // Capped at 1024.
-  EXPECT_EQ(cuda::reduction_splits(int64_t{1} << 40, 1, 1000), 1024);
+  EXPECT_EQ(backend::cuda::reduction_splits(int64_t{1} << 40, 1, 1000), 1024);
 }
 #endif
 

@@ -19,8 +19,8 @@
 namespace dp {
 namespace {
 
-using cuda::optim::MultiTensorLaunch;
-using cuda::optim::plan_launches;
+using backend::cuda::optim::MultiTensorLaunch;
+using backend::cuda::optim::plan_launches;
 using namespace dp::optim;
 
 // ---------------------------------------------------------------- host: launch plan, checks

@@ -27,10 +27,10 @@
 namespace dp {
 namespace {
 
-using cuda::detail::choose_reduce_launch;
-using cuda::detail::IntDivider;
-using cuda::detail::make_reduce_params;
-using cuda::detail::ReduceLaunch;
+using backend::cuda::detail::choose_reduce_launch;
+using backend::cuda::detail::IntDivider;
+using backend::cuda::detail::make_reduce_params;
+using backend::cuda::detail::ReduceLaunch;
 using backend::ReducePlan;
 using test::expect_matches_cpu;
 using test::kGpu;
@@ -120,7 +120,7 @@ TEST(CudaReducePlan, TooManyDimsIsANotImplementedErrorNamingTheOp) {
 }
 
 void expect_launch_invariants(const ReducePlan& plan, const ReduceLaunch& l) {
-  EXPECT_EQ(l.block_x * l.block_y, cuda::detail::kReduceThreads);
+  EXPECT_EQ(l.block_x * l.block_y, backend::cuda::detail::kReduceThreads);
   EXPECT_GE(l.block_x, l.rows ? 32 : 1);
   const int64_t per_group = l.rows ? l.block_y : l.block_x;
   EXPECT_GE(l.groups * per_group, plan.out_numel);
@@ -128,7 +128,7 @@ void expect_launch_invariants(const ReducePlan& plan, const ReduceLaunch& l) {
   EXPECT_GE(l.grid_x, 1);
   EXPECT_LE(l.grid_x, l.groups);
   EXPECT_GE(l.splits, 1);
-  EXPECT_LE(l.splits, cuda::detail::kMaxGridY);
+  EXPECT_LE(l.splits, backend::cuda::detail::kMaxGridY);
   EXPECT_GE(l.splits * l.chunk, plan.red_numel);  // every reduced element in some split
   if (l.splits > 1) {
     EXPECT_LT((l.splits - 1) * l.chunk, plan.red_numel);
@@ -229,7 +229,7 @@ TEST(CudaReducePlan, KernelShapeAndSplit) {
 template <typename T, typename Op>
 void emulate_reduce(const ReducePlan& plan, const T* in, const Op& op, int sms) {
   using A = typename Op::acc_t;
-  namespace cd = cuda::detail;
+  namespace cd = backend::cuda::detail;
   if (plan.out_numel == 0) return;
   const cd::ReduceParams p = make_reduce_params(plan, "emulated");
   const ReduceLaunch l = choose_reduce_launch(plan, sms);
@@ -291,7 +291,7 @@ void emulate_reduce(const ReducePlan& plan, const T* in, const Op& op, int sms) 
 enum class Red { Sum, Mean, Amax, Amin, Var, Std, Lse };
 
 Tensor emulated(Red r, const Tensor& in, const Shape& dims, bool keepdim, int sms, int64_t correction = 1) {
-  namespace cd = cuda::detail;
+  namespace cd = backend::cuda::detail;
   const std::vector<bool> mask = backend::make_dim_mask(dims, in.dim(), "emulated");
   const DType out_dt = r == Red::Sum && !is_floating_point(in.dtype()) ? kInt64 : in.dtype();
   Tensor out = full(backend::reduced_shape(in.sizes(), mask, keepdim), 12345, TensorOptions().dtype(out_dt));
@@ -316,9 +316,9 @@ Tensor emulated(Red r, const Tensor& in, const Shape& dims, bool keepdim, int sm
   return out;
 }
 
-// max / min values and indices along dim (emulated), as cuda::minmax_index_kernel sets them up.
+// max / min values and indices along dim (emulated), as backend::cuda::minmax_index_kernel sets them up.
 std::pair<Tensor, Tensor> emulated_index(const Tensor& in, int64_t dim, bool keepdim, bool is_max, int sms) {
-  namespace cd = cuda::detail;
+  namespace cd = backend::cuda::detail;
   std::vector<bool> mask(static_cast<size_t>(in.dim()), false);
   if (in.dim() > 0) mask[dim] = true;
   const Shape os = backend::reduced_shape(in.sizes(), mask, keepdim);
@@ -332,7 +332,7 @@ std::pair<Tensor, Tensor> emulated_index(const Tensor& in, int64_t dim, bool kee
 }
 
 Tensor emulated_norm(const Tensor& in, double p, int sms) {
-  namespace cd = cuda::detail;
+  namespace cd = backend::cuda::detail;
   Tensor out = full({}, 12345, TensorOptions().dtype(in.dtype()));
   const std::vector<bool> mask(static_cast<size_t>(in.dim()), true);
   const ReducePlan plan = backend::make_reduce_plan(out, in, mask, false, true);
@@ -724,22 +724,22 @@ TEST(CudaReduce, KernelsWriteEveryOutputElement) {
         expect_matches_cpu(out, ref, std::string(name) + " " + what);
       };
       run(
-          "sum", [&](const Tensor& o) { cuda::sum_kernel(o, d, mask, keepdim); }, dp::sum(h, dims, keepdim));
+          "sum", [&](const Tensor& o) { backend::cuda::sum_kernel(o, d, mask, keepdim); }, dp::sum(h, dims, keepdim));
       run(
-          "mean", [&](const Tensor& o) { cuda::mean_kernel(o, d, mask, keepdim); }, dp::mean(h, dims, keepdim));
+          "mean", [&](const Tensor& o) { backend::cuda::mean_kernel(o, d, mask, keepdim); }, dp::mean(h, dims, keepdim));
       run(
-          "amax", [&](const Tensor& o) { cuda::minmax_kernel(o, d, mask, keepdim, true); }, dp::amax(h, dims, keepdim));
+          "amax", [&](const Tensor& o) { backend::cuda::minmax_kernel(o, d, mask, keepdim, true); }, dp::amax(h, dims, keepdim));
       run(
-          "var", [&](const Tensor& o) { cuda::var_kernel(o, d, mask, keepdim, 1, false); }, dp::var(h, dims, 1, keepdim));
+          "var", [&](const Tensor& o) { backend::cuda::var_kernel(o, d, mask, keepdim, 1, false); }, dp::var(h, dims, 1, keepdim));
       run(
-          "logsumexp", [&](const Tensor& o) { cuda::logsumexp_kernel(o, d, mask, keepdim); }, dp::logsumexp(h, dims, keepdim));
+          "logsumexp", [&](const Tensor& o) { backend::cuda::logsumexp_kernel(o, d, mask, keepdim); }, dp::logsumexp(h, dims, keepdim));
     }
   for (int64_t dim = 0; dim < 3; ++dim) {
     std::vector<bool> mask(3, false);
     mask[dim] = true;
     const Shape os = backend::reduced_shape(shape, mask, false);
     Tensor v = test::poisoned(os, kFloat32, kGpu), i = test::poisoned(os, kInt64, kGpu);
-    cuda::minmax_index_kernel(v, i, d, dim, false, false);
+    backend::cuda::minmax_index_kernel(v, i, d, dim, false, false);
     auto ref = dp::min(h, dim);
     expect_matches_cpu(v, ref.first, "min values dim " + std::to_string(dim));
     expect_matches_cpu(i, ref.second, "min indices dim " + std::to_string(dim));
@@ -779,7 +779,7 @@ TEST(CudaReduce, InputOnAnotherDeviceIsADeviceError) {
   Tensor out = empty({4}, TensorOptions().device(kGpu));
   const std::vector<bool> mask = {false, true};
   try {
-    cuda::sum_kernel(out, h, mask, false);
+    backend::cuda::sum_kernel(out, h, mask, false);
     FAIL() << "expected DeviceError";
   } catch (const DeviceError& e) {
     EXPECT_NE(std::string(e.what()).find("sum"), std::string::npos) << e.what();

@@ -22,8 +22,8 @@
 namespace dp {
 namespace {
 
-using cuda::detail::choose_softmax_launch;
-using cuda::detail::SoftmaxLaunch;
+using backend::cuda::detail::choose_softmax_launch;
+using backend::cuda::detail::SoftmaxLaunch;
 using test::expect_matches_cpu;
 using test::kGpu;
 using test::sample;
@@ -32,7 +32,7 @@ using backend::convert;
 // ================================================================ host: the launch choice
 
 void expect_softmax_invariants(int64_t outer, int64_t dsize, int64_t inner, const SoftmaxLaunch& l) {
-  EXPECT_LE(l.block_x * l.block_y, cuda::detail::kReduceThreads);
+  EXPECT_LE(l.block_x * l.block_y, backend::cuda::detail::kReduceThreads);
   EXPECT_GE(l.block_x, 1);
   EXPECT_GE(l.block_y, 1);
   EXPECT_EQ(l.block_x & (l.block_x - 1), 0) << "block_x a power of two";
@@ -91,7 +91,7 @@ TEST(CudaSoftmaxLaunch, WarpRowsBlockRowsAndColumns) {
 
 // ================================================================ host: the kernels' schedule, emulated
 
-namespace cd = cuda::detail;
+namespace cd = backend::cuda::detail;
 
 Tensor softmax_of(const Tensor& x, int64_t dim, bool log) { return log ? dp::log_softmax(x, dim) : dp::softmax(x, dim); }
 

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <string>
 #include <thread>
-#include "backend/cuda/device_map.h"
+#include "cuda/device_map.h"
 #include "dp/core/device_registry.h"
 #include "dp/core/errors.h"
 #include "dp/dp.h"

@@ -3,7 +3,7 @@
 // that it is tested on every machine (tests/cuda/test_caching_allocator.cpp drives it with a fake
 // backend; it is part of the CUDA library dparallel::cuda, and a build without CUDA compiles it into
 // that test). The CUDA backend (cudaMalloc / cudaFree / cudaEvent) is in
-// src/backend/cuda/cuda_allocator.cpp. It follows PyTorch's CUDACachingAllocator:
+// src/cuda/cuda_allocator.cpp. It follows PyTorch's CUDACachingAllocator:
 //  - request sizes are rounded up to multiples of 512 bytes;
 //  - requests up to 1 MiB come from the small pool, whose segments are 2 MiB; larger ones from the
 //    large pool, whose segments are 20 MiB for requests under 10 MiB, else the request rounded up

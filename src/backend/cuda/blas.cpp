@@ -1,5 +1,5 @@
-// cuBLAS / cuBLASLt calls for the CUDA matrix products (see blas.h), and the TF32 switch
-// (dp/cuda/matmul.h).
+// cuBLAS / cuBLASLt calls for the CUDA matrix products (see blas.h), under the TF32 switch of
+// dp/cuda/matmul.h (src/cuda/matmul.cpp).
 //
 // Handles: a cuBLAS handle is bound to the device current when it is created and must not be used
 // by two threads at once, so each thread has its own per device, taken from a process-wide pool
@@ -23,18 +23,12 @@
 #include "dp/core/errors.h"
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
+#include "backend/cuda/runtime_api.h"
 #include "dp/cuda/matmul.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemm_plan.h"
 
-namespace dp::cuda {
-
-namespace {
-std::atomic<bool> g_allow_tf32{false};
-}  // namespace
-
-void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
-bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
+namespace dp::backend::cuda {
 
 namespace {
 
@@ -50,10 +44,10 @@ using detail::GemmPlan;
 }
 
 // `what` is a callable that describes the product; it only runs when the call failed.
-#define DP_CUBLAS_CHECK(call, what)                                                                                                    \
-  do {                                                                                                                                 \
-    const cublasStatus_t dp_cublas_status_ = (call);                                                                                   \
-    if (__builtin_expect(dp_cublas_status_ != CUBLAS_STATUS_SUCCESS, 0)) ::dp::cuda::throw_cublas(dp_cublas_status_, #call, (what)()); \
+#define DP_CUBLAS_CHECK(call, what)                                                                                                             \
+  do {                                                                                                                                          \
+    const cublasStatus_t dp_cublas_status_ = (call);                                                                                            \
+    if (__builtin_expect(dp_cublas_status_ != CUBLAS_STATUS_SUCCESS, 0)) ::dp::backend::cuda::throw_cublas(dp_cublas_status_, #call, (what)()); \
   } while (0)
 
 // ---- handles ----
@@ -407,4 +401,4 @@ void gemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_
   });
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

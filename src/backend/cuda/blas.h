@@ -16,7 +16,7 @@
 //    the call, the op, the sizes and the dtype.
 #include "dp/core/tensor.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 // C [*batch, m, n] (contiguous, on a CUDA device) = alpha * A @ B + beta * C, for A [*ba, m, k] and
 // B [*bb, k, n] of C's dtype on C's device whose batch dims broadcast to `batch`. beta == 0: C's
@@ -36,4 +36,4 @@ void matmul_bias_kernel(const Tensor& C, const Tensor& A, const Tensor& B, const
 void gemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const void* a, int64_t lda,
           const void* b, int64_t ldb, double beta, void* c, int64_t ldc, const char* op, bool tf32_ok = true);
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

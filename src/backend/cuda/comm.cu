@@ -5,7 +5,7 @@
 #include "backend/cuda/comm.h"
 #include "backend/cuda/launch.cuh"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 namespace {
 
 constexpr int kMaxInputs = 8;  // per launch; more inputs are folded in by further launches
@@ -61,4 +61,4 @@ void sum_into(void* out_raw, const std::vector<const void*>& ins, int64_t n, DTy
   });
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

@@ -5,8 +5,9 @@
 #include <vector>
 #include "dp/core/dtype.h"
 #include "dp/cuda/cuda.h"
+#include "backend/cuda/runtime_api.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 // out[i] = ins[0][i] + ins[1][i] + ... for n elements of `dtype` (bool: logical or), added in the
 // order of `ins` (16-bit floats accumulate in float), queued on `stream`. Every pointer is memory the
@@ -14,4 +15,4 @@ namespace dp::cuda {
 // access enabled (enable_peer_access). out may be ins[0]; ins must not be empty.
 void sum_into(void* out, const std::vector<const void*>& ins, int64_t n, DType dtype, const Stream& stream);
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

@@ -13,8 +13,9 @@
 #include "backend/cuda/reduce.h"
 #include "dp/core/errors.h"
 #include "dp/cuda/cuda.h"
+#include "backend/cuda/runtime_api.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 using backend::Conv2dGeometry;
 
@@ -34,10 +35,10 @@ std::string conv_description(const Conv2dGeometry& g, DType dtype, Device device
                          "], dilation [", g.dh, ", ", g.dw, "], groups ", g.groups, ", ", dtype_name(dtype), ", ", device.str());
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda
 
 #if !DP_HAVE_CUDNN
-namespace dp::cuda {
+namespace dp::backend::cuda {
 namespace {
 [[noreturn]] void no_cudnn(const char* op, const Tensor& t, const Conv2dGeometry& g) {
   throw NotImplementedError(dp::detail::str(op, ": convolution on ", t.device().str(),
@@ -52,10 +53,10 @@ void conv2d_backward_kernel(const Tensor&, const Tensor&, const Tensor&, const T
                             const Conv2dGeometry& g) {
   no_cudnn("conv2d backward", grad_output, g);
 }
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda
 
 #else
-namespace dp::cuda {
+namespace dp::backend::cuda {
 namespace {
 
 using cudnn::ConvDesc;
@@ -387,5 +388,5 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
   if (grad_bias.defined()) bias_grad(handle.get(), grad_bias, grad_output, g, chunk);
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda
 #endif

@@ -16,7 +16,7 @@
 #include "backend/conv_kernels.h"
 #include "dp/core/tensor.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 void conv2d_forward_kernel(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias, const backend::Conv2dGeometry& g);
 void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& input, const Tensor& weight,
@@ -31,4 +31,4 @@ int64_t conv_batch_chunk(const backend::Conv2dGeometry& g);
 // float32 cuda:0": the shapes and options a convolution error names.
 std::string conv_description(const backend::Conv2dGeometry& g, DType dtype, Device device);
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

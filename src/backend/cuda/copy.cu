@@ -8,7 +8,7 @@
 #include "core/philox.h"
 #include "backend/cuda/random.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 using detail::CudaLaunch;
 using detail::kThreads;
@@ -344,4 +344,4 @@ void linspace_kernel(const Tensor& out, double start, double end) {
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

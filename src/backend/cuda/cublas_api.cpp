@@ -7,7 +7,7 @@
 
 #include "dp/core/errors.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 namespace {
 
@@ -81,4 +81,4 @@ const CublasApi& cublas_api() {
   return loaded.api;
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

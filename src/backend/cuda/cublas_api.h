@@ -11,7 +11,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 struct CublasApi {
   decltype(&::cublasCreate_v2) Create;
@@ -40,4 +40,4 @@ struct CublasApi {
 
 const CublasApi& cublas_api();
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

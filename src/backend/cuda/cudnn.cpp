@@ -6,7 +6,7 @@
 #include <vector>
 #include "dp/core/errors.h"
 
-namespace dp::cuda::cudnn {
+namespace dp::backend::cuda::cudnn {
 namespace {
 std::atomic<bool> g_allow_tf32{false};
 }  // namespace
@@ -21,10 +21,10 @@ std::string error_message(const char* what, const char* status_name, int status,
                          context.empty() ? "" : "]");
 }
 
-}  // namespace dp::cuda::cudnn
+}  // namespace dp::backend::cuda::cudnn
 
 #if DP_HAVE_CUDNN
-namespace dp::cuda::cudnn {
+namespace dp::backend::cuda::cudnn {
 namespace {
 
 // Idle handles per device. Handles are never destroyed: they live until the process ends (as
@@ -92,5 +92,5 @@ void ConvDesc::set(int ph, int pw, int sh, int sw, int dh, int dw, int groups, c
 }
 void ConvDesc::set_math(cudnnMathType_t math, const std::string& context) { DP_CUDNN_CHECK(cudnnSetConvolutionMathType(desc_, math), context); }
 
-}  // namespace dp::cuda::cudnn
+}  // namespace dp::backend::cuda::cudnn
 #endif

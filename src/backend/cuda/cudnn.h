@@ -5,7 +5,7 @@
 // so callers and tests can ask whether it is and format its errors without it.
 #include <string>
 
-namespace dp::cuda::cudnn {
+namespace dp::backend::cuda::cudnn {
 
 // True when dparallel was built with cuDNN.
 bool available();
@@ -21,22 +21,22 @@ bool allow_tf32();
 // The message of a failed cuDNN call: "<what>: cuDNN error <status name> (<code>): <call> [<context>]".
 std::string error_message(const char* what, const char* status_name, int status, const char* call, const std::string& context);
 
-}  // namespace dp::cuda::cudnn
+}  // namespace dp::backend::cuda::cudnn
 
 #if DP_HAVE_CUDNN
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
-namespace dp::cuda::cudnn {
+namespace dp::backend::cuda::cudnn {
 
 // Throws DeviceError (OutOfMemory for CUDNN_STATUS_ALLOC_FAILED) with error_message's text.
 [[noreturn]] void throw_error(cudnnStatus_t status, const char* call, const std::string& context);
 
 // DP_CUDNN_CHECK(cudnnCall(...), context_string)
-#define DP_CUDNN_CHECK(call, context)                                                                                                      \
-  do {                                                                                                                                     \
-    const cudnnStatus_t dp_cudnn_status_ = (call);                                                                                         \
-    if (__builtin_expect(dp_cudnn_status_ != CUDNN_STATUS_SUCCESS, 0)) ::dp::cuda::cudnn::throw_error(dp_cudnn_status_, #call, (context)); \
+#define DP_CUDNN_CHECK(call, context)                                                                                                               \
+  do {                                                                                                                                              \
+    const cudnnStatus_t dp_cudnn_status_ = (call);                                                                                                  \
+    if (__builtin_expect(dp_cudnn_status_ != CUDNN_STATUS_SUCCESS, 0)) ::dp::backend::cuda::cudnn::throw_error(dp_cudnn_status_, #call, (context)); \
   } while (0)
 
 // A cuDNN handle of `device` for the caller's exclusive use during its lifetime, bound to `stream`.
@@ -99,5 +99,5 @@ class ConvDesc {
   cudnnConvolutionDescriptor_t desc_ = nullptr;
 };
 
-}  // namespace dp::cuda::cudnn
+}  // namespace dp::backend::cuda::cudnn
 #endif

@@ -3,8 +3,9 @@
 // (src/backend/cuda/register_kernels.cpp).
 #include "dp/core/device_runtime.h"
 #include "dp/cuda/cuda.h"
+#include "backend/cuda/runtime_api.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 namespace {
 
 class CudaRuntime final : public DeviceRuntime {
@@ -47,4 +48,4 @@ const DeviceRuntime& cuda_runtime() {
   return runtime;
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

@@ -9,7 +9,7 @@
 #include "backend/elementwise_kernels.h"
 #include "dp/core/tensor.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 using backend::ActGrad;
 using backend::CmpOp;
@@ -51,4 +51,4 @@ void fill_kernel(const Tensor& dst, const Scalar& value);
 void arange_kernel(const Tensor& out, const Scalar& start, const Scalar& step);
 void linspace_kernel(const Tensor& out, double start, double end);
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

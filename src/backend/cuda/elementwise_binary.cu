@@ -4,7 +4,7 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.cuh"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 using detail::CudaLaunch;
 namespace impl = backend::impl;
@@ -39,4 +39,4 @@ void addcdiv_kernel(const Tensor& out, const Tensor& self, const Tensor& a, cons
   impl::addcdiv_kernel<CudaLaunch>(out, self, a, b, value);
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

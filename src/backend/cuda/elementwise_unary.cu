@@ -5,7 +5,7 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.cuh"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 using detail::CudaLaunch;
 namespace impl = backend::impl;
@@ -24,4 +24,4 @@ void compare_kernel(CmpOp op, const Tensor& out, const Tensor& a, const Tensor& 
 void compare_scalar_kernel(CmpOp op, const Tensor& out, const Tensor& a, const Scalar& s) { impl::compare_scalar_kernel<CudaLaunch>(op, out, a, s); }
 void logical_not_kernel(const Tensor& out, const Tensor& a) { impl::logical_not_kernel<CudaLaunch>(out, a); }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <climits>
 
-namespace dp::cuda::detail {
+namespace dp::backend::cuda::detail {
 
 std::optional<MatrixLayout> matrix_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
   const int64_t one_c = std::max<int64_t>(1, cols), one_r = std::max<int64_t>(1, rows);
@@ -183,4 +183,4 @@ bool lt_bias_eligible(DType dtype, const GemmPlan& plan, IntArrayRef bias_sizes,
 
 int64_t workspace_bytes(int major) { return (major >= 9 ? int64_t{32} : int64_t{4}) << 20; }
 
-}  // namespace dp::cuda::detail
+}  // namespace dp::backend::cuda::detail

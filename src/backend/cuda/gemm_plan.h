@@ -21,7 +21,7 @@
 #include "dp/core/dtype.h"
 #include "dp/core/shape.h"
 
-namespace dp::cuda::detail {
+namespace dp::backend::cuda::detail {
 
 // How a row-major rows x cols matrix with strides (rs, cs) is read without a copy: stored as is
 // (trans = false, row stride ld >= cols) or as its transpose (trans = true, column stride ld >=
@@ -79,4 +79,4 @@ bool lt_bias_eligible(DType dtype, const GemmPlan& plan, IntArrayRef bias_sizes,
 // Hopper and later, whose kernels use more).
 int64_t workspace_bytes(int major);
 
-}  // namespace dp::cuda::detail
+}  // namespace dp::backend::cuda::detail

@@ -11,7 +11,7 @@
 #include "backend/cuda/index.h"
 #include "backend/cuda/launch.cuh"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 using detail::CudaLaunch;
 using detail::kThreads;
@@ -261,4 +261,4 @@ void masked_fill_kernel(const Tensor& out, const Tensor& a, const Tensor& mask, 
                                 [&]<typename B>() { CudaLaunch::run<B, B, bool>(out, MaskedFillF<B>{static_cast<B>(bits)}, a, mask); });
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

@@ -21,7 +21,7 @@
 
 struct CUstream_st;
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 namespace detail {
 
@@ -73,4 +73,4 @@ bool index_out_of_range(const Tensor& index, int64_t bound);
 // out = mask ? value : a, a and mask broadcast to out's shape (masked_fill).
 void masked_fill_kernel(const Tensor& out, const Tensor& a, const Tensor& mask, const Scalar& value);
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

@@ -20,9 +20,10 @@
 #include "dp/core/tensor.h"
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
+#include "backend/cuda/runtime_api.h"
 #include "backend/cuda/offset_calculator.h"
 
-namespace dp::cuda::detail {
+namespace dp::backend::cuda::detail {
 
 constexpr int kThreads = 256;
 
@@ -131,4 +132,4 @@ struct CudaLaunch {
   }
 };
 
-}  // namespace dp::cuda::detail
+}  // namespace dp::backend::cuda::detail

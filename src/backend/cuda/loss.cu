@@ -11,7 +11,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/loss.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 using detail::kThreads;
 using detail::OffsetCalculator;
@@ -747,4 +747,4 @@ void cross_entropy_prob_backward_kernel(const Tensor& gi, const Tensor& gt, cons
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

@@ -14,7 +14,7 @@
 #include "backend/loss_kernels.h"
 #include "dp/core/tensor.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 // The loss kernel interface's types (backend/loss_kernels.h): the accumulation dtype, the incoming
 // gradient on the device, and the [N, C, S] view of a class loss's input.
@@ -64,4 +64,4 @@ void cross_entropy_prob_forward_kernel(const Tensor& out, bool reduced, double s
 void cross_entropy_prob_backward_kernel(const Tensor& gi, const Tensor& gt, const LossGrad& g, const Tensor& x, const Tensor& tq, const Tensor& w,
                                         const Tensor& lse, const Tensor& rs, ClassShape cs, double eps);
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

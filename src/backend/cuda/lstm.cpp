@@ -6,11 +6,12 @@
 #include "backend/tensor_nograd.h"
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
+#include "backend/cuda/runtime_api.h"
 #include "backend/cuda/blas.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/lstm_kernels.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 namespace {
 
 // Byte pointer to element `i` of t's memory (t contiguous).
@@ -100,4 +101,4 @@ void lstm_layer_backward_kernel(const backend::LstmDims& d, bool reverse, backen
   }
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

@@ -7,7 +7,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/lstm_kernels.h"
 
-namespace dp::cuda::detail {
+namespace dp::backend::cuda::detail {
 namespace {
 
 using backend::m_tanh;
@@ -97,4 +97,4 @@ void lstm_gates_backward(DType dtype, int64_t B, int64_t H, const void* acts, co
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-}  // namespace dp::cuda::detail
+}  // namespace dp::backend::cuda::detail

@@ -11,11 +11,11 @@
 // Arguments as checked by rnn_detail::check_lstm_layer_args, made contiguous by the caller.
 #include "backend/lstm_kernels.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 // The CUDA backend's backend::lstm_layer_forward_kernel / lstm_layer_backward_kernel (backend/lstm_kernels.h).
 void lstm_layer_forward_kernel(const backend::LstmDims& d, bool reverse, const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
                                const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, backend::ForwardBuffers& buf);
 void lstm_layer_backward_kernel(const backend::LstmDims& d, bool reverse, backend::BackwardArgs& a);
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

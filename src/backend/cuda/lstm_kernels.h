@@ -5,8 +5,9 @@
 #include <cstdint>
 #include "dp/core/dtype.h"
 #include "dp/cuda/cuda.h"
+#include "backend/cuda/runtime_api.h"
 
-namespace dp::cuda::detail {
+namespace dp::backend::cuda::detail {
 
 // gates [B, 4H]: pre-activations in, activations out; writes c_out = f * c_prev + i * g and
 // h_out = o * tanh(c_out) [B, H].
@@ -18,4 +19,4 @@ void lstm_gates_forward(DType dtype, int64_t B, int64_t H, void* gates, const vo
 void lstm_gates_backward(DType dtype, int64_t B, int64_t H, const void* acts, const void* c_cur, const void* c_prev, const void* d_out,
                          const void* dh, void* dc, void* dgates, const Stream& stream);
 
-}  // namespace dp::cuda::detail
+}  // namespace dp::backend::cuda::detail

@@ -5,11 +5,12 @@
 #include <mutex>
 #include "dp/core/errors.h"
 #include "dp/cuda/cuda.h"
+#include "backend/cuda/runtime_api.h"
 #if DP_HAVE_NCCL
 #include <nccl.h>
 #endif
 
-namespace dp::cuda::nccl {
+namespace dp::backend::cuda::nccl {
 
 #if DP_HAVE_NCCL
 namespace {
@@ -119,4 +120,4 @@ void collective_reduce_kernel(const std::vector<const void*>&, void*, int64_t, D
 
 #endif
 
-}  // namespace dp::cuda::nccl
+}  // namespace dp::backend::cuda::nccl

@@ -7,7 +7,7 @@
 #include <vector>
 #include "dp/core/dtype.h"
 
-namespace dp::cuda::nccl {
+namespace dp::backend::cuda::nccl {
 
 // True if NCCL can run a collective over these logical devices: dparallel was built with NCCL, there
 // are at least two, and they are distinct GPUs (NCCL can't put two ranks of a communicator on one
@@ -23,4 +23,4 @@ void collective_broadcast_kernel(const std::vector<void*>& buffers, int64_t coun
 void collective_reduce_kernel(const std::vector<const void*>& inputs, void* out, int64_t count, DType dtype, const std::vector<int>& devices,
                               size_t root);
 
-}  // namespace dp::cuda::nccl
+}  // namespace dp::backend::cuda::nccl

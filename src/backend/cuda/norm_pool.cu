@@ -19,7 +19,7 @@
 #include "backend/cuda/norm_pool.h"
 #include "backend/cuda/pool_windows.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 namespace {
 
 using detail::grid_for;
@@ -775,4 +775,4 @@ void batch_norm_update_running_kernel(const Tensor& running, const Tensor& stat,
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

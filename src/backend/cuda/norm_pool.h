@@ -14,7 +14,7 @@
 #include "backend/pool_kernels.h"
 #include "dp/core/tensor.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 using backend::Pool2dGeometry;
 
@@ -60,4 +60,4 @@ void batch_norm_invstd_kernel(const Tensor& v, double eps, bool zero);
 // floating dtype, stat float64 [C].
 void batch_norm_update_running_kernel(const Tensor& running, const Tensor& stat, double factor, double momentum);
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

@@ -12,7 +12,7 @@
 #include "dp/core/errors.h"
 #include "dp/core/macros.h"
 
-namespace dp::cuda::detail {
+namespace dp::backend::cuda::detail {
 
 // The most dims an element-wise operand may have after coalescing (PyTorch's MAX_DIMS).
 constexpr int kMaxDims = 25;
@@ -83,4 +83,4 @@ OffsetCalculator<N, I> make_offset_calculator(int ndim, const int64_t* shape, co
   return oc;
 }
 
-}  // namespace dp::cuda::detail
+}  // namespace dp::backend::cuda::detail

@@ -14,8 +14,9 @@
 #include "backend/cuda/optim.h"
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
+#include "backend/cuda/runtime_api.h"
 
-namespace dp::cuda::optim {
+namespace dp::backend::cuda::optim {
 namespace {
 
 constexpr int kThreads = 256;
@@ -270,4 +271,4 @@ void adam_update_kernel(DType dtype, int device, const std::vector<AdamTensor>& 
   with_param_type(dtype, "Adam", [&](auto tag) { launch_adam<decltype(tag)>(device, list, s); });
 }
 
-}  // namespace dp::cuda::optim
+}  // namespace dp::backend::cuda::optim

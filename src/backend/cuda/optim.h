@@ -17,7 +17,7 @@
 #include "dp/core/errors.h"
 #include "backend/optim_kernels.h"
 
-namespace dp::cuda::optim {
+namespace dp::backend::cuda::optim {
 
 // Elements one thread block updates (its threads stride through the chunk).
 constexpr int64_t kChunk = 8192;
@@ -71,4 +71,4 @@ void sgd_update_kernel(DType dtype, int device, const std::vector<SgdTensor>& li
 void adam_update_kernel(DType dtype, int device, const std::vector<AdamTensor>& list, const backend::AdamScalars& s);
 #endif
 
-}  // namespace dp::cuda::optim
+}  // namespace dp::backend::cuda::optim

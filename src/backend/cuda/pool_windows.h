@@ -13,7 +13,7 @@
 #include <cstdint>
 #include "dp/core/macros.h"
 
-namespace dp::cuda::pool {
+namespace dp::backend::cuda::pool {
 
 template <typename I>
 DP_HOST_DEVICE DP_INLINE I imin(I a, I b) {
@@ -92,4 +92,4 @@ DP_HOST_DEVICE DP_INLINE Span<I> adaptive_outputs_over(I i, I out_size, I in_siz
   return {s.first, imin(s.end, out_size)};
 }
 
-}  // namespace dp::cuda::pool
+}  // namespace dp::backend::cuda::pool

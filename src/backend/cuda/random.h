@@ -10,7 +10,7 @@
 #include "backend/random_kernels.h"
 #include "dp/core/tensor.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 using backend::RandomKind;
 // backend/random_kernels.h's RandomFill: t contiguous on a CUDA device. Uniform: U[a, b); Normal: N(a, b) (mean, std); Bernoulli: P(1) = a
@@ -28,4 +28,4 @@ void dropout_forward_kernel(const Tensor& x, double keep, double scale, uint64_t
 // out = x * (mask * scale), any layouts (broadcasting as the element-wise launch).
 void dropout_apply_kernel(const Tensor& x, const Tensor& mask, double scale, const Tensor& out);
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

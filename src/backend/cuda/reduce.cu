@@ -13,6 +13,7 @@
 #include <atomic>
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
+#include "backend/cuda/runtime_api.h"
 #include "backend/dispatch.h"
 #include "backend/reduce_plan.h"
 #include "backend/cuda/reduce.cuh"
@@ -21,7 +22,7 @@
 #include "backend/cuda/reduce_config.h"
 #include "backend/cuda/reduce_ops.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 namespace {
 
@@ -214,4 +215,4 @@ void norm_kernel(const Tensor& out, const Tensor& in, double p) {
   });
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

@@ -7,7 +7,7 @@
 #include <cstring>
 #include "dp/core/macros.h"
 
-namespace dp::cuda::detail {
+namespace dp::backend::cuda::detail {
 
 // __shfl_down_sync / __shfl_sync of any trivially copyable value, 32 bits at a time.
 template <typename A>
@@ -66,4 +66,4 @@ __device__ DP_INLINE A group_allreduce(A a, int width, A* smem, const C& combine
   return a;
 }
 
-}  // namespace dp::cuda::detail
+}  // namespace dp::backend::cuda::detail

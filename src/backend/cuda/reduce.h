@@ -11,7 +11,7 @@
 #include "dp/core/tensor.h"
 #include "backend/cuda/elementwise.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 void sum_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
 void mean_kernel(const Tensor& out, const Tensor& in, const std::vector<bool>& reduced, bool keepdim);
@@ -24,4 +24,4 @@ void norm_kernel(const Tensor& out, const Tensor& in, double p);
 void softmax_kernel(const Tensor& out, const Tensor& in, int64_t dim, bool log);
 void softmax_backward_kernel(const Tensor& gin, const Tensor& g, const Tensor& y, int64_t dim, bool log);
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

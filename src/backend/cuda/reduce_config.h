@@ -18,7 +18,7 @@
 #include "dp/core/macros.h"
 #include "backend/reduce_plan.h"
 
-namespace dp::cuda::detail {
+namespace dp::backend::cuda::detail {
 
 // q = n / d for 0 <= n <= INT32_MAX and 1 <= d <= INT32_MAX (Granlund & Montgomery; PyTorch's
 // IntDivider): with s = ceil(log2 d) and magic = floor(2^32 (2^s - d) / d) + 1 (< 2^32),
@@ -229,4 +229,4 @@ inline SoftmaxLaunch choose_softmax_launch(int64_t outer, int64_t dsize, int64_t
   return l;
 }
 
-}  // namespace dp::cuda::detail
+}  // namespace dp::backend::cuda::detail

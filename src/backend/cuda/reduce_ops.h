@@ -24,7 +24,7 @@
 #include "backend/dispatch.h"
 #include "backend/cuda/reduce_config.h"
 
-namespace dp::cuda::detail {
+namespace dp::backend::cuda::detail {
 
 using backend::convert;
 
@@ -393,4 +393,4 @@ DP_HOST_DEVICE DP_INLINE A backward_value(A g, A y, A t) {
     return y * (g - t);
 }
 
-}  // namespace dp::cuda::detail
+}  // namespace dp::backend::cuda::detail

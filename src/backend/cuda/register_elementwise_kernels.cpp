@@ -5,10 +5,7 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/transfer.h"
 
-namespace dp::cuda {
-
-// The kernel interfaces' types and helpers, by their names (the stubs are reached as backend::).
-using namespace ::dp::backend;
+namespace dp::backend::cuda {
 namespace {
 
 // A copy with a CUDA operand: on one device the CUDA copy kernel, else a transfer (host <-> device,
@@ -56,4 +53,4 @@ void register_cuda_elementwise_kernels() {
   DP_REGISTER_KERNEL(CUDA, copy_across_kernel);
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

@@ -15,14 +15,9 @@
 #include "dp/core/errors.h"
 #include "dp/cuda/graph.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
+
 const DeviceRuntime& cuda_runtime();  // device_runtime.cpp
-}  // namespace dp::cuda
-
-namespace dp::cuda {
-
-// The kernel interfaces' types and helpers, by their names (the stubs are reached as backend::).
-using namespace ::dp::backend;
 
 void register_cuda_elementwise_kernels();  // register_elementwise_kernels.cpp
 void register_cuda_reduce_kernels();       // register_reduce_kernels.cpp
@@ -85,8 +80,10 @@ namespace {
 const backend::BackendRegistrar cuda_registrar(DeviceType::CUDA, &register_cuda_kernels);
 }  // namespace
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda
 
+// The library's anchor is named in the public namespace of the CUDA library (dp::cuda), not the
+// backend's, so the mangled name below does not change when the backend's internals move.
 namespace dp::cuda::detail {
 
 // What a program linking dparallel::cuda is made to refer to (CMake's INTERFACE_LINK_OPTIONS and

@@ -17,10 +17,7 @@
 #include "dp/core/errors.h"
 #include "dp/core/pooled.h"
 
-namespace dp::cuda {
-
-// The kernel interfaces' types and helpers, by their names (the stubs are reached as backend::).
-using namespace ::dp::backend;
+namespace dp::backend::cuda {
 namespace {
 
 Tensor raw_view(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
@@ -162,4 +159,4 @@ void register_cuda_ops_kernels() {
   DP_REGISTER_KERNEL(CUDA, randperm_fill_kernel);
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

@@ -9,10 +9,7 @@
 #include "backend/cuda/norm_pool.h"
 #include "backend/cuda/reduce.h"
 
-namespace dp::cuda {
-
-// The kernel interfaces' types and helpers, by their names (the stubs are reached as backend::).
-using namespace ::dp::backend;
+namespace dp::backend::cuda {
 
 void register_cuda_reduce_kernels() {
   DP_REGISTER_KERNEL(CUDA, sum_kernel);
@@ -42,4 +39,4 @@ void register_cuda_reduce_kernels() {
   DP_REGISTER_KERNEL(CUDA, conv2d_backward_kernel);
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

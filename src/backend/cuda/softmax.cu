@@ -13,6 +13,7 @@
 #include <algorithm>
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
+#include "backend/cuda/runtime_api.h"
 #include "backend/dispatch.h"
 #include "backend/cuda/reduce.cuh"
 #include "backend/cuda/reduce.h"
@@ -20,7 +21,7 @@
 #include "backend/cuda/reduce_ops.h"
 #include "backend/reduce_kernels.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 namespace {
 
 using detail::facc_t;
@@ -225,4 +226,4 @@ void softmax_backward_kernel(const Tensor& gin, const Tensor& g, const Tensor& y
   DP_CUDA_CHECK(cudaGetLastError());
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

@@ -12,11 +12,12 @@
 #include "dp/core/tensor_impl.h"
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
+#include "backend/cuda/runtime_api.h"
 #include "dp/cuda/graph.h"
 #include "backend/copy_kernels.h"
 #include "backend/cuda/elementwise.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 namespace detail {
 
@@ -285,4 +286,4 @@ void copy_across_kernel(const Tensor& dst, const Tensor& src, bool non_blocking)
   if (!d.is_same(dst)) copy_on_device(dst, d);
 }
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

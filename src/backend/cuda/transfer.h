@@ -2,7 +2,7 @@
 // Copies that involve a CUDA device (src/backend/cuda/transfer.cpp), for dp::to and Tensor::copy_.
 #include "dp/core/tensor.h"
 
-namespace dp::cuda {
+namespace dp::backend::cuda {
 
 // dst <- src converted to dst's dtype and broadcast to dst's shape, where at least one of them is
 // on a CUDA device (host, CUDA and CUDA, or two CUDA devices). Host -> device: a pageable source
@@ -16,4 +16,4 @@ bool is_pinned(const void* p);
 // A host tensor in page-locked memory (freed with cudaFreeHost), for fast and asynchronous copies.
 Tensor empty_pinned(IntArrayRef sizes, DType dtype);
 
-}  // namespace dp::cuda
+}  // namespace dp::backend::cuda

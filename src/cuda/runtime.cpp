@@ -8,7 +8,7 @@
 #include "dp/core/errors.h"
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
-#include "backend/cuda/device_map.h"
+#include "cuda/device_map.h"
 
 namespace dp::cuda {
 

@@ -1,6 +1,6 @@
 #pragma once
 // The logical -> physical CUDA device map behind dp::cuda::device_count() and physical_device()
-// (src/backend/cuda/runtime.cpp). Plain C++ with no CUDA dependency, so it is tested on every machine.
+// (src/cuda/runtime.cpp). Plain C++ with no CUDA dependency, so it is tested on every machine.
 //
 // DP_CUDA_VIRTUAL_DEVICES=N (a testing and development feature) presents the visible GPUs as N
 // logical devices cuda:0 .. cuda:N-1, dealt round-robin over the physical ones: logical i runs on
