@@ -40,15 +40,36 @@ if [[ "${DP_SKIP_CUDA_OFF:-0}" != 1 ]] && grep -q "^#define DP_CONFIG_HAVE_CUDA 
 fi
 
 # ASan + UBSan on the quick suite (tests/CMakeLists.txt, sanitize_quick: the test programs of
-# core, backend, autograd and ops): a Debug build without CUDA in build-asan-quick, its tests run
-# under the sanitizers with scripts/sanitize.sh's options. Any report fails the test that made it.
-# Opt-in for now (DP_SANITIZE_QUICK=1): clean on 2026-11-29 (1300 tests, 218 s to run), it joins
-# CI's run once its cold build time is measured to fit CI's.
-if [[ "${DP_SANITIZE_QUICK:-0}" == 1 ]]; then
+# core, backend, autograd and ops: the kernels, the tensors, the engine and its threads): a Debug
+# build without CUDA in build-asan-quick, compiled -Og -g1 (DP_SANITIZE_OPT: about the cost of a
+# Release compile, where scripts/sanitize.sh's -O1 -g costs 2.3 times as much), its tests run under
+# the sanitizers with scripts/sanitize.sh's options. Any report fails the test that made it.
+#
+# When. DP_SANITIZE_QUICK=1: always; 0: never; unset (CI's case): when the run so far leaves it
+# room within CI's 50-minute target. Its own objects are ccache misses until it has run once (a
+# cold stage: SAN_COLD_MIN minutes of build and tests on a 2-core machine; measured on 2026-11-29
+# from an empty ccache: 1001 s of build and 206 s of tests), so it starts only if at
+# most DP_SANITIZE_QUICK_START_BY minutes (50 less that) have passed. A run whose every compile is a
+# miss reaches this point later and leaves the stage out, saying so; a run with the main build in
+# ccache (CI's usual case) runs it, and from then on its objects are cached too.
+SAN_COLD_MIN=20
+start_by=${DP_SANITIZE_QUICK_START_BY:-$((50 - SAN_COLD_MIN))}
+elapsed_min=$(((SECONDS - start) / 60))
+run_san=${DP_SANITIZE_QUICK:-auto}
+if [[ "$run_san" == auto ]]; then
+  if ((elapsed_min <= start_by)); then
+    run_san=1
+  else
+    run_san=0
+    echo "== test.sh: the ASan + UBSan quick suite is left out of this run: ${elapsed_min} min have passed, more than the" \
+      "${start_by} that leave its cold build and tests (about ${SAN_COLD_MIN} min) room in CI's 50. DP_SANITIZE_QUICK=1 runs it anyway."
+  fi
+fi
+if [[ "$run_san" == 1 ]]; then
   san_start=$SECONDS
   san_dir="${BUILD_DIR}-asan-quick"
-  if dp_build "$san_dir" -DDP_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug -DDP_WITH_CUDA=OFF -DDP_BUILD_BENCH=OFF -DDP_BUILD_EXAMPLES=OFF \
-      -DDP_INSTALL=OFF -- sanitize_quick; then
+  if dp_build "$san_dir" -DDP_WERROR=ON -DDP_SANITIZE=address "-DDP_SANITIZE_OPT=-Og;-g1" -DCMAKE_BUILD_TYPE=Debug -DDP_WITH_CUDA=OFF \
+      -DDP_BUILD_BENCH=OFF -DDP_BUILD_EXAMPLES=OFF -DDP_INSTALL=OFF -- sanitize_quick; then
     san_built=$SECONDS
     ASAN_OPTIONS="$DP_ASAN_OPTIONS" UBSAN_OPTIONS="$DP_UBSAN_OPTIONS" \
       ctest --test-dir "$san_dir" --output-on-failure -j2 -L "$(cat "$san_dir/tests/sanitize_quick_labels.txt")" -LE "fuzz|compile_fail|lint|long" || rc=1

@@ -2,7 +2,7 @@
 // A kernel declared once, with one signature, and implemented by each backend (ATen's
 // DispatchStub). A kernel has one name: the stub's, `dp::backend::<name>_kernel`, which each
 // backend's implementation bears in its own namespace (`dp::backend::cpu::<name>_kernel`, the
-// CUDA backend's `dp::cuda::<name>_kernel`). The op calls the stub with a device type and never
+// CUDA backend's `dp::backend::cuda::<name>_kernel`). The op calls the stub with a device type and never
 // names a device; a device type with no implementation is an error that says so.
 //
 //   kernel interface (src/backend/<family>_kernels.h):

@@ -17,6 +17,7 @@
 namespace dp::distributed {
 namespace {
 
+using dp::test::Branchy;
 using test::run_ranks;
 
 using dp::test::Cnn;
@@ -32,20 +33,6 @@ struct BatchNormModel : nn::Module {
     fc2 = register_module("fc2", nn::Linear(12, 4));
   }
   Tensor forward(const Tensor& x) { return fc2(bn(fc1(x)).relu()); }
-};
-
-// Rank-dependent control flow: `b` only where asked, `never` never.
-struct Branchy : nn::Module {
-  nn::Linear a{nullptr}, b{nullptr}, never{nullptr};
-  Branchy() {
-    a = register_module("a", nn::Linear(8, 4));
-    b = register_module("b", nn::Linear(8, 4));
-    never = register_module("never", nn::Linear(8, 4));
-  }
-  Tensor forward(const Tensor& x, bool use_b) {
-    Tensor h = a(x);
-    return use_b ? h + b(x) : h;
-  }
 };
 
 enum class Opt { Sgd, Adam };

@@ -19,33 +19,20 @@
 #include "dp/nn/nn.h"
 #include "dp/optim/optim.h"
 #include "support/cuda.h"
+#include "support/test_models.h"
 
 namespace dp::distributed {
 namespace {
 
+using dp::test::Branchy;
 using test::run_ranks;
 
 constexpr double kRtol = 1e-4;  // float32; cuBLAS and OpenBLAS sum in different orders
 constexpr double kAtol = 1e-5;
 
-// `b` only where asked, `never` never.
-struct Branchy : nn::Module {
-  nn::Linear a{nullptr}, b{nullptr}, never{nullptr};
-  Branchy() {
-    a = register_module("a", nn::Linear(8, 16));
-    b = register_module("b", nn::Linear(8, 16));
-    never = register_module("never", nn::Linear(8, 16));
-  }
-  Tensor forward(const Tensor& x, bool use_b) {
-    Tensor h = a(x);
-    if (use_b) h = h + b(x);
-    return h.relu();
-  }
-};
-
 std::shared_ptr<Branchy> make_model(uint64_t seed) {
   manual_seed(seed);
-  auto m = std::make_shared<Branchy>();
+  auto m = std::make_shared<Branchy>(16);
   m->remember_type<Branchy>();
   return m;
 }

@@ -1,7 +1,9 @@
 #pragma once
 // Small models the equivalence tests of DataParallel and DistributedDataParallel train: an MLP
 // (8 features, 4 classes), a CNN on 1x8x8 images, an Embedding model on 3 tokens of 50, and a
-// model whose parameters sit in ParameterList, ParameterDict and ModuleDict (8 features, 4 classes).
+// model whose parameters sit in ParameterList, ParameterDict and ModuleDict (8 features, 4 classes),
+// and Branchy, whose forward uses one layer only where asked and another never (DDP's unused
+// parameters).
 #include "dp/nn/nn.h"
 
 namespace dp::test {
@@ -56,6 +58,20 @@ struct ContainerModel : nn::Module {
     h = h.matmul(scales->at(1)) + gates->get("input");
     h = heads->at<nn::SequentialImpl>("hidden")->forward(h);
     return heads->at<nn::LinearImpl>("cls")->forward(h) * gates->get("output");
+  }
+};
+
+// Rank-dependent control flow: `b` only where asked, `never` never (8 features, `out` outputs).
+struct Branchy : nn::Module {
+  nn::Linear a{nullptr}, b{nullptr}, never{nullptr};
+  explicit Branchy(int64_t out = 4) {
+    a = register_module("a", nn::Linear(8, out));
+    b = register_module("b", nn::Linear(8, out));
+    never = register_module("never", nn::Linear(8, out));
+  }
+  Tensor forward(const Tensor& x, bool use_b) {
+    Tensor h = a(x);
+    return use_b ? h + b(x) : h;
   }
 };
 

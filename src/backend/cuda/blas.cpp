@@ -14,7 +14,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <mutex>
 #include <string>
@@ -24,7 +23,6 @@
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
 #include "backend/cuda/runtime_api.h"
-#include "dp/cuda/matmul.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemm_plan.h"
 

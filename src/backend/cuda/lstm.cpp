@@ -5,7 +5,6 @@
 
 #include "backend/tensor_nograd.h"
 #include "dp/cuda/check.h"
-#include "dp/cuda/cuda.h"
 #include "backend/cuda/runtime_api.h"
 #include "backend/cuda/blas.h"
 #include "backend/cuda/elementwise.h"

@@ -11,9 +11,9 @@
 #include "backend/cuda/nccl.h"
 #include "backend/cuda/optim.h"
 #include "backend/cuda/random.h"
+#include "backend/cuda/runtime_api.h"
 #include "dp/core/device_runtime.h"
 #include "dp/core/errors.h"
-#include "dp/cuda/graph.h"
 
 namespace dp::backend::cuda {
 

@@ -13,7 +13,6 @@
 #include "dp/cuda/check.h"
 #include "dp/cuda/cuda.h"
 #include "backend/cuda/runtime_api.h"
-#include "dp/cuda/graph.h"
 #include "backend/copy_kernels.h"
 #include "backend/cuda/elementwise.h"
 
