@@ -75,7 +75,14 @@ void check_no_original_addresses(const Module& root, const dp::detail::CloneMap&
     const auto found = up.find(r.original);
     const std::unordered_set<const Module*> no_ancestors;
     const std::unordered_set<const Module*>& ancestors = found == up.end() ? no_ancestors : found->second;
+    // Not the Module base either: its members are dp's own, which its copy constructor copies as
+    // it should, and its std::string keeps unused bytes after a short name (the small-string
+    // buffer) that hold whatever the memory held before: with four replicas made in a row, the same
+    // leftover address of a submodule has been seen in the original's and the copy's.
+    const size_t base_begin = static_cast<size_t>(reinterpret_cast<const unsigned char*>(r.original) - r.original_object);
+    const size_t base_end = base_begin + sizeof(Module);
     for (size_t off = 0; off + sizeof(uintptr_t) <= r.size; off += alignof(uintptr_t)) {
+      if (off + sizeof(uintptr_t) > base_begin && off < base_end) continue;
       uintptr_t in_copy = 0, in_original = 0;
       std::memcpy(&in_copy, r.copy_object + off, sizeof in_copy);
       if (in_copy == 0) continue;
