@@ -24,15 +24,12 @@ using ::dp::cuda::DeviceGuard;
 using ::dp::cuda::DeviceInfo;
 using ::dp::cuda::enable_peer_access;
 using ::dp::cuda::Event;
-using ::dp::cuda::fill_u32;
 using ::dp::cuda::is_current_stream_capturing;
 using ::dp::cuda::physical_device;
 using ::dp::cuda::record_stream;
 using ::dp::cuda::set_current_stream;
 using ::dp::cuda::set_device;
 using ::dp::cuda::Stream;
-using ::dp::cuda::StreamGuard;
-using ::dp::cuda::synchronize;
 
 namespace detail {
 using ::dp::cuda::detail::logical_device_count;
